@@ -1,0 +1,179 @@
+// Fused final RMSNorm + LM head + cross-entropy, chunked over tokens so the
+// [N, V] logits never exist: each chunk of rows gets its logits from one GEMM
+// into scratch, is reduced to (lse, loss) and, when a gradient is wanted,
+// turned in place into dlogits = (softmax - onehot) * dloss, which two more
+// GEMMs push into dxn and dwout before the next chunk overwrites the scratch.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/vec_math.h"
+#include "backends/cpu/workspace.h"
+
+namespace strata::cpu {
+namespace {
+
+int64_t g_chunk_override = 0;
+
+// Rows per chunk: about 64 MiB of float logits, and at least 256 rows: the
+// logits GEMM loses a third of its speed below ~512 rows (measured with
+// V = 32000, C = 288), while the softmax passes are cheap either way.
+int64_t chunk_rows(int64_t N, int V) {
+  if (g_chunk_override > 0) return std::min(g_chunk_override, N);
+  int64_t r = (int64_t(1) << 24) / std::max(V, 1);
+  r = std::clamp<int64_t>(r, 256, 4096) / 16 * 16;
+  return std::min(r, N);
+}
+
+enum class Mode { Forward, Backward, ForwardBackward };
+
+// Processes `rows` rows of logits in place. Forward: writes lse and nll.
+// Backward (lse given) and ForwardBackward: leaves dlogits in `logits`.
+template <typename T>
+void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* targets, T* lse,
+                   T* nll, double dloss) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* l = logits + r * V;
+    const int32_t y = targets[r];
+    const bool valid = y != kIgnoreIndex;
+    if (mode == Mode::Backward) {
+      if (!valid) {
+        std::memset(l, 0, sizeof(T) * V);
+        continue;
+      }
+      const T lr = lse[r], k = T(dloss);
+#pragma omp simd
+      for (int j = 0; j < V; ++j) l[j] = k * vexp<T>(l[j] - lr);
+      l[y] -= k;
+      continue;
+    }
+    T m = l[0];
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < V; ++j) m = l[j] > m ? l[j] : m;
+    const T ly = valid ? l[y] : T(0);
+    T sum = 0;
+    if (mode == Mode::Forward) {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) sum += vexp<T>(l[j] - m);
+    } else {
+      // Keep exp(l - m) so the gradient needs no second exp.
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) {
+        const T e = vexp<T>(l[j] - m);
+        l[j] = e;
+        sum += e;
+      }
+    }
+    const T lr = m + std::log(sum);
+    lse[r] = lr;
+    nll[r] = valid ? lr - ly : T(0);
+    if (mode == Mode::Forward) continue;
+    if (!valid) {
+      std::memset(l, 0, sizeof(T) * V);
+      continue;
+    }
+    const T k = T(dloss) / sum;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) l[j] *= k;
+    l[y] -= T(dloss);
+  }
+}
+
+template <typename T>
+double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_nll,
+           int64_t* n_valid, const T* x, const T* wn, const T* wout, const int32_t* targets,
+           int64_t N, int C, int V, double eps, double dloss) {
+  struct Tag {};
+  if (N == 0) {
+    if (n_valid) *n_valid = 0;
+    return 0.0;
+  }
+  const int64_t R = chunk_rows(N, V);
+  T* logits = workspace<T, 0, Tag>(size_t(R) * V);
+  const bool grad = mode != Mode::Forward;
+  T* dxn = grad && (dx || dwn) ? workspace<T, 1, Tag>(size_t(N) * C) : nullptr;
+  T* lse_buf = lse ? lse : workspace<T, 2, Tag>(size_t(N));
+  T* nll_buf = token_nll ? token_nll : workspace<T, 3, Tag>(size_t(N));
+
+  if (mode != Mode::Backward) rmsnorm_forward(xn, rstd, x, wn, N, C, eps);
+
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    const T* xr = xn + r0 * C;
+    gemm<T>(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
+    chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
+    if (!grad) continue;
+    if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
+    if (dwout) gemm<T>(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
+  }
+  if (dxn) rmsnorm_backward(dx, dwn, dxn, x, wn, rstd, N, C);
+  if (mode == Mode::Backward) return 0.0;
+  // Fixed-order sum: the loss is bit-identical run to run.
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] != kIgnoreIndex) {
+      total += double(nll_buf[n]);
+      ++count;
+    }
+  if (n_valid) *n_valid = count;
+  return total;
+}
+
+}  // namespace
+
+void set_head_ce_chunk_rows(int64_t rows) { g_chunk_override = rows > 0 ? rows : 0; }
+
+template <typename T>
+double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
+                       const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                       double eps) {
+  return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x,
+                wn, wout, targets, N, C, V, eps, 0.0);
+}
+
+template <typename T>
+void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
+                      const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                      int C, int V, double dloss) {
+  run<T>(Mode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
+         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
+}
+
+template <typename T>
+double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
+                                const T* x, const T* wn, const T* wout, const int32_t* targets,
+                                int64_t N, int C, int V, double eps, double dloss) {
+  return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x,
+                wn, wout, targets, N, C, V, eps, dloss);
+}
+
+template <typename T>
+void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N,
+                 int C, int V, double eps) {
+  struct Tag {};
+  T* rstd = workspace<T, 0, Tag>(size_t(N));
+  rmsnorm_forward(xn_scratch, rstd, x, wn, N, C, eps);
+  gemm<T>(false, true, N, V, C, T(1), xn_scratch, C, wout, C, T(0), logits, V);
+}
+
+#define STRATA_INSTANTIATE(T)                                                                 \
+  template double head_ce_forward<T>(T*, T*, T*, T*, int64_t*, const T*, const T*, const T*,  \
+                                     const int32_t*, int64_t, int, int, double);              \
+  template void head_ce_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,       \
+                                    const T*, const T*, const int32_t*, int64_t, int, int,    \
+                                    double);                                                  \
+  template double head_ce_forward_backward<T>(T*, T*, T*, T*, T*, int64_t*, const T*,         \
+                                              const T*, const T*, const int32_t*, int64_t,    \
+                                              int, int, double, double);                      \
+  template void head_logits<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, double);
+STRATA_INSTANTIATE(float)
+STRATA_INSTANTIATE(double)
+#undef STRATA_INSTANTIATE
+
+}  // namespace strata::cpu

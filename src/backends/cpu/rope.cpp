@@ -1,0 +1,68 @@
+// Rotary position embedding, rotate-half layout (Hugging Face Llama): element i
+// of a head pairs with element i + D/2.
+#include <cmath>
+
+#include "backends/cpu/kernels.h"
+#include "core/error.h"
+
+namespace strata::cpu {
+
+template <typename T>
+void rope_table(T* cos, T* sin, int max_pos, int D, double theta) {
+  STRATA_CHECK(D % 2 == 0, "RoPE needs an even head dimension, got ", D);
+  const int half = D / 2;
+  for (int p = 0; p < max_pos; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(theta, -2.0 * i / D);
+      const double angle = double(p) * inv_freq;
+      cos[int64_t(p) * half + i] = T(std::cos(angle));
+      sin[int64_t(p) * half + i] = T(std::sin(angle));
+    }
+}
+
+namespace {
+// sign = +1 rotates forward, -1 applies the transpose (backward).
+template <typename T>
+void rotate(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
+            int pos0, T sign) {
+  const int half = D / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T_; ++t) {
+      T* row = x + (int64_t(b) * T_ + t) * row_stride;
+      const T* c = cos + int64_t(pos0 + t) * half;
+      const T* s = sin + int64_t(pos0 + t) * half;
+      for (int h = 0; h < H; ++h) {
+        T* lo = row + int64_t(h) * D;
+        T* hi = lo + half;
+#pragma omp simd
+        for (int i = 0; i < half; ++i) {
+          const T a = lo[i], bb = hi[i], si = sign * s[i];
+          lo[i] = a * c[i] - bb * si;
+          hi[i] = bb * c[i] + a * si;
+        }
+      }
+    }
+}
+}  // namespace
+
+template <typename T>
+void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D,
+                  int64_t row_stride, int pos0) {
+  rotate<T>(x, cos, sin, B, T_, H, D, row_stride, pos0, T(1));
+}
+
+template <typename T>
+void rope_backward(T* dx, const T* cos, const T* sin, int B, int T_, int H, int D,
+                   int64_t row_stride, int pos0) {
+  rotate<T>(dx, cos, sin, B, T_, H, D, row_stride, pos0, T(-1));
+}
+
+template void rope_table<float>(float*, float*, int, int, double);
+template void rope_table<double>(double*, double*, int, int, double);
+template void rope_forward<float>(float*, const float*, const float*, int, int, int, int, int64_t, int);
+template void rope_forward<double>(double*, const double*, const double*, int, int, int, int, int64_t, int);
+template void rope_backward<float>(float*, const float*, const float*, int, int, int, int, int64_t, int);
+template void rope_backward<double>(double*, const double*, const double*, int, int, int, int, int64_t, int);
+
+}  // namespace strata::cpu

@@ -1,0 +1,12 @@
+// CUDA runtime queries. Compiled only when the build finds nvcc
+// (STRATA_HAVE_CUDA); the CUDA kernels of the ops interface land here.
+#pragma once
+
+namespace strata::cuda {
+
+// Number of visible CUDA devices; 0 when there is no driver or no device.
+int device_count();
+// Runtime version as major*1000 + minor*10 (CUDA's encoding), 0 if unknown.
+int runtime_version();
+
+}  // namespace strata::cuda

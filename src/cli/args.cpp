@@ -1,0 +1,137 @@
+#include "cli/args.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace strata::cli {
+
+Args& Args::option(const std::string& name, const std::string& metavar, const std::string& help,
+                   const std::string& default_value) {
+  opts_.push_back(Opt{name, metavar, help, default_value, false, false});
+  return *this;
+}
+
+Args& Args::flag(const std::string& name, const std::string& help) {
+  opts_.push_back(Opt{name, "", help, "", true, false});
+  return *this;
+}
+
+Args& Args::positional(const std::string& name, const std::string& help, bool required) {
+  pos_.push_back(Pos{name, help, required, "", false});
+  return *this;
+}
+
+bool Args::parse(int argc, char** argv, int first) {
+  size_t next_pos = 0;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(help().c_str(), stdout);
+      return false;
+    }
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a.substr(2), value;
+      bool inline_value = false;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        inline_value = true;
+      }
+      Opt* opt = nullptr;
+      for (auto& o : opts_)
+        if (o.name == name) opt = &o;
+      STRATA_CHECK(opt, command_, ": unknown option '--", name, "' (see ", command_, " --help)");
+      if (opt->is_flag) {
+        STRATA_CHECK(!inline_value, command_, ": option --", name, " takes no value");
+        opt->given = true;
+        continue;
+      }
+      if (!inline_value) {
+        STRATA_CHECK(i + 1 < argc, command_, ": option --", name, " needs a value (",
+                     opt->metavar, ")");
+        value = argv[++i];
+      }
+      opt->value = value;
+      opt->given = true;
+      continue;
+    }
+    STRATA_CHECK(next_pos < pos_.size(), command_, ": unexpected argument '", a, "' (see ",
+                 command_, " --help)");
+    pos_[next_pos].value = a;
+    pos_[next_pos].given = true;
+    ++next_pos;
+  }
+  for (const auto& p : pos_)
+    STRATA_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (see ",
+                 command_, " --help)");
+  return true;
+}
+
+const Args::Opt& Args::find(const std::string& name) const {
+  for (const auto& o : opts_)
+    if (o.name == name) return o;
+  fail(cat(command_, ": internal error: no option --", name));
+}
+
+bool Args::has(const std::string& name) const {
+  for (const auto& p : pos_)
+    if (p.name == name) return p.given;
+  return find(name).given;
+}
+
+std::string Args::get(const std::string& name) const {
+  for (const auto& p : pos_)
+    if (p.name == name) return p.value;
+  return find(name).value;
+}
+
+int Args::get_int(const std::string& name) const {
+  const std::string v = get(name);
+  try {
+    size_t used = 0;
+    const int x = std::stoi(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  fail(cat(command_, ": --", name, " expects an integer, got '", v, "'"));
+}
+
+double Args::get_double(const std::string& name) const {
+  const std::string v = get(name);
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  fail(cat(command_, ": --", name, " expects a number, got '", v, "'"));
+}
+
+std::string Args::help() const {
+  std::string out = "usage: " + command_;
+  if (!opts_.empty()) out += " [options]";
+  for (const auto& p : pos_) out += p.required ? " <" + p.name + ">" : " [" + p.name + "]";
+  out += "\n\n" + summary_ + "\n";
+  if (!pos_.empty()) {
+    out += "\narguments:\n";
+    for (const auto& p : pos_) {
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-26s %s\n", p.name.c_str(), p.help.c_str());
+      out += line;
+    }
+  }
+  out += "\noptions:\n";
+  for (const auto& o : opts_) {
+    std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
+    std::string rhs = o.help;
+    if (!o.is_flag && !o.value.empty()) rhs += " (default: " + o.value + ")";
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-26s %s\n", lhs.c_str(), rhs.c_str());
+    out += line;
+  }
+  out += "  --help                     show this help\n";
+  return out;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,47 @@
+// A small command-line parser for strata's subcommands: long options with a
+// value (--name VALUE or --name=VALUE), flags, positionals, generated --help.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace strata::cli {
+
+class Args {
+ public:
+  Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+
+  Args& option(const std::string& name, const std::string& metavar, const std::string& help,
+               const std::string& default_value = "");
+  Args& flag(const std::string& name, const std::string& help);
+  Args& positional(const std::string& name, const std::string& help, bool required = true);
+
+  // Parses argv[first..argc). Returns false when --help was given (help has
+  // been printed). Throws strata::Error on unknown options or missing values.
+  bool parse(int argc, char** argv, int first);
+
+  bool has(const std::string& name) const;  // flag set, or option given explicitly
+  std::string get(const std::string& name) const;
+  int get_int(const std::string& name) const;
+  double get_double(const std::string& name) const;
+  std::string help() const;
+
+ private:
+  struct Opt {
+    std::string name, metavar, help, value;
+    bool is_flag = false, given = false;
+  };
+  struct Pos {
+    std::string name, help;
+    bool required;
+    std::string value;
+    bool given = false;
+  };
+  const Opt& find(const std::string& name) const;
+  std::string command_, summary_;
+  std::vector<Opt> opts_;
+  std::vector<Pos> pos_;
+};
+
+}  // namespace strata::cli

@@ -1,0 +1,295 @@
+// `strata bench ops` and `strata bench model`: throughput of each CPU kernel on
+// the shapes of real models, and of a whole training step. Benchmarks are
+// commands that print numbers (never timed tests).
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/philox.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "model/model.h"
+
+namespace strata::cli {
+namespace {
+
+struct BenchModel {
+  std::string name;
+  int layers, C, F, H, Hkv, V, B, T;
+  int D() const { return C / H; }
+};
+
+// Shapes of llama2.c's stories15M (6 layers, 288 wide) and stories110M
+// (12 layers, 768 wide), with the Llama-2 vocabulary.
+std::vector<BenchModel> bench_models(const std::string& which, int tokens) {
+  std::vector<BenchModel> all = {{"6L-288", 6, 288, 768, 6, 6, 32000, 0, 256},
+                                 {"12L-768", 12, 768, 2048, 12, 12, 32000, 0, 1024}};
+  std::vector<BenchModel> out;
+  for (auto& m : all)
+    if (which == "all" || which == m.name || which == std::to_string(m.C)) {
+      m.B = std::max(1, tokens / m.T);
+      out.push_back(m);
+    }
+  STRATA_CHECK(!out.empty(), "strata bench: unknown --model '", which,
+               "' (choose 288, 768 or all)");
+  return out;
+}
+
+void fill(float* p, int64_t n, uint32_t stream, float scale) {
+  const PhiloxStream rng(1234, 7, stream);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = float(rng.uniform(uint64_t(i)) * 2 - 1) * scale;
+}
+
+double median_seconds(const std::function<void()>& fn, int repeat) {
+  fn();  // warm-up: workspaces, caches, JIT
+  std::vector<double> t;
+  for (int r = 0; r < repeat; ++r) {
+    Timer timer;
+    fn();
+    t.push_back(timer.seconds());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string op, pass, shape;
+  double seconds, amount;  // amount: FLOP or bytes
+  bool flops;
+};
+
+void print_row(const Row& r) {
+  const double rate = r.amount / r.seconds * 1e-9;
+  std::printf("%-18s %-9s %-28s %9.3f ms %9.1f %s\n", r.op.c_str(), r.pass.c_str(),
+              r.shape.c_str(), r.seconds * 1e3, rate, r.flops ? "GFLOP/s" : "GB/s");
+  std::fflush(stdout);
+}
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
+  const int64_t N = int64_t(m.B) * m.T, C = m.C, F = m.F, V = m.V, D = m.D();
+  const int64_t QKV = int64_t(m.H + 2 * m.Hkv) * D, Q = int64_t(m.H) * D;
+  std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
+              m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(D), m.V, m.B, m.T, long(N),
+              num_threads());
+  std::printf("%-18s %-9s %-28s %12s %9s\n", "op", "pass", "shape", "time", "rate");
+
+  const int64_t big = std::max({N * 2 * F, N * QKV, V * C, 2 * F * C});
+  Buffer<float> x(big), y(big), w(big), dw(big), dx(big), dy(big), aux(big);
+  fill(x.data(), big, 1, 1.0f);
+  fill(w.data(), big, 2, 0.05f);
+  fill(dy.data(), big, 3, 1.0f);
+  const float sz = sizeof(float);
+  auto want = [&](const std::string& op) {
+    return filter.empty() || op.find(filter) != std::string::npos;
+  };
+  auto run = [&](const std::string& op, const std::string& pass, const std::string& shape,
+                 double amount, bool flops, const std::function<void()>& fn) {
+    if (!want(op)) return;
+    print_row(Row{op, pass, shape, median_seconds(fn, repeat), amount, flops});
+  };
+
+  // Linear layers: forward, and backward (dx and dW GEMMs).
+  struct Lin {
+    const char* name;
+    int64_t in, out;
+  };
+  for (const Lin& l : {Lin{"linear qkv", C, QKV}, Lin{"linear o", Q, C},
+                       Lin{"linear gate|up", C, 2 * F}, Lin{"linear down", F, C}}) {
+    const std::string shape = dims({N, l.in}) + " -> " + std::to_string(l.out);
+    const double fl = 2.0 * N * l.in * l.out;
+    run(l.name, "fwd", shape, fl, true,
+        [&] { cpu::linear_forward<float>(y.data(), x.data(), w.data(), nullptr, N, int(l.in), int(l.out));
+    });
+    run(l.name, "bwd", shape, 2 * fl, true, [&] {
+      cpu::linear_backward<float>(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N,
+                                  int(l.in), int(l.out), false);
+    });
+  }
+
+  Buffer<float> rstd(N), wn(C);
+  for (int64_t i = 0; i < C; ++i) wn[i] = 1.0f;
+  run("rmsnorm", "fwd", dims({N, C}), 2.0 * N * C * sz, false, [&] {
+    cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), wn.data(), N, int(C), 1e-5);
+  });
+  run("rmsnorm", "bwd", dims({N, C}), 3.0 * N * C * sz, false, [&] {
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), wn.data(), rstd.data(), N,
+                          int(C));
+  });
+
+  Buffer<float> cos(int64_t(m.T) * D / 2), sin(int64_t(m.T) * D / 2);
+  cpu::rope_table(cos.data(), sin.data(), m.T, int(D), 10000.0);
+  const double rope_bytes = 2.0 * N * (m.H + m.Hkv) * D * sz;
+  run("rope", "fwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
+    cpu::rope_forward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
+  });
+  run("rope", "bwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
+    cpu::rope_backward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
+  });
+
+  // Causal attention: each of its matrix products covers T(T+1)/2 score entries.
+  const double pairs = double(m.B) * m.H * (double(m.T) * (m.T + 1) / 2);
+  Buffer<float> lse(int64_t(m.B) * m.H * m.T);
+  fill(x.data(), N * QKV, 4, 0.5f);
+  const std::string ashape = dims({m.B, m.T, m.H, D}) + " kv" + std::to_string(m.Hkv);
+  run("attention", "fwd", ashape, 4.0 * pairs * D, true, [&] {
+    cpu::attention_forward(y.data(), lse.data(), x.data(), m.B, m.T, m.H, m.Hkv, int(D));
+  });
+  run("attention", "bwd", ashape, 10.0 * pairs * D, true, [&] {
+    cpu::attention_backward(dx.data(), dy.data(), x.data(), y.data(), lse.data(), m.B, m.T, m.H,
+                            m.Hkv, int(D));
+  });
+
+  run("swiglu", "fwd", dims({N, F}), 3.0 * N * F * sz, false,
+      [&] { cpu::swiglu_forward(y.data(), x.data(), N, int(F)); });
+  run("swiglu", "bwd", dims({N, F}), 5.0 * N * F * sz, false,
+      [&] { cpu::swiglu_backward(dx.data(), dy.data(), x.data(), N, int(F)); });
+
+  run("residual", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
+      [&] { cpu::residual_forward(y.data(), x.data(), aux.data(), N * C); });
+
+  std::vector<int32_t> tokens(N);
+  for (int64_t i = 0; i < N; ++i) tokens[i] = int32_t((i * 7919) % V);
+  run("embedding", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
+      [&] { cpu::embedding_forward(y.data(), tokens.data(), w.data(), N, int(C), int(V)); });
+  run("embedding", "bwd", dims({N, C}), 3.0 * N * C * sz, false,
+      [&] { cpu::embedding_backward(dw.data(), tokens.data(), dy.data(), N, int(C)); });
+
+  // Fused final norm + LM head + cross-entropy: forward is one GEMM, the fused
+  // forward+backward three.
+  Buffer<float> xn(N * C);
+  fill(x.data(), N * C, 5, 1.0f);
+  const std::string hshape = dims({N, C}) + " -> " + std::to_string(V);
+  run("head+ce", "fwd", hshape, 2.0 * N * C * V, true, [&] {
+    cpu::head_ce_forward(xn.data(), rstd.data(), lse.data(), (float*)nullptr, nullptr, x.data(),
+                         wn.data(), w.data(), tokens.data(), N, int(C), int(V), 1e-5);
+  });
+  run("head+ce", "fwd+bwd", hshape, 6.0 * N * C * V, true, [&] {
+    cpu::head_ce_forward_backward(dx.data(), dw.data() + V * C, dw.data(), xn.data(), rstd.data(),
+                                  nullptr, x.data(), wn.data(), w.data(), tokens.data(), N, int(C),
+                                  int(V), 1e-5, 1.0 / double(N));
+  });
+
+  // AdamW over a tensor the size of the 2F x C MLP weight: reads p, g, m, v and
+  // writes p, m, v.
+  const int64_t P = 2 * F * C;
+  Buffer<float> mom(P), var(P);
+  cpu::AdamWStep st;
+  st.lr = 1e-4;
+  st.weight_decay = 0.1;
+  run("adamw", "step", dims({P}), 7.0 * P * sz, false,
+      [&] { cpu::adamw_update(w.data(), dy.data(), mom.data(), var.data(), P, st); });
+}
+
+// FLOPs of one training step (forward + backward): 6 per parameter per token for
+// the matrices (embedding excluded, head included), plus causal attention.
+double step_flops(const LlamaConfig& c, int B, int T) {
+  const double N = double(B) * T;
+  const double C = c.hidden_size, F = c.intermediate_size;
+  const double per_layer = C * c.qkv_dim() + double(c.q_dim()) * C + 3 * C * F;
+  const double matrices = c.num_hidden_layers * per_layer + double(c.vocab_size) * C;
+  const double attn = 2.0 * 2.0 * c.num_attention_heads * c.head_dim *
+                      (double(T) * (T + 1) / 2) * B * c.num_hidden_layers;
+  return 6 * N * matrices + 3 * attn;  // model FLOPs: backward counted as 2x forward
+}
+
+int bench_model(int argc, char** argv, int first) {
+  Args args("strata bench model",
+            "Times whole training steps (forward + backward, fused LM head) of a randomly "
+            "initialised model and prints tokens/s and the achieved GFLOP/s.");
+  args.option("model", "NAME", "288 (6L-288), 768 (12L-768)", "288")
+      .option("batch", "B", "micro-batch size (0: tokens / seq)", "0")
+      .option("tokens", "N", "tokens per step when --batch is 0", "4096")
+      .option("seq", "T", "sequence length (0: the model's default)", "0")
+      .option("vocab", "V", "vocabulary size", "32000")
+      .option("steps", "S", "timed steps", "5")
+      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
+  if (!args.parse(argc, argv, first)) return 0;
+  apply_threads(args.get_int("threads"));
+  BenchModel bm = bench_models(args.get("model"), args.get_int("tokens")).front();
+  if (args.get_int("seq") > 0) bm.T = args.get_int("seq");
+  bm.B = args.get_int("batch") > 0 ? args.get_int("batch")
+                                    : std::max(1, args.get_int("tokens") / bm.T);
+  LlamaConfig cfg;
+  cfg.vocab_size = args.get_int("vocab");
+  cfg.hidden_size = bm.C;
+  cfg.intermediate_size = bm.F;
+  cfg.num_hidden_layers = bm.layers;
+  cfg.num_attention_heads = bm.H;
+  cfg.num_key_value_heads = bm.Hkv;
+  cfg.max_position_embeddings = bm.T;
+  cfg.finalize();
+  Model<float> model(cfg, ops::make_cpu_backend<float>());
+  model.init_weights(1);
+  const int64_t N = int64_t(bm.B) * bm.T;
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int64_t i = 0; i < N; ++i) {
+    tokens[i] = int32_t((i * 7919) % cfg.vocab_size);
+    targets[i] = int32_t((i * 104729 + 1) % cfg.vocab_size);
+  }
+  const int steps = std::max(1, args.get_int("steps"));
+  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads\n", bm.name.c_str(),
+              double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size, num_threads());
+  auto step = [&] {
+    model.zero_grad();
+    model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));
+  };
+  step();  // warm-up
+  std::printf("activations: %.1f MiB\n", double(model.activation_bytes()) / (1 << 20));
+  std::vector<double> times;
+  for (int s = 0; s < steps; ++s) {
+    Timer t;
+    step();
+    times.push_back(t.seconds());
+  }
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  std::printf("step: %.1f ms (median of %d), %.0f tokens/s, %.1f GFLOP/s\n", med * 1e3, steps,
+              double(N) / med, step_flops(cfg, bm.B, bm.T) / med * 1e-9);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+  const std::string usage =
+      "usage: strata bench <ops|model> [options]\n\n"
+      "  ops     per-op GFLOP/s or GB/s on the shapes of a 6L-288 and a 12L-768 model\n"
+      "  model   whole training steps: ms/step, tokens/s, GFLOP/s\n\n"
+      "see strata bench <ops|model> --help\n";
+  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
+    std::fputs(usage.c_str(), first >= argc ? stderr : stdout);
+    return first >= argc ? 2 : 0;
+  }
+  const std::string sub = argv[first];
+  if (sub == "model") return bench_model(argc, argv, first + 1);
+  STRATA_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub, "' (choose ops or model)");
+  Args args("strata bench ops",
+            "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
+            "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");
+  args.option("model", "NAME", "288, 768 or all", "all")
+      .option("tokens", "N", "tokens per micro-batch (B = N / T)", "4096")
+      .option("repeat", "R", "timed repetitions per op (the median is printed)", "5")
+      .option("filter", "TEXT", "only ops whose name contains TEXT")
+      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
+  if (!args.parse(argc, argv, first + 1)) return 0;
+  apply_threads(args.get_int("threads"));
+  for (const auto& m : bench_models(args.get("model"), args.get_int("tokens")))
+    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"));
+  return 0;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,13 @@
+// Subcommands of the `strata` executable. Each takes the full argv and the
+// index of its first own argument, and returns the process exit code.
+#pragma once
+
+namespace strata::cli {
+
+int cmd_info(int argc, char** argv, int first);
+int cmd_bench(int argc, char** argv, int first);
+
+// Applies --threads (0 = keep OMP_NUM_THREADS / all cores).
+void apply_threads(int threads);
+
+}  // namespace strata::cli

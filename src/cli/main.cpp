@@ -1,0 +1,63 @@
+// The `strata` command: dispatches to subcommands, prints one-line errors.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int, char**, int);
+};
+
+const Command kCommands[] = {
+    {"bench", "benchmarks: per-op throughput (bench ops), whole-model step (bench model)",
+     strata::cli::cmd_bench},
+    {"info", "build configuration, threads, CPU features, GEMM library, CUDA devices",
+     strata::cli::cmd_info},
+};
+
+void print_help() {
+  std::printf(
+      "usage: strata <command> [options]\n\n"
+      "strata trains, evaluates and serves Llama-style models on CPU (and CUDA).\n\n"
+      "commands:\n");
+  for (const auto& c : kCommands) std::printf("  %-10s %s\n", c.name, c.summary);
+  std::printf(
+      "\noptions:\n"
+      "  --help     show this help (also: strata <command> --help)\n"
+      "  --version  print the version\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_help();
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("strata %s\n", STRATA_VERSION);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc, argv, 2);
+    } catch (const strata::Error& e) {
+      std::fprintf(stderr, "strata: error: %s\n", e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata: internal error: %s\n", e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "strata: error: unknown command '%s' (see strata --help)\n", argv[1]);
+  return 2;
+}

@@ -1,0 +1,33 @@
+// Errors: one exception type carrying a one-line message that names the file,
+// field or line at fault. The CLI prints it as "strata: error: <message>" and
+// exits non-zero.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace strata {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+// Concatenates any streamable values into one string.
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+[[noreturn]] void fail(const std::string& msg);
+
+}  // namespace strata
+
+// STRATA_CHECK(cond, parts...): throws strata::Error(cat(parts...)) when cond is false.
+#define STRATA_CHECK(cond, ...)                                     \
+  do {                                                              \
+    if (!(cond)) [[unlikely]] ::strata::fail(::strata::cat(__VA_ARGS__)); \
+  } while (0)

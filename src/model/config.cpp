@@ -1,0 +1,114 @@
+#include "model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace strata {
+
+void LlamaConfig::finalize(const std::string& where) {
+  auto positive = [&](int v, const char* key) {
+    STRATA_CHECK(v > 0, where, ": ", key, " must be positive, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(max_position_embeddings, "max_position_embeddings");
+  if (num_key_value_heads == 0) num_key_value_heads = num_attention_heads;
+  positive(num_key_value_heads, "num_key_value_heads");
+  STRATA_CHECK(num_attention_heads % num_key_value_heads == 0, where,
+               ": num_attention_heads (", num_attention_heads,
+               ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  if (head_dim == 0) {
+    STRATA_CHECK(hidden_size % num_attention_heads == 0, where, ": hidden_size (", hidden_size,
+                 ") is not divisible by num_attention_heads (", num_attention_heads,
+                 "); set head_dim explicitly");
+    head_dim = hidden_size / num_attention_heads;
+  }
+  positive(head_dim, "head_dim");
+  STRATA_CHECK(head_dim % 2 == 0, where, ": head_dim must be even for RoPE, got ", head_dim);
+  STRATA_CHECK(rope_theta > 0, where, ": rope_theta must be positive");
+  STRATA_CHECK(rms_norm_eps > 0, where, ": rms_norm_eps must be positive");
+  STRATA_CHECK(initializer_range > 0, where, ": initializer_range must be positive");
+}
+
+int64_t LlamaConfig::num_parameters() const {
+  const int64_t C = hidden_size, F = intermediate_size, V = vocab_size;
+  const int64_t attn = C * qkv_dim() + int64_t(q_dim()) * C + (attention_bias ? qkv_dim() + C : 0);
+  const int64_t layer = attn + 3 * C * F + 2 * C;
+  return V * C + num_hidden_layers * layer + C + (tie_word_embeddings ? 0 : V * C);
+}
+
+LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  STRATA_CHECK(j.is_object(), where, ": expected a JSON object");
+  LlamaConfig c;
+  auto get_int = [&](const char* key, int& out, bool required) {
+    if (!j.contains(key) || j[key].is_null()) {
+      STRATA_CHECK(!required, where, ": missing required field '", key, "'");
+      return;
+    }
+    STRATA_CHECK(j[key].is_number_integer(), where, ": field '", key, "' must be an integer");
+    out = j[key].get<int>();
+  };
+  auto get_double = [&](const char* key, double& out) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    STRATA_CHECK(j[key].is_number(), where, ": field '", key, "' must be a number");
+    out = j[key].get<double>();
+  };
+  auto get_bool = [&](const char* key, bool& out) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    STRATA_CHECK(j[key].is_boolean(), where, ": field '", key, "' must be true or false");
+    out = j[key].get<bool>();
+  };
+  get_int("vocab_size", c.vocab_size, true);
+  get_int("hidden_size", c.hidden_size, true);
+  get_int("intermediate_size", c.intermediate_size, true);
+  get_int("num_hidden_layers", c.num_hidden_layers, true);
+  get_int("num_attention_heads", c.num_attention_heads, true);
+  get_int("num_key_value_heads", c.num_key_value_heads, false);
+  get_int("head_dim", c.head_dim, false);
+  get_int("max_position_embeddings", c.max_position_embeddings, false);
+  get_int("bos_token_id", c.bos_token_id, false);
+  get_int("eos_token_id", c.eos_token_id, false);
+  get_double("rope_theta", c.rope_theta);
+  get_double("rms_norm_eps", c.rms_norm_eps);
+  get_double("initializer_range", c.initializer_range);
+  get_bool("tie_word_embeddings", c.tie_word_embeddings);
+  get_bool("attention_bias", c.attention_bias);
+  bool mlp_bias = false;
+  get_bool("mlp_bias", mlp_bias);
+  STRATA_CHECK(!mlp_bias, where, ": mlp_bias = true is not supported");
+  STRATA_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
+               ": rope_scaling is not supported yet");
+  if (j.contains("hidden_act") && j["hidden_act"].is_string())
+    STRATA_CHECK(j["hidden_act"] == "silu", where, ": hidden_act '",
+                 j["hidden_act"].get<std::string>(), "' is not supported (only silu)");
+  c.finalize(where);
+  return c;
+}
+
+nlohmann::json LlamaConfig::to_json() const {
+  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                        {"model_type", "llama"},
+                        {"hidden_act", "silu"},
+                        {"vocab_size", vocab_size},
+                        {"hidden_size", hidden_size},
+                        {"intermediate_size", intermediate_size},
+                        {"num_hidden_layers", num_hidden_layers},
+                        {"num_attention_heads", num_attention_heads},
+                        {"num_key_value_heads", num_key_value_heads},
+                        {"head_dim", head_dim},
+                        {"max_position_embeddings", max_position_embeddings},
+                        {"rope_theta", rope_theta},
+                        {"rms_norm_eps", rms_norm_eps},
+                        {"tie_word_embeddings", tie_word_embeddings},
+                        {"attention_bias", attention_bias},
+                        {"mlp_bias", false},
+                        {"initializer_range", initializer_range},
+                        {"bos_token_id", bos_token_id},
+                        {"eos_token_id", eos_token_id}};
+}
+
+}  // namespace strata

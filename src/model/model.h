@@ -1,0 +1,113 @@
+// The Llama decoder and its residual-stream executor.
+//
+// Parameters, gradients and activations each live in one contiguous arena.
+// forward() walks the layer plan over modules i = 1..2L, keeping every stream
+// x_0..x_2L and what each op saves for backward; backward() walks the same plan
+// in reverse and produces the gradient of every parameter.
+//
+//   Model<float> m(cfg, ops::make_cpu_backend<float>());
+//   m.init_weights(seed);
+//   m.zero_grad();
+//   auto r = m.forward(tokens, targets, B, T);      // r.loss_sum, r.n_valid
+//   m.backward(1.0 / r.n_valid);                     // grads of the mean loss
+//
+// Training uses forward_backward(), which fuses the LM head's backward into its
+// forward (one logits GEMM less) and needs the loss scale up front.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "model/plan.h"
+#include "ops/backend.h"
+
+namespace strata {
+
+struct LossResult {
+  double loss_sum = 0;  // summed token cross-entropy over targets != ignore
+  int64_t n_valid = 0;  // number of such targets
+  double mean() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
+};
+
+template <typename T>
+class Model {
+ public:
+  Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend);
+  Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend);
+
+  const LlamaConfig& config() const { return cfg_; }
+  const LayerPlan& plan() const { return plan_; }
+  const ParamLayout& layout() const { return layout_; }
+  ops::Backend<T>& backend() { return *be_; }
+
+  // Arenas (backend memory) and the tensors in them.
+  T* params() { return params_.data(); }
+  T* grads() { return grads_.data(); }
+  int64_t num_params() const { return layout_.total(); }
+  T* param(int index) { return params_.data() + layout_[index].offset; }
+  T* grad(int index) { return grads_.data() + layout_[index].offset; }
+
+  // N(0, initializer_range) for matrices and the embedding, 1 for norms, 0 for
+  // biases; drawn from Philox keyed by (seed, tensor index), so the weights do
+  // not depend on the thread count.
+  void init_weights(uint64_t seed);
+  void zero_grad();
+
+  // Runs the model on tokens[B*T] and returns the summed cross-entropy against
+  // targets[B*T] (kIgnoreIndex entries are skipped). Keeps what backward needs.
+  LossResult forward(const int32_t* tokens, const int32_t* targets, int B, int seq);
+  // Accumulates into the gradient arena the gradient of dloss * loss_sum of
+  // the last forward().
+  void backward(double dloss);
+  // forward + backward in one pass; the gradient is that of dloss * loss_sum.
+  LossResult forward_backward(const int32_t* tokens, const int32_t* targets, int B, int seq,
+                              double dloss);
+  // Logits [B*T, V] into `logits` (backend memory) after running the model.
+  void forward_logits(const int32_t* tokens, int B, int seq, T* logits);
+
+  // The residual stream x_i (i = 0..2L) of the last forward, [B*T, C]:
+  // x_{2l} is the input of layer l, x_{2L} the input of the final norm.
+  const T* stream(int i) const;
+  // Hidden state after layer l (l = 0..L-1), i.e. x_{2(l+1)}.
+  const T* hidden_state(int layer) const { return stream(2 * (layer + 1)); }
+
+  // Bytes held by the activation arena for the current (B, T).
+  int64_t activation_bytes() const;
+
+ private:
+  struct LayerActs {
+    T *ln1, *rstd1, *qkv, *att, *lse, *ln2, *rstd2, *gateup, *h;
+  };
+  void ensure_activations(int B, int seq);
+  void run_forward(const int32_t* tokens, int B, int seq);
+  void run_backward(const int32_t* tokens, int B, int seq);
+  void attention_forward(int layer, const T* x, T* out, int B, int seq);
+  void mlp_forward(int layer, const T* x, T* out, int B, int seq);
+  void attention_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
+  void mlp_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
+  T* head_weight() { return param(layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed); }
+  T* head_grad() { return grad(layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed); }
+
+  LlamaConfig cfg_;
+  LayerPlan plan_;
+  ParamLayout layout_;
+  std::unique_ptr<ops::Backend<T>> be_;
+  ops::DeviceBuffer<T> params_, grads_;
+  ops::DeviceBuffer<T> rope_cos_, rope_sin_;
+
+  // Activations for the current (B, T).
+  int batch_ = 0, seq_ = 0;
+  ops::DeviceBuffer<T> acts_;
+  std::vector<T*> streams_;  // 2L + 1 pointers into acts_
+  std::vector<LayerActs> layer_acts_;
+  T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr, *mod_out_ = nullptr;
+  // Backward scratch, shared by all layers.
+  T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
+    *d_gateup_ = nullptr, *d_h_ = nullptr;
+  std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs
+};
+
+}  // namespace strata

@@ -1,0 +1,54 @@
+// The parameter layout: every tensor of the model, named as in Hugging Face,
+// at a fixed offset in one contiguous arena. Gradients and optimizer moments
+// use the same layout in arenas of their own.
+//
+// Tensors that one GEMM reads together are stored back to back: q, k, v
+// projections (and their biases) form the fused [qkv_dim, C] matrix, gate and
+// up form [2F, C]. They remain separate named tensors for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/config.h"
+
+namespace strata {
+
+struct ParamInfo {
+  std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // [out, in] for weights, [n] for vectors
+  int64_t offset = 0;          // in elements, from the arena start
+  int64_t numel = 0;
+  int layer = -1;              // decoder layer, -1 for embedding / final norm / head
+  bool is_matrix = false;      // 2-D: gets weight decay by default; init ~ N(0, std)
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const LlamaConfig& cfg);
+
+  struct Layer {
+    int input_norm, q, k, v, o, post_norm, gate, up, down;
+    int q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1;  // with attention_bias
+  };
+
+  const std::vector<ParamInfo>& tensors() const { return tensors_; }
+  const ParamInfo& operator[](int i) const { return tensors_[i]; }
+  // Index of a tensor by name; -1 if absent.
+  int find(const std::string& name) const;
+  int64_t total() const { return total_; }
+
+  int embed = -1, final_norm = -1;
+  int lm_head = -1;  // -1 when tie_word_embeddings: the head is the embedding
+  std::vector<Layer> layers;
+
+ private:
+  int add(const std::string& name, std::vector<int64_t> shape, int layer, bool align);
+  std::vector<ParamInfo> tensors_;
+  std::unordered_map<std::string, int> by_name_;
+  int64_t total_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,443 @@
+// Forward (and accumulate-semantics) tests of every CPU kernel against the
+// plain references in reference.h, in float (the fast path) and double.
+// Gradient checks live in grad_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/microgemm.h"
+#include "backends/cpu/vec_math.h"
+#include "core/error.h"
+#include "reference.h"
+#include "testing.h"
+
+namespace strata {
+namespace {
+
+using testing::cast_vec;
+using testing::expect_close;
+using testing::random_tokens;
+using testing::random_vec;
+namespace ref = reference;
+
+template <typename T>
+double tol() {
+  return std::is_same_v<T, float> ? 2e-5 : 1e-12;
+}
+
+template <typename T>
+class OpsTest : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(OpsTest, Types);
+
+// --------------------------------------------------------------------- GEMM
+TYPED_TEST(OpsTest, GemmAllTransposesAlphaBetaLeadingDims) {
+  using T = TypeParam;
+  const int M = 37, N = 29, K = 53;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (double beta : {0.0, 1.0, 0.5}) {
+        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+        auto A = random_vec<double>(int64_t(ta ? K : M) * lda, 1);
+        auto B = random_vec<double>(int64_t(tb ? N : K) * ldb, 2);
+        auto C = random_vec<double>(int64_t(M) * ldc, 3);
+        ref::Vec want = C;
+        const double alpha = 0.75;
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double s = 0;
+            for (int k = 0; k < K; ++k)
+              s += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            want[i * ldc + j] = alpha * s + beta * C[i * ldc + j];
+          }
+        auto a = cast_vec<T>(A), b = cast_vec<T>(B), c = cast_vec<T>(C);
+        cpu::gemm<T>(ta, tb, M, N, K, T(alpha), a.data(), lda, b.data(), ldb, T(beta), c.data(),
+                     ldc);
+        expect_close(c, want, tol<T>(), 0,
+                     cat("gemm ta=", ta, " tb=", tb, " beta=", beta));
+      }
+}
+
+TYPED_TEST(OpsTest, SmallGemmMatchesNaiveOnEdgeShapes) {
+  using T = TypeParam;
+  for (int M : {1, 4, 7, 64})
+    for (int N : {1, 16, 33, 48, 64})
+      for (int K : {1, 5, 48})
+        for (bool acc : {false, true}) {
+          const int lda = K + 1, ldb = N + 3, ldc = N + 2, ldat = M + 2;
+          auto A = random_vec<double>(int64_t(M) * lda, 4), At = random_vec<double>(int64_t(K) * ldat, 5);
+          auto B = random_vec<double>(int64_t(K) * ldb, 6), C0 = random_vec<double>(int64_t(M) * ldc, 7);
+          ref::Vec want = C0, want_t = C0;
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double s = 0, st = 0;
+              for (int k = 0; k < K; ++k) {
+                s += A[i * lda + k] * B[k * ldb + j];
+                st += At[k * ldat + i] * B[k * ldb + j];
+              }
+              want[i * ldc + j] = 0.5 * s + (acc ? C0[i * ldc + j] : 0);
+              want_t[i * ldc + j] = 0.5 * st + (acc ? C0[i * ldc + j] : 0);
+            }
+          auto a = cast_vec<T>(A), at = cast_vec<T>(At), b = cast_vec<T>(B);
+          auto c = cast_vec<T>(C0), ct = cast_vec<T>(C0);
+          cpu::small_gemm<T, false>(M, N, K, T(0.5), a.data(), lda, b.data(), ldb, c.data(), ldc, acc);
+          cpu::small_gemm<T, true>(M, N, K, T(0.5), at.data(), ldat, b.data(), ldb, ct.data(), ldc, acc);
+          // Padding columns beyond N must be untouched.
+          for (int i = 0; i < M; ++i)
+            for (int j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], T(C0[i * ldc + j]));
+          expect_close(c, want, tol<T>(), 0, cat("small_gemm M", M, " N", N, " K", K));
+          expect_close(ct, want_t, tol<T>(), 0, cat("small_gemm^T M", M, " N", N, " K", K));
+        }
+}
+
+TEST(VecMath, ExpApproxWithinFourUlp) {
+  double worst = 0;
+  for (int i = -870000; i <= 880000; ++i) {
+    const float x = float(i) * 1e-4f;
+    const double want = std::exp(double(x));
+    const double got = cpu::exp_approx(x);
+    worst = std::max(worst, std::fabs(got - want) / want);
+  }
+  EXPECT_LT(worst, 4 * 5.96e-8) << "max relative error of exp_approx";
+  EXPECT_EQ(cpu::exp_approx(-1000.0f) < 1e-37f, true);  // clamps, no NaN/garbage
+  EXPECT_TRUE(std::isfinite(cpu::exp_approx(1000.0f)));
+}
+
+// ---------------------------------------------------------------- embedding
+TYPED_TEST(OpsTest, EmbeddingForwardGathersRowsAndBackwardScatterAdds) {
+  using T = TypeParam;
+  const int V = 11, C = 13;
+  const int64_t N = 23;
+  auto tokens = random_tokens(N, V, 1);
+  tokens[5] = tokens[9] = tokens[17] = 3;  // repeated ids must accumulate
+  auto wte = random_vec<double>(V * C, 1);
+  auto w = cast_vec<T>(wte);
+  std::vector<T> out(N * C);
+  cpu::embedding_forward<T>(out.data(), tokens.data(), w.data(), N, C, V);
+  expect_close(out, ref::embedding(tokens, cast_vec<double>(w), C), 0, 0, "embedding forward (exact copy)");
+
+  auto dout = random_vec<double>(N * C, 2);
+  ref::Vec want(V * C, 0.5);
+  for (int64_t n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) want[size_t(tokens[n]) * C + c] += dout[n * C + c];
+  std::vector<T> dw(V * C, T(0.5)), d = cast_vec<T>(dout);
+  cpu::embedding_backward<T>(dw.data(), tokens.data(), d.data(), N, C);
+  expect_close(dw, want, tol<T>(), 0, "embedding backward (+=)");
+}
+
+TEST(Ops, EmbeddingRejectsOutOfRangeToken) {
+  std::vector<float> w(4 * 2), out(2 * 2);
+  std::vector<int32_t> tokens = {1, 4};
+  try {
+    cpu::embedding_forward<float>(out.data(), tokens.data(), w.data(), 2, 2, 4);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 4"), std::string::npos) << e.what();
+  }
+}
+
+// ------------------------------------------------------------------ rmsnorm
+TYPED_TEST(OpsTest, RmsNormForwardMatchesReference) {
+  using T = TypeParam;
+  const int64_t N = 19;
+  const int C = 67;
+  auto x = random_vec<double>(N * C, 3, 2.0), w = random_vec<double>(C, 4);
+  auto xt = cast_vec<T>(x), wt = cast_vec<T>(w);
+  std::vector<T> out(N * C), rstd(N);
+  cpu::rmsnorm_forward<T>(out.data(), rstd.data(), xt.data(), wt.data(), N, C, 1e-5);
+  expect_close(out, ref::rmsnorm(x, w, N, C, 1e-5), tol<T>(), 0, "rmsnorm forward");
+  for (int64_t n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[n * C + c] * x[n * C + c];
+    EXPECT_NEAR(double(rstd[n]), 1.0 / std::sqrt(ms / C + 1e-5), 1e-5 * double(rstd[n]));
+  }
+}
+
+// ------------------------------------------------------------------- linear
+TYPED_TEST(OpsTest, LinearForwardWithAndWithoutBias) {
+  using T = TypeParam;
+  const int64_t N = 17;
+  const int IC = 33, OC = 21;
+  auto x = random_vec<double>(N * IC, 5), w = random_vec<double>(OC * IC, 6),
+       b = random_vec<double>(OC, 7);
+  auto xt = cast_vec<T>(x), wt = cast_vec<T>(w), bt = cast_vec<T>(b);
+  std::vector<T> out(N * OC);
+  cpu::linear_forward<T>(out.data(), xt.data(), wt.data(), nullptr, N, IC, OC);
+  expect_close(out, ref::linear(x, w, nullptr, N, IC, OC), tol<T>(), 0, "linear");
+  cpu::linear_forward<T>(out.data(), xt.data(), wt.data(), bt.data(), N, IC, OC);
+  expect_close(out, ref::linear(x, w, &b, N, IC, OC), tol<T>(), 0, "linear+bias");
+}
+
+TYPED_TEST(OpsTest, LinearBackwardAccumulateFlagAndNullGradients) {
+  using T = TypeParam;
+  const int64_t N = 9;
+  const int IC = 7, OC = 5;
+  auto x = cast_vec<T>(random_vec<double>(N * IC, 8)), w = cast_vec<T>(random_vec<double>(OC * IC, 9));
+  auto dy = cast_vec<T>(random_vec<double>(N * OC, 10));
+  std::vector<T> dx1(N * IC, T(0)), dx2(N * IC, T(1)), dw(OC * IC, T(0));
+  cpu::linear_backward<T>(dx1.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC, false);
+  cpu::linear_backward<T>(dx2.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC, true);
+  for (int64_t i = 0; i < N * IC; ++i) EXPECT_NEAR(double(dx2[i]), double(dx1[i]) + 1.0, 1e-5);
+  // Overwrite mode ignores what was in dx.
+  std::vector<T> dx3(N * IC, T(123));
+  cpu::linear_backward<T>(dx3.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC, false);
+  expect_close(dx3, dx1, 0, 0, "dx overwrite");
+}
+
+// --------------------------------------------------------------------- rope
+TYPED_TEST(OpsTest, RopeMatchesHuggingFaceFormulaAndPreservesNorm) {
+  using T = TypeParam;
+  const int B = 2, S = 9, H = 3, D = 8, extra = 5, max_pos = 40;
+  const int64_t stride = int64_t(H) * D + extra;  // rows carry more than the rotated heads
+  for (double theta : {10000.0, 500000.0})
+    for (int pos0 : {0, 17}) {
+      auto x = random_vec<double>(int64_t(B) * S * stride, 11);
+      std::vector<T> cos(max_pos * D / 2), sin(max_pos * D / 2);
+      cpu::rope_table<T>(cos.data(), sin.data(), max_pos, D, theta);
+      auto xt = cast_vec<T>(x);
+      cpu::rope_forward<T>(xt.data(), cos.data(), sin.data(), B, S, H, D, stride, pos0);
+      expect_close(xt, ref::rope(x, B, S, H, D, stride, theta, pos0), 5 * tol<T>(), 0,
+                   cat("rope theta=", theta, " pos0=", pos0));
+      // Rotation: each head keeps its norm; the backward (R^T) undoes it.
+      for (int64_t r = 0; r < int64_t(B) * S; ++r)
+        for (int h = 0; h < H; ++h) {
+          double a = 0, b = 0;
+          for (int i = 0; i < D; ++i) {
+            a += x[r * stride + h * D + i] * x[r * stride + h * D + i];
+            b += double(xt[r * stride + h * D + i]) * double(xt[r * stride + h * D + i]);
+          }
+          EXPECT_NEAR(a, b, 1e-4 * a);
+        }
+      cpu::rope_backward<T>(xt.data(), cos.data(), sin.data(), B, S, H, D, stride, pos0);
+      expect_close(xt, x, 5 * tol<T>(), 0, "rope backward inverts forward");
+    }
+}
+
+// ---------------------------------------------------------------- attention
+TYPED_TEST(OpsTest, AttentionMatchesFullSoftmaxReference) {
+  using T = TypeParam;
+  struct Case {
+    int B, S, Hq, Hkv, D;
+  };
+  // Single tile, several tiles with a ragged last one, GQA and MQA, head
+  // dimensions that hit the full and the edge micro-kernels.
+  for (const Case& c : {Case{1, 1, 1, 1, 4}, Case{2, 5, 4, 2, 8}, Case{1, 70, 2, 2, 48},
+                        Case{2, 130, 4, 1, 16}, Case{1, 64, 3, 3, 64}, Case{1, 33, 6, 2, 6}}) {
+    const int64_t QS = int64_t(c.Hq + 2 * c.Hkv) * c.D;
+    auto qkv = random_vec<double>(int64_t(c.B) * c.S * QS, 12, 1.5);
+    ref::Vec want_out, want_lse;
+    ref::attention(qkv, c.B, c.S, c.Hq, c.Hkv, c.D, want_out, want_lse);
+    auto q = cast_vec<T>(qkv);
+    std::vector<T> out(want_out.size()), lse(want_lse.size());
+    cpu::attention_forward<T>(out.data(), lse.data(), q.data(), c.B, c.S, c.Hq, c.Hkv, c.D);
+    const std::string name = cat("attention B", c.B, " T", c.S, " Hq", c.Hq,
+                                               " Hkv", c.Hkv, " D", c.D);
+    expect_close(out, want_out, 5 * tol<T>(), 0, name + " out");
+    expect_close(lse, want_lse, 5 * tol<T>(), 0, name + " lse");
+  }
+}
+
+TEST(Ops, AttentionRejectsIndivisibleHeads) {
+  std::vector<float> buf(1000);
+  EXPECT_THROW(cpu::attention_forward<float>(buf.data(), buf.data(), buf.data(), 1, 2, 3, 2, 4),
+               Error);
+}
+
+// ------------------------------------------------------------------- swiglu
+TYPED_TEST(OpsTest, SwigluForwardMatchesReference) {
+  using T = TypeParam;
+  const int64_t N = 13;
+  const int F = 37;
+  auto gu = random_vec<double>(N * 2 * F, 13, 6.0);
+  auto g = cast_vec<T>(gu);
+  std::vector<T> h(N * F);
+  cpu::swiglu_forward<T>(h.data(), g.data(), N, F);
+  expect_close(h, ref::swiglu(gu, N, F), 4 * tol<T>(), 0, "swiglu");
+}
+
+// ----------------------------------------------------------------- residual
+TYPED_TEST(OpsTest, ResidualForwardAndBackward) {
+  using T = TypeParam;
+  const int64_t n = 101;
+  auto a = cast_vec<T>(random_vec<double>(n, 14)), b = cast_vec<T>(random_vec<double>(n, 15));
+  auto d = cast_vec<T>(random_vec<double>(n, 16));
+  std::vector<T> out(n), da(n, T(1)), db(n, T(2));
+  cpu::residual_forward<T>(out.data(), a.data(), b.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], a[i] + b[i]);
+  cpu::residual_forward<T>(a.data(), a.data(), b.data(), n);  // in place
+  expect_close(a, out, 0, 0, "in-place residual");
+  cpu::residual_backward<T>(da.data(), db.data(), d.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(da[i], T(1) + d[i]);
+    EXPECT_EQ(db[i], T(2) + d[i]);
+  }
+}
+
+// ---------------------------------------------------------- head + cross-entropy
+TYPED_TEST(OpsTest, HeadCrossEntropyMatchesFullLogitsReference) {
+  using T = TypeParam;
+  const int64_t N = 29;
+  const int C = 24, V = 53;
+  auto x = random_vec<double>(N * C, 17, 2.0), wn = random_vec<double>(C, 18),
+       wo = random_vec<double>(int64_t(V) * C, 19);
+  auto targets = random_tokens(N, V, 20);
+  targets[3] = targets[11] = cpu::kIgnoreIndex;
+  const auto want = ref::head_ce(x, wn, wo, targets, N, C, V, 1e-5, cpu::kIgnoreIndex);
+  auto xt = cast_vec<T>(x), wnt = cast_vec<T>(wn), wot = cast_vec<T>(wo);
+  std::vector<T> xn(N * C), rstd(N), lse(N), nll(N);
+  int64_t n_valid = -1;
+  const double loss = cpu::head_ce_forward<T>(xn.data(), rstd.data(), lse.data(), nll.data(),
+                                              &n_valid, xt.data(), wnt.data(), wot.data(),
+                                              targets.data(), N, C, V, 1e-5);
+  EXPECT_EQ(n_valid, N - 2);
+  EXPECT_NEAR(loss, want.loss_sum, 10 * tol<T>() * want.loss_sum);
+  expect_close(nll, want.nll, 10 * tol<T>(), 0, "per-token nll");
+  expect_close(lse, want.lse, 10 * tol<T>(), 0, "lse");
+  EXPECT_EQ(nll[3], T(0));
+
+  std::vector<T> logits(N * V), scratch(N * C);
+  cpu::head_logits<T>(logits.data(), scratch.data(), xt.data(), wnt.data(), wot.data(), N, C, V, 1e-5);
+  expect_close(logits, want.logits, 10 * tol<T>(), 0, "head logits");
+}
+
+// The chunked head must equal the unchunked one (one chunk holding all rows).
+TYPED_TEST(OpsTest, HeadCrossEntropyChunkedEqualsUnchunked) {
+  using T = TypeParam;
+  const int64_t N = 50;
+  const int C = 16, V = 37;
+  auto x = cast_vec<T>(random_vec<double>(N * C, 21, 2.0));
+  auto wn = cast_vec<T>(random_vec<double>(C, 22)), wo = cast_vec<T>(random_vec<double>(int64_t(V) * C, 23));
+  auto targets = random_tokens(N, V, 24);
+  targets[0] = targets[49] = cpu::kIgnoreIndex;
+  struct Out {
+    double loss = 0;
+    std::vector<T> dx, dwn, dwo, lse;
+  };
+  auto run = [&](int64_t chunk) {
+    cpu::set_head_ce_chunk_rows(chunk);
+    Out o;
+    o.dx.assign(N * C, T(0));
+    o.dwn.assign(C, T(0));
+    o.dwo.assign(int64_t(V) * C, T(0));
+    o.lse.assign(N, T(0));
+    std::vector<T> xn(N * C), rstd(N);
+    o.loss = cpu::head_ce_forward<T>(xn.data(), rstd.data(), o.lse.data(), nullptr, nullptr,
+                                     x.data(), wn.data(), wo.data(), targets.data(), N, C, V, 1e-5);
+    cpu::head_ce_backward<T>(o.dx.data(), o.dwn.data(), o.dwo.data(), x.data(), xn.data(),
+                             rstd.data(), o.lse.data(), wn.data(), wo.data(), targets.data(), N, C,
+                             V, 1.0 / 48);
+    return o;
+  };
+  const Out whole = run(N);
+  for (int64_t chunk : {1, 7, 16, 49}) {
+    const Out part = run(chunk);
+    const std::string name = cat("chunk ", chunk);
+    EXPECT_NEAR(part.loss, whole.loss, tol<T>() * whole.loss) << name;
+    expect_close(part.lse, whole.lse, tol<T>(), 0, name + " lse");
+    expect_close(part.dx, whole.dx, tol<T>(), 0, name + " dx");
+    expect_close(part.dwn, whole.dwn, tol<T>(), 0, name + " dwn");
+    expect_close(part.dwo, whole.dwo, tol<T>(), 0, name + " dwout");
+  }
+  cpu::set_head_ce_chunk_rows(0);
+}
+
+TYPED_TEST(OpsTest, HeadCrossEntropyFusedEqualsForwardThenBackward) {
+  using T = TypeParam;
+  const int64_t N = 40;
+  const int C = 16, V = 45;
+  auto x = cast_vec<T>(random_vec<double>(N * C, 25, 2.0));
+  auto wn = cast_vec<T>(random_vec<double>(C, 26)), wo = cast_vec<T>(random_vec<double>(int64_t(V) * C, 27));
+  auto targets = random_tokens(N, V, 28);
+  targets[7] = cpu::kIgnoreIndex;
+  for (int64_t chunk : {0, 9}) {
+    cpu::set_head_ce_chunk_rows(chunk);
+    std::vector<T> xn(N * C), rstd(N), lse(N);
+    std::vector<T> dx1(N * C, T(0.25)), dwn1(C, T(0)), dwo1(int64_t(V) * C, T(0));
+    std::vector<T> dx2 = dx1, dwn2 = dwn1, dwo2 = dwo1;
+    int64_t nv1 = 0, nv2 = 0;
+    const double l1 = cpu::head_ce_forward<T>(xn.data(), rstd.data(), lse.data(), nullptr, &nv1,
+                                              x.data(), wn.data(), wo.data(), targets.data(), N,
+                                              C, V, 1e-5);
+    cpu::head_ce_backward<T>(dx1.data(), dwn1.data(), dwo1.data(), x.data(), xn.data(),
+                             rstd.data(), lse.data(), wn.data(), wo.data(), targets.data(), N, C,
+                             V, 0.5);
+    const double l2 = cpu::head_ce_forward_backward<T>(
+        dx2.data(), dwn2.data(), dwo2.data(), xn.data(), rstd.data(), &nv2, x.data(), wn.data(),
+        wo.data(), targets.data(), N, C, V, 1e-5, 0.5);
+    EXPECT_EQ(nv1, nv2);
+    EXPECT_NEAR(l1, l2, tol<T>() * l1);
+    expect_close(dx2, dx1, tol<T>(), 0, "fused dx");
+    expect_close(dwn2, dwn1, tol<T>(), 0, "fused dwn");
+    expect_close(dwo2, dwo1, tol<T>(), 0, "fused dwout");
+  }
+  cpu::set_head_ce_chunk_rows(0);
+}
+
+// ---------------------------------------------------------------------- mse
+TYPED_TEST(OpsTest, MseForwardIsMeanSquaredError) {
+  using T = TypeParam;
+  const int64_t n = 1001;
+  auto a = random_vec<double>(n, 29), b = random_vec<double>(n, 30);
+  double want = 0;
+  for (int64_t i = 0; i < n; ++i) want += (a[i] - b[i]) * (a[i] - b[i]);
+  want /= n;
+  auto at = cast_vec<T>(a), bt = cast_vec<T>(b);
+  EXPECT_NEAR(cpu::mse_forward<T>(at.data(), bt.data(), n), want, tol<T>() * want);
+}
+
+// -------------------------------------------------------------------- adamw
+TYPED_TEST(OpsTest, AdamWMatchesTorchFormulaOverSeveralSteps) {
+  using T = TypeParam;
+  const int64_t n = 257;
+  auto p = random_vec<double>(n, 31), m = ref::Vec(n, 0.0), v = ref::Vec(n, 0.0);
+  auto pt = cast_vec<T>(p);
+  std::vector<T> mt(n, T(0)), vt(n, T(0));
+  cpu::AdamWStep s;
+  s.lr = 1e-2;
+  s.beta1 = 0.9;
+  s.beta2 = 0.95;
+  s.eps = 1e-8;
+  s.weight_decay = 0.1;
+  for (int64_t t = 1; t <= 5; ++t) {
+    auto g = random_vec<double>(n, 100 + uint32_t(t));
+    auto gt = cast_vec<T>(g);
+    ref::adamw(p, g, m, v, t, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay);
+    s.step = t;
+    cpu::adamw_update<T>(pt.data(), gt.data(), mt.data(), vt.data(), n, s);
+  }
+  expect_close(pt, p, 10 * tol<T>(), 0, "adamw params");
+  expect_close(mt, m, 10 * tol<T>(), 0, "adamw exp_avg");
+  expect_close(vt, v, 10 * tol<T>(), 0, "adamw exp_avg_sq");
+}
+
+TEST(Ops, AdamWWeightDecayIsDecoupled) {
+  // With a zero gradient the moments stay zero and only the decay acts:
+  // p <- p (1 - lr wd), independent of the adaptive scaling.
+  std::vector<double> p = {1.0, -2.0, 0.5}, g(3, 0.0), m(3, 0.0), v(3, 0.0);
+  cpu::AdamWStep s;
+  s.lr = 0.1;
+  s.weight_decay = 0.5;
+  s.step = 1;
+  cpu::adamw_update<double>(p.data(), g.data(), m.data(), v.data(), 3, s);
+  EXPECT_DOUBLE_EQ(p[0], 0.95);
+  EXPECT_DOUBLE_EQ(p[1], -1.9);
+  EXPECT_DOUBLE_EQ(p[2], 0.475);
+}
+
+// ---------------------------------------------------------------- clipping
+TEST(Ops, GlobalNormClipping) {
+  std::vector<float> g = {3.0f, 4.0f};
+  const double norm = std::sqrt(cpu::sum_squares<float>(g.data(), 2));
+  EXPECT_DOUBLE_EQ(norm, 5.0);
+  EXPECT_DOUBLE_EQ(cpu::clip_coefficient(norm, 10.0), 1.0);  // under the limit: untouched
+  const double k = cpu::clip_coefficient(norm, 1.0);
+  EXPECT_NEAR(k, 1.0 / (5.0 + 1e-6), 1e-12);
+  cpu::scale_inplace<float>(g.data(), 2, k);
+  EXPECT_NEAR(std::sqrt(cpu::sum_squares<float>(g.data(), 2)), 1.0, 1e-6);
+  EXPECT_DOUBLE_EQ(cpu::clip_coefficient(norm, 0.0), 1.0);  // disabled
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,148 @@
+// Plain, obviously-correct reference implementations in double precision,
+// written from the definitions (Hugging Face / PyTorch semantics) and sharing
+// no code with the kernels they check.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace strata::reference {
+
+using Vec = std::vector<double>;
+
+inline Vec embedding(const std::vector<int32_t>& tokens, const Vec& wte, int C) {
+  Vec out(tokens.size() * C);
+  for (size_t n = 0; n < tokens.size(); ++n)
+    for (int c = 0; c < C; ++c) out[n * C + c] = wte[size_t(tokens[n]) * C + c];
+  return out;
+}
+
+inline Vec rmsnorm(const Vec& x, const Vec& w, int64_t N, int C, double eps) {
+  Vec out(N * C);
+  for (int64_t n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[n * C + c] * x[n * C + c];
+    ms /= C;
+    for (int c = 0; c < C; ++c) out[n * C + c] = x[n * C + c] / std::sqrt(ms + eps) * w[c];
+  }
+  return out;
+}
+
+// y = x W^T + b, W [OC, IC]
+inline Vec linear(const Vec& x, const Vec& w, const Vec* b, int64_t N, int IC, int OC) {
+  Vec out(N * OC);
+  for (int64_t n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = b ? (*b)[o] : 0.0;
+      for (int i = 0; i < IC; ++i) s += x[n * IC + i] * w[size_t(o) * IC + i];
+      out[n * OC + o] = s;
+    }
+  return out;
+}
+
+// Hugging Face apply_rotary_pos_emb, literally: emb = cat(freqs, freqs),
+// x * cos(emb) + rotate_half(x) * sin(emb), rotate_half(x) = cat(-x2, x1).
+inline Vec rope(const Vec& x, int B, int T, int H, int D, int64_t row_stride, double theta,
+                int pos0) {
+  Vec out = x;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        const size_t base = (size_t(b) * T + t) * row_stride + size_t(h) * D;
+        for (int i = 0; i < D; ++i) {
+          const int k = i % (D / 2);
+          const double inv_freq = 1.0 / std::pow(theta, double(2 * k) / D);
+          const double emb = double(pos0 + t) * inv_freq;
+          const double rot = i < D / 2 ? -x[base + i + D / 2] : x[base + i - D / 2];
+          out[base + i] = x[base + i] * std::cos(emb) + rot * std::sin(emb);
+        }
+      }
+  return out;
+}
+
+// Causal GQA attention from the full score matrix. qkv [B,T,(Hq+2Hkv)D].
+inline void attention(const Vec& qkv, int B, int T, int Hq, int Hkv, int D, Vec& out, Vec& lse) {
+  const int64_t QS = int64_t(Hq + 2 * Hkv) * D;
+  out.assign(size_t(B) * T * Hq * D, 0.0);
+  lse.assign(size_t(B) * Hq * T, 0.0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h) {
+      const int g = h / (Hq / Hkv);
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> s(T, -INFINITY);
+        double m = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int c = 0; c < D; ++c)
+            d += qkv[(size_t(b) * T + i) * QS + size_t(h) * D + c] *
+                 qkv[(size_t(b) * T + j) * QS + size_t(Hq + g) * D + c];
+          s[j] = d * scale;
+          m = std::max(m, s[j]);
+        }
+        double z = 0;
+        for (int j = 0; j <= i; ++j) z += std::exp(s[j] - m);
+        lse[(size_t(b) * Hq + h) * T + i] = m + std::log(z);
+        for (int j = 0; j <= i; ++j) {
+          const double p = std::exp(s[j] - m) / z;
+          for (int c = 0; c < D; ++c)
+            out[(size_t(b) * T + i) * Hq * D + size_t(h) * D + c] +=
+                p * qkv[(size_t(b) * T + j) * QS + size_t(Hq + Hkv + g) * D + c];
+        }
+      }
+    }
+}
+
+inline Vec swiglu(const Vec& gateup, int64_t N, int F) {
+  Vec h(N * F);
+  for (int64_t n = 0; n < N; ++n)
+    for (int j = 0; j < F; ++j) {
+      const double g = gateup[n * 2 * F + j], u = gateup[n * 2 * F + F + j];
+      h[n * F + j] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return h;
+}
+
+// Final norm + head + cross-entropy with the full [N, V] logits.
+struct CeResult {
+  double loss_sum = 0;
+  int64_t n_valid = 0;
+  Vec nll, lse, logits;
+};
+inline CeResult head_ce(const Vec& x, const Vec& wn, const Vec& wout,
+                        const std::vector<int32_t>& targets, int64_t N, int C, int V, double eps,
+                        int32_t ignore_index) {
+  CeResult r;
+  const Vec xn = rmsnorm(x, wn, N, C, eps);
+  r.logits = linear(xn, wout, nullptr, N, C, V);
+  r.nll.assign(N, 0.0);
+  r.lse.assign(N, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double m = -INFINITY;
+    for (int v = 0; v < V; ++v) m = std::max(m, r.logits[n * V + v]);
+    double z = 0;
+    for (int v = 0; v < V; ++v) z += std::exp(r.logits[n * V + v] - m);
+    r.lse[n] = m + std::log(z);
+    if (targets[n] == ignore_index) continue;
+    r.nll[n] = r.lse[n] - r.logits[n * V + targets[n]];
+    r.loss_sum += r.nll[n];
+    ++r.n_valid;
+  }
+  return r;
+}
+
+// torch.optim.AdamW, one step, as its documentation writes it.
+inline void adamw(Vec& p, const Vec& g, Vec& m, Vec& v, int64_t t, double lr, double b1, double b2,
+                  double eps, double wd) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] -= lr * wd * p[i];
+    m[i] = b1 * m[i] + (1 - b1) * g[i];
+    v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    const double mhat = m[i] / (1 - std::pow(b1, double(t)));
+    const double vhat = v[i] / (1 - std::pow(b2, double(t)));
+    p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+  }
+}
+
+}  // namespace strata::reference

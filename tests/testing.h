@@ -1,0 +1,115 @@
+// Helpers shared by the tests: deterministic random tensors, tolerance
+// comparisons and central finite differences in double precision.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+
+namespace strata::testing {
+
+// Uniform in [-scale, scale), reproducible from (seed, stream).
+template <typename T>
+std::vector<T> random_vec(int64_t n, uint32_t stream, double scale = 1.0, uint64_t seed = 42) {
+  const PhiloxStream rng(seed, 99, stream);
+  std::vector<T> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = T((rng.uniform(uint64_t(i)) * 2 - 1) * scale);
+  return v;
+}
+
+template <typename A, typename B>
+std::vector<A> cast_vec(const std::vector<B>& v) {
+  return std::vector<A>(v.begin(), v.end());
+}
+
+inline std::vector<int32_t> random_tokens(int64_t n, int V, uint32_t stream) {
+  const PhiloxStream rng(7, 98, stream);
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = int32_t(rng.uniform(uint64_t(i)) * V) % V;
+  return t;
+}
+
+// Asserts |got - want| <= atol + rtol * max|want| elementwise, reporting the
+// worst element.
+template <typename A, typename B>
+void expect_close(const A* got, const B* want, int64_t n, double rtol, double atol,
+                  const std::string& what) {
+  double scale = 0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(double(want[i])));
+  double worst = -1;
+  int64_t at = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (!(d <= atol + rtol * scale) && (at < 0 || d > worst || std::isnan(d))) {
+      worst = d;
+      at = i;
+    }
+  }
+  EXPECT_LT(at, 0) << what << ": element " << at << " is " << (at >= 0 ? double(got[at]) : 0)
+                   << ", expected " << (at >= 0 ? double(want[at]) : 0) << " (|diff| " << worst
+                   << ", tolerance " << atol + rtol * scale << ", n=" << n << ")";
+}
+
+template <typename A, typename B>
+void expect_close(const std::vector<A>& got, const std::vector<B>& want, double rtol, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  expect_close(got.data(), want.data(), int64_t(got.size()), rtol, atol, what);
+}
+
+// Central differences of the scalar `loss` with respect to x[i] for the given
+// indices (all when `indices` is empty), compared with `analytic`:
+//   |analytic - numeric| <= tol * max(1, |numeric|).
+inline void expect_gradient(const std::function<double()>& loss, double* x, int64_t n,
+                            const double* analytic, const std::string& what, double tol = 1e-6,
+                            double h = 1e-5, std::vector<int64_t> indices = {}) {
+  if (indices.empty())
+    for (int64_t i = 0; i < n; ++i) indices.push_back(i);
+  int failures = 0;
+  for (int64_t i : indices) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    const double err = std::fabs(analytic[i] - numeric);
+    if (!(err <= tol * std::max(1.0, std::fabs(numeric))) && failures++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << ", numeric "
+                    << numeric << " (|diff| " << err << ")";
+  }
+  EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << indices.size()
+                         << " gradient entries differ";
+}
+
+// Up to k distinct indices in [0, n), spread deterministically.
+inline std::vector<int64_t> sample_indices(int64_t n, int64_t k, uint32_t stream) {
+  if (n <= k) {
+    std::vector<int64_t> all(n);
+    for (int64_t i = 0; i < n; ++i) all[i] = i;
+    return all;
+  }
+  const PhiloxStream rng(3, 97, stream);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; int64_t(out.size()) < k; ++i) {
+    const int64_t j = int64_t(rng.uniform(uint64_t(i)) * double(n)) % n;
+    if (std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+  }
+  return out;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace strata::testing
