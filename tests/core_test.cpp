@@ -1,2 +1,186 @@
+// Core utilities: Philox known-answer tests, buffers, errors, the layer plan,
+// the model config and the command-line parser.
 #include <gtest/gtest.h>
-TEST(Core, Placeholder) { SUCCEED(); }
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/philox.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/plan.h"
+
+namespace strata {
+namespace {
+
+// Known-answer vectors of Philox-4x32-10 from the Random123 distribution
+// (kat_vectors): counter, key -> output.
+TEST(Philox, KnownAnswerVectors) {
+  struct Kat {
+    uint32_t ctr[4], key[2], out[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const Kat& k : kats) {
+    const Philox4x32 r = philox4x32_10(Philox4x32{{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}},
+                                       k.key[0], k.key[1]);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.out[i]) << "word " << i;
+  }
+}
+
+TEST(Philox, StreamsAreDeterministicAndDistinct) {
+  const PhiloxStream a(123, 1, 2), b(123, 1, 2), c(123, 1, 3), d(124, 1, 2);
+  EXPECT_EQ(a.uniform(5), b.uniform(5));
+  EXPECT_NE(a.uniform(5), c.uniform(5));
+  EXPECT_NE(a.uniform(5), d.uniform(5));
+  double mean = 0, var = 0, umin = 1, umax = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double z = a.normal(uint64_t(i));
+    mean += z;
+    var += z * z;
+    const double u = a.uniform(uint64_t(i));
+    umin = std::min(umin, u);
+    umax = std::max(umax, u);
+  }
+  mean /= n;
+  var = var / n - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.01);
+  EXPECT_NEAR(var, 1.0, 0.02);
+  EXPECT_GT(umin, 0.0);
+  EXPECT_LT(umax, 1.0);
+}
+
+TEST(Buffer, AlignedZeroedAndMovable) {
+  Buffer<float> b(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], 0.0f);
+  b[3] = 2.0f;
+  Buffer<float> c = std::move(b);
+  EXPECT_EQ(c[3], 2.0f);
+  EXPECT_EQ(b.size(), 0u);
+  Buffer<double> big(size_t(5) << 20);  // huge-page path
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % (2 << 20), 0u);
+}
+
+TEST(Error, CheckMacroFormatsMessage) {
+  try {
+    STRATA_CHECK(1 + 1 == 3, "file ", "x.toml", ": line ", 7);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "file x.toml: line 7");
+  }
+}
+
+TEST(LayerPlan, ParseAndPrint) {
+  const LayerPlan p = LayerPlan::parse("standard*3, standard", 4);
+  EXPECT_EQ(p.num_layers(), 4);
+  EXPECT_EQ(p.to_string(), "standard*4");
+  EXPECT_EQ(LayerPlan::standard(1).to_string(), "standard");
+  EXPECT_THROW(LayerPlan::parse("standard*3", 4), Error);
+  EXPECT_THROW(LayerPlan::parse("ladder*4", 4), Error);
+  EXPECT_THROW(LayerPlan::parse("standard*x", 1), Error);
+  EXPECT_THROW(LayerPlan::parse("standard,,standard", 2), Error);
+}
+
+nlohmann::json tiny_config_json() {
+  return {{"vocab_size", 32},       {"hidden_size", 16},        {"intermediate_size", 40},
+          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"rope_theta", 500000.0}, {"rms_norm_eps", 1e-6},     {"tie_word_embeddings", true}};
+}
+
+TEST(LlamaConfig, FromJsonFillsDefaultsAndRoundTrips) {
+  const LlamaConfig c = LlamaConfig::from_json(tiny_config_json(), "config.json");
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.qkv_dim(), 16 + 2 * 8);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  const LlamaConfig d = LlamaConfig::from_json(c.to_json(), "round trip");
+  EXPECT_EQ(d.to_json(), c.to_json());
+}
+
+TEST(LlamaConfig, ErrorsNameTheFileAndField) {
+  auto expect_error = [](nlohmann::json j, const std::string& needle) {
+    try {
+      LlamaConfig::from_json(j, "cfg.json");
+      ADD_FAILURE() << "expected an error mentioning " << needle;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    }
+  };
+  auto j = tiny_config_json();
+  j.erase("hidden_size");
+  expect_error(j, "hidden_size");
+  j = tiny_config_json();
+  j["num_key_value_heads"] = 3;
+  expect_error(j, "num_key_value_heads");
+  j = tiny_config_json();
+  j["vocab_size"] = "many";
+  expect_error(j, "vocab_size");
+  j = tiny_config_json();
+  j["rope_scaling"] = {{"rope_type", "dynamic"}};
+  expect_error(j, "rope_scaling");
+  j = tiny_config_json();
+  j["hidden_act"] = "gelu";
+  expect_error(j, "hidden_act");
+}
+
+TEST(ParamLayout, NamesCountsAndFusedGroups) {
+  LlamaConfig c = LlamaConfig::from_json(tiny_config_json(), "t");
+  for (bool tied : {true, false})
+    for (bool bias : {false, true}) {
+      c.tie_word_embeddings = tied;
+      c.attention_bias = bias;
+      const ParamLayout L(c);
+      int64_t total = 0;
+      for (const auto& t : L.tensors()) total += t.numel;
+      EXPECT_EQ(total, c.num_parameters());
+      EXPECT_EQ(L.lm_head >= 0, !tied);
+      EXPECT_GE(L.find("model.layers.1.mlp.down_proj.weight"), 0);
+      EXPECT_EQ(L.find("model.layers.2.mlp.down_proj.weight"), -1);
+      for (const auto& layer : L.layers) {
+        // q|k|v and gate|up are single matrices in memory.
+        EXPECT_EQ(L[layer.k].offset, L[layer.q].offset + L[layer.q].numel);
+        EXPECT_EQ(L[layer.v].offset, L[layer.k].offset + L[layer.k].numel);
+        EXPECT_EQ(L[layer.up].offset, L[layer.gate].offset + L[layer.gate].numel);
+        if (bias) {
+          EXPECT_EQ(L[layer.k_bias].offset, L[layer.q_bias].offset + L[layer.q_bias].numel);
+          EXPECT_EQ(L[layer.v_bias].offset, L[layer.k_bias].offset + L[layer.k_bias].numel);
+        }
+      }
+      for (size_t i = 1; i < L.tensors().size(); ++i)
+        EXPECT_GE(L[int(i)].offset, L[int(i) - 1].offset + L[int(i) - 1].numel);
+    }
+}
+
+TEST(Args, ParsesOptionsFlagsAndPositionals) {
+  cli::Args a("strata x", "test");
+  a.option("steps", "N", "steps", "10").flag("fast", "go fast").positional("recipe", "file");
+  const char* argv[] = {"strata", "x", "r.toml", "--steps=7", "--fast"};
+  ASSERT_TRUE(a.parse(5, const_cast<char**>(argv), 2));
+  EXPECT_EQ(a.get("recipe"), "r.toml");
+  EXPECT_EQ(a.get_int("steps"), 7);
+  EXPECT_TRUE(a.has("fast"));
+  cli::Args b("strata x", "test");
+  b.option("steps", "N", "steps", "10");
+  const char* bad[] = {"strata", "x", "--stpes", "3"};
+  EXPECT_THROW(b.parse(4, const_cast<char**>(bad), 2), Error);
+  const char* nonint[] = {"strata", "x", "--steps", "ten"};
+  ASSERT_TRUE(b.parse(4, const_cast<char**>(nonint), 2));
+  EXPECT_THROW(b.get_int("steps"), Error);
+}
+
+}  // namespace
+}  // namespace strata

@@ -49,7 +49,11 @@ void fill(float* p, int64_t n, uint32_t stream, float scale) {
 }
 
 double median_seconds(const std::function<void()>& fn, int repeat) {
-  fn();  // warm-up: workspaces, caches, JIT
+  // Warm-up (workspaces, caches, JIT) for at least 0.2 s: on a shared VM the
+  // first milliseconds of a parallel burst can run several times slower.
+  Timer warm;
+  do fn();
+  while (warm.seconds() < 0.2);
   std::vector<double> t;
   for (int r = 0; r < repeat; ++r) {
     Timer timer;
@@ -247,7 +251,9 @@ int bench_model(int argc, char** argv, int first) {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));
   };
-  step();  // warm-up
+  Timer warm;  // warm-up, at least 0.2 s (see median_seconds)
+  do step();
+  while (warm.seconds() < 0.2);
   std::printf("activations: %.1f MiB\n", double(model.activation_bytes()) / (1 << 20));
   std::vector<double> times;
   for (int s = 0; s < steps; ++s) {
@@ -270,9 +276,10 @@ int cmd_bench(int argc, char** argv, int first) {
       "  ops     per-op GFLOP/s or GB/s on the shapes of a 6L-288 and a 12L-768 model\n"
       "  model   whole training steps: ms/step, tokens/s, GFLOP/s\n\n"
       "see strata bench <ops|model> --help\n";
-  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
-    std::fputs(usage.c_str(), first >= argc ? stderr : stdout);
-    return first >= argc ? 2 : 0;
+  STRATA_CHECK(first < argc, "strata bench: which benchmark? (ops or model; see strata bench --help)");
+  if (std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
   }
   const std::string sub = argv[first];
   if (sub == "model") return bench_model(argc, argv, first + 1);

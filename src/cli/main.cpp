@@ -37,10 +37,14 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+  if (argc < 2) {
+    std::fprintf(stderr, "strata: error: no command given (see strata --help)\n");
+    return 2;
+  }
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_help();
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
     std::printf("strata %s\n", STRATA_VERSION);

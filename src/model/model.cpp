@@ -66,44 +66,45 @@ void Model<T>::ensure_activations(int B, int T_) {
   const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int L = cfg_.num_hidden_layers, Hq = cfg_.num_attention_heads;
   const int64_t QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
-  auto up = [](int64_t n) { return (n + 15) / 16 * 16; };
-  // Sizes of every carved tensor, in order.
-  const int64_t per_layer = up(N * C) + up(N) + up(N * QKV) + up(N * Q) + up(int64_t(B) * Hq * T_) +
-                            up(N * C) + up(N) + up(N * 2 * F) + up(N * F);
-  const int64_t total = (2 * L + 1) * up(N * C) + L * per_layer + up(N * C) + up(N) + up(N) +
-                        up(N * C) + up(N * C) + up(N * C) + up(N * QKV) + up(N * Q) +
-                        up(N * 2 * F) + up(N * F);
-  acts_ = ops::DeviceBuffer<T>(be_.get(), size_t(total));
-  T* cur = acts_.data();
-  auto carve = [&](int64_t n) {
-    T* p = cur;
-    cur += up(n);
-    return p;
+  // Carves every activation tensor out of `base` (64-byte aligned) and returns
+  // the elements used. Run once with base = nullptr to size the arena.
+  auto carve_all = [&](T* base) {
+    int64_t used = 0;
+    auto carve = [&](int64_t n) {
+      T* p = base ? base + used : nullptr;
+      used += (n + 15) / 16 * 16;
+      return p;
+    };
+    streams_.assign(2 * L + 1, nullptr);
+    for (auto& s : streams_) s = carve(N * C);
+    layer_acts_.resize(L);
+    for (auto& a : layer_acts_) {
+      a.ln1 = carve(N * C);
+      a.rstd1 = carve(N);
+      a.qkv = carve(N * QKV);
+      a.att = carve(N * Q);
+      a.lse = carve(int64_t(B) * Hq * T_);
+      a.ln2 = carve(N * C);
+      a.rstd2 = carve(N);
+      a.gateup = carve(N * 2 * F);
+      a.h = carve(N * F);
+    }
+    lnf_ = carve(N * C);
+    rstdf_ = carve(N);
+    lsef_ = carve(N);
+    mod_out_ = carve(N * C);
+    dstream_ = carve(N * C);
+    d_ln_ = carve(N * C);
+    d_qkv_ = carve(N * QKV);
+    d_att_ = carve(N * Q);
+    d_gateup_ = carve(N * 2 * F);
+    d_h_ = carve(N * F);
+    return used;
   };
-  streams_.assign(2 * L + 1, nullptr);
-  for (auto& s : streams_) s = carve(N * C);
-  layer_acts_.resize(L);
-  for (auto& a : layer_acts_) {
-    a.ln1 = carve(N * C);
-    a.rstd1 = carve(N);
-    a.qkv = carve(N * QKV);
-    a.att = carve(N * Q);
-    a.lse = carve(int64_t(B) * Hq * T_);
-    a.ln2 = carve(N * C);
-    a.rstd2 = carve(N);
-    a.gateup = carve(N * 2 * F);
-    a.h = carve(N * F);
-  }
-  lnf_ = carve(N * C);
-  rstdf_ = carve(N);
-  lsef_ = carve(N);
-  mod_out_ = carve(N * C);
-  dstream_ = carve(N * C);
-  d_ln_ = carve(N * C);
-  d_qkv_ = carve(N * QKV);
-  d_att_ = carve(N * Q);
-  d_gateup_ = carve(N * 2 * F);
-  d_h_ = carve(N * F);
+  batch_ = seq_ = 0;               // invalid until the new arena is carved
+  acts_ = ops::DeviceBuffer<T>();  // release the old arena before allocating the new one
+  acts_ = ops::DeviceBuffer<T>(be_.get(), size_t(carve_all(nullptr)));
+  carve_all(acts_.data());
   batch_ = B;
   seq_ = T_;
 }
@@ -185,6 +186,7 @@ void Model<T>::mlp_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
 
 template <typename T>
 void Model<T>::run_forward(const int32_t* tokens, int B, int T_) {
+  have_forward_ = false;
   ensure_activations(B, T_);
   const int64_t N = int64_t(B) * T_, NC = N * cfg_.hidden_size;
   tokens_.assign(tokens, tokens + N);
@@ -229,6 +231,7 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
   const int64_t N = int64_t(B) * T_;
   targets_.assign(targets, targets + N);
   LossResult r;
+  have_forward_ = true;
   r.loss_sum = be_->head_ce_forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid,
                                     streams_[2 * cfg_.num_hidden_layers],
                                     param(layout_.final_norm), head_weight(), targets, N,
@@ -238,7 +241,7 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
 
 template <typename T>
 void Model<T>::backward(double dloss) {
-  STRATA_CHECK(batch_ > 0 && !targets_.empty(), "backward() called before forward()");
+  STRATA_CHECK(have_forward_, "backward() needs a completed forward() first");
   const int64_t N = int64_t(batch_) * seq_;
   be_->zero(dstream_, N * cfg_.hidden_size);
   be_->head_ce_backward(dstream_, grad(layout_.final_norm), head_grad(),

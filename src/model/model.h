@@ -108,6 +108,7 @@ class Model {
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
     *d_gateup_ = nullptr, *d_h_ = nullptr;
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs
+  bool have_forward_ = false;              // activations of a complete forward are held
 };
 
 }  // namespace strata

@@ -1,9 +1,9 @@
 // Causal grouped-query attention on the CPU, memory-efficient.
 //
-// Forward, per (batch, query head, tile of kTile query rows): transpose the keys
-// the tile can see, S = Q K^T / sqrt(D) for the tile (kTile x keys, in thread
-// scratch), causal softmax in place, O = P V. Only O and the row log-sum-exp
-// are kept.
+// Forward: keys are transposed once per (batch, kv head); then per (batch,
+// query head, tile of kTile query rows): S = Q K^T / sqrt(D) for the tile
+// (kTile x visible keys, in thread scratch), causal softmax in place, O = P V.
+// Only O and the row log-sum-exp are kept.
 //
 // Backward, per (batch, kv head): for every query head of the group and every
 // tile, recompute P from the saved log-sum-exp, then
@@ -33,12 +33,17 @@ constexpr int kTile = 64;
 
 int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
 
-// dst[D][ld] = src[n][stride] transposed (first D columns of each row).
+// dst[D][ld] = src[n][stride] transposed (first D columns of each row), in
+// blocks of 16 rows so every store fills a cache line and the rows being read
+// stay in L1.
 template <typename T>
 void transpose_rows(T* dst, int64_t ld, const T* src, int64_t stride, int n, int D) {
-  for (int j = 0; j < n; ++j) {
-    const T* s = src + int64_t(j) * stride;
-    for (int c = 0; c < D; ++c) dst[int64_t(c) * ld + j] = s[c];
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    const int j1 = std::min(n, j0 + 16);
+    for (int c = 0; c < D; ++c) {
+      T* d = dst + int64_t(c) * ld;
+      for (int j = j0; j < j1; ++j) d[j] = src[int64_t(j) * stride + c];
+    }
   }
 }
 
@@ -58,14 +63,20 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int Hq, int 
   const int group = Hq / Hkv;
   const int ntiles = (T_ + kTile - 1) / kTile;
   const int64_t ld = padded(T_);
-  const int64_t per_thread = int64_t(D) * ld + int64_t(kTile) * ld;
+  // Keys transposed once per (batch, kv head): KT[b][g] is D x T.
+  T* KT_all = workspace<T, 1, Tag>(size_t(B) * Hkv * D * ld);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int g = 0; g < Hkv; ++g)
+      transpose_rows(KT_all + (int64_t(b) * Hkv + g) * D * ld, ld,
+                     qkv + int64_t(b) * T_ * QS + int64_t(Hq + g) * D, QS, T_, D);
+  const int64_t per_thread = int64_t(kTile) * ld;
   T* scratch = workspace<T, 0, Tag>(size_t(omp_get_max_threads()) * per_thread);
   const T scale = T(1) / std::sqrt(T(D));
 
 #pragma omp parallel
   {
-    T* KT = scratch + omp_get_thread_num() * per_thread;
-    T* S = KT + int64_t(D) * ld;
+    T* S = scratch + omp_get_thread_num() * per_thread;
 #pragma omp for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < Hq; ++h)
@@ -74,16 +85,16 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int Hq, int 
           const int g = h / group;
           const T* base = qkv + int64_t(b) * T_ * QS;
           const T* q = base + int64_t(i0) * QS + int64_t(h) * D;
-          const T* k = base + int64_t(Hq + g) * D;
           const T* v = base + int64_t(Hq + Hkv + g) * D;
-          transpose_rows(KT, ld, k, QS, nk, D);
+          const T* KT = KT_all + (int64_t(b) * Hkv + g) * D * ld;
           small_gemm<T, false>(tq, nk, D, scale, q, QS, KT, ld, S, ld, false);
           T* lse_row = lse + (int64_t(b) * Hq + h) * T_;
           for (int r = 0; r < tq; ++r) {
             T* s = S + int64_t(r) * ld;
             const int n = i0 + r + 1;  // visible keys 0..i
             T m = s[0];
-            for (int j = 1; j < n; ++j) m = std::max(m, s[j]);
+#pragma omp simd reduction(max : m)
+            for (int j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
             T sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < n; ++j) {

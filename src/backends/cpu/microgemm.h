@@ -3,37 +3,80 @@
 //   C[M,N] = alpha * op(A)[M,K] * B[K,N]  (+ C when accumulate)
 // op(A) = A stored M x K (lda), or A^T when TransA (A stored K x M).
 // B is K x N row-major (ldb). Single-threaded: callers parallelise over tiles.
+//
+// The micro-kernel keeps an MR x (2 vectors) block of C in registers; per k it
+// loads two vectors of B once and broadcasts MR scalars of A (GCC/Clang vector
+// extensions, so it compiles to AVX-512, AVX2 or SSE as the target allows).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace strata::cpu {
 
 namespace detail {
 
-template <typename T, bool TransA, int MR, int NR>
+#ifdef __AVX512F__
+constexpr int kVecBytes = 64;
+constexpr int kRows = 8;  // 16 accumulators + 2 B vectors + 1 broadcast of 32 registers
+#else
+constexpr int kVecBytes = 32;
+constexpr int kRows = 6;  // 12 + 2 + 1 of 16 registers
+#endif
+
+// (The attribute must sit on a non-dependent typedef: GCC ignores it on a
+// template alias.)
+typedef float VecF __attribute__((vector_size(kVecBytes)));
+typedef double VecD __attribute__((vector_size(kVecBytes)));
+template <typename T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  using type = VecF;
+};
+template <>
+struct VecOf<double> {
+  using type = VecD;
+};
+template <typename T>
+using Vec = typename VecOf<T>::type;
+
+template <typename T>
+inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  static_assert(sizeof v == kVecBytes);
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename T>
+inline void store(T* p, Vec<T> v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// C[MR, NV vectors] block.
+template <typename T, bool TransA, int MR, int NV>
 inline void microkernel(int K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
                         int64_t ldc, bool accumulate) {
-  T acc[MR][NR] = {};
+  constexpr int L = kVecBytes / sizeof(T);
+  Vec<T> acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
   for (int k = 0; k < K; ++k) {
-    const T* b = B + k * ldb;
+    const T* b = B + int64_t(k) * ldb;
+    Vec<T> bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = load(b + v * L);
     for (int r = 0; r < MR; ++r) {
       const T a = TransA ? A[int64_t(k) * lda + r] : A[r * lda + k];
-#pragma omp simd
-      for (int v = 0; v < NR; ++v) acc[r][v] += a * b[v];
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * bv[v];
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    T* c = C + r * ldc;
-    if (accumulate) {
-#pragma omp simd
-      for (int v = 0; v < NR; ++v) c[v] += alpha * acc[r][v];
-    } else {
-#pragma omp simd
-      for (int v = 0; v < NR; ++v) c[v] = alpha * acc[r][v];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) {
+      T* c = C + r * ldc + v * L;
+      const Vec<T> x = alpha * acc[r][v];
+      store(c, accumulate ? load(c) + x : x);
     }
-  }
 }
 
 template <typename T, bool TransA>
@@ -56,23 +99,21 @@ inline void edgekernel(int mr, int nr, int K, T alpha, const T* A, int64_t lda, 
 template <typename T, bool TransA>
 void small_gemm(int M, int N, int K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
                 T* C, int64_t ldc, bool accumulate) {
-  constexpr int kLanes = 64 / sizeof(T);  // one 512-bit vector
-  constexpr int MR = 4, NR = 2 * kLanes;
-  for (int j = 0; j < N; j += NR) {
-    const int nr = std::min(NR, N - j);
+  constexpr int L = detail::kVecBytes / sizeof(T), MR = detail::kRows;
+  for (int j = 0; j < N;) {
+    const int nr = N - j >= 2 * L ? 2 * L : (N - j >= L ? L : N - j);
     for (int i = 0; i < M; i += MR) {
       const int mr = std::min(MR, M - i);
       const T* a = TransA ? A + i : A + int64_t(i) * lda;
-      if (mr == MR && nr == NR)
-        detail::microkernel<T, TransA, MR, NR>(K, alpha, a, lda, B + j, ldb, C + i * ldc + j, ldc,
-                                               accumulate);
-      else if (mr == MR && nr == kLanes)
-        detail::microkernel<T, TransA, MR, kLanes>(K, alpha, a, lda, B + j, ldb, C + i * ldc + j,
-                                                   ldc, accumulate);
+      T* c = C + int64_t(i) * ldc + j;
+      if (mr == MR && nr == 2 * L)
+        detail::microkernel<T, TransA, MR, 2>(K, alpha, a, lda, B + j, ldb, c, ldc, accumulate);
+      else if (mr == MR && nr == L)
+        detail::microkernel<T, TransA, MR, 1>(K, alpha, a, lda, B + j, ldb, c, ldc, accumulate);
       else
-        detail::edgekernel<T, TransA>(mr, nr, K, alpha, a, lda, B + j, ldb, C + i * ldc + j, ldc,
-                                      accumulate);
+        detail::edgekernel<T, TransA>(mr, nr, K, alpha, a, lda, B + j, ldb, c, ldc, accumulate);
     }
+    j += nr;
   }
 }
 

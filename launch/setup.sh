@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian bookworm machine for strata and builds it:
+# installs the Debian packages it needs (skipping those already present), then
+# configures and builds into $BUILD_DIR (default: build).
+#   STRATA_SKIP_APT=1   skip the package step (e.g. without root)
+#   BUILD_TYPE          CMake build type (default: Release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config      # toolchain
+  libdnnl-dev                           # oneDNN: the CPU GEMM library
+  nlohmann-json3-dev                    # JSON (configs, metrics)
+  libgtest-dev                          # GoogleTest
+)
+
+if [[ "${STRATA_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}"
+cmake --build "$BUILD_DIR" -j "$(nproc)"
