@@ -251,18 +251,8 @@ int bench_model(int argc, char** argv, int first) {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));
   };
-  Timer warm;  // warm-up, at least 0.2 s (see median_seconds)
-  do step();
-  while (warm.seconds() < 0.2);
+  const double med = median_seconds(step, steps);
   std::printf("activations: %.1f MiB\n", double(model.activation_bytes()) / (1 << 20));
-  std::vector<double> times;
-  for (int s = 0; s < steps; ++s) {
-    Timer t;
-    step();
-    times.push_back(t.seconds());
-  }
-  std::sort(times.begin(), times.end());
-  const double med = times[times.size() / 2];
   std::printf("step: %.1f ms (median of %d), %.0f tokens/s, %.1f GFLOP/s\n", med * 1e3, steps,
               double(N) / med, step_flops(cfg, bm.B, bm.T) / med * 1e-9);
   return 0;
