@@ -11,7 +11,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 PACKAGES=(
   g++ cmake ninja-build pkg-config      # toolchain
   libdnnl-dev                           # oneDNN: the CPU GEMM library
-  nlohmann-json3-dev                    # JSON (configs, metrics)
+  nlohmann-json3-dev                    # JSON (configs, metrics, JSONL data)
+  libtomlplusplus-dev                   # TOML recipes
+  libsentencepiece-dev                  # tokenizers
+  libhdf5-dev hdf5-tools                # checkpoints (h5dump to inspect them)
   libgtest-dev                          # GoogleTest
 )
 

@@ -6,6 +6,11 @@ namespace strata::cli {
 
 int cmd_info(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
+int cmd_train(int argc, char** argv, int first);      // cli/train.cpp
+int cmd_generate(int argc, char** argv, int first);   // cli/generate.cpp
+int cmd_inspect(int argc, char** argv, int first);    // cli/inspect.cpp
+int cmd_tokenizer(int argc, char** argv, int first);  // cli/tokenizer_cmd.cpp
+int cmd_data(int argc, char** argv, int first);       // cli/data_cmd.cpp
 
 // Applies --threads (0 = keep OMP_NUM_THREADS / all cores).
 void apply_threads(int threads);

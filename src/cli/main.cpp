@@ -16,6 +16,13 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"train", "train a model from a TOML recipe (pretraining, continual pretraining, SFT)",
+     strata::cli::cmd_train},
+    {"generate", "generate text from a checkpoint", strata::cli::cmd_generate},
+    {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
+     strata::cli::cmd_inspect},
+    {"tokenizer", "train a sentencepiece tokenizer (tokenizer train)", strata::cli::cmd_tokenizer},
+    {"data", "tokenise text or JSONL into token shards (data prepare)", strata::cli::cmd_data},
     {"bench", "benchmarks: per-op throughput (bench ops), whole-model step (bench model)",
      strata::cli::cmd_bench},
     {"info", "build configuration, threads, CPU features, GEMM library, CUDA devices",

@@ -1,0 +1,1 @@
+#include "core/sha256.h"

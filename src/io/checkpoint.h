@@ -1,0 +1,91 @@
+// HDF5 checkpoints: self-contained (config, layer plan, resolved recipe,
+// tokenizer bytes, parameters, optimizer moments, training state) and
+// layout-independent (one dataset per tensor, unsharded). See README
+// "Checkpoint format". Inspect with `strata inspect` or `h5dump`.
+//
+// File layout:
+//   /                      attributes: format = "strata-checkpoint", version = 1,
+//                          config (JSON, HF LlamaConfig names), plan, recipe (TOML),
+//                          state (JSON: step, tokens, loader, ...), created (ISO time)
+//   /params/<name>         float32 dataset per parameter, HF names and shapes
+//   /optimizer             attributes: step (int64), kind ("adamw")
+//   /optimizer/exp_avg/<name>, /optimizer/exp_avg_sq/<name>
+//                          float32, for the tensors that have optimizer state
+//   /tokenizer             uint8 dataset: the sentencepiece model bytes;
+//                          attribute sha256
+//
+// Writes go to "<path>.tmp" and are renamed into place only when complete, so a
+// crash or kill mid-write leaves any previous checkpoint intact.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+// A host tensor to write from or read into.
+struct TensorRef {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data;
+};
+
+struct CheckpointData {
+  nlohmann::json config;         // LlamaConfig::to_json()
+  std::string plan;              // LayerPlan::to_string()
+  std::string recipe;            // resolved recipe TOML ("" when none)
+  nlohmann::json state;          // training state: step, tokens_seen, loader state, ...
+  std::string tokenizer;         // sentencepiece model bytes ("" when none)
+  std::vector<TensorRef> params;
+  // Optimizer state (both empty when none): same names/shapes as params.
+  std::vector<TensorRef> exp_avg, exp_avg_sq;
+  int64_t optimizer_step = 0;
+};
+
+// Writes `data` to `path` atomically. Throws strata::Error naming the file.
+void write_checkpoint(const std::string& path, const CheckpointData& data);
+
+// For the atomicity test: called after each tensor is written to the
+// temporary file, with the number written so far. Empty by default.
+void set_checkpoint_write_hook(std::function<void(int)> hook);
+
+class CheckpointReader {
+ public:
+  // Opens and validates the header (format, version); errors name the file.
+  explicit CheckpointReader(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  nlohmann::json config() const;
+  std::string plan() const;
+  std::string recipe() const;
+  nlohmann::json state() const;
+  std::string tokenizer() const;  // "" when absent
+  bool has_optimizer() const;
+  int64_t optimizer_step() const;
+
+  // Names and shapes of the datasets in a group ("params", "optimizer/exp_avg", ...).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> list(const std::string& group) const;
+  // Fills each ref from <group>/<name>. Errors (naming file and tensor): missing
+  // tensor, shape mismatch, wrong dtype, unreadable data.
+  void read(const std::string& group, const std::vector<TensorRef>& refs) const;
+
+ private:
+  std::string path_;
+  long long file_ = -1;  // hid_t
+};
+
+// Checkpoint files of a run directory: <run_dir>/checkpoints/step_00001000.h5.
+std::string checkpoint_path(const std::string& run_dir, int64_t step);
+// Existing checkpoints of a run, sorted by step (ignores *.tmp leftovers).
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
+// Deletes all but the newest `keep` checkpoints (keep <= 0: keep all).
+void prune_checkpoints(const std::string& run_dir, int keep);
+
+}  // namespace strata
