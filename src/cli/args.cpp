@@ -8,12 +8,18 @@ namespace strata::cli {
 
 Args& Args::option(const std::string& name, const std::string& metavar, const std::string& help,
                    const std::string& default_value) {
-  opts_.push_back(Opt{name, metavar, help, default_value, false, false});
+  opts_.push_back(Opt{name, metavar, help, default_value, false, false, false, {}});
+  return *this;
+}
+
+Args& Args::repeated(const std::string& name, const std::string& metavar,
+                     const std::string& help) {
+  opts_.push_back(Opt{name, metavar, help, "", false, false, true, {}});
   return *this;
 }
 
 Args& Args::flag(const std::string& name, const std::string& help) {
-  opts_.push_back(Opt{name, "", help, "", true, false});
+  opts_.push_back(Opt{name, "", help, "", true, false, false, {}});
   return *this;
 }
 
@@ -54,6 +60,7 @@ bool Args::parse(int argc, char** argv, int first) {
       }
       opt->value = value;
       opt->given = true;
+      if (opt->repeatable) opt->values.push_back(value);
       continue;
     }
     STRATA_CHECK(next_pos < pos_.size(), command_, ": unexpected argument '", a, "' (see ",
@@ -84,6 +91,14 @@ std::string Args::get(const std::string& name) const {
   for (const auto& p : pos_)
     if (p.name == name) return p.value;
   return find(name).value;
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  for (const auto& p : pos_)
+    if (p.name == name) return p.value.empty() ? std::vector<std::string>{} : std::vector{p.value};
+  const Opt& o = find(name);
+  if (o.repeatable) return o.values;
+  return o.value.empty() ? std::vector<std::string>{} : std::vector{o.value};
 }
 
 int Args::get_int(const std::string& name) const {
@@ -125,6 +140,7 @@ std::string Args::help() const {
   for (const auto& o : opts_) {
     std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
     std::string rhs = o.help;
+    if (o.repeatable) rhs += " (repeatable)";
     if (!o.is_flag && !o.value.empty()) rhs += " (default: " + o.value + ")";
     char line[512];
     std::snprintf(line, sizeof line, "  %-26s %s\n", lhs.c_str(), rhs.c_str());

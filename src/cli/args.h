@@ -14,6 +14,9 @@ class Args {
 
   Args& option(const std::string& name, const std::string& metavar, const std::string& help,
                const std::string& default_value = "");
+  // An option that may be given several times (--input a --input b);
+  // get_all() returns the values in order, get() the last one.
+  Args& repeated(const std::string& name, const std::string& metavar, const std::string& help);
   Args& flag(const std::string& name, const std::string& help);
   Args& positional(const std::string& name, const std::string& help, bool required = true);
 
@@ -23,6 +26,9 @@ class Args {
 
   bool has(const std::string& name) const;  // flag set, or option given explicitly
   std::string get(const std::string& name) const;
+  // Every value of a repeated option; for other options, the value when it is
+  // non-empty (given or default), else nothing.
+  std::vector<std::string> get_all(const std::string& name) const;
   int get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
   std::string help() const;
@@ -31,6 +37,8 @@ class Args {
   struct Opt {
     std::string name, metavar, help, value;
     bool is_flag = false, given = false;
+    bool repeatable = false;
+    std::vector<std::string> values;  // repeatable options: every value given
   };
   struct Pos {
     std::string name, help;

@@ -59,9 +59,13 @@ class TokenDataset {
   const int32_t* tokens() const { return tokens_.data(); }
   // Offset of document d's first token in tokens(); doc_start(num_documents()) == num_tokens().
   int64_t doc_start(int64_t d) const { return doc_starts_[d]; }
+  // Where it was opened from (for messages): the dataset directory and split name.
+  const std::string& dir() const { return dir_; }
+  const std::string& split() const { return split_; }
 
  private:
   std::shared_ptr<const DatasetMeta> meta_;
+  std::string dir_, split_;
   std::vector<int32_t> tokens_;
   std::vector<int64_t> doc_starts_;
 };
@@ -70,7 +74,9 @@ class TokenDataset {
 void write_shard(const std::string& path, const std::vector<int32_t>& tokens,
                  const std::vector<int64_t>& doc_starts, int token_bytes);
 // Reads one shard file; appends its tokens and document starts (rebased to
-// `tokens.size()` at entry) to the vectors.
+// `tokens.size()` at entry) to the vectors. When doc_starts ends with that
+// offset (the closing entry of a previously read shard) it is not repeated, so
+// reading shards in turn gives the document index of their concatenation.
 void read_shard(const std::string& path, std::vector<int32_t>& tokens,
                 std::vector<int64_t>& doc_starts);
 

@@ -1,1 +1,232 @@
+// Sentencepiece tokenizers. A Tokenizer keeps the serialized model bytes it was
+// loaded from (checkpoints store them, and the dataset metadata records their
+// sha256), so the model is always loaded through LoadFromSerializedProto.
 #include "data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/timer.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads a whole file; throws naming it when it cannot be read.
+std::string read_file_bytes(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  STRATA_CHECK(fs::exists(path, ec), what, " ", path, ": no such file");
+  STRATA_CHECK(!fs::is_directory(path, ec), what, " ", path, ": is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  STRATA_CHECK(in, what, " ", path, ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  STRATA_CHECK(!in.bad(), what, " ", path, ": read error");
+  return ss.str();
+}
+
+// Sentencepiece status messages can span lines; keep errors one line.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+// Writes `bytes` to a temporary name next to `path`, then renames it into place.
+void write_atomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    STRATA_CHECK(out, "tokenizer train: cannot write ", tmp);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    out.close();
+    std::error_code ec;
+    if (!out) {
+      fs::remove(tmp, ec);
+      fail(cat("tokenizer train: write error on ", tmp, " (disk full?)"));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  STRATA_CHECK(!ec, "tokenizer train: cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+// The random seed sentencepiece's trainer uses for sentence sampling and
+// shuffling. Fixed, so a training run is reproducible.
+constexpr unsigned int kTrainSeed = 20240607u;
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  return from_bytes(read_file_bytes(path, "tokenizer"), path);
+}
+
+Tokenizer Tokenizer::from_bytes(const std::string& model_bytes, const std::string& name) {
+  STRATA_CHECK(!model_bytes.empty(), "tokenizer ", name, ": empty file, not a sentencepiece model");
+  auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
+  const auto status = sp->LoadFromSerializedProto(model_bytes);
+  STRATA_CHECK(status.ok(), "tokenizer ", name, ": not a sentencepiece model (",
+               one_line(status.ToString()), ")");
+  STRATA_CHECK(sp->GetPieceSize() > 0, "tokenizer ", name, ": the model has no pieces");
+  Tokenizer t;
+  t.sp_ = std::move(sp);
+  t.bytes_ = model_bytes;
+  t.sha256_ = sha256_hex(model_bytes);
+  t.name_ = name;
+  return t;
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
+  STRATA_CHECK(sp_, "tokenizer: encode on an empty Tokenizer (nothing loaded)");
+  std::vector<int> ids;
+  const auto status = sp_->Encode(text, &ids);
+  STRATA_CHECK(status.ok(), "tokenizer ", name_, ": encode failed (", one_line(status.ToString()),
+               ")");
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  STRATA_CHECK(sp_, "tokenizer: decode on an empty Tokenizer (nothing loaded)");
+  const int V = vocab_size();
+  std::vector<int> v(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    STRATA_CHECK(ids[i] >= 0 && ids[i] < V, "tokenizer ", name_, ": token id ", ids[i],
+                 " out of range [0, ", V, ")");
+    v[i] = ids[i];
+  }
+  std::string text;
+  const auto status = sp_->Decode(v, &text);
+  STRATA_CHECK(status.ok(), "tokenizer ", name_, ": decode failed (", one_line(status.ToString()),
+               ")");
+  return text;
+}
+
+std::string Tokenizer::id_to_piece(int32_t id) const {
+  STRATA_CHECK(sp_, "tokenizer: id_to_piece on an empty Tokenizer (nothing loaded)");
+  STRATA_CHECK(id >= 0 && id < vocab_size(), "tokenizer ", name_, ": token id ", id,
+               " out of range [0, ", vocab_size(), ")");
+  return sp_->IdToPiece(id);
+}
+
+int Tokenizer::vocab_size() const { return sp_ ? sp_->GetPieceSize() : 0; }
+int32_t Tokenizer::bos_id() const { return sp_ ? sp_->bos_id() : -1; }
+int32_t Tokenizer::eos_id() const { return sp_ ? sp_->eos_id() : -1; }
+int32_t Tokenizer::unk_id() const { return sp_ ? sp_->unk_id() : -1; }
+int32_t Tokenizer::pad_id() const { return sp_ ? sp_->pad_id() : -1; }
+
+Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
+  STRATA_CHECK(!o.inputs.empty(), "tokenizer train: no input files");
+  STRATA_CHECK(!o.out.empty(), "tokenizer train: no output path");
+  STRATA_CHECK(o.model_type == "bpe" || o.model_type == "unigram",
+               "tokenizer train: unknown model type '", o.model_type, "' (choose bpe or unigram)");
+  STRATA_CHECK(o.vocab_size >= 4, "tokenizer train: vocab size ", o.vocab_size, " is too small");
+  STRATA_CHECK(o.character_coverage > 0 && o.character_coverage <= 1,
+               "tokenizer train: character coverage ", o.character_coverage,
+               " must be in (0, 1]");
+  STRATA_CHECK(o.input_sentence_size >= 0, "tokenizer train: input sentence size must be >= 0");
+  STRATA_CHECK(o.num_threads >= 1, "tokenizer train: threads must be >= 1");
+
+  // Sentencepiece reads the inputs itself and reports a missing one with a
+  // long multi-line message: check them here so the error names the file.
+  std::string input_list;
+  uintmax_t input_bytes = 0;
+  for (const auto& in : o.inputs) {
+    std::error_code ec;
+    STRATA_CHECK(fs::is_regular_file(in, ec), "tokenizer train: input ", in, ": no such file");
+    std::ifstream probe(in, std::ios::binary);
+    STRATA_CHECK(probe, "tokenizer train: input ", in, ": cannot open for reading");
+    STRATA_CHECK(in.find(',') == std::string::npos, "tokenizer train: input ", in,
+                 ": file names with commas are not supported by sentencepiece");
+    input_bytes += fs::file_size(in, ec);
+    input_list += (input_list.empty() ? "" : ",") + in;
+  }
+
+  const fs::path out(o.out);
+  std::error_code ec;
+  if (out.has_parent_path()) {
+    fs::create_directories(out.parent_path(), ec);
+    STRATA_CHECK(!ec, "tokenizer train: cannot create directory ", out.parent_path().string(),
+                 ": ", ec.message());
+  }
+  fs::path vocab_out = out;
+  vocab_out.replace_extension(".vocab");
+  if (vocab_out == out) vocab_out = fs::path(o.out + ".vocab");
+
+  char mb[32];
+  std::snprintf(mb, sizeof mb, "%.1f", double(input_bytes) / 1e6);
+  log::info("tokenizer: training ", o.model_type, ", vocab ", o.vocab_size, ", on ",
+            o.inputs.size(), " file(s) (", mb, " MB), ", o.num_threads, " thread(s)");
+
+  // The model comes back serialized (nothing is written by sentencepiece), so
+  // the trainer spec stored inside it holds no temporary or output path: the
+  // same inputs and options give the same bytes wherever the model is written.
+  const std::unordered_map<std::string, std::string> kwargs = {
+      {"input", input_list},
+      {"model_type", o.model_type},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"character_coverage", std::to_string(o.character_coverage)},
+      {"byte_fallback", o.byte_fallback ? "true" : "false"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"normalization_rule_name", "identity"},
+      {"add_dummy_prefix", "true"},
+      {"remove_extra_whitespaces", "false"},
+      {"split_digits", "true"},
+      {"max_sentence_length", std::to_string(1 << 24)},
+      {"input_sentence_size", std::to_string(o.input_sentence_size)},
+      {"shuffle_input_sentence", "true"},
+      {"num_threads", std::to_string(o.num_threads)},
+      {"minloglevel", "2"},  // sentencepiece's own INFO/WARNING logging is very verbose
+  };
+
+  // Sentencepiece's sampler and shuffles draw from a generator seeded from a
+  // process-wide seed, thread-local and created on first use. Setting the seed
+  // and training on a fresh thread means a run never depends on what used the
+  // generator before in this process; with num_threads fixed, the same inputs
+  // and options give the same model bytes (tests/data_test.cpp checks it).
+  Timer timer;
+  sentencepiece::util::Status status;
+  std::string model_bytes;
+  std::thread worker([&] {
+    sentencepiece::SetRandomGeneratorSeed(kTrainSeed);
+    status = sentencepiece::SentencePieceTrainer::Train(kwargs, nullptr, &model_bytes);
+  });
+  worker.join();
+  STRATA_CHECK(status.ok(), "tokenizer train: sentencepiece failed: ",
+               one_line(status.ToString()));
+  // Check that the result loads before it replaces anything.
+  Tokenizer tok = Tokenizer::from_bytes(model_bytes, o.out);
+  write_atomically(o.out, model_bytes);
+  // The .vocab file, as sentencepiece writes it: piece <TAB> score, one per line.
+  sentencepiece::SentencePieceProcessor sp;
+  STRATA_CHECK(sp.LoadFromSerializedProto(model_bytes).ok(), "tokenizer ", o.out,
+               ": cannot reload the trained model");
+  std::string vocab;
+  for (int id = 0; id < sp.GetPieceSize(); ++id) {
+    char score[32];
+    std::snprintf(score, sizeof score, "%g", double(sp.GetScore(id)));
+    vocab += sp.IdToPiece(id) + "\t" + score + "\n";
+  }
+  write_atomically(vocab_out.string(), vocab);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", timer.seconds());
+  log::info("tokenizer: wrote ", o.out, " (vocab ", tok.vocab_size(), ", ",
+            tok.model_bytes().size(), " bytes) in ", secs, " s");
+  return tok;
+}
+
+}  // namespace strata

@@ -1,1 +1,667 @@
+// HDF5 checkpoints (layout and guarantees: see checkpoint.h).
+//
+// Every HDF5 handle lives in an H5Handle (closed on every path, including
+// exceptions). HDF5's automatic error-stack printing is switched off; a failed
+// call becomes one strata::Error line naming the file, the object, and the
+// innermost HDF5 message.
 #include "io/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+#include "core/sha256.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFormat = "strata-checkpoint";
+constexpr int64_t kVersion = 1;
+
+// ---------------------------------------------------------------------------
+// HDF5 plumbing
+// ---------------------------------------------------------------------------
+
+// Silences HDF5's automatic error printing. Debian's HDF5 is built thread-safe,
+// where each thread has its own error stack, so this runs once per thread.
+void hdf5_init() {
+  thread_local bool done = false;
+  if (done) return;
+  H5open();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  done = true;
+}
+
+herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
+  if (n == 0 && e && e->desc) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+
+// The innermost message on HDF5's error stack (where the error was detected),
+// flattened to one line; clears the stack.
+std::string hdf5_detail() {
+  std::string s;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_error, &s);
+  H5Eclear2(H5E_DEFAULT);
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+[[noreturn]] void fail_h5(const std::string& file, const std::string& what) {
+  const std::string detail = hdf5_detail();
+  fail(cat("checkpoint ", file, ": ", what, detail.empty() ? "" : " (HDF5: " + detail + ")"));
+}
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class H5Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  H5Handle() = default;
+  H5Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~H5Handle() { reset(); }
+  H5Handle(H5Handle&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  H5Handle& operator=(H5Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  // Closes now and reports whether the close (for a file: the final flush) worked.
+  bool close_checked() {
+    const herr_t r = id_ >= 0 && close_ ? close_(id_) : 0;
+    id_ = -1;
+    return r >= 0;
+  }
+  hid_t release() { return std::exchange(id_, -1); }
+
+ private:
+  hid_t id_ = -1;
+  Closer close_ = nullptr;
+};
+
+H5Handle wrap(hid_t id, H5Handle::Closer close, const std::string& file, const std::string& what) {
+  if (id < 0) fail_h5(file, what);
+  return H5Handle(id, close);
+}
+
+// File access: no HDF5 file locking (it fails on file systems without lock
+// support, and the atomic-rename protocol makes it unnecessary: a checkpoint
+// is immutable once it has its final name; the writer locks the .tmp itself).
+// Library format bounds 1.8 and up: compact/dense link and attribute storage.
+H5Handle file_access(const std::string& file) {
+  H5Handle fapl = wrap(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, file, "cannot create property list");
+  if (H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0)
+    fail_h5(file, "cannot set library version bounds");
+#if H5_VERSION_GE(1, 10, 7)
+  if (H5Pset_file_locking(fapl.get(), false, true) < 0)
+    fail_h5(file, "cannot disable file locking");
+#endif
+  return fapl;
+}
+
+#if !H5_VERSION_GE(1, 10, 7)
+// Older libraries only read the environment variable (before the first open).
+[[maybe_unused]] const bool kNoLockingEnv = [] {
+  setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
+  return true;
+}();
+#endif
+
+bool link_exists(hid_t loc, const std::string& name) {
+  const htri_t r = H5Lexists(loc, name.c_str(), H5P_DEFAULT);
+  if (r < 0) H5Eclear2(H5E_DEFAULT);
+  return r > 0;
+}
+
+// Whether every component of a relative path ("optimizer/exp_avg") exists
+// (H5Lexists needs the intermediate groups to exist).
+bool path_exists(hid_t loc, const std::string& path) {
+  if (path.empty()) return false;
+  for (size_t pos = path.find('/'); pos != std::string::npos; pos = path.find('/', pos + 1))
+    if (!link_exists(loc, path.substr(0, pos))) return false;
+  return link_exists(loc, path);
+}
+
+// --- attributes -------------------------------------------------------------
+
+void write_text_attr(hid_t loc, const char* name, const std::string& text,
+                     const std::string& file) {
+  STRATA_CHECK(std::memchr(text.data(), 0, text.size()) == nullptr, "checkpoint ", file,
+               ": attribute '", name, "' contains a NUL byte");
+  H5Handle type = wrap(H5Tcopy(H5T_C_S1), H5Tclose, file, "cannot create string type");
+  if (H5Tset_size(type.get(), H5T_VARIABLE) < 0 || H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
+    fail_h5(file, "cannot create string type");
+  H5Handle space = wrap(H5Screate(H5S_SCALAR), H5Sclose, file, "cannot create dataspace");
+  H5Handle attr = wrap(H5Acreate2(loc, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                       H5Aclose, file, cat("cannot create attribute '", name, "'"));
+  const char* p = text.c_str();
+  if (H5Awrite(attr.get(), type.get(), &p) < 0)
+    fail_h5(file, cat("cannot write attribute '", name, "'"));
+}
+
+void write_int_attr(hid_t loc, const char* name, int64_t v, const std::string& file) {
+  H5Handle space = wrap(H5Screate(H5S_SCALAR), H5Sclose, file, "cannot create dataspace");
+  H5Handle attr = wrap(H5Acreate2(loc, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                       H5Aclose, file, cat("cannot create attribute '", name, "'"));
+  if (H5Awrite(attr.get(), H5T_NATIVE_INT64, &v) < 0)
+    fail_h5(file, cat("cannot write attribute '", name, "'"));
+}
+
+bool has_attr(hid_t loc, const char* name) {
+  const htri_t r = H5Aexists(loc, name);
+  if (r < 0) H5Eclear2(H5E_DEFAULT);
+  return r > 0;
+}
+
+// Reads a scalar string attribute, variable- or fixed-length. `where` names
+// the object for messages ("/" or "/tokenizer").
+std::string read_text_attr(hid_t loc, const char* name, const std::string& file,
+                           const std::string& where) {
+  const std::string what = cat("attribute '", name, "' of ", where);
+  STRATA_CHECK(has_attr(loc, name), "checkpoint ", file, ": missing ", what);
+  H5Handle attr = wrap(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, file, "cannot open " + what);
+  H5Handle ftype = wrap(H5Aget_type(attr.get()), H5Tclose, file, "cannot read the type of " + what);
+  STRATA_CHECK(H5Tget_class(ftype.get()) == H5T_STRING, "checkpoint ", file, ": ", what,
+               " is not a string");
+  H5Handle space = wrap(H5Aget_space(attr.get()), H5Sclose, file, "cannot read " + what);
+  STRATA_CHECK(H5Sget_simple_extent_npoints(space.get()) == 1, "checkpoint ", file, ": ", what,
+               " is not a single string");
+  H5Handle mtype = wrap(H5Tcopy(H5T_C_S1), H5Tclose, file, "cannot create string type");
+  // HDF5 converts no character sets: read with the stored one (ASCII or UTF-8).
+  const H5T_cset_t cset = H5Tget_cset(ftype.get());
+  if (cset < 0 || H5Tset_cset(mtype.get(), cset) < 0)
+    fail_h5(file, "cannot read the type of " + what);
+  const htri_t is_var = H5Tis_variable_str(ftype.get());
+  if (is_var < 0) fail_h5(file, "cannot read the type of " + what);
+  if (is_var) {
+    if (H5Tset_size(mtype.get(), H5T_VARIABLE) < 0) fail_h5(file, "cannot create string type");
+    char* p = nullptr;
+    if (H5Aread(attr.get(), mtype.get(), &p) < 0) fail_h5(file, "cannot read " + what);
+    std::string out = p ? p : "";
+    if (p) H5free_memory(p);
+    return out;
+  }
+  const size_t n = H5Tget_size(ftype.get());
+  if (n == 0) fail_h5(file, "cannot read the type of " + what);
+  if (H5Tset_size(mtype.get(), n) < 0) fail_h5(file, "cannot create string type");
+  std::string buf(n, '\0');
+  if (H5Aread(attr.get(), mtype.get(), buf.data()) < 0) fail_h5(file, "cannot read " + what);
+  buf.resize(std::strlen(buf.c_str()));  // null- or space-padded
+  return buf;
+}
+
+int64_t read_int_attr(hid_t loc, const char* name, const std::string& file,
+                      const std::string& where) {
+  const std::string what = cat("attribute '", name, "' of ", where);
+  STRATA_CHECK(has_attr(loc, name), "checkpoint ", file, ": missing ", what);
+  H5Handle attr = wrap(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, file, "cannot open " + what);
+  H5Handle ftype = wrap(H5Aget_type(attr.get()), H5Tclose, file, "cannot read the type of " + what);
+  STRATA_CHECK(H5Tget_class(ftype.get()) == H5T_INTEGER, "checkpoint ", file, ": ", what,
+               " is not an integer");
+  H5Handle space = wrap(H5Aget_space(attr.get()), H5Sclose, file, "cannot read " + what);
+  STRATA_CHECK(H5Sget_simple_extent_npoints(space.get()) == 1, "checkpoint ", file, ": ", what,
+               " is not a single integer");
+  int64_t v = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, &v) < 0) fail_h5(file, "cannot read " + what);
+  return v;
+}
+
+nlohmann::json parse_json_attr(hid_t loc, const char* name, const std::string& file) {
+  const std::string text = read_text_attr(loc, name, file, "/");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(cat("checkpoint ", file, ": attribute '", name, "' is not valid JSON: ", e.what()));
+  }
+}
+
+// --- datasets ---------------------------------------------------------------
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::vector<int64_t> dataset_shape(hid_t dset, const std::string& file, const std::string& what) {
+  H5Handle space = wrap(H5Dget_space(dset), H5Sclose, file, "cannot read the shape of " + what);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) fail_h5(file, "cannot read the shape of " + what);
+  std::vector<hsize_t> dims(rank);
+  if (rank > 0 && H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0)
+    fail_h5(file, "cannot read the shape of " + what);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+void check_tensor_name(const std::string& name, const std::string& file) {
+  STRATA_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos, "checkpoint ",
+               file, ": invalid tensor name '", name, "' (empty, '.' or containing '/')");
+}
+
+void check_ref(const TensorRef& t, const std::string& file, const char* group) {
+  check_tensor_name(t.name, file);
+  for (int64_t d : t.shape)
+    STRATA_CHECK(d >= 0, "checkpoint ", file, ": tensor '", group, "/", t.name,
+                 "' has a negative dimension in shape ", shape_str(t.shape));
+  STRATA_CHECK(t.data || numel(t.shape) == 0, "checkpoint ", file, ": tensor '", group, "/", t.name,
+               "' has no data");
+}
+
+void write_tensor(hid_t group, const char* group_name, const TensorRef& t,
+                  const std::string& file) {
+  const std::string what = cat("tensor '", group_name, "/", t.name, "'");
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  H5Handle space = wrap(dims.empty() ? H5Screate(H5S_SCALAR)
+                                     : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                        H5Sclose, file, "cannot create the dataspace of " + what);
+  H5Handle dset = wrap(H5Dcreate2(group, t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                  H5P_DEFAULT, H5P_DEFAULT),
+                       H5Dclose, file, "cannot create " + what + " (duplicate name?)");
+  if (numel(t.shape) > 0 &&
+      H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data) < 0)
+    fail_h5(file, "cannot write " + what);
+}
+
+H5Handle create_group(hid_t loc, const char* name, const std::string& file) {
+  return wrap(H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, file,
+              cat("cannot create group '", name, "'"));
+}
+
+std::function<void(int)>& write_hook() {
+  static std::function<void(int)> hook;
+  return hook;
+}
+
+std::string iso_time_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Compact JSON; invalid UTF-8 in strings is replaced rather than thrown on.
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Writes the whole checkpoint into an already-created (truncated) file.
+void write_contents(const std::string& tmp, const CheckpointData& d) {
+  H5Handle fcpl = wrap(H5Pcreate(H5P_FILE_CREATE), H5Pclose, tmp, "cannot create property list");
+  H5Handle fapl = file_access(tmp);
+  H5Handle file = wrap(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, tmp,
+                       "cannot create file");
+  {
+    H5Handle root = wrap(H5Gopen2(file.get(), "/", H5P_DEFAULT), H5Gclose, tmp, "cannot open '/'");
+    write_text_attr(root.get(), "format", kFormat, tmp);
+    write_int_attr(root.get(), "version", kVersion, tmp);
+    write_text_attr(root.get(), "created", iso_time_now(), tmp);
+    write_text_attr(root.get(), "config", json_text(d.config), tmp);
+    write_text_attr(root.get(), "plan", d.plan, tmp);
+    write_text_attr(root.get(), "recipe", d.recipe, tmp);
+    write_text_attr(root.get(), "state", d.state.is_null() ? "{}" : json_text(d.state), tmp);
+
+    if (!d.tokenizer.empty()) {
+      const hsize_t n = d.tokenizer.size();
+      H5Handle space = wrap(H5Screate_simple(1, &n, nullptr), H5Sclose, tmp,
+                            "cannot create the dataspace of '/tokenizer'");
+      H5Handle dset = wrap(H5Dcreate2(root.get(), "tokenizer", H5T_STD_U8LE, space.get(),
+                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           H5Dclose, tmp, "cannot create dataset '/tokenizer'");
+      if (H5Dwrite(dset.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                   d.tokenizer.data()) < 0)
+        fail_h5(tmp, "cannot write dataset '/tokenizer'");
+      write_text_attr(dset.get(), "sha256", sha256_hex(d.tokenizer), tmp);
+    }
+
+    int written = 0;
+    auto tensor_done = [&] {
+      ++written;
+      if (write_hook()) write_hook()(written);
+    };
+    {
+      H5Handle params = create_group(root.get(), "params", tmp);
+      for (const auto& t : d.params) {
+        write_tensor(params.get(), "params", t, tmp);
+        tensor_done();
+      }
+    }
+    if (!d.exp_avg.empty()) {
+      H5Handle opt = create_group(root.get(), "optimizer", tmp);
+      write_int_attr(opt.get(), "step", d.optimizer_step, tmp);
+      write_text_attr(opt.get(), "kind", "adamw", tmp);
+      const std::pair<const char*, const std::vector<TensorRef>*> moments[] = {
+          {"exp_avg", &d.exp_avg}, {"exp_avg_sq", &d.exp_avg_sq}};
+      for (const auto& [name, refs] : moments) {
+        H5Handle g = create_group(opt.get(), name, tmp);
+        const std::string gname = cat("optimizer/", name);
+        for (const auto& t : *refs) {
+          write_tensor(g.get(), gname.c_str(), t, tmp);
+          tensor_done();
+        }
+      }
+    }
+  }
+  if (!file.close_checked()) fail_h5(tmp, "cannot flush and close the file");
+}
+
+// A file descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void fsync_dir(const std::string& dir) {
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) return;  // cannot open the directory for syncing: nothing more to do
+  // EINVAL: the file system does not support syncing directories.
+  if (::fsync(d.fd) != 0 && errno != EINVAL && errno != EROFS)
+    fail(cat("checkpoint: cannot sync directory ", dir, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
+
+void set_checkpoint_write_hook(std::function<void(int)> hook) { write_hook() = std::move(hook); }
+
+void write_checkpoint(const std::string& path, const CheckpointData& data) {
+  hdf5_init();
+  STRATA_CHECK(!path.empty(), "checkpoint: empty file name");
+  // Validate everything before touching the disk.
+  for (const auto& t : data.params) check_ref(t, path, "params");
+  for (const auto& t : data.exp_avg) check_ref(t, path, "optimizer/exp_avg");
+  for (const auto& t : data.exp_avg_sq) check_ref(t, path, "optimizer/exp_avg_sq");
+  STRATA_CHECK(data.exp_avg.size() == data.exp_avg_sq.size(), "checkpoint ", path,
+               ": optimizer state has ", data.exp_avg.size(), " exp_avg but ",
+               data.exp_avg_sq.size(), " exp_avg_sq tensors");
+
+  const fs::path final_path(path);
+  const fs::path dir = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  STRATA_CHECK(!ec, "checkpoint ", path, ": cannot create directory ", dir.string(), ": ",
+               ec.message());
+
+  const std::string tmp = path + ".tmp";
+  // Our own descriptor on the temporary file: an exclusive advisory lock (one
+  // writer at a time; ignored where the file system has no locks) and fsync.
+  Fd fd{::open(tmp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
+  STRATA_CHECK(fd.fd >= 0, "checkpoint ", path, ": cannot create ", tmp, ": ",
+               std::strerror(errno));
+  if (::flock(fd.fd, LOCK_EX | LOCK_NB) != 0)
+    STRATA_CHECK(errno != EWOULDBLOCK, "checkpoint ", path, ": another process is writing ", tmp);
+  try {
+    write_contents(tmp, data);
+    STRATA_CHECK(::fsync(fd.fd) == 0, "checkpoint ", path, ": cannot sync ", tmp, ": ",
+                 std::strerror(errno));
+    STRATA_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint ", path, ": cannot rename ",
+                 tmp, " into place: ", std::strerror(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());  // still ours: we hold the lock
+    throw;
+  }
+  fsync_dir(dir.string());
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  hdf5_init();
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  STRATA_CHECK(fs::exists(st), "checkpoint ", path, ": no such file");
+  STRATA_CHECK(!fs::is_directory(st), "checkpoint ", path, ": is a directory, not a file");
+  {
+    // Reading the signature ourselves gives a clear message for non-HDF5 input.
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    STRATA_CHECK(f, "checkpoint ", path, ": cannot open: ", std::strerror(errno));
+    std::fclose(f);
+  }
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t is_h5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
+#else
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+#endif
+  if (is_h5 == 0) {
+    H5Eclear2(H5E_DEFAULT);
+    fail(cat("checkpoint ", path, ": not an HDF5 file"));
+  }
+  if (is_h5 < 0) fail_h5(path, "not a readable HDF5 file");
+  H5Handle fapl = file_access(path);
+  H5Handle file = wrap(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose, path,
+                       "cannot open (truncated or corrupt file?)");
+  const hid_t f = file.get();
+  STRATA_CHECK(has_attr(f, "format"), "checkpoint ", path,
+               ": not a strata checkpoint (no 'format' attribute on '/')");
+  const std::string format = read_text_attr(f, "format", path, "/");
+  STRATA_CHECK(format == kFormat, "checkpoint ", path, ": not a strata checkpoint (format '",
+               format, "', expected '", kFormat, "')");
+  const int64_t version = read_int_attr(f, "version", path, "/");
+  STRATA_CHECK(version >= 1 && version <= kVersion, "checkpoint ", path, ": format version ",
+               version, " is not supported (this strata reads version ", kVersion, ")");
+  file_ = file.release();
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (file_ >= 0) H5Fclose(hid_t(file_));
+}
+
+int64_t CheckpointReader::version() const {
+  return read_int_attr(hid_t(file_), "version", path_, "/");
+}
+
+std::string CheckpointReader::created() const {
+  return has_attr(hid_t(file_), "created") ? read_text_attr(hid_t(file_), "created", path_, "/")
+                                           : "";
+}
+
+nlohmann::json CheckpointReader::config() const {
+  return parse_json_attr(hid_t(file_), "config", path_);
+}
+
+std::string CheckpointReader::plan() const {
+  return read_text_attr(hid_t(file_), "plan", path_, "/");
+}
+
+std::string CheckpointReader::recipe() const {
+  return has_attr(hid_t(file_), "recipe") ? read_text_attr(hid_t(file_), "recipe", path_, "/") : "";
+}
+
+nlohmann::json CheckpointReader::state() const {
+  return parse_json_attr(hid_t(file_), "state", path_);
+}
+
+bool CheckpointReader::has_tokenizer() const { return link_exists(hid_t(file_), "tokenizer"); }
+
+int64_t CheckpointReader::tokenizer_size() const {
+  if (!has_tokenizer()) return 0;
+  H5Handle dset = wrap(H5Dopen2(hid_t(file_), "tokenizer", H5P_DEFAULT), H5Dclose, path_,
+                       "cannot open dataset '/tokenizer'");
+  return numel(dataset_shape(dset.get(), path_, "dataset '/tokenizer'"));
+}
+
+std::string CheckpointReader::tokenizer_sha256() const {
+  if (!has_tokenizer()) return "";
+  H5Handle dset = wrap(H5Dopen2(hid_t(file_), "tokenizer", H5P_DEFAULT), H5Dclose, path_,
+                       "cannot open dataset '/tokenizer'");
+  return read_text_attr(dset.get(), "sha256", path_, "'/tokenizer'");
+}
+
+std::string CheckpointReader::tokenizer() const {
+  if (!has_tokenizer()) return "";
+  const std::string what = "dataset '/tokenizer'";
+  H5Handle dset = wrap(H5Dopen2(hid_t(file_), "tokenizer", H5P_DEFAULT), H5Dclose, path_,
+                       "cannot open " + what);
+  H5Handle type = wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read the type of " + what);
+  STRATA_CHECK(H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1,
+               "checkpoint ", path_, ": ", what, " is not uint8");
+  const auto shape = dataset_shape(dset.get(), path_, what);
+  STRATA_CHECK(shape.size() == 1, "checkpoint ", path_, ": ", what, " is not 1-D");
+  std::string bytes(size_t(shape[0]), '\0');
+  if (!bytes.empty() &&
+      H5Dread(dset.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
+    fail_h5(path_, "cannot read " + what);
+  const std::string want = read_text_attr(dset.get(), "sha256", path_, "'/tokenizer'");
+  const std::string got = sha256_hex(bytes);
+  STRATA_CHECK(got == want, "checkpoint ", path_, ": ", what, " is corrupt (sha256 ", got,
+               ", attribute says ", want, ")");
+  return bytes;
+}
+
+bool CheckpointReader::has_optimizer() const { return link_exists(hid_t(file_), "optimizer"); }
+
+int64_t CheckpointReader::optimizer_step() const {
+  if (!has_optimizer()) return 0;
+  H5Handle g = wrap(H5Gopen2(hid_t(file_), "optimizer", H5P_DEFAULT), H5Gclose, path_,
+                    "cannot open group '/optimizer'");
+  return read_int_attr(g.get(), "step", path_, "'/optimizer'");
+}
+
+std::string CheckpointReader::optimizer_kind() const {
+  if (!has_optimizer()) return "";
+  H5Handle g = wrap(H5Gopen2(hid_t(file_), "optimizer", H5P_DEFAULT), H5Gclose, path_,
+                    "cannot open group '/optimizer'");
+  return has_attr(g.get(), "kind") ? read_text_attr(g.get(), "kind", path_, "'/optimizer'") : "";
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> CheckpointReader::list(
+    const std::string& group) const {
+  STRATA_CHECK(path_exists(hid_t(file_), group), "checkpoint ", path_, ": no group '", group, "'");
+  H5Handle g = wrap(H5Gopen2(hid_t(file_), group.c_str(), H5P_DEFAULT), H5Gclose, path_,
+                    cat("cannot open group '", group, "'"));
+  H5G_info_t info;
+  if (H5Gget_info(g.get(), &info) < 0) fail_h5(path_, cat("cannot list group '", group, "'"));
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len =
+        H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) fail_h5(path_, cat("cannot list group '", group, "'"));
+    std::string name(size_t(len) + 1, '\0');
+    if (H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                           H5P_DEFAULT) < 0)
+      fail_h5(path_, cat("cannot list group '", group, "'"));
+    name.resize(size_t(len));
+    H5Handle obj = wrap(H5Oopen(g.get(), name.c_str(), H5P_DEFAULT), H5Oclose, path_,
+                        cat("cannot open '", group, "/", name, "'"));
+    if (H5Iget_type(obj.get()) != H5I_DATASET) continue;
+    out.emplace_back(name, dataset_shape(obj.get(), path_, cat("tensor '", group, "/", name, "'")));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void CheckpointReader::read(const std::string& group, const std::vector<TensorRef>& refs) const {
+  STRATA_CHECK(path_exists(hid_t(file_), group), "checkpoint ", path_, ": no group '", group, "'");
+  H5Handle g = wrap(H5Gopen2(hid_t(file_), group.c_str(), H5P_DEFAULT), H5Gclose, path_,
+                    cat("cannot open group '", group, "'"));
+  for (const auto& t : refs) {
+    const std::string what = cat("tensor '", group, "/", t.name, "'");
+    check_tensor_name(t.name, path_);
+    STRATA_CHECK(link_exists(g.get(), t.name), "checkpoint ", path_, ": ", what, " not found");
+    H5Handle dset = wrap(H5Dopen2(g.get(), t.name.c_str(), H5P_DEFAULT), H5Dclose, path_,
+                         cat("cannot open ", what, " (not a dataset?)"));
+    H5Handle type =
+        wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read the type of " + what);
+    const H5T_class_t cls = H5Tget_class(type.get());
+    const size_t size = H5Tget_size(type.get());
+    STRATA_CHECK(cls == H5T_FLOAT && size == 4, "checkpoint ", path_, ": ", what, " has dtype ",
+                 cls == H5T_FLOAT     ? "float"
+                 : cls == H5T_INTEGER ? "int"
+                                      : "non-numeric",
+                 size * 8, ", expected float32");
+    const auto shape = dataset_shape(dset.get(), path_, what);
+    STRATA_CHECK(shape == t.shape, "checkpoint ", path_, ": ", what, " has shape ",
+                 shape_str(shape), ", expected ", shape_str(t.shape));
+    if (numel(shape) == 0) continue;
+    STRATA_CHECK(t.data, "checkpoint ", path_, ": no buffer to read ", what, " into");
+    if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data) < 0)
+      fail_h5(path_, "cannot read " + what + " (truncated or corrupt file?)");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Run directories
+// ---------------------------------------------------------------------------
+
+std::string checkpoint_path(const std::string& run_dir, int64_t step) {
+  STRATA_CHECK(step >= 0, "checkpoint: negative step ", step);
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(step));
+  return run_dir + "/checkpoints/" + name;
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  const std::string dir = run_dir + "/checkpoints";
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  fs::directory_iterator it(dir, ec);
+  STRATA_CHECK(!ec, "checkpoints: cannot list ", dir, ": ", ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    STRATA_CHECK(!ec, "checkpoints: cannot list ", dir, ": ", ec.message());
+    const std::string name = it->path().filename().string();
+    constexpr std::string_view prefix = "step_", suffix = ".h5";
+    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!it->is_regular_file(ec)) continue;
+    out.emplace_back(std::stoll(digits), dir + "/" + name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void prune_checkpoints(const std::string& run_dir, int keep) {
+  if (keep <= 0) return;
+  const auto all = list_checkpoints(run_dir);
+  if (int64_t(all.size()) <= keep) return;
+  for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+    STRATA_CHECK(!ec, "checkpoints: cannot delete ", all[i].second, ": ", ec.message());
+  }
+}
+
+}  // namespace strata

@@ -16,6 +16,26 @@
 //
 // Writes go to "<path>.tmp" and are renamed into place only when complete, so a
 // crash or kill mid-write leaves any previous checkpoint intact.
+//
+// Storage details:
+// - Texts (config, plan, recipe, state, created, format, sha256, kind) are
+//   scalar variable-length UTF-8 string attributes: the attribute holds a
+//   reference and the text lives in the file's global heap, so there is no
+//   64 KiB attribute limit (tested with a 1 MiB recipe). The reader also
+//   accepts fixed-length string attributes. Texts must not contain NUL bytes.
+//   version and /optimizer step are 64-bit integer attributes.
+// - Tensors are contiguous, uncompressed little-endian float32 datasets (a
+//   shape [] tensor is a scalar dataset); /tokenizer is 1-D uint8 and is absent
+//   when there is no tokenizer; /optimizer is absent when exp_avg is empty.
+// - Library format bounds 1.8 .. latest (readable by HDF5 >= 1.8, h5py).
+// - Atomic write: "<path>.tmp" is created (parent directories too) and locked
+//   with flock (so a second writer fails; ignored where the file system has
+//   no locks), written, closed, fsync'ed, renamed to <path>, and the directory
+//   is fsync'ed. A stale .tmp from a crash is overwritten; on an error the
+//   .tmp is removed. HDF5's own file locking is off (it fails on file systems
+//   without lock support; a renamed checkpoint is never written again).
+// - Errors are one-line strata::Error messages "checkpoint <file>: <what>",
+//   naming the tensor or attribute, with HDF5's innermost message appended.
 #pragma once
 
 #include <cstdint>
@@ -62,13 +82,20 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const std::string& path() const { return path_; }
+  int64_t version() const;
+  std::string created() const;  // ISO 8601 UTC time of writing ("" when absent)
   nlohmann::json config() const;
   std::string plan() const;
   std::string recipe() const;
   nlohmann::json state() const;
-  std::string tokenizer() const;  // "" when absent
+  // The tokenizer bytes, checked against their sha256 attribute; "" when absent.
+  std::string tokenizer() const;
+  bool has_tokenizer() const;
+  int64_t tokenizer_size() const;        // bytes, without reading them (0 when absent)
+  std::string tokenizer_sha256() const;  // the stored attribute ("" when absent)
   bool has_optimizer() const;
-  int64_t optimizer_step() const;
+  int64_t optimizer_step() const;      // 0 when absent
+  std::string optimizer_kind() const;  // "adamw"; "" when absent
 
   // Names and shapes of the datasets in a group ("params", "optimizer/exp_avg", ...).
   std::vector<std::pair<std::string, std::vector<int64_t>>> list(const std::string& group) const;

@@ -20,6 +20,7 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                plan_.num_layers(), " layers, model has ", cfg_.num_hidden_layers);
   params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
+  set_trainable(std::vector<bool>(layout_.tensors().size(), true));
   const int half = cfg_.head_dim / 2;
   const size_t table = size_t(cfg_.max_position_embeddings) * half;
   std::vector<T> cos(table), sin(table);
@@ -54,6 +55,27 @@ void Model<T>::init_weights(uint64_t seed) {
 template <typename T>
 void Model<T>::zero_grad() {
   be_->zero(grads_.data(), layout_.total());
+}
+
+template <typename T>
+void Model<T>::set_trainable(const std::vector<bool>& trainable) {
+  STRATA_CHECK(trainable.size() == layout_.tensors().size(), "trainable mask has ",
+               trainable.size(), " entries, the model has ", layout_.tensors().size(), " tensors");
+  trainable_ = trainable;
+  // Layers below the lowest one holding a trainable tensor need no backward,
+  // unless the embedding itself is trained.
+  backward_floor_ = cfg_.num_hidden_layers;
+  for (size_t i = 0; i < trainable_.size(); ++i)
+    if (trainable_[i] && layout_[int(i)].layer >= 0)
+      backward_floor_ = std::min(backward_floor_, layout_[int(i)].layer);
+  if (trainable_[layout_.embed]) backward_floor_ = 0;
+}
+
+template <typename T>
+T* Model<T>::grad_if(std::initializer_list<int> group) {
+  for (int i : group)
+    if (i >= 0 && trainable_[i]) return grad(*group.begin());
+  return nullptr;
 }
 
 template <typename T>
@@ -101,9 +123,12 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_h_ = carve(N * F);
     return used;
   };
-  batch_ = seq_ = 0;               // invalid until the new arena is carved
-  acts_ = ops::DeviceBuffer<T>();  // release the old arena before allocating the new one
-  acts_ = ops::DeviceBuffer<T>(be_.get(), size_t(carve_all(nullptr)));
+  batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
+  const int64_t needed = carve_all(nullptr);
+  if (size_t(needed) > acts_.size()) {  // grow; a smaller shape reuses the arena
+    acts_ = ops::DeviceBuffer<T>();     // release the old arena first
+    acts_ = ops::DeviceBuffer<T>(be_.get(), size_t(needed));
+  }
   carve_all(acts_.data());
   batch_ = B;
   seq_ = T_;
@@ -160,13 +185,14 @@ void Model<T>::attention_backward(int l, const T* x, T* dmod, T* dx, int B, int 
   const int64_t N = int64_t(B) * T_;
   const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = cfg_.num_attention_heads,
             Hkv = cfg_.num_key_value_heads, QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
-  be_->linear_backward(d_att_, grad(P.o), P.o_bias >= 0 ? grad(P.o_bias) : nullptr, dmod, A.att,
-                       param(P.o), N, Q, C, false);
+  be_->linear_backward(d_att_, grad_if({P.o}), P.o_bias >= 0 ? grad_if({P.o_bias}) : nullptr, dmod,
+                       A.att, param(P.o), N, Q, C, false);
   be_->attention_backward(d_qkv_, d_att_, A.qkv, A.att, A.lse, B, T_, Hq, Hkv, D);
   be_->rope_backward(d_qkv_, rope_cos_.data(), rope_sin_.data(), B, T_, Hq + Hkv, D, QKV, 0);
-  be_->linear_backward(d_ln_, grad(P.q), P.q_bias >= 0 ? grad(P.q_bias) : nullptr, d_qkv_, A.ln1,
-                       param(P.q), N, C, QKV, false);
-  be_->rmsnorm_backward(dx, grad(P.input_norm), d_ln_, x, param(P.input_norm), A.rstd1, N, C);
+  be_->linear_backward(d_ln_, grad_if({P.q, P.k, P.v}),
+                       P.q_bias >= 0 ? grad_if({P.q_bias, P.k_bias, P.v_bias}) : nullptr, d_qkv_,
+                       A.ln1, param(P.q), N, C, QKV, false);
+  be_->rmsnorm_backward(dx, grad_if({P.input_norm}), d_ln_, x, param(P.input_norm), A.rstd1, N, C);
 }
 
 template <typename T>
@@ -175,11 +201,11 @@ void Model<T>::mlp_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
   auto& A = layer_acts_[l];
   const int64_t N = int64_t(B) * T_;
   const int C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  be_->linear_backward(d_h_, grad(P.down), nullptr, dmod, A.h, param(P.down), N, F, C, false);
+  be_->linear_backward(d_h_, grad_if({P.down}), nullptr, dmod, A.h, param(P.down), N, F, C, false);
   be_->swiglu_backward(d_gateup_, d_h_, A.gateup, N, F);
-  be_->linear_backward(d_ln_, grad(P.gate), nullptr, d_gateup_, A.ln2, param(P.gate), N, C, 2 * F,
-                       false);
-  be_->rmsnorm_backward(dx, grad(P.post_norm), d_ln_, x, param(P.post_norm), A.rstd2, N, C);
+  be_->linear_backward(d_ln_, grad_if({P.gate, P.up}), nullptr, d_gateup_, A.ln2, param(P.gate), N,
+                       C, 2 * F, false);
+  be_->rmsnorm_backward(dx, grad_if({P.post_norm}), d_ln_, x, param(P.post_norm), A.rstd2, N, C);
 }
 
 // ---------------------------------------------------------------- executor
@@ -210,7 +236,7 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_) {
 template <typename T>
 void Model<T>::run_backward(const int32_t* tokens, int B, int T_) {
   const int64_t N = int64_t(B) * T_;
-  for (int l = cfg_.num_hidden_layers - 1; l >= 0; --l) {
+  for (int l = cfg_.num_hidden_layers - 1; l >= backward_floor_; --l) {
     switch (plan_.kinds[l]) {
       case LayerKind::Standard: {
         // x_i = x_{i-1} + h_i(x_{i-1}): the residual passes the gradient through
@@ -222,7 +248,8 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_) {
       }
     }
   }
-  be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size);
+  if (trainable_[layout_.embed])
+    be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size);
 }
 
 template <typename T>
@@ -244,7 +271,7 @@ void Model<T>::backward(double dloss) {
   STRATA_CHECK(have_forward_, "backward() needs a completed forward() first");
   const int64_t N = int64_t(batch_) * seq_;
   be_->zero(dstream_, N * cfg_.hidden_size);
-  be_->head_ce_backward(dstream_, grad(layout_.final_norm), head_grad(),
+  be_->head_ce_backward(dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}),
                         streams_[2 * cfg_.num_hidden_layers], lnf_, rstdf_, lsef_,
                         param(layout_.final_norm), head_weight(), targets_.data(), N,
                         cfg_.hidden_size, cfg_.vocab_size, dloss);
@@ -260,7 +287,7 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
   be_->zero(dstream_, N * cfg_.hidden_size);
   LossResult r;
   r.loss_sum = be_->head_ce_forward_backward(
-      dstream_, grad(layout_.final_norm), head_grad(), lnf_, rstdf_, &r.n_valid,
+      dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &r.n_valid,
       streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm), head_weight(), targets, N,
       cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps, dloss);
   run_backward(tokens, B, T_);

@@ -56,6 +56,13 @@ class Model {
   void init_weights(uint64_t seed);
   void zero_grad();
 
+  // Which tensors are trained (default: all). Frozen tensors get no gradient
+  // work (a fused q|k|v or gate|up GEMM runs when any member is trainable),
+  // and backward stops below the lowest layer that needs a gradient.
+  void set_trainable(const std::vector<bool>& trainable);
+  bool trainable(int index) const { return trainable_[index]; }
+  const std::vector<bool>& trainable_mask() const { return trainable_; }
+
   // Runs the model on tokens[B*T] and returns the summed cross-entropy against
   // targets[B*T] (kIgnoreIndex entries are skipped). Keeps what backward needs.
   LossResult forward(const int32_t* tokens, const int32_t* targets, int B, int seq);
@@ -88,8 +95,11 @@ class Model {
   void mlp_forward(int layer, const T* x, T* out, int B, int seq);
   void attention_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
   void mlp_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
-  T* head_weight() { return param(layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed); }
-  T* head_grad() { return grad(layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed); }
+  int head_index() const { return layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed; }
+  T* head_weight() { return param(head_index()); }
+  // Gradient slot of tensor i, or nullptr when none of `group` is trainable
+  // (the group is the set of tensors one kernel writes gradients for together).
+  T* grad_if(std::initializer_list<int> group);
 
   LlamaConfig cfg_;
   LayerPlan plan_;
@@ -107,6 +117,8 @@ class Model {
   // Backward scratch, shared by all layers.
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
     *d_gateup_ = nullptr, *d_h_ = nullptr;
+  std::vector<bool> trainable_;
+  int backward_floor_ = 0;                 // lowest layer backward must visit
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs
   bool have_forward_ = false;              // activations of a complete forward are held
 };

@@ -1,7 +1,8 @@
 // AdamW over the model's parameter arena, with global-norm gradient clipping.
-// Moments live in two arenas with the parameter layout (so they checkpoint
-// tensor by tensor). Weight decay applies to matrices (embedding, projections,
-// head), not to norm weights or biases.
+// Only trainable tensors have optimizer state: their moments are packed into
+// two arenas of their own (frozen tensors cost no memory and no update work).
+// Weight decay applies to matrices (embedding, projections, head), not to norm
+// weights or biases.
 #pragma once
 
 #include <cstdint>
@@ -24,22 +25,29 @@ struct AdamWConfig {
 template <typename T>
 class AdamW {
  public:
-  AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg);
+  // `trainable` has one entry per layout tensor (empty: all trainable).
+  AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg,
+        std::vector<bool> trainable = {});
 
-  // Clips `grads` to the global norm (if configured), then updates `params`
-  // with learning rate `lr`. Returns the gradient norm before clipping.
+  // Clips the trainable gradients to the global norm (if configured), then
+  // updates the trainable parameters with learning rate `lr`. Returns the
+  // gradient norm before clipping.
   double step(T* params, T* grads, double lr);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
-  T* exp_avg() { return m_.data(); }
-  T* exp_avg_sq() { return v_.data(); }
+  bool has_state(int tensor) const { return offset_[tensor] >= 0; }
+  // First and second moments of a trainable tensor (backend memory).
+  T* exp_avg(int tensor) { return m_.data() + offset_[tensor]; }
+  T* exp_avg_sq(int tensor) { return v_.data() + offset_[tensor]; }
+  int64_t state_elements() const { return int64_t(m_.size()); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
   ops::Backend<T>& be_;
   const ParamLayout& layout_;
   AdamWConfig cfg_;
+  std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 when frozen
   ops::DeviceBuffer<T> m_, v_;
   int64_t step_ = 0;
 };

@@ -11,7 +11,9 @@
 // base's, key by key; bases may chain (cycles are an error). `--set
 // section.key=value` overrides come last; the value is read as a TOML value
 // (`--set training.steps=100`, `--set run.name="x"`), and a value that is not
-// valid TOML is taken as a bare string (`--set run.name=x`).
+// valid TOML is taken as a bare string (`--set run.name=x`). A string key
+// takes the text as written even when it parses as another type
+// (`--set run.name=2024` is the string "2024").
 //
 // The resolved recipe (every schema key with its final value, defaults
 // included) prints as TOML with to_toml(); Recipe::from_string(to_toml())
@@ -49,6 +51,8 @@ class Recipe {
                             const std::vector<std::string>& sets = {},
                             const std::string& base_dir = ".");
 
+  // The accessors that take a key throw strata::Error for one not in the schema (a
+  // programming error in the caller, reported with a did-you-mean).
   // True when the key has a value (given, or a default exists).
   bool has(const std::string& path) const;
   // True when the key was given by a recipe file or --set (not a default).
@@ -61,10 +65,12 @@ class Recipe {
   std::string get_string(const std::string& path) const;
   std::vector<std::string> get_strings(const std::string& path) const;
 
-  // Where the value came from: "recipes/x.toml:12", "--set", or "default".
+  // Where the value came from: "recipes/x.toml:12", "--set", or "default"
+  // ("unset" for a key without a value).
   std::string where(const std::string& path) const;
   // Throws strata::Error("<where>: <path>: <message>") for a value that is
-  // well-typed but unacceptable (e.g. a negative step count).
+  // well-typed but unacceptable (e.g. a negative step count). For an unset
+  // key <where> is the recipe file.
   [[noreturn]] void fail(const std::string& path, const std::string& message) const;
 
   // The resolved recipe as TOML: one table per section in schema order, every

@@ -1,0 +1,43 @@
+// Recipe-driven training: pretraining from scratch, continual pretraining
+// (model.init_from a checkpoint) and SFT (data.kind = "sft"), with gradient
+// accumulation, freezing, periodic validation, atomic checkpoints with exact
+// resume, metrics.jsonl and progress output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/recipe.h"
+
+namespace strata {
+
+// Every key a training recipe may set, with defaults and one-line help.
+const std::vector<KeySpec>& train_recipe_schema();
+
+struct TrainResult {
+  std::string run_dir;
+  int64_t steps_done = 0;          // optimizer steps completed in total (including resumed ones)
+  double last_loss = 0;            // training loss of the last step
+  double last_val_loss = -1;       // validation loss of the last evaluation (-1: none)
+  double tokens_per_s = 0;         // mean training throughput of this invocation
+  std::string last_checkpoint;     // "" when none was written
+  std::vector<double> losses;      // training loss of every step run by this invocation
+  bool interrupted = false;        // stopped by SIGINT/SIGTERM after saving a checkpoint
+};
+
+// Runs the recipe. Progress goes to stderr; metrics to <run.dir>/metrics.jsonl.
+// Throws strata::Error on bad input (recipe, data, checkpoint) before any
+// training step, with a one-line message naming the file and key.
+TrainResult train(const Recipe& recipe);
+
+// Resolves `training.trainable` / `training.freeze` patterns to a per-tensor
+// mask. Patterns are globs over tensor names ("model.layers.*.mlp.*",
+// "lm_head.weight") or layer ranges "layers:A-B" (inclusive; "layers:3" for
+// one layer). A pattern matching nothing is an error (`where` prefixes it).
+std::vector<bool> resolve_trainable(const std::vector<std::string>& tensor_names,
+                                    const std::vector<std::string>& trainable,
+                                    const std::vector<std::string>& freeze,
+                                    const std::string& where);
+
+}  // namespace strata
