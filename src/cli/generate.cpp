@@ -25,7 +25,8 @@ int cmd_generate(int argc, char** argv, int first) {
       .option("seed", "S", "sampling seed", "0")
       .option("tokenizer", "FILE", "sentencepiece model (default: the checkpoint's)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
-      .flag("no-bos", "do not start the sequence with BOS");
+      .flag("no-bos", "do not start the sequence with BOS")
+      .flag("ignore-eos", "keep generating after the end-of-sequence token");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
@@ -50,7 +51,7 @@ int cmd_generate(int argc, char** argv, int first) {
   g.sampling.top_k = args.get_int("top-k");
   g.sampling.top_p = args.get_double("top-p");
   g.sampling.seed = uint64_t(args.get_int("seed"));
-  g.eos_id = tok.eos_id();
+  g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
 
   std::fputs(args.get("prompt").c_str(), stdout);
   std::fflush(stdout);
@@ -58,7 +59,7 @@ int cmd_generate(int argc, char** argv, int first) {
   std::string shown;
   Timer timer;
   generate_simple(*model, ids, g, [&](int32_t t) {
-    if (t == g.eos_id) return;
+    if (t == tok.eos_id() && !args.has("ignore-eos")) return;
     out.push_back(t);
     // Decode the whole continuation and print what is new, so multi-byte
     // characters split over byte-fallback tokens come out whole.

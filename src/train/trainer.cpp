@@ -332,7 +332,7 @@ void setup_data(Run& run) {
                    ": data.tokenizer is needed to prepare ", dir);
       log::info("data: preparing ", dir, " from ", inputs.size(), " file(s)");
       PrepareOptions p;
-      p.tokenizer = r.get_string("data.tokenizer");
+      p.tokenizer = run.dir + "/tokenizer.model";  // the run's tokenizer, wherever it came from
       p.inputs = inputs;
       p.out_dir = dir;
       p.doc_split = r.get_string("data.doc_split");
@@ -463,6 +463,8 @@ void setup(Run& run) {
   } else if (!info.tokenizer.empty()) {
     run.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, source));
   }
+
+  if (run.tokenizer) write_text_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
 
   // Model.
   LlamaConfig cfg;
