@@ -200,6 +200,45 @@ TEST(Model, RejectsBadShapesAndTokens) {
   EXPECT_THROW(m->backward(1.0), Error) << "backward before a successful forward";
 }
 
+TEST(Model, Bf16MatmulsTrackFp32AndStillLearn) {
+  LlamaConfig c = tiny_config(false, 2);
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.initializer_range = 0.1;
+  auto m = make_model<float>(c);
+  const Batch b = make_batch(4, 16, c.vocab_size, 19);
+  const int64_t n = int64_t(b.B) * b.T - 1;
+  m->zero_grad();
+  const double l32 = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
+  const auto g32 = grads_of(*m);
+  m->backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  m->zero_grad();
+  const double l16 = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
+  const auto g16 = grads_of(*m);
+  EXPECT_NEAR(l16, l32, 1e-2 * l32);
+  EXPECT_NE(l16, l32) << "bf16 path did not run";
+  double dot = 0, n32 = 0, n16 = 0;  // gradients point the same way
+  for (size_t i = 0; i < g32.size(); ++i) {
+    dot += double(g32[i]) * g16[i];
+    n32 += double(g32[i]) * g32[i];
+    n16 += double(g16[i]) * g16[i];
+  }
+  EXPECT_GT(dot / std::sqrt(n32 * n16), 0.99);
+  AdamWConfig oc;
+  oc.lr = 1e-2;
+  AdamW<float> opt(m->backend(), m->layout(), oc);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    m->zero_grad();
+    last = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
+    if (step == 0) first = last;
+    opt.step(m->params(), m->grads(), oc.lr);
+  }
+  m->backend().set_matmul_precision(ops::MatmulPrecision::FP32);
+  EXPECT_LT(last, 0.5 * first);
+}
+
 TEST(Model, AdamWStepsDriveLossDown) {
   LlamaConfig c = tiny_config(false, 2);
   c.vocab_size = 64;

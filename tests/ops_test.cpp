@@ -60,6 +60,55 @@ TYPED_TEST(OpsTest, GemmAllTransposesAlphaBetaLeadingDims) {
       }
 }
 
+// bf16 matmuls: operands rounded to bfloat16, fp32 accumulation. The error
+// against the exact product stays at bf16's precision (8-bit mantissa).
+TEST(Ops, GemmBf16CloseToExactInAllTransposes) {
+  const int M = 67, N = 45, K = 130;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (double beta : {0.0, 1.0}) {
+        const int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+        auto A = random_vec<double>(int64_t(ta ? K : M) * lda, 41);
+        auto B = random_vec<double>(int64_t(tb ? N : K) * ldb, 42);
+        auto C = random_vec<double>(int64_t(M) * ldc, 43);
+        ref::Vec want = C;
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double acc = 0;
+            for (int k = 0; k < K; ++k)
+              acc += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            want[i * ldc + j] = 0.5 * acc + beta * C[i * ldc + j];
+          }
+        auto a = cast_vec<float>(A), b = cast_vec<float>(B), c = cast_vec<float>(C);
+        cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+        cpu::gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, float(beta), c.data(), ldc);
+        cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
+        // K random products of two values each rounded by up to 2^-9: the sum's
+        // error is ~sqrt(K) * 2^-8 * |a||b|, about 1% of the result's scale.
+        expect_close(c, want, 2e-2, 0, cat("bf16 gemm ta=", ta, " tb=", tb, " beta=", beta));
+        // And it is not exact: the bf16 path really ran.
+        double diff = 0;
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) diff = std::max(diff, std::fabs(double(c[i * ldc + j]) - want[i * ldc + j]));
+        EXPECT_GT(diff, 1e-5);
+        // Padding beyond N in C is untouched.
+        for (int i = 0; i < M; ++i)
+          for (int j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], float(C[i * ldc + j]));
+      }
+}
+
+TEST(Ops, Bf16ConversionRoundsToNearestEven) {
+  const std::vector<float> x = {1.0f, -2.5f, 1.00390625f /* 1 + 2^-8: tie, to even */,
+                                1.01171875f /* 1 + 3*2^-8: tie, up to even */, 3.14159265f};
+  std::vector<uint16_t> b(x.size());
+  cpu::float_to_bf16(b.data(), x.data(), int64_t(x.size()));
+  EXPECT_EQ(cpu::bf16_to_float(b[0]), 1.0f);
+  EXPECT_EQ(cpu::bf16_to_float(b[1]), -2.5f);
+  EXPECT_EQ(cpu::bf16_to_float(b[2]), 1.0f);
+  EXPECT_EQ(cpu::bf16_to_float(b[3]), 1.015625f);
+  EXPECT_NEAR(cpu::bf16_to_float(b[4]), 3.14159265f, 3.14159265f / 256);
+}
+
 TYPED_TEST(OpsTest, SmallGemmMatchesNaiveOnEdgeShapes) {
   using T = TypeParam;
   for (int M : {1, 4, 7, 64})

@@ -220,6 +220,8 @@ int bench_model(int argc, char** argv, int first) {
       .option("seq", "T", "sequence length (0: the model's default)", "0")
       .option("vocab", "V", "vocabulary size", "32000")
       .option("steps", "S", "timed steps", "5")
+      .flag("bf16", "bf16 matmuls with fp32 accumulation (training.precision = \"bf16\")")
+      .flag("tied", "tie the embedding and the LM head")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
@@ -235,9 +237,11 @@ int bench_model(int argc, char** argv, int first) {
   cfg.num_attention_heads = bm.H;
   cfg.num_key_value_heads = bm.Hkv;
   cfg.max_position_embeddings = bm.T;
+  cfg.tie_word_embeddings = args.has("tied");
   cfg.finalize();
   Model<float> model(cfg, ops::make_cpu_backend<float>());
   model.init_weights(1);
+  if (args.has("bf16")) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const int64_t N = int64_t(bm.B) * bm.T;
   std::vector<int32_t> tokens(N), targets(N);
   for (int64_t i = 0; i < N; ++i) {
@@ -245,8 +249,9 @@ int bench_model(int argc, char** argv, int first) {
     targets[i] = int32_t((i * 104729 + 1) % cfg.vocab_size);
   }
   const int steps = std::max(1, args.get_int("steps"));
-  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads\n", bm.name.c_str(),
-              double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size, num_threads());
+  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls\n",
+              bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
+              num_threads(), args.has("bf16") ? "bf16" : "fp32");
   auto step = [&] {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));

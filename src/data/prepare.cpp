@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "core/sha256.h"
@@ -32,17 +33,6 @@ namespace fs = std::filesystem;
 // Philox purpose word for the train/val assignment.
 constexpr uint32_t kSplitPurpose = 0x56414c31u;  // "VAL1"
 
-std::string read_input(const std::string& path) {
-  std::error_code ec;
-  STRATA_CHECK(fs::exists(path, ec), "input ", path, ": no such file");
-  STRATA_CHECK(fs::is_regular_file(path, ec), "input ", path, ": not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  STRATA_CHECK(in, "input ", path, ": cannot open for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  STRATA_CHECK(!in.bad(), "input ", path, ": read error");
-  return ss.str();
-}
 
 bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
@@ -212,7 +202,7 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
   std::vector<std::string> hashes;
   std::vector<int64_t> doc_counts;
   for (const auto& path : o.inputs) {
-    const std::string text = read_input(path);
+    const std::string text = read_file(path, "input");
     total_bytes += text.size();
     hashes.push_back(sha256_hex(text));
     const int64_t n = int64_t(split_documents(path, text, o).size());
@@ -264,7 +254,7 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
   for (size_t f = 0; f < o.inputs.size(); ++f) {
     const std::string& path = o.inputs[f];
     Timer file_timer;
-    const std::string text = read_input(path);
+    const std::string text = read_file(path, "input");
     const std::vector<std::string> docs = split_documents(path, text, o);
     STRATA_CHECK(sha256_hex(text) == hashes[f] && int64_t(docs.size()) == doc_counts[f], "input ",
                  path, ": changed while it was being prepared");
@@ -305,17 +295,7 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
 
   // meta.json last, atomically: a directory with meta.json is a complete dataset.
   const fs::path meta_path = fs::path(o.out_dir) / "meta.json";
-  const std::string tmp = meta_path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    STRATA_CHECK(out, "data prepare: cannot write ", tmp);
-    out << meta.to_json().dump(2) << "\n";
-    out.close();
-    STRATA_CHECK(out, "data prepare: write error on ", tmp, " (disk full?)");
-  }
-  fs::rename(tmp, meta_path, ec);
-  STRATA_CHECK(!ec, "data prepare: cannot rename ", tmp, " to ", meta_path.string(), ": ",
-               ec.message());
+  write_file_atomic(meta_path.string(), meta.to_json().dump(2) + "\n");
   const double secs = std::max(timer.seconds(), 1e-9);
   log::info("data: wrote ", o.out_dir, ": train ", with_commas(meta.train.tokens), " tokens / ",
             with_commas(meta.train.documents), " documents in ", meta.train.shards.size(),

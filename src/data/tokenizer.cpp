@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/timer.h"
@@ -24,19 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Reads a whole file; throws naming it when it cannot be read.
-std::string read_file_bytes(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  STRATA_CHECK(fs::exists(path, ec), what, " ", path, ": no such file");
-  STRATA_CHECK(!fs::is_directory(path, ec), what, " ", path, ": is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  STRATA_CHECK(in, what, " ", path, ": cannot open for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  STRATA_CHECK(!in.bad(), what, " ", path, ": read error");
-  return ss.str();
-}
-
 // Sentencepiece status messages can span lines; keep errors one line.
 std::string one_line(std::string s) {
   for (char& c : s)
@@ -44,24 +32,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// Writes `bytes` to a temporary name next to `path`, then renames it into place.
-void write_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    STRATA_CHECK(out, "tokenizer train: cannot write ", tmp);
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    out.close();
-    std::error_code ec;
-    if (!out) {
-      fs::remove(tmp, ec);
-      fail(cat("tokenizer train: write error on ", tmp, " (disk full?)"));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  STRATA_CHECK(!ec, "tokenizer train: cannot rename ", tmp, " to ", path, ": ", ec.message());
-}
 
 // The random seed sentencepiece's trainer uses for sentence sampling and
 // shuffling. Fixed, so a training run is reproducible.
@@ -70,7 +40,7 @@ constexpr unsigned int kTrainSeed = 20240607u;
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  return from_bytes(read_file_bytes(path, "tokenizer"), path);
+  return from_bytes(read_file(path, "tokenizer"), path);
 }
 
 Tokenizer Tokenizer::from_bytes(const std::string& model_bytes, const std::string& name) {
@@ -210,7 +180,7 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
                one_line(status.ToString()));
   // Check that the result loads before it replaces anything.
   Tokenizer tok = Tokenizer::from_bytes(model_bytes, o.out);
-  write_atomically(o.out, model_bytes);
+  write_file_atomic(o.out, model_bytes);
   // The .vocab file, as sentencepiece writes it: piece <TAB> score, one per line.
   sentencepiece::SentencePieceProcessor sp;
   STRATA_CHECK(sp.LoadFromSerializedProto(model_bytes).ok(), "tokenizer ", o.out,
@@ -221,7 +191,7 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
     std::snprintf(score, sizeof score, "%g", double(sp.GetScore(id)));
     vocab += sp.IdToPiece(id) + "\t" + score + "\n";
   }
-  write_atomically(vocab_out.string(), vocab);
+  write_file_atomic(vocab_out.string(), vocab);
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f", timer.seconds());
   log::info("tokenizer: wrote ", o.out, " (vocab ", tok.vocab_size(), ", ",

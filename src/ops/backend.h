@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
 
 namespace strata::ops {
 
 using AdamWStep = cpu::AdamWStep;
+using MatmulPrecision = cpu::MatmulPrecision;
 constexpr int32_t kIgnoreIndex = cpu::kIgnoreIndex;
 
 template <typename T>
@@ -29,6 +31,10 @@ class Backend {
   virtual void copy(T* dst, const T* src, int64_t n) = 0;
   virtual void to_host(T* host_dst, const T* src, int64_t n) = 0;
   virtual void from_host(T* dst, const T* host_src, int64_t n) = 0;
+
+  // Matmul precision of the linear layers and the LM head (FP32, or BF16 with
+  // fp32 accumulation and master weights). On the CPU this is process-wide.
+  virtual void set_matmul_precision(MatmulPrecision p) = 0;
 
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C,
                                  int V) = 0;

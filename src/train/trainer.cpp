@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -76,6 +77,8 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"training.seq_len", K::Int, "256", "tokens per sequence"},
       {"training.grad_accum_steps", K::Int, "1", "micro-batches per optimizer step"},
       {"training.grad_clip", K::Float, "1.0", "max global gradient norm (0: off)"},
+      {"training.precision", K::String, "\"fp32\"",
+       "fp32, or bf16 (matmuls in bfloat16, fp32 accumulation and master weights)"},
       {"training.trainable", K::StringList, "[]",
        "only these tensors train (globs or layers:A-B; empty: all)"},
       {"training.freeze", K::StringList, "[]", "these tensors do not train (globs or layers:A-B)"},
@@ -207,16 +210,6 @@ std::vector<std::string> expand_globs(const std::vector<std::string>& patterns,
   return out;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    STRATA_CHECK(f.good(), "cannot write ", tmp);
-    f << text;
-    STRATA_CHECK(f.good(), "error writing ", tmp);
-  }
-  fs::rename(tmp, path);
-}
 
 // Keeps only the lines of metrics.jsonl with step <= last_step (resume).
 void truncate_metrics(const std::string& path, int64_t last_step) {
@@ -230,7 +223,7 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
       // a torn last line from a crash: drop it
     }
   }
-  write_text_atomic(path, kept);
+  write_file_atomic(path, kept);
 }
 
 LlamaConfig model_config_from_recipe(const Recipe& r, const Tokenizer* tok, int seq_len) {
@@ -438,7 +431,7 @@ void setup(Run& run) {
   run.dir = r.get_string("run.dir").empty() ? "runs/" + r.get_string("run.name")
                                             : r.get_string("run.dir");
   fs::create_directories(run.dir);
-  write_text_atomic(run.dir + "/recipe.toml", r.to_toml());
+  write_file_atomic(run.dir + "/recipe.toml", r.to_toml());
   run.metrics_path = run.dir + "/metrics.jsonl";
 
   // Where the weights come from: a checkpoint of this run (resume), another
@@ -464,7 +457,7 @@ void setup(Run& run) {
     run.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, source));
   }
 
-  if (run.tokenizer) write_text_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
+  if (run.tokenizer) write_file_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
 
   // Model.
   LlamaConfig cfg;
@@ -488,6 +481,11 @@ void setup(Run& run) {
     r.fail("training.seq_len", cat(run.seq_len, " exceeds the model's max_position_embeddings (",
                                    cfg.max_position_embeddings, ")"));
   run.model = std::make_unique<Model<float>>(cfg, plan, ops::make_cpu_backend<float>());
+  const std::string precision = r.get_string("training.precision");
+  if (precision != "fp32" && precision != "bf16")
+    r.fail("training.precision", cat("unknown precision '", precision, "' (fp32 or bf16)"));
+  run.model->backend().set_matmul_precision(precision == "bf16" ? ops::MatmulPrecision::BF16
+                                                                 : ops::MatmulPrecision::FP32);
   if (reader)
     reader->read("params", param_refs(*run.model));
   else
@@ -539,7 +537,8 @@ void setup(Run& run) {
   log::info("model: ", cfg.num_hidden_layers, " layers, hidden ", cfg.hidden_size, ", heads ",
             cfg.num_attention_heads, "/", cfg.num_key_value_heads, ", vocab ", cfg.vocab_size, ", ",
             human_count(double(cfg.num_parameters())), " parameters (",
-            human_count(double(n_train)), " trainable), plan ", plan.to_string());
+            human_count(double(n_train)), " trainable), plan ", plan.to_string(), ", ",
+            precision, " matmuls");
 }
 
 double evaluate(Run& run, int batches) {
@@ -698,7 +697,7 @@ TrainResult train(const Recipe& recipe) {
     const auto out = generate_simple(*run.model, ids, g);
     const std::string text = prompt + run.tokenizer->decode(out);
     std::fprintf(stderr, "sample (temperature %.2f):\n%s\n", g.sampling.temperature, text.c_str());
-    write_text_atomic(run.dir + "/sample.txt", text + "\n");
+    write_file_atomic(run.dir + "/sample.txt", text + "\n");
   }
   log::info("done: ", run.step, " steps, last loss ", result.last_loss,
             result.last_val_loss >= 0 ? cat(", val_loss ", result.last_val_loss) : std::string(),

@@ -28,6 +28,7 @@ class CpuBackend final : public Backend<T> {
       std::memcpy(dst + i, src + i, sizeof(T) * size_t(std::min<int64_t>(4096, n - i)));
   }
   void to_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
+  void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
   void from_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
 
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C,

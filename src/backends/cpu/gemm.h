@@ -16,4 +16,26 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// Precision of float GEMMs (double GEMMs are always exact), like PyTorch's
+// autocast for matmuls: FP32, or BF16, where A and B are rounded to bfloat16
+// (round to nearest even) and multiplied with fp32 accumulation and an fp32
+// result, through oneDNN's matmul primitive (created once per shape, cached).
+// Everything that is not a GEMM stays fp32.
+enum class MatmulPrecision { FP32, BF16 };
+void set_matmul_precision(MatmulPrecision p);
+MatmulPrecision matmul_precision();
+
+// Round-to-nearest-even conversion of n floats to bfloat16 bit patterns
+// (parallel; float_to_bf16_serial is the single-threaded loop).
+void float_to_bf16(uint16_t* dst, const float* src, int64_t n);
+inline void float_to_bf16_serial(uint16_t* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t x;
+    __builtin_memcpy(&x, src + i, 4);
+    dst[i] = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+  }
+}
+float bf16_to_float(uint16_t x);
+
 }  // namespace strata::cpu

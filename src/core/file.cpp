@@ -1,0 +1,45 @@
+#include "core/file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  STRATA_CHECK(fs::exists(path, ec), what, " ", path, ": no such file");
+  STRATA_CHECK(!fs::is_directory(path, ec), what, " ", path, ": is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  STRATA_CHECK(in, what, " ", path, ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  STRATA_CHECK(!in.bad(), what, " ", path, ": read error");
+  return ss.str();
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    STRATA_CHECK(out, "cannot write ", tmp);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      fail(cat("write error on ", tmp, " (disk full?)"));
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    fail(cat("cannot rename ", tmp, " to ", path, ": ", why));
+  }
+}
+
+}  // namespace strata

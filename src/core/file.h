@@ -1,0 +1,17 @@
+// Whole-file reads and atomic whole-file writes with one-line errors.
+#pragma once
+
+#include <string>
+
+namespace strata {
+
+// Reads a regular file. Errors read "<what> <path>: no such file" (or: is a
+// directory / cannot open / read error).
+std::string read_file(const std::string& path, const std::string& what);
+
+// Writes `bytes` to "<path>.tmp", closes it and renames it over `path`, so a
+// reader sees the old file or the new one, never a torn one. Errors name the
+// file; on failure the temporary is removed.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace strata
