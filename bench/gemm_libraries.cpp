@@ -39,13 +39,13 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 std::vector<Shape> training_shapes(int64_t n, int64_t c, int64_t f, int64_t v, int64_t chunk) {
   const int64_t qkv = 3 * c;
   return {
-      {"qkv fwd", false, true, n, qkv, c},   {"o fwd", false, true, n, c, c},
+      {"qkv fwd", false, true, n, qkv, c},      {"o fwd", false, true, n, c, c},
       {"gateup fwd", false, true, n, 2 * f, c}, {"down fwd", false, true, n, c, f},
-      {"head fwd", false, true, chunk, v, c},  {"qkv dx", false, false, n, c, qkv},
-      {"o dx", false, false, n, c, c},        {"gateup dx", false, false, n, c, 2 * f},
-      {"down dx", false, false, n, f, c},     {"head dx", false, false, chunk, c, v},
-      {"qkv dW", true, false, qkv, c, n},     {"o dW", true, false, c, c, n},
-      {"gateup dW", true, false, 2 * f, c, n}, {"down dW", true, false, c, f, n},
+      {"head fwd", false, true, chunk, v, c},   {"qkv dx", false, false, n, c, qkv},
+      {"o dx", false, false, n, c, c},          {"gateup dx", false, false, n, c, 2 * f},
+      {"down dx", false, false, n, f, c},       {"head dx", false, false, chunk, c, v},
+      {"qkv dW", true, false, qkv, c, n},       {"o dW", true, false, c, c, n},
+      {"gateup dW", true, false, 2 * f, c, n},  {"down dW", true, false, c, f, n},
       {"head dW", true, false, v, c, chunk},
   };
 }
@@ -64,8 +64,9 @@ void matmul_primitive(const Shape& s, const float* a, const float* b, float* c) 
   auto key = std::make_tuple(s.ta, s.tb, s.M, s.N, s.K);
   auto it = cache.find(key);
   if (it == cache.end())
-    it = cache.emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(
-                                dnnl::matmul::desc(a_md, b_md, c_md), eng)))
+    it = cache
+             .emplace(key, dnnl::matmul(dnnl::matmul::primitive_desc(
+                               dnnl::matmul::desc(a_md, b_md, c_md), eng)))
              .first;
   dnnl::memory am(a_md, eng, const_cast<float*>(a)), bm(b_md, eng, const_cast<float*>(b)),
       cm(c_md, eng, c);
@@ -91,8 +92,10 @@ int main(int argc, char** argv) {
   int64_t tokens = 4096;
   int repeat = 5;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = std::atol(argv[++i]);
-    else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
+      tokens = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc)
+      repeat = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: gemm_libraries [--tokens N] [--repeat R]\n");
       return 2;
@@ -105,8 +108,8 @@ int main(int argc, char** argv) {
   };
   std::vector<Lib> libs;
   libs.push_back({"onednn-sgemm", [](const Shape& s, const float* a, const float* b, float* c) {
-                    strata::cpu::gemm<float>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a, s.ta ? s.M : s.K, b,
-                                             s.tb ? s.K : s.N, 0.0f, c, s.N);
+                    strata::cpu::gemm<float>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a, s.ta ? s.M : s.K,
+                                             b, s.tb ? s.K : s.N, 0.0f, c, s.N);
                   }});
   libs.push_back({"onednn-matmul", [](const Shape& s, const float* a, const float* b, float* c) {
                     matmul_primitive(s, a, b, c);
@@ -163,7 +166,8 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     std::printf("%-12s", "all");
-    for (size_t li = 0; li < libs.size(); ++li) std::printf(" %16.1f", total_flop / total_t[li] * 1e-9);
+    for (size_t li = 0; li < libs.size(); ++li)
+      std::printf(" %16.1f", total_flop / total_t[li] * 1e-9);
     std::printf("\n");
   }
   return 0;

@@ -76,14 +76,14 @@ std::string error_of(Fn&& fn) {
   return "";
 }
 
-#define EXPECT_ERROR(stmt, ...)                                          \
-  do {                                                                   \
-    const std::string msg_ = error_of([&] { stmt; });                    \
-    EXPECT_FALSE(msg_.empty()) << #stmt " did not throw strata::Error";  \
-    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;               \
+#define EXPECT_ERROR(stmt, ...)                                                      \
+  do {                                                                               \
+    const std::string msg_ = error_of([&] { stmt; });                                \
+    EXPECT_FALSE(msg_.empty()) << #stmt " did not throw strata::Error";              \
+    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;                           \
     for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__}) \
-      EXPECT_NE(msg_.find(part_), std::string::npos)                     \
-          << "error '" << msg_ << "' does not mention '" << part_ << "'"; \
+      EXPECT_NE(msg_.find(part_), std::string::npos)                                 \
+          << "error '" << msg_ << "' does not mention '" << part_ << "'";            \
   } while (0)
 
 // ~150 KB of Jane Austen: training text for the small tokenizers.
@@ -780,7 +780,8 @@ TEST(Sft, RenderMasksEverythingButTheAssistant) {
   // An assistant suffix is trained too.
   ChatTemplate with_suffix;
   with_suffix.assistant_suffix = "\n<|end|>";
-  const SftExample ex2 = SftDataset::render({{"user", "Hi"}, {"assistant", "Hello"}}, tok, with_suffix);
+  const SftExample ex2 =
+      SftDataset::render({{"user", "Hi"}, {"assistant", "Hello"}}, tok, with_suffix);
   const size_t suffix_len = tok.encode("\n<|end|>").size();
   const size_t content_len = tok.encode("Hello").size();
   EXPECT_EQ(std::count(ex2.loss.begin(), ex2.loss.end(), 1), int64_t(content_len + suffix_len + 1));
@@ -919,9 +920,8 @@ TEST(SftLoader, PackingConcatenatesExamples) {
     for (size_t e = 0; e < exs.size() && found < 0; ++e) {
       const size_t n = std::min(exs[e].tokens.size(), stream.size() - pos);
       if (!used[e] && std::equal(exs[e].tokens.begin(), exs[e].tokens.begin() + long(n),
-                                 stream.begin() + long(pos), [](int32_t a, int32_t s) {
-                                   return s == -1 || a == s;
-                                 }))
+                                 stream.begin() + long(pos),
+                                 [](int32_t a, int32_t s) { return s == -1 || a == s; }))
         found = int(e);
     }
     ASSERT_GE(found, 0) << "stream position " << pos << " starts no unused example";
@@ -934,8 +934,8 @@ TEST(SftLoader, PackingConcatenatesExamples) {
   for (int64_t r = 0; r < rows; ++r)
     for (int t = 0; t < T; ++t) {
       const size_t i = size_t(r) * T + t;
-      const int32_t want = loss[i + 1] ? (i + 1 < b.tokens.size() ? b.tokens[i + 1] : b.targets[i])
-                                       : -100;
+      const int32_t want =
+          loss[i + 1] ? (i + 1 < b.tokens.size() ? b.tokens[i + 1] : b.targets[i]) : -100;
       EXPECT_EQ(b.targets[i], want) << "row " << r << " t " << t;
     }
   EXPECT_GT(b.count_targets(), 0);
@@ -962,8 +962,8 @@ TEST(SftLoader, PackingConcatenatesExamples) {
 TEST(Args, RepeatableOption) {
   cli::Args a("strata x", "test");
   a.repeated("input", "FILE", "inputs").option("out", "DIR", "out", "o");
-  const char* argv[] = {"strata", "x", "--input", "a.txt", "--out=d", "--input=b.txt", "--input",
-                        "c.txt"};
+  const char* argv[] = {"strata",        "x",       "--input", "a.txt", "--out=d",
+                        "--input=b.txt", "--input", "c.txt"};
   ASSERT_TRUE(a.parse(8, const_cast<char**>(argv), 2));
   EXPECT_EQ(a.get_all("input"), (std::vector<std::string>{"a.txt", "b.txt", "c.txt"}));
   EXPECT_EQ(a.get("input"), "c.txt");
@@ -994,16 +994,16 @@ std::pair<int, std::string> run_strata(const std::string& args) {
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 TEST(Cli, TokenizerEncodeDecode) {
-  auto [rc, out] = run_strata("tokenizer encode --tokenizer " + quoted(kTok512) +
-                              " --text 'Once upon a time'");
+  auto [rc, out] =
+      run_strata("tokenizer encode --tokenizer " + quoted(kTok512) + " --text 'Once upon a time'");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "403 407 261 378\n");
-  std::tie(rc, out) = run_strata("tokenizer decode --tokenizer " + quoted(kTok512) +
-                                 " --ids '403 407 261 378'");
+  std::tie(rc, out) =
+      run_strata("tokenizer decode --tokenizer " + quoted(kTok512) + " --ids '403 407 261 378'");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "Once upon a time\n");
-  std::tie(rc, out) = run_strata("tokenizer decode --tokenizer " + quoted(kTok512) +
-                                 " --ids '403 x'");
+  std::tie(rc, out) =
+      run_strata("tokenizer decode --tokenizer " + quoted(kTok512) + " --ids '403 x'");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("'x' is not a token id"), std::string::npos) << out;
   std::tie(rc, out) = run_strata("tokenizer encode --tokenizer /nonexistent/t.model --text hi");
@@ -1041,9 +1041,9 @@ TEST(Cli, DataPrepare) {
     text += "Once upon a time there was story " + std::to_string(i) + ".\nThe end.\n\n";
   write_bytes(input, text);
   const std::string out = path_in("cli/ds");
-  auto [rc, log] = run_strata("data prepare --tokenizer " + quoted(kTok512) + " --input " +
-                              quoted(input) + " --out " + quoted(out) +
-                              " --val-fraction 0.2 --seed 3 --eos --shard-tokens 100");
+  auto [rc, log] =
+      run_strata("data prepare --tokenizer " + quoted(kTok512) + " --input " + quoted(input) +
+                 " --out " + quoted(out) + " --val-fraction 0.2 --seed 3 --eos --shard-tokens 100");
   ASSERT_EQ(rc, 0) << log;
   const TokenDataset train = TokenDataset::open(out, "train");
   const TokenDataset val = TokenDataset::open(out, "val");

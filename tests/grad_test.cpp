@@ -45,7 +45,8 @@ TEST(Grad, RmsNorm) {
   };
   Vec out(N * C), rstd(N), dx(N * C, 0.0), dw(C, 0.0);
   cpu::rmsnorm_forward<double>(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
-  cpu::rmsnorm_backward<double>(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+  cpu::rmsnorm_backward<double>(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N,
+                                C);
   expect_gradient(loss, x.data(), N * C, dx.data(), "d x");
   expect_gradient(loss, w.data(), C, dw.data(), "d w");
 }
@@ -61,8 +62,8 @@ TEST(Grad, Linear) {
     return dot(out, R);
   };
   Vec dx(N * IC, 0.0), dw(OC * IC, 0.0), db(OC, 0.0);
-  cpu::linear_backward<double>(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N,
-                               IC, OC, false);
+  cpu::linear_backward<double>(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, IC,
+                               OC, false);
   expect_gradient(loss, x.data(), N * IC, dx.data(), "d x");
   expect_gradient(loss, w.data(), OC * IC, dw.data(), "d w");
   expect_gradient(loss, b.data(), OC, db.data(), "d bias");
@@ -97,10 +98,10 @@ void check_attention(int B, int S, int Hq, int Hkv, int D, int64_t samples) {
   Vec dqkv(qkv.size(), 7.0);  // garbage: the backward overwrites
   cpu::attention_backward<double>(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, S,
                                   Hq, Hkv, D);
-  expect_gradient(loss, qkv.data(), int64_t(qkv.size()), dqkv.data(),
-                  cat("d qkv (B", B, " T", S, " Hq", Hq, " Hkv", Hkv, " D", D, ")"), 1e-6, 1e-5,
-                  samples ? testing::sample_indices(int64_t(qkv.size()), samples, 14)
-                          : std::vector<int64_t>{});
+  expect_gradient(
+      loss, qkv.data(), int64_t(qkv.size()), dqkv.data(),
+      cat("d qkv (B", B, " T", S, " Hq", Hq, " Hkv", Hkv, " D", D, ")"), 1e-6, 1e-5,
+      samples ? testing::sample_indices(int64_t(qkv.size()), samples, 14) : std::vector<int64_t>{});
 }
 
 TEST(Grad, AttentionMha) { check_attention(2, 5, 2, 2, 4, 0); }

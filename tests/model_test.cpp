@@ -53,7 +53,8 @@ struct Batch {
 };
 
 Batch make_batch(int B, int T, int V, uint32_t stream) {
-  Batch b{B, T, random_tokens(int64_t(B) * T, V, stream), random_tokens(int64_t(B) * T, V, stream + 1)};
+  Batch b{B, T, random_tokens(int64_t(B) * T, V, stream),
+          random_tokens(int64_t(B) * T, V, stream + 1)};
   b.targets[1] = ops::kIgnoreIndex;
   return b;
 }
@@ -145,7 +146,8 @@ TEST(Model, CausalAndBatchIndependent) {
   m->forward_logits(b2.tokens.data(), 2, T, changed.data());
   for (int t = 0; t < 2 * T; ++t) {
     double diff = 0;
-    for (int v = 0; v < V; ++v) diff = std::max(diff, std::fabs(full[t * V + v] - changed[t * V + v]));
+    for (int v = 0; v < V; ++v)
+      diff = std::max(diff, std::fabs(full[t * V + v] - changed[t * V + v]));
     if (t < 5 || t >= T) {
       EXPECT_EQ(diff, 0.0) << "position " << t;
     } else if (t == 5) {
@@ -210,11 +212,13 @@ TEST(Model, Bf16MatmulsTrackFp32AndStillLearn) {
   const Batch b = make_batch(4, 16, c.vocab_size, 19);
   const int64_t n = int64_t(b.B) * b.T - 1;
   m->zero_grad();
-  const double l32 = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
+  const double l32 =
+      m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
   const auto g32 = grads_of(*m);
   m->backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   m->zero_grad();
-  const double l16 = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
+  const double l16 =
+      m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 1.0 / n).mean();
   const auto g16 = grads_of(*m);
   EXPECT_NEAR(l16, l32, 1e-2 * l32);
   EXPECT_NE(l16, l32) << "bf16 path did not run";
@@ -264,8 +268,8 @@ TEST(Model, AdamWStepsDriveLossDown) {
   }
   EXPECT_EQ(opt.steps_taken(), 30);
   EXPECT_NEAR(losses.front(), std::log(64.0), 0.1);
-  EXPECT_LT(losses.back(), 0.5 * losses.front()) << "loss did not fall: " << losses.front()
-                                                  << " -> " << losses.back();
+  EXPECT_LT(losses.back(), 0.5 * losses.front())
+      << "loss did not fall: " << losses.front() << " -> " << losses.back();
 }
 
 }  // namespace

@@ -55,8 +55,7 @@ TYPED_TEST(OpsTest, GemmAllTransposesAlphaBetaLeadingDims) {
         auto a = cast_vec<T>(A), b = cast_vec<T>(B), c = cast_vec<T>(C);
         cpu::gemm<T>(ta, tb, M, N, K, T(alpha), a.data(), lda, b.data(), ldb, T(beta), c.data(),
                      ldc);
-        expect_close(c, want, tol<T>(), 0,
-                     cat("gemm ta=", ta, " tb=", tb, " beta=", beta));
+        expect_close(c, want, tol<T>(), 0, cat("gemm ta=", ta, " tb=", tb, " beta=", beta));
       }
 }
 
@@ -76,12 +75,14 @@ TEST(Ops, GemmBf16CloseToExactInAllTransposes) {
           for (int j = 0; j < N; ++j) {
             double acc = 0;
             for (int k = 0; k < K; ++k)
-              acc += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+              acc +=
+                  (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
             want[i * ldc + j] = 0.5 * acc + beta * C[i * ldc + j];
           }
         auto a = cast_vec<float>(A), b = cast_vec<float>(B), c = cast_vec<float>(C);
         cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
-        cpu::gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, float(beta), c.data(), ldc);
+        cpu::gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, float(beta), c.data(),
+                         ldc);
         cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
         // K random products of two values each rounded by up to 2^-9: the sum's
         // error is ~sqrt(K) * 2^-8 * |a||b|, about 1% of the result's scale.
@@ -89,7 +90,8 @@ TEST(Ops, GemmBf16CloseToExactInAllTransposes) {
         // And it is not exact: the bf16 path really ran.
         double diff = 0;
         for (int i = 0; i < M; ++i)
-          for (int j = 0; j < N; ++j) diff = std::max(diff, std::fabs(double(c[i * ldc + j]) - want[i * ldc + j]));
+          for (int j = 0; j < N; ++j)
+            diff = std::max(diff, std::fabs(double(c[i * ldc + j]) - want[i * ldc + j]));
         EXPECT_GT(diff, 1e-5);
         // Padding beyond N in C is untouched.
         for (int i = 0; i < M; ++i)
@@ -116,8 +118,10 @@ TYPED_TEST(OpsTest, SmallGemmMatchesNaiveOnEdgeShapes) {
       for (int K : {1, 5, 48})
         for (bool acc : {false, true}) {
           const int lda = K + 1, ldb = N + 3, ldc = N + 2, ldat = M + 2;
-          auto A = random_vec<double>(int64_t(M) * lda, 4), At = random_vec<double>(int64_t(K) * ldat, 5);
-          auto B = random_vec<double>(int64_t(K) * ldb, 6), C0 = random_vec<double>(int64_t(M) * ldc, 7);
+          auto A = random_vec<double>(int64_t(M) * lda, 4),
+               At = random_vec<double>(int64_t(K) * ldat, 5);
+          auto B = random_vec<double>(int64_t(K) * ldb, 6),
+               C0 = random_vec<double>(int64_t(M) * ldc, 7);
           ref::Vec want = C0, want_t = C0;
           for (int i = 0; i < M; ++i)
             for (int j = 0; j < N; ++j) {
@@ -131,8 +135,10 @@ TYPED_TEST(OpsTest, SmallGemmMatchesNaiveOnEdgeShapes) {
             }
           auto a = cast_vec<T>(A), at = cast_vec<T>(At), b = cast_vec<T>(B);
           auto c = cast_vec<T>(C0), ct = cast_vec<T>(C0);
-          cpu::small_gemm<T, false>(M, N, K, T(0.5), a.data(), lda, b.data(), ldb, c.data(), ldc, acc);
-          cpu::small_gemm<T, true>(M, N, K, T(0.5), at.data(), ldat, b.data(), ldb, ct.data(), ldc, acc);
+          cpu::small_gemm<T, false>(M, N, K, T(0.5), a.data(), lda, b.data(), ldb, c.data(), ldc,
+                                    acc);
+          cpu::small_gemm<T, true>(M, N, K, T(0.5), at.data(), ldat, b.data(), ldb, ct.data(), ldc,
+                                   acc);
           // Padding columns beyond N must be untouched.
           for (int i = 0; i < M; ++i)
             for (int j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], T(C0[i * ldc + j]));
@@ -165,7 +171,8 @@ TYPED_TEST(OpsTest, EmbeddingForwardGathersRowsAndBackwardScatterAdds) {
   auto w = cast_vec<T>(wte);
   std::vector<T> out(N * C);
   cpu::embedding_forward<T>(out.data(), tokens.data(), w.data(), N, C, V);
-  expect_close(out, ref::embedding(tokens, cast_vec<double>(w), C), 0, 0, "embedding forward (exact copy)");
+  expect_close(out, ref::embedding(tokens, cast_vec<double>(w), C), 0, 0,
+               "embedding forward (exact copy)");
 
   auto dout = random_vec<double>(N * C, 2);
   ref::Vec want(V * C, 0.5);
@@ -223,15 +230,19 @@ TYPED_TEST(OpsTest, LinearBackwardAccumulateFlagAndNullGradients) {
   using T = TypeParam;
   const int64_t N = 9;
   const int IC = 7, OC = 5;
-  auto x = cast_vec<T>(random_vec<double>(N * IC, 8)), w = cast_vec<T>(random_vec<double>(OC * IC, 9));
+  auto x = cast_vec<T>(random_vec<double>(N * IC, 8)),
+       w = cast_vec<T>(random_vec<double>(OC * IC, 9));
   auto dy = cast_vec<T>(random_vec<double>(N * OC, 10));
   std::vector<T> dx1(N * IC, T(0)), dx2(N * IC, T(1)), dw(OC * IC, T(0));
-  cpu::linear_backward<T>(dx1.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC, false);
-  cpu::linear_backward<T>(dx2.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC, true);
+  cpu::linear_backward<T>(dx1.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC,
+                          false);
+  cpu::linear_backward<T>(dx2.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, IC, OC,
+                          true);
   for (int64_t i = 0; i < N * IC; ++i) EXPECT_NEAR(double(dx2[i]), double(dx1[i]) + 1.0, 1e-5);
   // Overwrite mode ignores what was in dx.
   std::vector<T> dx3(N * IC, T(123));
-  cpu::linear_backward<T>(dx3.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC, false);
+  cpu::linear_backward<T>(dx3.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC,
+                          false);
   expect_close(dx3, dx1, 0, 0, "dx overwrite");
 }
 
@@ -281,8 +292,8 @@ TYPED_TEST(OpsTest, AttentionMatchesFullSoftmaxReference) {
     auto q = cast_vec<T>(qkv);
     std::vector<T> out(want_out.size()), lse(want_lse.size());
     cpu::attention_forward<T>(out.data(), lse.data(), q.data(), c.B, c.S, c.Hq, c.Hkv, c.D);
-    const std::string name = cat("attention B", c.B, " T", c.S, " Hq", c.Hq,
-                                               " Hkv", c.Hkv, " D", c.D);
+    const std::string name =
+        cat("attention B", c.B, " T", c.S, " Hq", c.Hq, " Hkv", c.Hkv, " D", c.D);
     expect_close(out, want_out, 5 * tol<T>(), 0, name + " out");
     expect_close(lse, want_lse, 5 * tol<T>(), 0, name + " lse");
   }
@@ -337,9 +348,9 @@ TYPED_TEST(OpsTest, HeadCrossEntropyMatchesFullLogitsReference) {
   auto xt = cast_vec<T>(x), wnt = cast_vec<T>(wn), wot = cast_vec<T>(wo);
   std::vector<T> xn(N * C), rstd(N), lse(N), nll(N);
   int64_t n_valid = -1;
-  const double loss = cpu::head_ce_forward<T>(xn.data(), rstd.data(), lse.data(), nll.data(),
-                                              &n_valid, xt.data(), wnt.data(), wot.data(),
-                                              targets.data(), N, C, V, 1e-5);
+  const double loss =
+      cpu::head_ce_forward<T>(xn.data(), rstd.data(), lse.data(), nll.data(), &n_valid, xt.data(),
+                              wnt.data(), wot.data(), targets.data(), N, C, V, 1e-5);
   EXPECT_EQ(n_valid, N - 2);
   EXPECT_NEAR(loss, want.loss_sum, 10 * tol<T>() * want.loss_sum);
   expect_close(nll, want.nll, 10 * tol<T>(), 0, "per-token nll");
@@ -347,7 +358,8 @@ TYPED_TEST(OpsTest, HeadCrossEntropyMatchesFullLogitsReference) {
   EXPECT_EQ(nll[3], T(0));
 
   std::vector<T> logits(N * V), scratch(N * C);
-  cpu::head_logits<T>(logits.data(), scratch.data(), xt.data(), wnt.data(), wot.data(), N, C, V, 1e-5);
+  cpu::head_logits<T>(logits.data(), scratch.data(), xt.data(), wnt.data(), wot.data(), N, C, V,
+                      1e-5);
   expect_close(logits, want.logits, 10 * tol<T>(), 0, "head logits");
 }
 
@@ -357,7 +369,8 @@ TYPED_TEST(OpsTest, HeadCrossEntropyChunkedEqualsUnchunked) {
   const int64_t N = 50;
   const int C = 16, V = 37;
   auto x = cast_vec<T>(random_vec<double>(N * C, 21, 2.0));
-  auto wn = cast_vec<T>(random_vec<double>(C, 22)), wo = cast_vec<T>(random_vec<double>(int64_t(V) * C, 23));
+  auto wn = cast_vec<T>(random_vec<double>(C, 22)),
+       wo = cast_vec<T>(random_vec<double>(int64_t(V) * C, 23));
   auto targets = random_tokens(N, V, 24);
   targets[0] = targets[49] = cpu::kIgnoreIndex;
   struct Out {
@@ -397,7 +410,8 @@ TYPED_TEST(OpsTest, HeadCrossEntropyFusedEqualsForwardThenBackward) {
   const int64_t N = 40;
   const int C = 16, V = 45;
   auto x = cast_vec<T>(random_vec<double>(N * C, 25, 2.0));
-  auto wn = cast_vec<T>(random_vec<double>(C, 26)), wo = cast_vec<T>(random_vec<double>(int64_t(V) * C, 27));
+  auto wn = cast_vec<T>(random_vec<double>(C, 26)),
+       wo = cast_vec<T>(random_vec<double>(int64_t(V) * C, 27));
   auto targets = random_tokens(N, V, 28);
   targets[7] = cpu::kIgnoreIndex;
   for (int64_t chunk : {0, 9}) {
@@ -406,12 +420,11 @@ TYPED_TEST(OpsTest, HeadCrossEntropyFusedEqualsForwardThenBackward) {
     std::vector<T> dx1(N * C, T(0.25)), dwn1(C, T(0)), dwo1(int64_t(V) * C, T(0));
     std::vector<T> dx2 = dx1, dwn2 = dwn1, dwo2 = dwo1;
     int64_t nv1 = 0, nv2 = 0;
-    const double l1 = cpu::head_ce_forward<T>(xn.data(), rstd.data(), lse.data(), nullptr, &nv1,
-                                              x.data(), wn.data(), wo.data(), targets.data(), N,
-                                              C, V, 1e-5);
-    cpu::head_ce_backward<T>(dx1.data(), dwn1.data(), dwo1.data(), x.data(), xn.data(),
-                             rstd.data(), lse.data(), wn.data(), wo.data(), targets.data(), N, C,
-                             V, 0.5);
+    const double l1 =
+        cpu::head_ce_forward<T>(xn.data(), rstd.data(), lse.data(), nullptr, &nv1, x.data(),
+                                wn.data(), wo.data(), targets.data(), N, C, V, 1e-5);
+    cpu::head_ce_backward<T>(dx1.data(), dwn1.data(), dwo1.data(), x.data(), xn.data(), rstd.data(),
+                             lse.data(), wn.data(), wo.data(), targets.data(), N, C, V, 0.5);
     const double l2 = cpu::head_ce_forward_backward<T>(
         dx2.data(), dwn2.data(), dwo2.data(), xn.data(), rstd.data(), &nv2, x.data(), wn.data(),
         wo.data(), targets.data(), N, C, V, 1e-5, 0.5);

@@ -205,10 +205,10 @@ TEST_F(RecipeFiles, BaseChainOverridesKeyByKey) {
         "[model]\n"
         "layers = 4\n");
   const Recipe r = load("child.toml");
-  EXPECT_EQ(r.get_int("model.dim"), 64);         // from the base of the base
-  EXPECT_EQ(r.get_int("model.layers"), 4);       // child over base
-  EXPECT_EQ(r.get_int("training.steps"), 20);    // mid over base
-  EXPECT_EQ(r.get_float("training.lr"), 0.5);    // only in base
+  EXPECT_EQ(r.get_int("model.dim"), 64);       // from the base of the base
+  EXPECT_EQ(r.get_int("model.layers"), 4);     // child over base
+  EXPECT_EQ(r.get_int("training.steps"), 20);  // mid over base
+  EXPECT_EQ(r.get_float("training.lr"), 0.5);  // only in base
   EXPECT_EQ(r.get_string("run.name"), "default-run");
   EXPECT_EQ(r.files(),
             (std::vector<std::string>{path("child.toml"), path("mid.toml"), path("base.toml")}));
@@ -225,9 +225,9 @@ TEST_F(RecipeFiles, BasePathIsRelativeToTheNamingFile) {
   EXPECT_EQ(r.get_int("model.dim"), 32);
   EXPECT_EQ(r.get_int("training.steps"), 7);
   EXPECT_EQ(r.get_string("run.name"), "r");
-  EXPECT_EQ(r.files(), (std::vector<std::string>{path("runs/sub/run.toml"),
-                                                 path("common/extra/more.toml"),
-                                                 path("common/base.toml")}));
+  EXPECT_EQ(r.files(),
+            (std::vector<std::string>{path("runs/sub/run.toml"), path("common/extra/more.toml"),
+                                      path("common/base.toml")}));
 }
 
 TEST_F(RecipeFiles, PathsStayAsTheUserGaveThem) {
@@ -292,10 +292,10 @@ TEST(Recipe, BaseMustBeAString) {
 // ---------------------------------------------------------------------------
 
 TEST(Recipe, SetOverridesAreTyped) {
-  const Recipe r = parse("[model]\ndim = 64\n[training]\nsteps = 5\n",
-                         {"training.steps=100", "training.lr=3e-4", "training.compile=true",
-                          "run.name=\"quoted text\"", "run.tags=[\"x\", \"y\"]",
-                          " model.layers = 12"});
+  const Recipe r =
+      parse("[model]\ndim = 64\n[training]\nsteps = 5\n",
+            {"training.steps=100", "training.lr=3e-4", "training.compile=true",
+             "run.name=\"quoted text\"", "run.tags=[\"x\", \"y\"]", " model.layers = 12"});
   EXPECT_EQ(r.get_int("training.steps"), 100);
   EXPECT_EQ(r.get_float("training.lr"), 3e-4);
   EXPECT_TRUE(r.get_bool("training.compile"));
@@ -415,9 +415,9 @@ TEST(Recipe, DeeperNestingIsRejected) {
             "tables of key = value)");
   EXPECT_EQ(parse_error("[model]\ndim = 1\nsub.x = 1\n").rfind("test.toml:3: model.sub: nested", 0),
             0u);
-  EXPECT_EQ(parse_error("[model]\ndim = 1\nsub = { x = 1 }\n")
-                .rfind("test.toml:3: model.sub: nested", 0),
-            0u);
+  EXPECT_EQ(
+      parse_error("[model]\ndim = 1\nsub = { x = 1 }\n").rfind("test.toml:3: model.sub: nested", 0),
+      0u);
   EXPECT_EQ(parse_error("[[model]]\ndim = 1\n"),
             "test.toml:1: [[model]]: arrays of tables are not allowed (a recipe is [section] "
             "tables of key = value)");
@@ -476,7 +476,9 @@ void expect_same_values(const Recipe& a, const Recipe& b, const std::vector<KeyS
     ASSERT_EQ(a.has(k.path), b.has(k.path));
     if (!a.has(k.path)) continue;
     switch (k.type) {
-      case KeyType::Int: EXPECT_EQ(a.get_int(k.path), b.get_int(k.path)); break;
+      case KeyType::Int:
+        EXPECT_EQ(a.get_int(k.path), b.get_int(k.path));
+        break;
       case KeyType::Float: {
         const double x = a.get_float(k.path), y = b.get_float(k.path);
         if (std::isnan(x)) {
@@ -487,9 +489,15 @@ void expect_same_values(const Recipe& a, const Recipe& b, const std::vector<KeyS
         }
         break;
       }
-      case KeyType::Bool: EXPECT_EQ(a.get_bool(k.path), b.get_bool(k.path)); break;
-      case KeyType::String: EXPECT_EQ(a.get_string(k.path), b.get_string(k.path)); break;
-      case KeyType::StringList: EXPECT_EQ(a.get_strings(k.path), b.get_strings(k.path)); break;
+      case KeyType::Bool:
+        EXPECT_EQ(a.get_bool(k.path), b.get_bool(k.path));
+        break;
+      case KeyType::String:
+        EXPECT_EQ(a.get_string(k.path), b.get_string(k.path));
+        break;
+      case KeyType::StringList:
+        EXPECT_EQ(a.get_strings(k.path), b.get_strings(k.path));
+        break;
     }
   }
 }

@@ -4,16 +4,41 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/philox.h"
 
 namespace strata::testing {
+
+// A fresh directory under /tmp for one test, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/strata_test_XXXXXX";
+    if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
 
 // Uniform in [-scale, scale), reproducible from (seed, stream).
 template <typename T>
@@ -83,8 +108,8 @@ inline void expect_gradient(const std::function<double()>& loss, double* x, int6
     const double numeric = (up - down) / (2 * h);
     const double err = std::fabs(analytic[i] - numeric);
     if (!(err <= tol * std::max(1.0, std::fabs(numeric))) && failures++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << ", numeric "
-                    << numeric << " (|diff| " << err << ")";
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << ", numeric " << numeric
+                    << " (|diff| " << err << ")";
   }
   EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << indices.size()
                          << " gradient entries differ";

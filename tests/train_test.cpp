@@ -26,20 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/strata_train_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path);
@@ -118,9 +105,9 @@ TEST(Schedule, WarmupCosineLinearConstant) {
   s.decay_steps = 14;
   EXPECT_DOUBLE_EQ(s.at(0), 0.25);
   EXPECT_DOUBLE_EQ(s.at(3), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(4), 1.0);                          // decay starts at the peak
-  EXPECT_NEAR(s.at(9), 0.1 + 0.9 * 0.5, 1e-12);            // half way: cosine midpoint
-  EXPECT_DOUBLE_EQ(s.at(14), 0.1);                         // floor
+  EXPECT_DOUBLE_EQ(s.at(4), 1.0);                // decay starts at the peak
+  EXPECT_NEAR(s.at(9), 0.1 + 0.9 * 0.5, 1e-12);  // half way: cosine midpoint
+  EXPECT_DOUBLE_EQ(s.at(14), 0.1);               // floor
   EXPECT_DOUBLE_EQ(s.at(100), 0.1);
   s.kind = "linear";
   EXPECT_NEAR(s.at(9), 1.0 - 0.9 * 0.5, 1e-12);
@@ -133,10 +120,12 @@ TEST(Schedule, WarmupCosineLinearConstant) {
 // ------------------------------------------------------------------- freezing
 
 TEST(Freezing, PatternsAndRanges) {
-  const std::vector<std::string> names = {
-      "model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight",
-      "model.layers.1.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight",
-      "model.norm.weight", "lm_head.weight"};
+  const std::vector<std::string> names = {"model.embed_tokens.weight",
+                                          "model.layers.0.mlp.up_proj.weight",
+                                          "model.layers.1.mlp.up_proj.weight",
+                                          "model.layers.1.self_attn.q_proj.weight",
+                                          "model.norm.weight",
+                                          "lm_head.weight"};
   auto m = resolve_trainable(names, {}, {}, "r");
   EXPECT_EQ(std::count(m.begin(), m.end(), true), 6);
   m = resolve_trainable(names, {"layers:1", "lm_head.weight"}, {}, "r");
@@ -226,7 +215,8 @@ TEST(Train, TinyRecipeLossFallsAndWritesRunDirectory) {
   EXPECT_EQ(r.last_checkpoint, checkpoint_path(dir / "run", 30));
   const auto metrics = read_metrics(dir / "run/metrics.jsonl");
   ASSERT_EQ(metrics.size(), 30u);
-  for (const char* key : {"step", "loss", "lr", "tokens_per_s"}) EXPECT_TRUE(metrics[0].contains(key)) << key;
+  for (const char* key : {"step", "loss", "lr", "tokens_per_s"})
+    EXPECT_TRUE(metrics[0].contains(key)) << key;
   EXPECT_TRUE(metrics.back().contains("val_loss"));
   EXPECT_EQ(metrics.back()["step"], 30);
   // The checkpoint is self-contained: config, recipe, tokenizer, state.
@@ -269,9 +259,10 @@ TEST(Train, ContinualPretrainingStartsFromTheCheckpoint) {
   CheckpointInfo info;
   auto trained = load_model(base.last_checkpoint, &info);
   // A second run initialised from the checkpoint, with a new schedule and its own dir.
-  const TrainResult cont = train(load(tiny_recipe(dir), {
-      "model.init_from=\"" + base.last_checkpoint + "\"", "run.dir=\"" + (dir / "cont") + "\"",
-      "data.tokenizer=\"\"", "training.steps=3", "model.hidden_size=999"}));
+  const TrainResult cont =
+      train(load(tiny_recipe(dir), {"model.init_from=\"" + base.last_checkpoint + "\"",
+                                    "run.dir=\"" + (dir / "cont") + "\"", "data.tokenizer=\"\"",
+                                    "training.steps=3", "model.hidden_size=999"}));
   // Shape keys are ignored with init_from: the checkpoint decides.
   ASSERT_EQ(cont.losses.size(), 3u);
   EXPECT_LT(cont.losses.front(), base.losses.front() - 0.5) << "did not start from trained weights";
@@ -286,13 +277,19 @@ TEST(Train, SftFromCheckpointMasksPromptsAndLearns) {
   std::string jsonl;
   for (int i = 0; i < 40; ++i)
     jsonl += "{\"prompt\": \"Say the word number " + std::to_string(i % 4) +
-             ".\", \"response\": \"" + std::string(i % 4 == 0 ? "apple" : i % 4 == 1 ? "river" : i % 4 == 2 ? "stone" : "cloud") + "\"}\n";
+             ".\", \"response\": \"" +
+             std::string(i % 4 == 0   ? "apple"
+                         : i % 4 == 1 ? "river"
+                         : i % 4 == 2 ? "stone"
+                                      : "cloud") +
+             "\"}\n";
   write_file(dir / "sft.jsonl", jsonl);
-  const TrainResult sft = train(load(tiny_recipe(dir), {
-      "model.init_from=\"" + base.last_checkpoint + "\"", "run.dir=\"" + (dir / "sft") + "\"",
-      "data.kind=sft", "data.sft_train=\"" + (dir / "sft.jsonl") + "\"",
-      "data.sft_val=\"" + (dir / "sft.jsonl") + "\"", "training.steps=40", "optimizer.lr=3e-3",
-      "training.seq_len=64"}));
+  const TrainResult sft = train(
+      load(tiny_recipe(dir),
+           {"model.init_from=\"" + base.last_checkpoint + "\"", "run.dir=\"" + (dir / "sft") + "\"",
+            "data.kind=sft", "data.sft_train=\"" + (dir / "sft.jsonl") + "\"",
+            "data.sft_val=\"" + (dir / "sft.jsonl") + "\"", "training.steps=40",
+            "optimizer.lr=3e-3", "training.seq_len=64"}));
   EXPECT_LT(sft.losses.back(), sft.losses.front() - 2.0) << "SFT loss did not fall";
   EXPECT_GT(sft.last_val_loss, 0);
 }
@@ -346,7 +343,8 @@ TEST(Generate, GreedyIsDeterministicAndStopsAtEos) {
   std::vector<float> logits(4 * 30);
   std::vector<int32_t> seq = {1, 5, 7, a[0]};
   m.forward_logits(seq.data(), 1, 4, logits.data());
-  EXPECT_EQ(a[1], int32_t(std::max_element(logits.begin() + 90, logits.end()) - (logits.begin() + 90)));
+  EXPECT_EQ(a[1],
+            int32_t(std::max_element(logits.begin() + 90, logits.end()) - (logits.begin() + 90)));
   g.eos_id = a[2];
   const auto stopped = generate_simple(m, {1, 5, 7}, g);
   EXPECT_EQ(stopped.size(), size_t(std::find(a.begin(), a.end(), a[2]) - a.begin() + 1));

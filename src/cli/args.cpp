@@ -12,8 +12,7 @@ Args& Args::option(const std::string& name, const std::string& metavar, const st
   return *this;
 }
 
-Args& Args::repeated(const std::string& name, const std::string& metavar,
-                     const std::string& help) {
+Args& Args::repeated(const std::string& name, const std::string& metavar, const std::string& help) {
   opts_.push_back(Opt{name, metavar, help, "", false, false, true, {}});
   return *this;
 }
@@ -54,8 +53,8 @@ bool Args::parse(int argc, char** argv, int first) {
         continue;
       }
       if (!inline_value) {
-        STRATA_CHECK(i + 1 < argc, command_, ": option --", name, " needs a value (",
-                     opt->metavar, ")");
+        STRATA_CHECK(i + 1 < argc, command_, ": option --", name, " needs a value (", opt->metavar,
+                     ")");
         value = argv[++i];
       }
       opt->value = value;

@@ -10,7 +10,8 @@ namespace strata::cli {
 
 class Args {
  public:
-  Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+  Args(std::string command, std::string summary)
+      : command_(std::move(command)), summary_(std::move(summary)) {}
 
   Args& option(const std::string& name, const std::string& metavar, const std::string& help,
                const std::string& default_value = "");

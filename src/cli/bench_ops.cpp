@@ -72,8 +72,8 @@ struct Row {
 
 void print_row(const Row& r) {
   const double rate = r.amount / r.seconds * 1e-9;
-  std::printf("%-18s %-9s %-28s %9.3f ms %9.1f %s\n", r.op.c_str(), r.pass.c_str(),
-              r.shape.c_str(), r.seconds * 1e3, rate, r.flops ? "GFLOP/s" : "GB/s");
+  std::printf("%-18s %-9s %-28s %9.3f ms %9.1f %s\n", r.op.c_str(), r.pass.c_str(), r.shape.c_str(),
+              r.seconds * 1e3, rate, r.flops ? "GFLOP/s" : "GB/s");
   std::fflush(stdout);
 }
 
@@ -87,8 +87,7 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
   const int64_t N = int64_t(m.B) * m.T, C = m.C, F = m.F, V = m.V, D = m.D();
   const int64_t QKV = int64_t(m.H + 2 * m.Hkv) * D, Q = int64_t(m.H) * D;
   std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
-              m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(D), m.V, m.B, m.T, long(N),
-              num_threads());
+              m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(D), m.V, m.B, m.T, long(N), num_threads());
   std::printf("%-18s %-9s %-28s %12s %9s\n", "op", "pass", "shape", "time", "rate");
 
   const int64_t big = std::max({N * 2 * F, N * QKV, V * C, 2 * F * C});
@@ -115,8 +114,8 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
                        Lin{"linear gate|up", C, 2 * F}, Lin{"linear down", F, C}}) {
     const std::string shape = dims({N, l.in}) + " -> " + std::to_string(l.out);
     const double fl = 2.0 * N * l.in * l.out;
-    run(l.name, "fwd", shape, fl, true,
-        [&] { cpu::linear_forward<float>(y.data(), x.data(), w.data(), nullptr, N, int(l.in), int(l.out));
+    run(l.name, "fwd", shape, fl, true, [&] {
+      cpu::linear_forward<float>(y.data(), x.data(), w.data(), nullptr, N, int(l.in), int(l.out));
     });
     run(l.name, "bwd", shape, 2 * fl, true, [&] {
       cpu::linear_backward<float>(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N,
@@ -126,9 +125,8 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
 
   Buffer<float> rstd(N), wn(C);
   for (int64_t i = 0; i < C; ++i) wn[i] = 1.0f;
-  run("rmsnorm", "fwd", dims({N, C}), 2.0 * N * C * sz, false, [&] {
-    cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), wn.data(), N, int(C), 1e-5);
-  });
+  run("rmsnorm", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
+      [&] { cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), wn.data(), N, int(C), 1e-5); });
   run("rmsnorm", "bwd", dims({N, C}), 3.0 * N * C * sz, false, [&] {
     cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), wn.data(), rstd.data(), N,
                           int(C));
@@ -205,8 +203,8 @@ double step_flops(const LlamaConfig& c, int B, int T) {
   const double C = c.hidden_size, F = c.intermediate_size;
   const double per_layer = C * c.qkv_dim() + double(c.q_dim()) * C + 3 * C * F;
   const double matrices = c.num_hidden_layers * per_layer + double(c.vocab_size) * C;
-  const double attn = 2.0 * 2.0 * c.num_attention_heads * c.head_dim *
-                      (double(T) * (T + 1) / 2) * B * c.num_hidden_layers;
+  const double attn = 2.0 * 2.0 * c.num_attention_heads * c.head_dim * (double(T) * (T + 1) / 2) *
+                      B * c.num_hidden_layers;
   return 6 * N * matrices + 3 * attn;  // model FLOPs: backward counted as 2x forward
 }
 
@@ -228,7 +226,7 @@ int bench_model(int argc, char** argv, int first) {
   BenchModel bm = bench_models(args.get("model"), args.get_int("tokens")).front();
   if (args.get_int("seq") > 0) bm.T = args.get_int("seq");
   bm.B = args.get_int("batch") > 0 ? args.get_int("batch")
-                                    : std::max(1, args.get_int("tokens") / bm.T);
+                                   : std::max(1, args.get_int("tokens") / bm.T);
   LlamaConfig cfg;
   cfg.vocab_size = args.get_int("vocab");
   cfg.hidden_size = bm.C;
@@ -271,7 +269,8 @@ int cmd_bench(int argc, char** argv, int first) {
       "  ops     per-op GFLOP/s or GB/s on the shapes of a 6L-288 and a 12L-768 model\n"
       "  model   whole training steps: ms/step, tokens/s, GFLOP/s\n\n"
       "see strata bench <ops|model> --help\n";
-  STRATA_CHECK(first < argc, "strata bench: which benchmark? (ops or model; see strata bench --help)");
+  STRATA_CHECK(first < argc,
+               "strata bench: which benchmark? (ops or model; see strata bench --help)");
   if (std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
     std::fputs(usage.c_str(), stdout);
     return 0;

@@ -58,19 +58,20 @@ int data_prepare(int argc, char** argv, int first) {
                ": unknown --doc-split '", o.doc_split, "' (choose paragraph, line or file)");
   o.jsonl_field = args.get("jsonl-field");
   o.val_fraction = args.get_double("val-fraction");
-  STRATA_CHECK(o.val_fraction >= 0 && o.val_fraction <= 1, cmd, ": --val-fraction ",
-               o.val_fraction, " must be in [0, 1]");
+  STRATA_CHECK(o.val_fraction >= 0 && o.val_fraction <= 1, cmd, ": --val-fraction ", o.val_fraction,
+               " must be in [0, 1]");
   o.seed = get_u64(args, "seed", cmd);
   o.add_bos = !args.has("no-bos");
   o.add_eos = args.has("eos");
   o.shard_tokens = int64_t(get_u64(args, "shard-tokens", cmd));
   STRATA_CHECK(o.shard_tokens > 0, cmd, ": --shard-tokens must be positive");
   const DatasetMeta meta = prepare_dataset(o);
-  std::printf("%s: train %lld tokens (%lld documents, %zu shards), val %lld tokens (%lld "
-              "documents, %zu shards)\n",
-              o.out_dir.c_str(), (long long)meta.train.tokens, (long long)meta.train.documents,
-              meta.train.shards.size(), (long long)meta.val.tokens, (long long)meta.val.documents,
-              meta.val.shards.size());
+  std::printf(
+      "%s: train %lld tokens (%lld documents, %zu shards), val %lld tokens (%lld "
+      "documents, %zu shards)\n",
+      o.out_dir.c_str(), (long long)meta.train.tokens, (long long)meta.train.documents,
+      meta.train.shards.size(), (long long)meta.val.tokens, (long long)meta.val.documents,
+      meta.val.shards.size());
   return 0;
 }
 

@@ -13,9 +13,10 @@
 namespace strata::cli {
 
 int cmd_generate(int argc, char** argv, int first) {
-  Args args("strata generate",
-            "Continues a prompt with a trained model. Temperature 0 is greedy decoding. The text is "
-            "streamed to stdout; a summary (tokens, tokens/s) goes to stderr.");
+  Args args(
+      "strata generate",
+      "Continues a prompt with a trained model. Temperature 0 is greedy decoding. The text is "
+      "streamed to stdout; a summary (tokens, tokens/s) goes to stderr.");
   args.option("checkpoint", "FILE", "checkpoint (.h5) to load")
       .option("prompt", "TEXT", "text to continue", "")
       .option("max-new-tokens", "N", "tokens to generate", "64")

@@ -37,27 +37,35 @@ std::string cpu_summary() {
     }
   }
   std::string out = model + "; SIMD:";
-  for (const char* f : {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
+  for (const char* f :
+       {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
     if (flags.count(f)) out += std::string(" ") + f;
   return out;
 }
 
 const char* isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
   }
 }
 
 }  // namespace
 
 int cmd_info(int argc, char** argv, int first) {
-  Args args("strata info", "Prints the build configuration, thread count, CPU features, the GEMM "
-                           "library and CUDA devices.");
+  Args args("strata info",
+            "Prints the build configuration, thread count, CPU features, the GEMM "
+            "library and CUDA devices.");
   args.option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
@@ -69,7 +77,8 @@ int cmd_info(int argc, char** argv, int first) {
 #else
   std::printf("build:   debug\n");
 #endif
-  std::printf("threads: %d (OpenMP; OMP_NUM_THREADS=%s)\n", num_threads(), omp_env ? omp_env : "unset");
+  std::printf("threads: %d (OpenMP; OMP_NUM_THREADS=%s)\n", num_threads(),
+              omp_env ? omp_env : "unset");
   std::printf("cpu:     %s\n", cpu_summary().c_str());
   std::printf("gemm:    oneDNN %d.%d.%d, kernels for %s\n", v->major, v->minor, v->patch,
               isa_name(dnnl_get_effective_cpu_isa()));

@@ -26,11 +26,16 @@ const char* kUsage =
 
 const char* type_name(KeyType t) {
   switch (t) {
-    case KeyType::Int: return "int";
-    case KeyType::Float: return "float";
-    case KeyType::Bool: return "bool";
-    case KeyType::String: return "string";
-    case KeyType::StringList: return "list";
+    case KeyType::Int:
+      return "int";
+    case KeyType::Float:
+      return "float";
+    case KeyType::Bool:
+      return "bool";
+    case KeyType::String:
+      return "string";
+    case KeyType::StringList:
+      return "list";
   }
   return "?";
 }
@@ -73,7 +78,8 @@ int cmd_train(int argc, char** argv, int first) {
       recipe_path = a;
     }
   }
-  STRATA_CHECK(!recipe_path.empty(), "strata train: missing <recipe.toml> (see strata train --help)");
+  STRATA_CHECK(!recipe_path.empty(),
+               "strata train: missing <recipe.toml> (see strata train --help)");
   const Recipe recipe = Recipe::load(recipe_path, sets, train_recipe_schema());
   if (dry_run) {
     std::fputs(recipe.to_toml().c_str(), stdout);

@@ -27,7 +27,8 @@ std::string cat(const Args&... args) {
 }  // namespace strata
 
 // STRATA_CHECK(cond, parts...): throws strata::Error(cat(parts...)) when cond is false.
-#define STRATA_CHECK(cond, ...)                                     \
-  do {                                                              \
-    if (!(cond)) [[unlikely]] ::strata::fail(::strata::cat(__VA_ARGS__)); \
+#define STRATA_CHECK(cond, ...)                   \
+  do {                                            \
+    if (!(cond)) [[unlikely]]                     \
+      ::strata::fail(::strata::cat(__VA_ARGS__)); \
   } while (0)

@@ -28,7 +28,9 @@ inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, uint32_t k1) {
 }
 
 // Uniform in (0, 1): 24 random bits, never exactly 0 or 1.
-inline float uint_to_unit_float(uint32_t x) { return (float(x >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+inline float uint_to_unit_float(uint32_t x) {
+  return (float(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
 // Uniform in (0, 1) with 53 bits from two words.
 inline double uints_to_unit_double(uint32_t hi, uint32_t lo) {
   const uint64_t bits = (uint64_t(hi) << 21) ^ uint64_t(lo >> 11);

@@ -82,7 +82,10 @@ constexpr uint32_t kPretrainShuffle = 0x50524531u;  // "PRE1"
 class PretrainLoader final : public detail::RowLoader {
  public:
   PretrainLoader(std::shared_ptr<const TokenDataset> data, int seq_len, uint64_t seed, bool shuffle)
-      : RowLoader(seq_len), data_(std::move(data)), seed_(seed), shuffle_(shuffle),
+      : RowLoader(seq_len),
+        data_(std::move(data)),
+        seed_(seed),
+        shuffle_(shuffle),
         windows_((data_->num_tokens() - 1) / seq_len),
         order_([this](int64_t epoch) {
           return detail::shuffled_order(windows_, seed_, kPretrainShuffle, epoch);
@@ -119,8 +122,8 @@ std::unique_ptr<Loader> make_pretrain_loader(std::shared_ptr<const TokenDataset>
                                              uint64_t seed, bool shuffle) {
   STRATA_CHECK(data, "pretrain loader: no dataset");
   STRATA_CHECK(seq_len >= 1, "pretrain loader: sequence length must be positive, got ", seq_len);
-  STRATA_CHECK(data->num_tokens() >= int64_t(seq_len) + 1, "pretrain loader: dataset ",
-               data->dir(), " split '", data->split(), "' has ", data->num_tokens(),
+  STRATA_CHECK(data->num_tokens() >= int64_t(seq_len) + 1, "pretrain loader: dataset ", data->dir(),
+               " split '", data->split(), "' has ", data->num_tokens(),
                " tokens, fewer than sequence length + 1 = ", int64_t(seq_len) + 1);
   return std::make_unique<PretrainLoader>(std::move(data), seq_len, seed, shuffle);
 }

@@ -32,7 +32,7 @@ class Loader {
   virtual nlohmann::json state() const = 0;             // {"epoch": e, "position": p}
   virtual void set_state(const nlohmann::json& s) = 0;  // throws strata::Error on bad state
   virtual int64_t rows_per_epoch() const = 0;
-  virtual std::string describe() const = 0;              // one line for logs
+  virtual std::string describe() const = 0;  // one line for logs
 };
 
 // Pretraining: the split's token stream cut into windows of seq_len + 1 tokens

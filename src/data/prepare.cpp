@@ -33,7 +33,6 @@ namespace fs = std::filesystem;
 // Philox purpose word for the train/val assignment.
 constexpr uint32_t kSplitPurpose = 0x56414c31u;  // "VAL1"
 
-
 bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\f\v") == std::string_view::npos;
 }
@@ -108,8 +107,11 @@ class ShardWriter {
  public:
   ShardWriter(std::string dir, std::string split, SplitMeta& meta, int token_bytes,
               int64_t shard_tokens)
-      : dir_(std::move(dir)), split_(std::move(split)), meta_(meta),
-        token_bytes_(token_bytes), shard_tokens_(shard_tokens) {}
+      : dir_(std::move(dir)),
+        split_(std::move(split)),
+        meta_(meta),
+        token_bytes_(token_bytes),
+        shard_tokens_(shard_tokens) {}
 
   void add(const std::vector<int32_t>& doc) {
     if (!tokens_.empty() && int64_t(tokens_.size() + doc.size()) > shard_tokens_) flush();
@@ -246,8 +248,8 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
   ShardWriter val(o.out_dir, "val", meta.val, meta.token_bytes, o.shard_tokens);
 
   log::info("data: ", o.inputs.size(), " file(s), ", with_commas(total_docs), " documents (",
-            with_commas(n_val), " for val), ", fixed(double(total_bytes) / 1e6, 1), " MB, tokenizer ",
-            o.tokenizer, " (vocab ", meta.vocab_size, ")");
+            with_commas(n_val), " for val), ", fixed(double(total_bytes) / 1e6, 1),
+            " MB, tokenizer ", o.tokenizer, " (vocab ", meta.vocab_size, ")");
 
   // Pass 2: tokenise and write.
   int64_t doc_base = 0;
@@ -283,8 +285,10 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
       file_tokens += int64_t(ids[i].size());
     }
     doc_base += int64_t(docs.size());
-    meta.sources.push_back(
-        {{"path", path}, {"sha256", hashes[f]}, {"bytes", text.size()}, {"documents", docs.size()}});
+    meta.sources.push_back({{"path", path},
+                            {"sha256", hashes[f]},
+                            {"bytes", text.size()},
+                            {"documents", docs.size()}});
     const double secs = std::max(file_timer.seconds(), 1e-9);
     log::info("data: [", f + 1, "/", o.inputs.size(), "] ", path, ": ",
               with_commas(int64_t(docs.size())), " documents, ", with_commas(file_tokens),

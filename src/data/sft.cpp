@@ -72,7 +72,10 @@ std::vector<std::pair<std::string, std::string>> parse_conversation(const nlohma
 class SftRowLoader final : public detail::RowLoader {
  public:
   SftRowLoader(std::shared_ptr<const SftDataset> data, int seq_len, uint64_t seed, int32_t pad)
-      : RowLoader(seq_len), data_(std::move(data)), seed_(seed), pad_(pad),
+      : RowLoader(seq_len),
+        data_(std::move(data)),
+        seed_(seed),
+        pad_(pad),
         order_([this](int64_t epoch) {
           return detail::shuffled_order(int64_t(data_->examples().size()), seed_, kSftShuffle,
                                         epoch);
@@ -91,8 +94,8 @@ class SftRowLoader final : public detail::RowLoader {
     const int64_t n = std::min<int64_t>(int64_t(ex.tokens.size()), int64_t(seq_len_) + 1);
     for (int t = 0; t < seq_len_; ++t) {
       tokens[t] = t < n ? ex.tokens[size_t(t)] : pad_;
-      targets[t] = t + 1 < n && ex.loss[size_t(t) + 1] ? ex.tokens[size_t(t) + 1]
-                                                       : cpu::kIgnoreIndex;
+      targets[t] =
+          t + 1 < n && ex.loss[size_t(t) + 1] ? ex.tokens[size_t(t) + 1] : cpu::kIgnoreIndex;
     }
   }
 
@@ -114,8 +117,12 @@ class SftPackedLoader final : public detail::RowLoader {
  public:
   SftPackedLoader(std::shared_ptr<const SftDataset> data, int seq_len, uint64_t seed,
                   int64_t total_tokens)
-      : RowLoader(seq_len), data_(std::move(data)), seed_(seed), total_(total_tokens),
-        windows_((total_tokens - 1) / seq_len), stream_([this](int64_t epoch) {
+      : RowLoader(seq_len),
+        data_(std::move(data)),
+        seed_(seed),
+        total_(total_tokens),
+        windows_((total_tokens - 1) / seq_len),
+        stream_([this](int64_t epoch) {
           PackedStream s;
           s.tokens.reserve(size_t(total_));
           s.loss.reserve(size_t(total_));

@@ -75,8 +75,9 @@ void read_shard_checked(const std::string& path, std::vector<int32_t>& tokens,
   const uint64_t docs = load_le<uint64_t>(p + 24);
   // Sizes that cannot fit in the file are rejected before any multiplication overflows.
   const uint64_t body = data.size() - kHeaderBytes;
-  STRATA_CHECK(count <= body / width && docs < body / 8, "shard ", path, ": truncated (header says ",
-               count, " tokens and ", docs, " documents, file has ", data.size(), " bytes)");
+  STRATA_CHECK(count <= body / width && docs < body / 8, "shard ", path,
+               ": truncated (header says ", count, " tokens and ", docs, " documents, file has ",
+               data.size(), " bytes)");
   const uint64_t expected = kHeaderBytes + count * width + (docs + 1) * 8;
   STRATA_CHECK(data.size() >= expected, "shard ", path, ": truncated (", data.size(),
                " bytes, expected ", expected, ")");
@@ -86,8 +87,8 @@ void read_shard_checked(const std::string& path, std::vector<int32_t>& tokens,
   const size_t base = tokens.size();
   tokens.resize(base + count);
   const uint8_t* tp = p + kHeaderBytes;
-  const uint64_t limit = vocab_size > 0 ? uint64_t(vocab_size)
-                                        : uint64_t(std::numeric_limits<int32_t>::max()) + 1;
+  const uint64_t limit =
+      vocab_size > 0 ? uint64_t(vocab_size) : uint64_t(std::numeric_limits<int32_t>::max()) + 1;
   uint64_t bad = 0, bad_at = 0;
   if (width == 2) {
     for (uint64_t i = 0; i < count; ++i) {
@@ -116,8 +117,10 @@ void read_shard_checked(const std::string& path, std::vector<int32_t>& tokens,
   for (uint64_t d = 0; ok && d < docs; ++d) ok = starts[d] <= starts[d + 1];
   if (!ok) {
     tokens.resize(base);
-    fail(cat("shard ", path, ": inconsistent document index (starts must rise from 0 to the "
-             "token count ", count, ")"));
+    fail(cat("shard ", path,
+             ": inconsistent document index (starts must rise from 0 to the "
+             "token count ",
+             count, ")"));
   }
   // Several shards read in turn give one index: the previous shard's closing
   // entry equals `base`, which is this shard's first start, so it is not repeated.
@@ -150,9 +153,9 @@ SplitMeta split_from_json(const nlohmann::json& j, const char* name, const std::
   for (const auto& f : s.at("shards")) {
     STRATA_CHECK(f.is_string(), w, ": field 'shards' must be a list of file names");
     const std::string name_s = f.get<std::string>();
-    STRATA_CHECK(!name_s.empty() && name_s.find('/') == std::string::npos && name_s != "." &&
-                     name_s != "..",
-                 w, ": bad shard file name '", name_s, "'");
+    STRATA_CHECK(
+        !name_s.empty() && name_s.find('/') == std::string::npos && name_s != "." && name_s != "..",
+        w, ": bad shard file name '", name_s, "'");
     m.shards.push_back(name_s);
   }
   m.tokens = get_field<int64_t>(s, "tokens", w);
@@ -194,9 +197,9 @@ DatasetMeta DatasetMeta::from_json(const nlohmann::json& j, const std::string& w
   STRATA_CHECK(m.vocab_size > 0, where, ": vocab_size must be positive");
   m.bos_id = get_field<int32_t>(j, "bos_id", where);
   m.eos_id = get_field<int32_t>(j, "eos_id", where);
-  STRATA_CHECK(m.bos_id >= -1 && m.bos_id < m.vocab_size && m.eos_id >= -1 &&
-                   m.eos_id < m.vocab_size,
-               where, ": bos_id/eos_id out of range for vocab_size ", m.vocab_size);
+  STRATA_CHECK(
+      m.bos_id >= -1 && m.bos_id < m.vocab_size && m.eos_id >= -1 && m.eos_id < m.vocab_size, where,
+      ": bos_id/eos_id out of range for vocab_size ", m.vocab_size);
   m.add_bos = get_field<bool>(j, "add_bos", where);
   m.add_eos = get_field<bool>(j, "add_eos", where);
   m.token_bytes = get_field<int>(j, "token_bytes", where);
@@ -244,12 +247,12 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
 
 void write_shard(const std::string& path, const std::vector<int32_t>& tokens,
                  const std::vector<int64_t>& doc_starts, int token_bytes) {
-  STRATA_CHECK(token_bytes == 2 || token_bytes == 4, "shard ", path, ": token width ",
-               token_bytes, " (expected 2 or 4)");
-  STRATA_CHECK(!doc_starts.empty() && doc_starts.front() == 0 &&
-                   doc_starts.back() == int64_t(tokens.size()),
-               "shard ", path, ": document starts must begin at 0 and end at the token count ",
-               tokens.size());
+  STRATA_CHECK(token_bytes == 2 || token_bytes == 4, "shard ", path, ": token width ", token_bytes,
+               " (expected 2 or 4)");
+  STRATA_CHECK(
+      !doc_starts.empty() && doc_starts.front() == 0 && doc_starts.back() == int64_t(tokens.size()),
+      "shard ", path, ": document starts must begin at 0 and end at the token count ",
+      tokens.size());
   for (size_t d = 0; d + 1 < doc_starts.size(); ++d)
     STRATA_CHECK(doc_starts[d] <= doc_starts[d + 1], "shard ", path,
                  ": document starts must not decrease");

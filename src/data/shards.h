@@ -89,7 +89,7 @@ struct PrepareOptions {
   // line, text taken from `jsonl_field`.
   std::string doc_split = "paragraph";
   std::string jsonl_field = "text";
-  double val_fraction = 0.01;       // share of documents held out, chosen by a seeded hash
+  double val_fraction = 0.01;  // share of documents held out, chosen by a seeded hash
   uint64_t seed = 1234;
   bool add_bos = true, add_eos = false;
   int64_t shard_tokens = int64_t(1) << 26;  // tokens per shard before starting a new one

@@ -32,7 +32,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-
 // The random seed sentencepiece's trainer uses for sentence sampling and
 // shuffling. Fixed, so a training run is reproducible.
 constexpr unsigned int kTrainSeed = 20240607u;
@@ -103,8 +102,7 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
                "tokenizer train: unknown model type '", o.model_type, "' (choose bpe or unigram)");
   STRATA_CHECK(o.vocab_size >= 4, "tokenizer train: vocab size ", o.vocab_size, " is too small");
   STRATA_CHECK(o.character_coverage > 0 && o.character_coverage <= 1,
-               "tokenizer train: character coverage ", o.character_coverage,
-               " must be in (0, 1]");
+               "tokenizer train: character coverage ", o.character_coverage, " must be in (0, 1]");
   STRATA_CHECK(o.input_sentence_size >= 0, "tokenizer train: input sentence size must be >= 0");
   STRATA_CHECK(o.num_threads >= 1, "tokenizer train: threads must be >= 1");
 
@@ -127,8 +125,8 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
   std::error_code ec;
   if (out.has_parent_path()) {
     fs::create_directories(out.parent_path(), ec);
-    STRATA_CHECK(!ec, "tokenizer train: cannot create directory ", out.parent_path().string(),
-                 ": ", ec.message());
+    STRATA_CHECK(!ec, "tokenizer train: cannot create directory ", out.parent_path().string(), ": ",
+                 ec.message());
   }
   fs::path vocab_out = out;
   vocab_out.replace_extension(".vocab");
@@ -176,8 +174,7 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
     status = sentencepiece::SentencePieceTrainer::Train(kwargs, nullptr, &model_bytes);
   });
   worker.join();
-  STRATA_CHECK(status.ok(), "tokenizer train: sentencepiece failed: ",
-               one_line(status.ToString()));
+  STRATA_CHECK(status.ok(), "tokenizer train: sentencepiece failed: ", one_line(status.ToString()));
   // Check that the result loads before it replaces anything.
   Tokenizer tok = Tokenizer::from_bytes(model_bytes, o.out);
   write_file_atomic(o.out, model_bytes);

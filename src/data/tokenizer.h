@@ -42,14 +42,15 @@ class Tokenizer {
 };
 
 struct TokenizerTrainOptions {
-  std::vector<std::string> inputs;  // text files (one sentence per line, as sentencepiece reads them)
-  std::string out;                  // output .model path (a .vocab is written next to it)
+  std::vector<std::string>
+      inputs;       // text files (one sentence per line, as sentencepiece reads them)
+  std::string out;  // output .model path (a .vocab is written next to it)
   int vocab_size = 4096;
-  std::string model_type = "bpe";   // "bpe" or "unigram"
-  bool byte_fallback = true;        // unknown characters become <0xNN> byte pieces
+  std::string model_type = "bpe";  // "bpe" or "unigram"
+  bool byte_fallback = true;       // unknown characters become <0xNN> byte pieces
   double character_coverage = 1.0;
   int64_t input_sentence_size = 2000000;  // sentences sampled for training (0: all)
-  int num_threads = 1;              // 1 keeps training deterministic
+  int num_threads = 1;                    // 1 keeps training deterministic
 };
 
 // Trains a sentencepiece model with BOS=1, EOS=2, UNK=0 and no PAD (the

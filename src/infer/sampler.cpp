@@ -18,7 +18,8 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& o, uint6
   // Candidates sorted by logit (ties by id, so the order is deterministic).
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   int n = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
   std::vector<double> p(n);
   const double mx = logits[idx[0]];

@@ -55,11 +55,11 @@ struct TensorRef {
 };
 
 struct CheckpointData {
-  nlohmann::json config;         // LlamaConfig::to_json()
-  std::string plan;              // LayerPlan::to_string()
-  std::string recipe;            // resolved recipe TOML ("" when none)
-  nlohmann::json state;          // training state: step, tokens_seen, loader state, ...
-  std::string tokenizer;         // sentencepiece model bytes ("" when none)
+  nlohmann::json config;  // LlamaConfig::to_json()
+  std::string plan;       // LayerPlan::to_string()
+  std::string recipe;     // resolved recipe TOML ("" when none)
+  nlohmann::json state;   // training state: step, tokens_seen, loader state, ...
+  std::string tokenizer;  // sentencepiece model bytes ("" when none)
   std::vector<TensorRef> params;
   // Optimizer state (both empty when none): same names/shapes as params.
   std::vector<TensorRef> exp_avg, exp_avg_sq;

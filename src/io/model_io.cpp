@@ -35,7 +35,8 @@ CheckpointInfo read_checkpoint_info(const CheckpointReader& reader) {
 std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info_out) {
   const CheckpointReader reader(path);
   CheckpointInfo info = read_checkpoint_info(reader);
-  auto model = std::make_unique<Model<float>>(info.config, info.plan, ops::make_cpu_backend<float>());
+  auto model =
+      std::make_unique<Model<float>>(info.config, info.plan, ops::make_cpu_backend<float>());
   reader.read("params", param_refs(*model));
   if (info_out) *info_out = std::move(info);
   return model;

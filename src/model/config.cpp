@@ -18,9 +18,9 @@ void LlamaConfig::finalize(const std::string& where) {
   positive(max_position_embeddings, "max_position_embeddings");
   if (num_key_value_heads == 0) num_key_value_heads = num_attention_heads;
   positive(num_key_value_heads, "num_key_value_heads");
-  STRATA_CHECK(num_attention_heads % num_key_value_heads == 0, where,
-               ": num_attention_heads (", num_attention_heads,
-               ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  STRATA_CHECK(num_attention_heads % num_key_value_heads == 0, where, ": num_attention_heads (",
+               num_attention_heads, ") must be a multiple of num_key_value_heads (",
+               num_key_value_heads, ")");
   if (head_dim == 0) {
     STRATA_CHECK(hidden_size % num_attention_heads == 0, where, ": hidden_size (", hidden_size,
                  ") is not divisible by num_attention_heads (", num_attention_heads,

@@ -16,8 +16,8 @@ template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend)
     : cfg_(cfg), plan_(plan), layout_((cfg_.finalize(), cfg_)), be_(std::move(backend)) {
-  STRATA_CHECK(plan_.num_layers() == cfg_.num_hidden_layers, "layer plan has ",
-               plan_.num_layers(), " layers, model has ", cfg_.num_hidden_layers);
+  STRATA_CHECK(plan_.num_layers() == cfg_.num_hidden_layers, "layer plan has ", plan_.num_layers(),
+               " layers, model has ", cfg_.num_hidden_layers);
   params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
@@ -260,9 +260,9 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
   LossResult r;
   have_forward_ = true;
   r.loss_sum = be_->head_ce_forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid,
-                                    streams_[2 * cfg_.num_hidden_layers],
-                                    param(layout_.final_norm), head_weight(), targets, N,
-                                    cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
+                                    streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
+                                    head_weight(), targets, N, cfg_.hidden_size, cfg_.vocab_size,
+                                    cfg_.rms_norm_eps);
   return r;
 }
 

@@ -21,8 +21,8 @@ struct ParamInfo {
   std::vector<int64_t> shape;  // [out, in] for weights, [n] for vectors
   int64_t offset = 0;          // in elements, from the arena start
   int64_t numel = 0;
-  int layer = -1;              // decoder layer, -1 for embedding / final norm / head
-  bool is_matrix = false;      // 2-D: gets weight decay by default; init ~ N(0, std)
+  int layer = -1;          // decoder layer, -1 for embedding / final norm / head
+  bool is_matrix = false;  // 2-D: gets weight decay by default; init ~ N(0, std)
 };
 
 class ParamLayout {

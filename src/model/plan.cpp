@@ -41,8 +41,8 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
     const auto star = item.find('*');
     if (star != std::string::npos) {
       const std::string n = trim(item.substr(star + 1));
-      STRATA_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos, "layer plan '",
-                   text, "': bad repeat count '", n, "'");
+      STRATA_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos,
+                   "layer plan '", text, "': bad repeat count '", n, "'");
       count = std::stoi(n);
       item = trim(item.substr(0, star));
     }

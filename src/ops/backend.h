@@ -43,8 +43,8 @@ class Backend {
 
   virtual void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C,
                                double eps) = 0;
-  virtual void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w,
-                                const T* rstd, int64_t N, int C) = 0;
+  virtual void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd,
+                                int64_t N, int C) = 0;
 
   virtual void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, int IC,
                               int OC) = 0;
@@ -58,8 +58,8 @@ class Backend {
 
   virtual void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int Hq, int Hkv,
                                  int D) = 0;
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                  const T* lse, int B, int T_, int Hq, int Hkv, int D) = 0;
+  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+                                  int B, int T_, int Hq, int Hkv, int D) = 0;
 
   virtual void swiglu_forward(T* h, const T* gateup, int64_t N, int F) = 0;
   virtual void swiglu_backward(T* dgateup, const T* dh, const T* gateup, int64_t N, int F) = 0;
@@ -67,16 +67,16 @@ class Backend {
   virtual void residual_forward(T* out, const T* a, const T* b, int64_t n) = 0;
   virtual void residual_backward(T* da, T* db, const T* dout, int64_t n) = 0;
 
-  virtual double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid,
-                                 const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                 int64_t N, int C, int V, double eps) = 0;
+  virtual double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
+                                 const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                                 int C, int V, double eps) = 0;
   virtual void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
                                 const T* lse, const T* wn, const T* wout, const int32_t* targets,
                                 int64_t N, int C, int V, double dloss) = 0;
-  virtual double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd,
-                                          int64_t* n_valid, const T* x, const T* wn,
-                                          const T* wout, const int32_t* targets, int64_t N, int C,
-                                          int V, double eps, double dloss) = 0;
+  virtual double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
+                                          const T* x, const T* wn, const T* wout,
+                                          const int32_t* targets, int64_t N, int C, int V,
+                                          double eps, double dloss) = 0;
   virtual void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout,
                            int64_t N, int C, int V, double eps) = 0;
 

@@ -62,11 +62,16 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
 
 const char* type_name(KeyType t) {
   switch (t) {
-    case KeyType::Int: return "an integer";
-    case KeyType::Float: return "a float";
-    case KeyType::Bool: return "a boolean";
-    case KeyType::String: return "a string";
-    case KeyType::StringList: return "a list of strings";
+    case KeyType::Int:
+      return "an integer";
+    case KeyType::Float:
+      return "a float";
+    case KeyType::Bool:
+      return "a boolean";
+    case KeyType::String:
+      return "a string";
+    case KeyType::StringList:
+      return "a list of strings";
   }
   return "?";
 }
@@ -74,16 +79,26 @@ const char* type_name(KeyType t) {
 // What a TOML value is, in the words of the type errors ("got a string").
 const char* node_kind(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    case toml::node_type::none: break;
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::none:
+      break;
   }
   return "nothing";
 }
@@ -157,8 +172,7 @@ toml::table parse_document(const std::string& text, const std::string& name) {
   try {
     return toml::parse(std::string_view(text), std::string_view(name));
   } catch (const toml::parse_error& e) {
-    raise(name, ":", e.source().begin.line, ":", e.source().begin.column, ": ",
-          e.description());
+    raise(name, ":", e.source().begin.line, ":", e.source().begin.column, ": ", e.description());
   }
 }
 
@@ -189,13 +203,27 @@ std::string quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char buf[8];
@@ -238,15 +266,15 @@ struct Recipe::Impl {
   using Data = std::variant<int64_t, double, bool, std::string, std::vector<std::string>>;
   struct Value {
     Data data;
-    std::string where;  // "file:line", "--set" or "default"
+    std::string where;   // "file:line", "--set" or "default"
     bool given = false;  // from a file or --set
   };
   // A recipe text to apply: the named file, a base, or from_string's text.
   struct Source {
     std::string name;  // as shown in messages: the path as given, or from_string's name
     std::string text;
-    fs::path dir;      // where its `base` is resolved
-    std::string id;    // file_identity(), for cycle detection
+    fs::path dir;    // where its `base` is resolved
+    std::string id;  // file_identity(), for cycle detection
   };
   // One entry of a parsed file with its position. toml::table iterates in key
   // order; sorting entries by position reports a file's first problem first.
@@ -264,8 +292,7 @@ struct Recipe::Impl {
   std::vector<std::string> files;                 // the named recipe first, then its bases
   std::vector<std::string> sets;                  // --set arguments, in order
 
-  static std::shared_ptr<const Impl> build(const std::vector<KeySpec>& schema,
-                                           const Source& source,
+  static std::shared_ptr<const Impl> build(const std::vector<KeySpec>& schema, const Source& source,
                                            const std::vector<std::string>& sets);
   explicit Impl(const std::vector<KeySpec>& schema);
 
@@ -384,8 +411,8 @@ Recipe::Impl::Impl(const std::vector<KeySpec>& keys)
     if (spec.default_toml.empty()) continue;
     const std::optional<toml::table> parsed = parse_value(spec.default_toml);
     if (!parsed) {
-      raise("recipe schema: the default of '", spec.path, "' is not a TOML value: ",
-            spec.default_toml);
+      raise("recipe schema: the default of '", spec.path,
+            "' is not a TOML value: ", spec.default_toml);
     }
     defaults[i] = convert(*parsed->get("v"), spec, "recipe schema default");
   }
@@ -416,7 +443,8 @@ void Recipe::Impl::apply_file(const Source& src, std::vector<const Source*>& cha
     switch (e.kind) {
       case Entry::TopLevel:
         if (e.node->is_array_of_tables()) {
-          raise(at, ": [[", e.key, "]]: arrays of tables are not allowed (a recipe is [section] "
+          raise(at, ": [[", e.key,
+                "]]: arrays of tables are not allowed (a recipe is [section] "
                 "tables of key = value)");
         }
         if (e.key != "base") {
@@ -430,9 +458,8 @@ void Recipe::Impl::apply_file(const Source& src, std::vector<const Source*>& cha
         base.emplace(*e.node->value<std::string>(), e.pos.line);
         break;
       case Entry::EmptySection:
-        if (std::none_of(schema.begin(), schema.end(), [&](const KeySpec& k) {
-              return section_part(k.path) == e.section;
-            })) {
+        if (std::none_of(schema.begin(), schema.end(),
+                         [&](const KeySpec& k) { return section_part(k.path) == e.section; })) {
           raise(at, ": unknown section [", e.section, "]");
         }
         break;
@@ -539,12 +566,12 @@ const Recipe::Impl::Value& Recipe::Impl::value(const std::string& path, KeyType 
   const size_t i = position(path, caller);
   const KeyType declared = schema[i].type;
   if (declared != type && !(type == KeyType::Float && declared == KeyType::Int)) {
-    raise("Recipe::", caller, "('", path, "'): the schema declares ", type_name(declared),
-          ", not ", type_name(type));
+    raise("Recipe::", caller, "('", path, "'): the schema declares ", type_name(declared), ", not ",
+          type_name(type));
   }
   if (!values[i]) {
-    raise("Recipe::", caller, "('", path, "'): the key has no value (not set in ",
-          files.front(), " and no default)");
+    raise("Recipe::", caller, "('", path, "'): the key has no value (not set in ", files.front(),
+          " and no default)");
   }
   return *values[i];
 }
@@ -576,8 +603,8 @@ Recipe Recipe::load(const std::string& path, const std::vector<std::string>& set
 }
 
 Recipe Recipe::from_string(const std::string& toml_text, const std::string& name,
-                           const std::vector<KeySpec>& schema,
-                           const std::vector<std::string>& sets, const std::string& base_dir) {
+                           const std::vector<KeySpec>& schema, const std::vector<std::string>& sets,
+                           const std::string& base_dir) {
   Impl::Source src;
   src.name = name;
   src.text = toml_text;

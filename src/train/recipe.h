@@ -30,7 +30,7 @@ namespace strata {
 enum class KeyType { Int, Float, Bool, String, StringList };
 
 struct KeySpec {
-  std::string path;          // "section.key" (exactly one dot)
+  std::string path;  // "section.key" (exactly one dot)
   KeyType type;
   std::string default_toml;  // default as a TOML literal ("100", "3e-4", "true", "\"cosine\"",
                              // "[]"), or "" when the key has no default (optional unless required)

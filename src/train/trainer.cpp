@@ -44,7 +44,8 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"run.seed", K::Int, "1234", "seed for initialisation, data order and sampling"},
       {"run.threads", K::Int, "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)"},
 
-      {"model.init_from", K::String, "\"\"", "start from this checkpoint's config, weights, tokenizer"},
+      {"model.init_from", K::String, "\"\"",
+       "start from this checkpoint's config, weights, tokenizer"},
       {"model.config", K::String, "\"\"", "Hugging Face config.json with the model shape"},
       {"model.plan", K::String, "\"\"", "layer plan, e.g. \"standard*6\" (default: all standard)"},
       {"model.vocab_size", K::Int, "", "vocabulary size (default: the tokenizer's)"},
@@ -66,7 +67,8 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"data.dataset", K::String, "\"\"", "prepared token-shard directory (pretrain)"},
       {"data.inputs", K::StringList, "[]",
        "text/JSONL files (globs) to prepare into data.dataset when it does not exist"},
-      {"data.doc_split", K::String, "\"paragraph\"", "documents in text inputs: paragraph, line, file"},
+      {"data.doc_split", K::String, "\"paragraph\"",
+       "documents in text inputs: paragraph, line, file"},
       {"data.val_fraction", K::Float, "0.01", "share of documents held out for validation"},
       {"data.sft_train", K::String, "\"\"", "SFT training JSONL"},
       {"data.sft_val", K::String, "\"\"", "SFT validation JSONL (optional)"},
@@ -161,7 +163,8 @@ std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 struct SignalGuard {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   SignalGuard() {
     g_stop_signal = 0;
     struct sigaction sa {};
@@ -180,23 +183,29 @@ struct SignalGuard {
 
 std::string human_count(double n) {
   char buf[32];
-  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
 }
 
 std::string human_time(double s) {
   char buf[32];
   const long t = long(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
   return buf;
 }
 
-std::vector<std::string> expand_globs(const std::vector<std::string>& patterns,
-                                      const Recipe& r, const std::string& key) {
+std::vector<std::string> expand_globs(const std::vector<std::string>& patterns, const Recipe& r,
+                                      const std::string& key) {
   std::vector<std::string> out;
   for (const auto& p : patterns) {
     glob_t g{};
@@ -209,7 +218,6 @@ std::vector<std::string> expand_globs(const std::vector<std::string>& patterns,
     if (!fs::exists(f)) r.fail(key, cat("no such file: ", f));
   return out;
 }
-
 
 // Keeps only the lines of metrics.jsonl with step <= last_step (resume).
 void truncate_metrics(const std::string& path, int64_t last_step) {
@@ -319,8 +327,9 @@ void setup_data(Run& run) {
     if (!fs::exists(dir + "/meta.json")) {
       const auto inputs = expand_globs(r.get_strings("data.inputs"), r, "data.inputs");
       if (inputs.empty())
-        r.fail("data.dataset", cat(dir, " has no meta.json and data.inputs is empty: run "
-                                        "`strata data prepare` or list the raw files in data.inputs"));
+        r.fail("data.dataset", cat(dir,
+                                   " has no meta.json and data.inputs is empty: run "
+                                   "`strata data prepare` or list the raw files in data.inputs"));
       STRATA_CHECK(run.tokenizer, r.where("data.tokenizer"),
                    ": data.tokenizer is needed to prepare ", dir);
       log::info("data: preparing ", dir, " from ", inputs.size(), " file(s)");
@@ -375,7 +384,8 @@ void setup_data(Run& run) {
     if (lost && !r.get_bool("data.packing"))
       log::warn("data: ", lost, " of ", train->examples().size(), " examples of ", path,
                 " are cut before their response at ", run.seq_len, " tokens (no loss from them)");
-    run.train_loader = make_sft_loader(train, run.seq_len, run.seed, r.get_bool("data.packing"), pad);
+    run.train_loader =
+        make_sft_loader(train, run.seq_len, run.seed, r.get_bool("data.packing"), pad);
     const std::string val_path = r.get_string("data.sft_val");
     if (!val_path.empty()) {
       if (!fs::exists(val_path)) r.fail("data.sft_val", cat("no such file: ", val_path));
@@ -412,7 +422,8 @@ void setup(Run& run) {
   run.seq_len = positive(r, "training.seq_len", 2);
   run.accum = positive(r, "training.grad_accum_steps");
   if (r.get_string("optimizer.name") != "adamw")
-    r.fail("optimizer.name", cat("unknown optimizer '", r.get_string("optimizer.name"), "' (adamw)"));
+    r.fail("optimizer.name",
+           cat("unknown optimizer '", r.get_string("optimizer.name"), "' (adamw)"));
   run.schedule.kind = r.get_string("lr_scheduler.kind");
   run.schedule.lr = r.get_float("optimizer.lr");
   run.schedule.min_lr = r.get_float("lr_scheduler.min_lr");
@@ -469,8 +480,7 @@ void setup(Run& run) {
     for (const KeySpec& k : train_recipe_schema())
       if (k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" && r.given(k.path))
         ignored += (ignored.empty() ? "" : ", ") + k.path;
-    if (!ignored.empty())
-      log::warn("the model comes from ", source, "; ignoring ", ignored);
+    if (!ignored.empty()) log::warn("the model comes from ", source, "; ignoring ", ignored);
   } else {
     cfg = model_config_from_recipe(r, run.tokenizer.get(), run.seq_len);
     plan = r.get_string("model.plan").empty()
@@ -485,7 +495,7 @@ void setup(Run& run) {
   if (precision != "fp32" && precision != "bf16")
     r.fail("training.precision", cat("unknown precision '", precision, "' (fp32 or bf16)"));
   run.model->backend().set_matmul_precision(precision == "bf16" ? ops::MatmulPrecision::BF16
-                                                                 : ops::MatmulPrecision::FP32);
+                                                                : ops::MatmulPrecision::FP32);
   if (reader)
     reader->read("params", param_refs(*run.model));
   else
@@ -493,9 +503,9 @@ void setup(Run& run) {
 
   std::vector<std::string> names;
   for (const auto& t : run.model->layout().tensors()) names.push_back(t.name);
-  const auto mask = resolve_trainable(names, r.get_strings("training.trainable"),
-                                      r.get_strings("training.freeze"),
-                                      r.where("training.trainable"));
+  const auto mask =
+      resolve_trainable(names, r.get_strings("training.trainable"),
+                        r.get_strings("training.freeze"), r.where("training.trainable"));
   run.model->set_trainable(mask);
   AdamWConfig oc;
   oc.lr = run.schedule.lr;
@@ -537,8 +547,8 @@ void setup(Run& run) {
   log::info("model: ", cfg.num_hidden_layers, " layers, hidden ", cfg.hidden_size, ", heads ",
             cfg.num_attention_heads, "/", cfg.num_key_value_heads, ", vocab ", cfg.vocab_size, ", ",
             human_count(double(cfg.num_parameters())), " parameters (",
-            human_count(double(n_train)), " trainable), plan ", plan.to_string(), ", ",
-            precision, " matmuls");
+            human_count(double(n_train)), " trainable), plan ", plan.to_string(), ", ", precision,
+            " matmuls");
 }
 
 double evaluate(Run& run, int batches) {
@@ -596,8 +606,8 @@ TrainResult train(const Recipe& recipe) {
   const int64_t eval_interval = r.get_int("eval.interval");
   const int64_t log_interval = r.get_int("log.interval");
   const int eval_batches = int(r.get_int("eval.batches"));
-  log::info("train: run '", r.get_string("run.name"), "' in ", run.dir, ": steps ", run.step, " -> ",
-            run.steps, ", ", run.micro_batch, " x ", run.seq_len, " tokens x ", run.accum,
+  log::info("train: run '", r.get_string("run.name"), "' in ", run.dir, ": steps ", run.step,
+            " -> ", run.steps, ", ", run.micro_batch, " x ", run.seq_len, " tokens x ", run.accum,
             " accumulation, ", num_threads(), " threads");
 
   SignalGuard signals;
@@ -644,11 +654,12 @@ TrainResult train(const Recipe& recipe) {
       const double tps = double(window_tokens) / window_timer.seconds();
       const double elapsed = total_timer.seconds();
       const double eta = elapsed / double(run.step - first_step) * double(run.steps - run.step);
-      std::fprintf(stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %s | ETA %s\n",
-                   (long long)run.step, (long long)run.steps, window_loss / window_steps, lr, gnorm,
-                   tps, human_time(elapsed).c_str(), human_time(eta).c_str());
-      m = {{"step", run.step},       {"loss", loss},         {"lr", lr},
-           {"grad_norm", gnorm},     {"tokens_per_s", tps},  {"tokens", run.tokens_seen},
+      std::fprintf(
+          stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %s | ETA %s\n",
+          (long long)run.step, (long long)run.steps, window_loss / window_steps, lr, gnorm, tps,
+          human_time(elapsed).c_str(), human_time(eta).c_str());
+      m = {{"step", run.step},    {"loss", loss},        {"lr", lr},
+           {"grad_norm", gnorm},  {"tokens_per_s", tps}, {"tokens", run.tokens_seen},
            {"elapsed_s", elapsed}};
       window_tokens = 0;
       window_loss = 0;

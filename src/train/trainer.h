@@ -17,13 +17,13 @@ const std::vector<KeySpec>& train_recipe_schema();
 
 struct TrainResult {
   std::string run_dir;
-  int64_t steps_done = 0;          // optimizer steps completed in total (including resumed ones)
-  double last_loss = 0;            // training loss of the last step
-  double last_val_loss = -1;       // validation loss of the last evaluation (-1: none)
-  double tokens_per_s = 0;         // mean training throughput of this invocation
-  std::string last_checkpoint;     // "" when none was written
-  std::vector<double> losses;      // training loss of every step run by this invocation
-  bool interrupted = false;        // stopped by SIGINT/SIGTERM after saving a checkpoint
+  int64_t steps_done = 0;       // optimizer steps completed in total (including resumed ones)
+  double last_loss = 0;         // training loss of the last step
+  double last_val_loss = -1;    // validation loss of the last evaluation (-1: none)
+  double tokens_per_s = 0;      // mean training throughput of this invocation
+  std::string last_checkpoint;  // "" when none was written
+  std::vector<double> losses;   // training loss of every step run by this invocation
+  bool interrupted = false;     // stopped by SIGINT/SIGTERM after saving a checkpoint
 };
 
 // Runs the recipe. Progress goes to stderr; metrics to <run.dir>/metrics.jsonl.

@@ -24,6 +24,7 @@ void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
 }
 
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, const AdamWStep&);
-template void adamw_update<double>(double*, const double*, double*, double*, int64_t, const AdamWStep&);
+template void adamw_update<double>(double*, const double*, double*, double*, int64_t,
+                                   const AdamWStep&);
 
 }  // namespace strata::cpu

@@ -90,15 +90,15 @@ class CpuBackend final : public Backend<T> {
                                 eps);
   }
   void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                        const T* lse, const T* wn, const T* wout, const int32_t* targets,
-                        int64_t N, int C, int V, double dloss) override {
+                        const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                        int C, int V, double dloss) override {
     cpu::head_ce_backward(dx, dwn, dwout, x, xn, rstd, lse, wn, wout, targets, N, C, V, dloss);
   }
   double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
                                   const T* x, const T* wn, const T* wout, const int32_t* targets,
                                   int64_t N, int C, int V, double eps, double dloss) override {
-    return cpu::head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets,
-                                         N, C, V, eps, dloss);
+    return cpu::head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets, N,
+                                         C, V, eps, dloss);
   }
   void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N,
                    int C, int V, double eps) override {

@@ -101,16 +101,15 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     matmul.run(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
     return;
   }
-  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B,
-                                      ldb, beta, C, ldc);
-  STRATA_CHECK(st == dnnl_success, "oneDNN sgemm failed (status ", int(st), ") for M=", M,
-               " N=", N, " K=", K);
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  STRATA_CHECK(st == dnnl_success, "oneDNN sgemm failed (status ", int(st), ") for M=", M, " N=", N,
+               " K=", K);
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                  const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
-                  double* C, int64_t ldc) {
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                  int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < M; ++i) {
     double* c = C + i * ldc;

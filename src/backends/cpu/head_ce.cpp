@@ -133,14 +133,14 @@ template <typename T>
 double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
                        const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
                        double eps) {
-  return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x,
-                wn, wout, targets, N, C, V, eps, 0.0);
+  return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x, wn,
+                wout, targets, N, C, V, eps, 0.0);
 }
 
 template <typename T>
-void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                      const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
-                      int C, int V, double dloss) {
+void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
+                      const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                      double dloss) {
   run<T>(Mode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
          const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
 }
@@ -149,28 +149,27 @@ template <typename T>
 double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
                                 const T* x, const T* wn, const T* wout, const int32_t* targets,
                                 int64_t N, int C, int V, double eps, double dloss) {
-  return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x,
-                wn, wout, targets, N, C, V, eps, dloss);
+  return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x, wn,
+                wout, targets, N, C, V, eps, dloss);
 }
 
 template <typename T>
-void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N,
-                 int C, int V, double eps) {
+void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N, int C,
+                 int V, double eps) {
   struct Tag {};
   T* rstd = workspace<T, 0, Tag>(size_t(N));
   rmsnorm_forward(xn_scratch, rstd, x, wn, N, C, eps);
   gemm<T>(false, true, N, V, C, T(1), xn_scratch, C, wout, C, T(0), logits, V);
 }
 
-#define STRATA_INSTANTIATE(T)                                                                 \
-  template double head_ce_forward<T>(T*, T*, T*, T*, int64_t*, const T*, const T*, const T*,  \
-                                     const int32_t*, int64_t, int, int, double);              \
-  template void head_ce_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,       \
-                                    const T*, const T*, const int32_t*, int64_t, int, int,    \
-                                    double);                                                  \
-  template double head_ce_forward_backward<T>(T*, T*, T*, T*, T*, int64_t*, const T*,         \
-                                              const T*, const T*, const int32_t*, int64_t,    \
-                                              int, int, double, double);                      \
+#define STRATA_INSTANTIATE(T)                                                                      \
+  template double head_ce_forward<T>(T*, T*, T*, T*, int64_t*, const T*, const T*, const T*,       \
+                                     const int32_t*, int64_t, int, int, double);                   \
+  template void head_ce_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,  \
+                                    const T*, const int32_t*, int64_t, int, int, double);          \
+  template double head_ce_forward_backward<T>(T*, T*, T*, T*, T*, int64_t*, const T*, const T*,    \
+                                              const T*, const int32_t*, int64_t, int, int, double, \
+                                              double);                                             \
   template void head_logits<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, double);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(double)

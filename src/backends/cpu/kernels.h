@@ -34,8 +34,8 @@ template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C, double eps);
 // dx[N,C] += ...,  dw[C] += sum_n dout*x*rstd.
 template <typename T>
-void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd,
-                      int64_t N, int C);
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int64_t N,
+                      int C);
 
 // ------------------------------------------------------------------- linear.cpp
 // out[N,OC] = x[N,IC] * w[OC,IC]^T (+ bias[OC]); bias may be null.
@@ -57,8 +57,8 @@ void rope_table(T* cos, T* sin, int max_pos, int D, double theta);
 // of D elements of each row are rotated; row (b,t) has position pos0 + t:
 //   y[i]     = x[i] cos - x[i+D/2] sin,   y[i+D/2] = x[i+D/2] cos + x[i] sin.
 template <typename T>
-void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D,
-                  int64_t row_stride, int pos0);
+void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
+                  int pos0);
 // In place: dx = R^T dy (rotation by the negative angle).
 template <typename T>
 void rope_backward(T* dx, const T* cos, const T* sin, int B, int T_, int H, int D,
@@ -109,9 +109,9 @@ double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, c
 // Backward of (dloss * summed loss): recomputes logits chunk by chunk.
 // dx[N,C] +=, dwn[C] +=, dwout[V,C] +=.
 template <typename T>
-void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                      const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
-                      int C, int V, double dloss);
+void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
+                      const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                      double dloss);
 // Forward and backward in one pass over the chunks (the training path: one
 // logits GEMM instead of two). Same outputs as the two calls above.
 template <typename T>
@@ -123,8 +123,8 @@ double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t
 void set_head_ce_chunk_rows(int64_t rows);
 // Logits for evaluation and generation: logits[N,V] = rmsnorm(x; wn) * wout^T.
 template <typename T>
-void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N,
-                 int C, int V, double eps);
+void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N, int C,
+                 int V, double eps);
 
 // ---------------------------------------------------------------------- mse.cpp
 // mean((a - b)^2) over n elements (PyTorch MSELoss, reduction="mean").

@@ -25,7 +25,8 @@ void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, in
 template <typename T>
 void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T* w, int64_t N,
                      int IC, int OC, bool accumulate_dx) {
-  if (dx) gemm<T>(false, false, N, IC, OC, T(1), dout, OC, w, IC, accumulate_dx ? T(1) : T(0), dx, IC);
+  if (dx)
+    gemm<T>(false, false, N, IC, OC, T(1), dout, OC, w, IC, accumulate_dx ? T(1) : T(0), dx, IC);
   if (dw) gemm<T>(true, false, OC, IC, N, T(1), dout, OC, x, IC, T(1), dw, IC);
   if (dbias) {
     struct Tag {};
@@ -47,8 +48,10 @@ void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T*
   }
 }
 
-template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int, int);
-template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t, int, int);
+template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int,
+                                    int);
+template void linear_forward<double>(double*, const double*, const double*, const double*, int64_t,
+                                     int, int);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*,
                                      const float*, int64_t, int, int, bool);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*,

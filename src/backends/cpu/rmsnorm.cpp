@@ -27,8 +27,8 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C, 
 
 // With g = dout * w:  dx = rstd * (g - x * rstd^2 * mean(g * x)).
 template <typename T>
-void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd,
-                      int64_t N, int C) {
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int64_t N,
+                      int C) {
   struct Tag {};
   const int nt = omp_get_max_threads();
   T* partial = dw ? workspace<T, 0, Tag>(size_t(nt) * C) : nullptr;
@@ -64,8 +64,10 @@ void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const
     }
 }
 
-template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int, double);
-template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int, double);
+template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int,
+                                     double);
+template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int,
+                                      double);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*,
                                       const float*, int64_t, int);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*,

@@ -47,8 +47,8 @@ void rotate(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64
 }  // namespace
 
 template <typename T>
-void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D,
-                  int64_t row_stride, int pos0) {
+void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
+                  int pos0) {
   rotate<T>(x, cos, sin, B, T_, H, D, row_stride, pos0, T(1));
 }
 
@@ -60,9 +60,13 @@ void rope_backward(T* dx, const T* cos, const T* sin, int B, int T_, int H, int 
 
 template void rope_table<float>(float*, float*, int, int, double);
 template void rope_table<double>(double*, double*, int, int, double);
-template void rope_forward<float>(float*, const float*, const float*, int, int, int, int, int64_t, int);
-template void rope_forward<double>(double*, const double*, const double*, int, int, int, int, int64_t, int);
-template void rope_backward<float>(float*, const float*, const float*, int, int, int, int, int64_t, int);
-template void rope_backward<double>(double*, const double*, const double*, int, int, int, int, int64_t, int);
+template void rope_forward<float>(float*, const float*, const float*, int, int, int, int, int64_t,
+                                  int);
+template void rope_forward<double>(double*, const double*, const double*, int, int, int, int,
+                                   int64_t, int);
+template void rope_backward<float>(float*, const float*, const float*, int, int, int, int, int64_t,
+                                   int);
+template void rope_backward<double>(double*, const double*, const double*, int, int, int, int,
+                                    int64_t, int);
 
 }  // namespace strata::cpu

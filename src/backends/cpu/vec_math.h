@@ -29,11 +29,17 @@ inline float exp_approx(float x) {
 template <typename T>
 inline T vexp(T x);
 template <>
-inline float vexp<float>(float x) { return exp_approx(x); }
+inline float vexp<float>(float x) {
+  return exp_approx(x);
+}
 template <>
-inline double vexp<double>(double x) { return std::exp(x); }
+inline double vexp<double>(double x) {
+  return std::exp(x);
+}
 
 template <typename T>
-inline T sigmoid(T x) { return T(1) / (T(1) + vexp<T>(-x)); }
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + vexp<T>(-x));
+}
 
 }  // namespace strata::cpu
