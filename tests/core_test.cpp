@@ -109,6 +109,31 @@ TEST(LlamaConfig, FromJsonFillsDefaultsAndRoundTrips) {
   EXPECT_EQ(d.to_json(), c.to_json());
 }
 
+// transformers 4 (rope_theta + rope_scaling) and 5 (rope_parameters) spell
+// the same RoPE settings differently; both read the same.
+TEST(LlamaConfig, RopeScalingInBothTransformersForms) {
+  auto v4 = tiny_config_json();
+  v4["rope_theta"] = 500000.0;
+  v4["rope_scaling"] = {{"rope_type", "llama3"},
+                        {"factor", 8.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 8192}};
+  auto v5 = tiny_config_json();
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = v4["rope_scaling"];
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  const LlamaConfig a = LlamaConfig::from_json(v4, "v4"), b = LlamaConfig::from_json(v5, "v5");
+  EXPECT_EQ(a.to_json(), b.to_json());
+  EXPECT_EQ(a.rope_scaling.type, "llama3");
+  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(b.rope_theta, 500000.0);
+  EXPECT_EQ(a.rope_inv_freq(), b.rope_inv_freq());
+  EXPECT_EQ(LlamaConfig::from_json(a.to_json(), "round trip").to_json(), a.to_json());
+  v4["rope_scaling"].erase("low_freq_factor");
+  EXPECT_THROW(LlamaConfig::from_json(v4, "v4"), Error);
+}
+
 TEST(LlamaConfig, ErrorsNameTheFileAndField) {
   auto expect_error = [](nlohmann::json j, const std::string& needle) {
     try {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
@@ -109,6 +110,14 @@ TEST(Ops, Bf16ConversionRoundsToNearestEven) {
   EXPECT_EQ(cpu::bf16_to_float(b[2]), 1.0f);
   EXPECT_EQ(cpu::bf16_to_float(b[3]), 1.015625f);
   EXPECT_NEAR(cpu::bf16_to_float(b[4]), 3.14159265f, 3.14159265f / 256);
+  // NaNs stay NaN (payloads that would round into infinity or wrap to -0).
+  for (uint32_t bits : {0x7F800001u, 0x7FFFFFFFu, 0xFFC00000u}) {
+    float nan;
+    std::memcpy(&nan, &bits, 4);
+    uint16_t h;
+    cpu::float_to_bf16(&h, &nan, 1);
+    EXPECT_TRUE(std::isnan(cpu::bf16_to_float(h))) << std::hex << bits;
+  }
 }
 
 TYPED_TEST(OpsTest, SmallGemmMatchesNaiveOnEdgeShapes) {

@@ -11,6 +11,8 @@ int cmd_generate(int argc, char** argv, int first);   // cli/generate.cpp
 int cmd_inspect(int argc, char** argv, int first);    // cli/inspect.cpp
 int cmd_tokenizer(int argc, char** argv, int first);  // cli/tokenizer_cmd.cpp
 int cmd_data(int argc, char** argv, int first);       // cli/data_cmd.cpp
+int cmd_convert(int argc, char** argv, int first);    // cli/convert.cpp
+int cmd_export(int argc, char** argv, int first);     // cli/convert.cpp
 
 // Applies --threads (0 = keep OMP_NUM_THREADS / all cores).
 void apply_threads(int threads);

@@ -73,6 +73,7 @@ int cmd_generate(int argc, char** argv, int first) {
   });
   const double s = timer.seconds();
   std::fputs("\n", stdout);
+  std::fflush(stdout);  // before the summary on stderr, so the two never interleave
   std::fprintf(stderr, "generated %zu tokens in %.2f s (%.1f tokens/s)\n", out.size(), s,
                s > 0 ? double(out.size()) / s : 0.0);
   return 0;

@@ -42,4 +42,15 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
   return model;
 }
 
+void save_model(const std::string& path, Model<float>& model, const std::string& tokenizer,
+                const nlohmann::json& state) {
+  CheckpointData d;
+  d.config = model.config().to_json();
+  d.plan = model.plan().to_string();
+  d.state = state;
+  d.tokenizer = tokenizer;
+  d.params = param_refs(model);
+  write_checkpoint(path, d);
+}
+
 }  // namespace strata

@@ -33,4 +33,9 @@ CheckpointInfo read_checkpoint_info(const CheckpointReader& reader);
 // Builds a CPU float model from a checkpoint and loads its parameters.
 std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info = nullptr);
 
+// Writes a checkpoint with the model's config, plan and parameters, the given
+// tokenizer bytes and state, and no optimizer state (converted models).
+void save_model(const std::string& path, Model<float>& model, const std::string& tokenizer,
+                const nlohmann::json& state);
+
 }  // namespace strata

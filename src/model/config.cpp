@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -32,6 +33,45 @@ void LlamaConfig::finalize(const std::string& where) {
   STRATA_CHECK(rope_theta > 0, where, ": rope_theta must be positive");
   STRATA_CHECK(rms_norm_eps > 0, where, ": rms_norm_eps must be positive");
   STRATA_CHECK(initializer_range > 0, where, ": initializer_range must be positive");
+  if (!rope_scaling.type.empty()) {
+    STRATA_CHECK(rope_scaling.type == "llama3" || rope_scaling.type == "linear", where,
+                 ": unknown rope_scaling type '", rope_scaling.type, "'");
+    STRATA_CHECK(rope_scaling.factor > 0, where, ": rope_scaling.factor must be positive");
+    if (rope_scaling.type == "llama3")
+      STRATA_CHECK(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+                       rope_scaling.low_freq_factor > 0 &&
+                       rope_scaling.original_max_position_embeddings > 0,
+                   where, ": rope_scaling (llama3) needs 0 < low_freq_factor < high_freq_factor ",
+                   "and original_max_position_embeddings > 0");
+  }
+}
+
+std::vector<double> LlamaConfig::rope_inv_freq() const {
+  const int half = head_dim / 2;
+  std::vector<double> f(half);
+  for (int i = 0; i < half; ++i) f[i] = std::pow(rope_theta, -2.0 * i / head_dim);
+  const RopeScaling& s = rope_scaling;
+  if (s.type == "linear") {
+    for (double& x : f) x /= s.factor;
+  } else if (s.type == "llama3") {
+    // Wavelengths longer than the original context / low_freq_factor are
+    // scaled down by factor, those shorter than original / high_freq_factor
+    // kept, and the band between interpolated linearly in 1/wavelength.
+    const double old_ctx = s.original_max_position_embeddings;
+    const double low_wavelen = old_ctx / s.low_freq_factor;
+    const double high_wavelen = old_ctx / s.high_freq_factor;
+    for (double& x : f) {
+      const double wavelen = 2 * M_PI / x;
+      if (wavelen > low_wavelen) {
+        x /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth =
+            (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        x = (1 - smooth) * x / s.factor + smooth * x;
+      }
+    }
+  }
+  return f;
 }
 
 int64_t LlamaConfig::num_parameters() const {
@@ -80,8 +120,47 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   bool mlp_bias = false;
   get_bool("mlp_bias", mlp_bias);
   STRATA_CHECK(!mlp_bias, where, ": mlp_bias = true is not supported");
-  STRATA_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
-               ": rope_scaling is not supported yet");
+  // transformers 4 writes rope_theta and rope_scaling; transformers 5 writes
+  // rope_parameters = {rope_theta, rope_type, scaling fields}.
+  const char* rope_key = j.contains("rope_parameters") && !j["rope_parameters"].is_null()
+                             ? "rope_parameters"
+                             : "rope_scaling";
+  if (std::string(rope_key) == "rope_parameters") {
+    STRATA_CHECK(j[rope_key].is_object(), where, ": rope_parameters must be an object");
+    if (j[rope_key].contains("rope_theta")) {
+      STRATA_CHECK(j[rope_key]["rope_theta"].is_number(), where,
+                   ": rope_parameters.rope_theta must be a number");
+      c.rope_theta = j[rope_key]["rope_theta"].get<double>();
+    }
+  }
+  if (j.contains(rope_key) && !j[rope_key].is_null()) {
+    const auto& rs = j[rope_key];
+    STRATA_CHECK(rs.is_object(), where, ": ", rope_key, " must be an object or null");
+    const std::string type = rs.contains("rope_type")
+                                 ? rs["rope_type"].get<std::string>()
+                                 : rs.value("type", std::string("default"));
+    STRATA_CHECK(type == "llama3" || type == "linear" || type == "default", where, ": ",
+                 rope_key, " type '", type, "' is not supported (llama3, linear)");
+    if (type != "default") {
+      c.rope_scaling.type = type;
+      auto num = [&](const char* key, double& out, bool required) {
+        if (!rs.contains(key)) {
+          STRATA_CHECK(!required, where, ": ", rope_key, ".", key, " is missing");
+          return;
+        }
+        STRATA_CHECK(rs[key].is_number(), where, ": ", rope_key, ".", key, " must be a number");
+        out = rs[key].get<double>();
+      };
+      num("factor", c.rope_scaling.factor, true);
+      if (type == "llama3") {
+        double orig = 0;
+        num("low_freq_factor", c.rope_scaling.low_freq_factor, true);
+        num("high_freq_factor", c.rope_scaling.high_freq_factor, true);
+        num("original_max_position_embeddings", orig, true);
+        c.rope_scaling.original_max_position_embeddings = int(orig);
+      }
+    }
+  }
   if (j.contains("hidden_act") && j["hidden_act"].is_string())
     STRATA_CHECK(j["hidden_act"] == "silu", where, ": hidden_act '",
                  j["hidden_act"].get<std::string>(), "' is not supported (only silu)");
@@ -90,7 +169,16 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
 }
 
 nlohmann::json LlamaConfig::to_json() const {
-  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+  nlohmann::json rope = nullptr;
+  if (rope_scaling.type == "linear")
+    rope = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
+  else if (rope_scaling.type == "llama3")
+    rope = {{"rope_type", "llama3"},
+            {"factor", rope_scaling.factor},
+            {"low_freq_factor", rope_scaling.low_freq_factor},
+            {"high_freq_factor", rope_scaling.high_freq_factor},
+            {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  return nlohmann::json{{"rope_scaling", rope},{"architectures", {"LlamaForCausalLM"}},
                         {"model_type", "llama"},
                         {"hidden_act", "silu"},
                         {"vocab_size", vocab_size},

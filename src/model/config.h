@@ -4,8 +4,21 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 namespace strata {
+
+// RoPE frequency scaling, as Hugging Face's rope_scaling. type "" is none;
+// "linear" divides every frequency by factor; "llama3" (Llama 3.1) divides the
+// low frequencies by factor, keeps the high ones and interpolates between
+// (low_freq_factor, high_freq_factor, original_max_position_embeddings).
+struct RopeScaling {
+  std::string type;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
 
 struct LlamaConfig {
   int vocab_size = 32000;
@@ -17,6 +30,7 @@ struct LlamaConfig {
   int head_dim = 0;             // 0: hidden_size / num_attention_heads
   int max_position_embeddings = 2048;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // bias on q, k, v and o projections
@@ -32,13 +46,15 @@ struct LlamaConfig {
   int q_dim() const { return num_attention_heads * head_dim; }
   int kv_dim() const { return num_key_value_heads * head_dim; }
   int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  // The head_dim / 2 rotary frequencies, scaling applied.
+  std::vector<double> rope_inv_freq() const;
 
   // Parameter count (tied embeddings counted once).
   int64_t num_parameters() const;
 
   // Hugging Face config.json <-> LlamaConfig. Unknown keys in from_json are
-  // ignored except ones that would change the maths (rope_scaling, mlp_bias),
-  // which are rejected when not supported.
+  // ignored except ones that would change the maths (rope_scaling types other
+  // than linear and llama3, mlp_bias, other activations), which are rejected.
   static LlamaConfig from_json(const nlohmann::json& j, const std::string& where);
   nlohmann::json to_json() const;
 };

@@ -24,8 +24,9 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   const int half = cfg_.head_dim / 2;
   const size_t table = size_t(cfg_.max_position_embeddings) * half;
   std::vector<T> cos(table), sin(table);
+  const std::vector<double> inv_freq = cfg_.rope_inv_freq();
   cpu::rope_table<T>(cos.data(), sin.data(), cfg_.max_position_embeddings, cfg_.head_dim,
-                     cfg_.rope_theta);
+                     inv_freq.data());
   rope_cos_ = ops::DeviceBuffer<T>(be_.get(), table);
   rope_sin_ = ops::DeviceBuffer<T>(be_.get(), table);
   be_->from_host(rope_cos_.data(), cos.data(), int64_t(table));

@@ -33,7 +33,9 @@ inline void float_to_bf16_serial(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x;
     __builtin_memcpy(&x, src + i, 4);
-    dst[i] = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+    const uint16_t rounded = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+    // NaN stays NaN (quiet), instead of carrying into infinity or -0.
+    dst[i] = (x & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((x >> 16) | 0x0040u) : rounded;
   }
 }
 float bf16_to_float(uint16_t x);

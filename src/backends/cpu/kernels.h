@@ -50,9 +50,13 @@ void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T*
 
 // --------------------------------------------------------------------- rope.cpp
 // Rotary tables, rotate-half (Hugging Face) layout: cos/sin[max_pos, D/2] with
-// angle(p, i) = p * inv_freq[i], inv_freq[i] = theta^(-2i/D).
+// angle(p, i) = p * inv_freq[i]. The first form uses inv_freq[i] =
+// theta^(-2i/D); the second takes the D/2 frequencies (e.g. Llama-3 scaled,
+// see model/config.h).
 template <typename T>
 void rope_table(T* cos, T* sin, int max_pos, int D, double theta);
+template <typename T>
+void rope_table(T* cos, T* sin, int max_pos, int D, const double* inv_freq);
 // In place on x viewed as B*T rows of `row_stride` elements; the first H heads
 // of D elements of each row are rotated; row (b,t) has position pos0 + t:
 //   y[i]     = x[i] cos - x[i+D/2] sin,   y[i+D/2] = x[i+D/2] cos + x[i] sin.

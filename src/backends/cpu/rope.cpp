@@ -1,6 +1,7 @@
 // Rotary position embedding, rotate-half layout (Hugging Face Llama): element i
 // of a head pairs with element i + D/2.
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
@@ -8,16 +9,22 @@
 namespace strata::cpu {
 
 template <typename T>
-void rope_table(T* cos, T* sin, int max_pos, int D, double theta) {
+void rope_table(T* cos, T* sin, int max_pos, int D, const double* inv_freq) {
   STRATA_CHECK(D % 2 == 0, "RoPE needs an even head dimension, got ", D);
   const int half = D / 2;
   for (int p = 0; p < max_pos; ++p)
     for (int i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(theta, -2.0 * i / D);
-      const double angle = double(p) * inv_freq;
+      const double angle = double(p) * inv_freq[i];
       cos[int64_t(p) * half + i] = T(std::cos(angle));
       sin[int64_t(p) * half + i] = T(std::sin(angle));
     }
+}
+
+template <typename T>
+void rope_table(T* cos, T* sin, int max_pos, int D, double theta) {
+  std::vector<double> inv_freq(D / 2);
+  for (int i = 0; i < D / 2; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / D);
+  rope_table(cos, sin, max_pos, D, inv_freq.data());
 }
 
 namespace {
@@ -60,6 +67,8 @@ void rope_backward(T* dx, const T* cos, const T* sin, int B, int T_, int H, int 
 
 template void rope_table<float>(float*, float*, int, int, double);
 template void rope_table<double>(double*, double*, int, int, double);
+template void rope_table<float>(float*, float*, int, int, const double*);
+template void rope_table<double>(double*, double*, int, int, const double*);
 template void rope_forward<float>(float*, const float*, const float*, int, int, int, int, int64_t,
                                   int);
 template void rope_forward<double>(double*, const double*, const double*, int, int, int, int,

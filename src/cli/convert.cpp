@@ -1,0 +1,160 @@
+// `strata convert hf|llama2c ...` and `strata export hf ...`: models in and out.
+#include <cstdio>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "data/tokenizer.h"
+#include "io/hf.h"
+#include "io/llama2c.h"
+#include "io/model_io.h"
+#include "ops/backend.h"
+
+namespace strata::cli {
+namespace {
+
+// Parses sizes like "5GB", "500MB", "1048576".
+uint64_t parse_size(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    fail(cat("bad size '", s, "' (e.g. 5GB, 200MB)"));
+  }
+  const std::string unit = s.substr(used);
+  double k = 1;
+  if (unit == "KB" || unit == "kB") k = 1e3;
+  else if (unit == "MB") k = 1e6;
+  else if (unit == "GB") k = 1e9;
+  else if (unit == "KiB") k = 1024.0;
+  else if (unit == "MiB") k = 1024.0 * 1024;
+  else if (unit == "GiB") k = 1024.0 * 1024 * 1024;
+  else STRATA_CHECK(unit.empty() || unit == "B", "bad size unit in '", s, "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  STRATA_CHECK(v > 0, "size must be positive, got '", s, "'");
+  return uint64_t(v * k);
+}
+
+// Loads an optional tokenizer and checks it fits the model's vocabulary.
+std::string tokenizer_for(const std::string& path, const std::string& fallback_bytes,
+                          const LlamaConfig& cfg, const std::string& source) {
+  if (path.empty() && fallback_bytes.empty()) {
+    log::warn(source, ": no tokenizer; the checkpoint will not be able to encode text "
+                      "(pass --tokenizer tok.model)");
+    return "";
+  }
+  const Tokenizer tok = path.empty() ? Tokenizer::from_bytes(fallback_bytes, source)
+                                     : Tokenizer::load(path);
+  STRATA_CHECK(tok.vocab_size() <= cfg.vocab_size, tok.name(), ": the tokenizer has ",
+               tok.vocab_size(), " pieces but the model's vocabulary is ", cfg.vocab_size);
+  return tok.model_bytes();
+}
+
+void summary(const std::string& out, const Model<float>& m) {
+  const LlamaConfig& c = m.config();
+  std::printf("wrote %s: %d layers, hidden %d, heads %d/%d, vocab %d, %.2fM parameters%s\n",
+              out.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+              c.num_key_value_heads, c.vocab_size, double(c.num_parameters()) * 1e-6,
+              c.tie_word_embeddings ? ", tied head" : "");
+}
+
+int convert_hf(int argc, char** argv, int first) {
+  Args args("strata convert hf",
+            "Converts a Hugging Face Llama directory (config.json, model.safetensors or a "
+            "sharded index, F32/F16/BF16, tokenizer.model) into a strata checkpoint.");
+  args.positional("dir", "Hugging Face model directory")
+      .positional("out.h5", "strata checkpoint to write")
+      .option("tokenizer", "FILE", "sentencepiece model (default: the directory's tokenizer.model)");
+  if (!args.parse(argc, argv, first)) return 0;
+  HfImportInfo info;
+  auto model = import_hf(args.get("dir"), &info);
+  const std::string tok =
+      tokenizer_for(args.get("tokenizer"), info.tokenizer, model->config(), args.get("dir"));
+  save_model(args.get("out.h5"), *model, tok,
+             {{"step", 0}, {"tokens_seen", 0}, {"source", "hf:" + args.get("dir")}});
+  summary(args.get("out.h5"), *model);
+  return 0;
+}
+
+int convert_llama2c(int argc, char** argv, int first) {
+  Args args("strata convert llama2c",
+            "Converts a llama2.c model file (legacy version 0 or version 1 \"ak42\", shared or "
+            "separate classifier) into a strata checkpoint. q and k are permuted from "
+            "llama2.c's interleaved RoPE layout to Hugging Face's rotate-half layout.");
+  args.positional("model.bin", "llama2.c checkpoint")
+      .positional("out.h5", "strata checkpoint to write")
+      .option("tokenizer", "FILE", "sentencepiece model of the same vocabulary (tok512.model ...)");
+  if (!args.parse(argc, argv, first)) return 0;
+  const Llama2cModel src = read_llama2c(args.get("model.bin"));
+  Model<float> model(src.config, ops::make_cpu_backend<float>());
+  for (const auto& [name, data] : src.tensors) {
+    const int i = model.layout().find(name);
+    STRATA_CHECK(i >= 0 && size_t(model.layout()[i].numel) == data.size(), args.get("model.bin"),
+                 ": internal error mapping tensor ", name);
+    std::copy(data.begin(), data.end(), model.param(i));
+  }
+  const std::string tok = tokenizer_for(args.get("tokenizer"), "", src.config, args.get("model.bin"));
+  save_model(args.get("out.h5"), model, tok,
+             {{"step", 0},
+              {"tokens_seen", 0},
+              {"source", cat("llama2c:", args.get("model.bin"), " (version ", src.version, ")")}});
+  summary(args.get("out.h5"), model);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_convert(int argc, char** argv, int first) {
+  const std::string usage =
+      "usage: strata convert <hf|llama2c> ...\n\n"
+      "  hf <dir> <out.h5>                  Hugging Face Llama directory -> strata checkpoint\n"
+      "  llama2c <model.bin> <out.h5>       llama2.c model file -> strata checkpoint\n\n"
+      "see strata convert <hf|llama2c> --help; the reverse is strata export hf\n";
+  STRATA_CHECK(first < argc, "strata convert: which format? (hf or llama2c; see strata convert --help)");
+  const std::string sub = argv[first];
+  if (sub == "--help" || sub == "-h") {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (sub == "hf") return convert_hf(argc, argv, first + 1);
+  if (sub == "llama2c") return convert_llama2c(argc, argv, first + 1);
+  fail(cat("strata convert: unknown format '", sub, "' (hf or llama2c)"));
+}
+
+int cmd_export(int argc, char** argv, int first) {
+  STRATA_CHECK(first < argc, "strata export: which format? (hf; see strata export hf --help)");
+  const std::string sub = argv[first];
+  if (sub == "--help" || sub == "-h") {
+    std::fputs("usage: strata export hf <ckpt.h5> <dir> [options]\n\n"
+               "see strata export hf --help\n", stdout);
+    return 0;
+  }
+  STRATA_CHECK(sub == "hf", "strata export: unknown format '", sub, "' (hf)");
+  Args args("strata export hf",
+            "Writes a strata checkpoint as a Hugging Face Llama directory (config.json, "
+            "generation_config.json, model.safetensors or shards, tokenizer.model) that "
+            "transformers.AutoModelForCausalLM.from_pretrained loads.");
+  args.positional("ckpt.h5", "strata checkpoint")
+      .positional("dir", "output directory")
+      .option("dtype", "TYPE", "weight dtype: f32, bf16 or f16", "f32")
+      .option("max-shard-size", "SIZE", "shard the weights above this size (e.g. 5GB, 200MB)", "5GB");
+  if (!args.parse(argc, argv, first + 1)) return 0;
+  std::string dtype = args.get("dtype");
+  for (char& ch : dtype) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  HfExportOptions o;
+  o.dtype = dtype;
+  o.max_shard_bytes = parse_size(args.get("max-shard-size"));
+  STRATA_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16", "strata export hf: unknown dtype '",
+               dtype, "' (f32, bf16 or f16)");
+  CheckpointInfo info;
+  auto model = load_model(args.get("ckpt.h5"), &info);
+  export_hf(*model, info.tokenizer, args.get("dir"), o);
+  std::printf("wrote %s (%s weights%s)\n", args.get("dir").c_str(), dtype.c_str(),
+              info.tokenizer.empty() ? ", no tokenizer in the checkpoint" : ", tokenizer.model");
+  return 0;
+}
+
+}  // namespace strata::cli

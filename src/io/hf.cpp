@@ -1,0 +1,90 @@
+#include "io/hf.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+#include "ops/backend.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+
+std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* info) {
+  const std::string config_path = dir + "/config.json";
+  STRATA_CHECK(fs::is_directory(dir), dir, ": not a directory (expected a Hugging Face model directory)");
+  const std::string text = read_file(config_path, "config");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    fail(cat(config_path, ": not valid JSON (", e.what(), ")"));
+  }
+  if (j.contains("model_type") && j["model_type"].is_string())
+    STRATA_CHECK(j["model_type"] == "llama", config_path, ": model_type '",
+                 j["model_type"].get<std::string>(), "' is not supported (llama)");
+  const LlamaConfig cfg = LlamaConfig::from_json(j, config_path);
+  const SafetensorsModel weights = SafetensorsModel::open_dir(dir);
+
+  auto model = std::make_unique<Model<float>>(cfg, ops::make_cpu_backend<float>());
+  const ParamLayout& layout = model->layout();
+  std::set<std::string> used;
+  for (size_t i = 0; i < layout.tensors().size(); ++i) {
+    const ParamInfo& t = layout[int(i)];
+    STRATA_CHECK(weights.find(t.name), dir, ": tensor '", t.name, "' is missing from the weights");
+    weights.read_f32(t.name, t.shape, model->param(int(i)));
+    used.insert(t.name);
+  }
+  for (const std::string& name : weights.names()) {
+    if (used.count(name)) continue;
+    // Tied models may still carry a copy of the head; old exports carry the
+    // rotary frequencies. Anything else belongs to a model strata cannot run.
+    if (name == "lm_head.weight" && cfg.tie_word_embeddings) continue;
+    if (name.size() > 20 && name.compare(name.size() - 20, 20, "rotary_emb.inv_freq") == 0)
+      continue;
+    fail(cat(weights.file_of(name), ": tensor '", name, "' is not part of a ",
+             cfg.attention_bias ? "" : "bias-free ", "Llama model with this config.json"));
+  }
+  if (info) {
+    // open_dir reads model.safetensors when present, else the index.
+    info->weights = fs::exists(dir + "/model.safetensors") ? dir + "/model.safetensors"
+                                                           : dir + "/model.safetensors.index.json";
+    info->tokenizer =
+        fs::exists(dir + "/tokenizer.model") ? read_file(dir + "/tokenizer.model", "tokenizer") : "";
+  }
+  return model;
+}
+
+void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const std::string& dir,
+               const HfExportOptions& o) {
+  const LayerPlan& plan = model.plan();
+  for (int l = 0; l < plan.num_layers(); ++l)
+    STRATA_CHECK(plan.kinds[l] == LayerKind::Standard, "export hf: layer ", l, " is '",
+                 layer_kind_name(plan.kinds[l]),
+                 "'; a Hugging Face Llama runs every layer as a standard one, so this model "
+                 "would compute something else there");
+  STRATA_CHECK(o.dtype == "F32" || o.dtype == "BF16" || o.dtype == "F16",
+               "export hf: unknown dtype '", o.dtype, "' (F32, BF16 or F16)");
+  fs::create_directories(dir);
+  const LlamaConfig& c = model.config();
+  nlohmann::json cfg = c.to_json();
+  cfg["torch_dtype"] = o.dtype == "F32" ? "float32" : o.dtype == "BF16" ? "bfloat16" : "float16";
+  cfg["use_cache"] = true;
+  cfg["pretraining_tp"] = 1;
+  cfg["strata"] = {{"plan", plan.to_string()}, {"version", STRATA_VERSION}};
+  std::vector<SafeTensorWrite> tensors;
+  for (size_t i = 0; i < model.layout().tensors().size(); ++i) {
+    const ParamInfo& t = model.layout()[int(i)];
+    tensors.push_back(SafeTensorWrite{t.name, t.shape, model.param(int(i))});
+  }
+  write_safetensors_model(dir, tensors, o.dtype, o.max_shard_bytes, {{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
+  const nlohmann::json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id}};
+  write_file_atomic(dir + "/generation_config.json", gen.dump(2) + "\n");
+  if (!tokenizer_bytes.empty()) write_file_atomic(dir + "/tokenizer.model", tokenizer_bytes);
+}
+
+}  // namespace strata
