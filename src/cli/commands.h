@@ -13,6 +13,7 @@ int cmd_tokenizer(int argc, char** argv, int first);  // cli/tokenizer_cmd.cpp
 int cmd_data(int argc, char** argv, int first);       // cli/data_cmd.cpp
 int cmd_convert(int argc, char** argv, int first);    // cli/convert.cpp
 int cmd_export(int argc, char** argv, int first);     // cli/convert.cpp
+int cmd_eval(int argc, char** argv, int first);       // cli/eval_cmd.cpp
 
 // Applies --threads (0 = keep OMP_NUM_THREADS / all cores).
 void apply_threads(int threads);

@@ -19,6 +19,8 @@ const Command kCommands[] = {
     {"train", "train a model from a TOML recipe (pretraining, continual pretraining, SFT)",
      strata::cli::cmd_train},
     {"generate", "generate text from a checkpoint", strata::cli::cmd_generate},
+    {"eval", "benchmark tasks and perplexity, at the full model or every exit layer",
+     strata::cli::cmd_eval},
     {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
      strata::cli::cmd_inspect},
     {"tokenizer", "train a sentencepiece tokenizer (tokenizer train)", strata::cli::cmd_tokenizer},

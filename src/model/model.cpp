@@ -212,14 +212,17 @@ void Model<T>::mlp_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
 // ---------------------------------------------------------------- executor
 
 template <typename T>
-void Model<T>::run_forward(const int32_t* tokens, int B, int T_) {
+void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer) {
   have_forward_ = false;
+  if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
+  STRATA_CHECK(exit_layer >= 1 && exit_layer <= cfg_.num_hidden_layers, "exit layer ", exit_layer,
+               " is outside 1..", cfg_.num_hidden_layers);
   ensure_activations(B, T_);
   const int64_t N = int64_t(B) * T_, NC = N * cfg_.hidden_size;
   tokens_.assign(tokens, tokens + N);
   be_->embedding_forward(streams_[0], tokens, param(layout_.embed), N, cfg_.hidden_size,
                          cfg_.vocab_size);
-  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+  for (int l = 0; l < exit_layer; ++l) {
     switch (plan_.kinds[l]) {
       case LayerKind::Standard: {
         const int i = 2 * l + 1;  // attention module i, MLP module i + 1
@@ -301,6 +304,17 @@ void Model<T>::forward_logits(const int32_t* tokens, int B, int T_, T* logits) {
   const int64_t N = int64_t(B) * T_;
   be_->head_logits(logits, lnf_, streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
                    head_weight(), N, cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
+}
+
+template <typename T>
+void Model<T>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_layer) {
+  run_forward(tokens, B, T_, exit_layer);
+}
+
+template <typename T>
+void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
+  be_->head_logits(logits, xn_scratch, x, param(layout_.final_norm), head_weight(), n,
+                   cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
 }
 
 template class Model<float>;

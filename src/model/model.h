@@ -75,6 +75,14 @@ class Model {
   // Logits [B*T, V] into `logits` (backend memory) after running the model.
   void forward_logits(const int32_t* tokens, int B, int seq, T* logits);
 
+  // Evaluation path: runs the embedding and layers [0, exit_layer) only
+  // (exit_layer = num_hidden_layers for the whole model), keeping the streams
+  // x_0 .. x_{2*exit_layer}; nothing is kept for backward.
+  void forward_hidden(const int32_t* tokens, int B, int seq, int exit_layer);
+  // Final norm + LM head on n rows of a stream (e.g. gathered from
+  // hidden_state(E-1)): logits[n, V]. `xn_scratch` holds n * hidden_size.
+  void head_rows(const T* x, int64_t n, T* logits, T* xn_scratch);
+
   // The residual stream x_i (i = 0..2L) of the last forward, [B*T, C]:
   // x_{2l} is the input of layer l, x_{2L} the input of the final norm.
   const T* stream(int i) const;
@@ -89,7 +97,7 @@ class Model {
     T *ln1, *rstd1, *qkv, *att, *lse, *ln2, *rstd2, *gateup, *h;
   };
   void ensure_activations(int B, int seq);
-  void run_forward(const int32_t* tokens, int B, int seq);
+  void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1);
   void run_backward(const int32_t* tokens, int B, int seq);
   void attention_forward(int layer, const T* x, T* out, int B, int seq);
   void mlp_forward(int layer, const T* x, T* out, int B, int seq);

@@ -24,6 +24,7 @@
 #include "data/sft.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "eval/evaluate.h"
 #include "infer/generate.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
@@ -107,6 +108,11 @@ const std::vector<KeySpec>& train_recipe_schema() {
 
       {"eval.interval", K::Int, "0", "validate every N steps (0: only at the end)"},
       {"eval.batches", K::Int, "8", "validation micro-batches per evaluation"},
+      {"eval.tasks", K::StringList, "[]",
+       "benchmark tasks (eval/*.toml) to run at each evaluation, e.g. [\"arc_easy\", \"piqa\"]"},
+      {"eval.task_limit", K::Int, "0", "first N examples of each task (0: all)"},
+      {"eval.task_shots", K::Int, "-1", "few-shot examples (-1: each task's default)"},
+      {"eval.task_dir", K::String, "\"eval\"", "directory of the task definitions"},
 
       {"log.interval", K::Int, "10", "print and record metrics every N steps"},
       {"log.sample_prompt", K::String, "\"\"", "at the end, print a sample continuing this prompt"},
@@ -568,6 +574,32 @@ double evaluate(Run& run, int batches) {
   return count ? sum / double(count) : -1;
 }
 
+// Benchmark tasks during training ([eval] tasks): one line per task on
+// stderr, "eval/<task>/<metric>" entries in the metrics record.
+void run_eval_tasks(Run& run, nlohmann::json& record) {
+  STRATA_CHECK(run.tokenizer, "eval.tasks needs a tokenizer");
+  EvalOptions o;
+  o.tasks = run.r.get_strings("eval.tasks");
+  o.limit = run.r.get_int("eval.task_limit");
+  o.shots = int(run.r.get_int("eval.task_shots"));
+  o.eval_dir = run.r.get_string("eval.task_dir");
+  o.batch_size = run.micro_batch;
+  o.seed = run.seed;
+  o.progress = false;
+  Timer t;
+  const auto results = evaluate_tasks(*run.model, *run.tokenizer, o);
+  std::string line;
+  for (const TaskResult& tr : results.back()) {
+    line += (line.empty() ? "" : " | ") + tr.task;
+    for (const Metric& mt : tr.metrics) {
+      record["eval/" + tr.task + "/" + mt.name] = mt.value;
+      line += cat(" ", mt.name, " ", mt.value);
+    }
+  }
+  std::fprintf(stderr, "tasks step %lld | %s | %.1fs\n", (long long)run.step, line.c_str(),
+               t.seconds());
+}
+
 std::string save(Run& run) {
   CheckpointData d;
   d.config = run.model->config().to_json();
@@ -675,6 +707,11 @@ TrainResult train(const Recipe& recipe) {
       if (m.is_null()) m = {{"step", run.step}, {"loss", loss}, {"lr", lr}};
       m["val_loss"] = val;
       window_timer.reset();  // keep evaluation out of the training throughput
+    }
+    if (do_eval && !r.get_strings("eval.tasks").empty()) {
+      if (m.is_null()) m = {{"step", run.step}, {"loss", loss}, {"lr", lr}};
+      run_eval_tasks(run, m);
+      window_timer.reset();
     }
     if (!m.is_null()) append_metrics(run, m);
     const bool do_ckpt = (ckpt_interval > 0 && run.step % ckpt_interval == 0) ||

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace strata::cpu {
 
@@ -96,12 +97,47 @@ inline void edgekernel(int mr, int nr, int K, T alpha, const T* A, int64_t lda, 
 
 }  // namespace detail
 
+// A column remainder narrower than a vector (e.g. head dimension 8) would
+// otherwise run in the scalar edge kernel for the whole K loop: copy that
+// strip of B into a zero-padded K x L panel, run the vector kernel into a
+// padded tile and keep the first nr columns.
+template <typename T, bool TransA>
+void narrow_columns(int M, int nr, int K, T alpha, const T* A, int64_t lda, const T* B,
+                    int64_t ldb, T* C, int64_t ldc, bool accumulate, int& rows_done) {
+  constexpr int L = detail::kVecBytes / sizeof(T), MR = detail::kRows;
+  thread_local std::vector<T> panel;
+  panel.assign(size_t(K) * L, T(0));
+  for (int k = 0; k < K; ++k)
+    for (int v = 0; v < nr; ++v) panel[size_t(k) * L + v] = B[int64_t(k) * ldb + v];
+  T tile[MR * L];
+  int i = 0;
+  for (; i + MR <= M; i += MR) {
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < L; ++v) tile[r * L + v] = accumulate && v < nr ? C[int64_t(i + r) * ldc + v] : T(0);
+    const T* a = TransA ? A + i : A + int64_t(i) * lda;
+    detail::microkernel<T, TransA, MR, 1>(K, alpha, a, lda, panel.data(), L, tile, L, accumulate);
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < nr; ++v) C[int64_t(i + r) * ldc + v] = tile[r * L + v];
+  }
+  rows_done = i;
+}
+
 template <typename T, bool TransA>
 void small_gemm(int M, int N, int K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
                 T* C, int64_t ldc, bool accumulate) {
   constexpr int L = detail::kVecBytes / sizeof(T), MR = detail::kRows;
   for (int j = 0; j < N;) {
     const int nr = N - j >= 2 * L ? 2 * L : (N - j >= L ? L : N - j);
+    if (nr < L && M >= MR && K >= 16) {
+      int done = 0;
+      narrow_columns<T, TransA>(M, nr, K, alpha, A, lda, B + j, ldb, C + j, ldc, accumulate, done);
+      if (done < M)
+        detail::edgekernel<T, TransA>(M - done, nr, K, alpha,
+                                      TransA ? A + done : A + int64_t(done) * lda, lda, B + j,
+                                      ldb, C + int64_t(done) * ldc + j, ldc, accumulate);
+      j += nr;
+      continue;
+    }
     for (int i = 0; i < M; i += MR) {
       const int mr = std::min(MR, M - i);
       const T* a = TransA ? A + i : A + int64_t(i) * lda;

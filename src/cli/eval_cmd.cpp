@@ -1,0 +1,185 @@
+// `strata eval`: benchmark tasks and perplexity, at one or every exit layer.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/timer.h"
+#include "data/tokenizer.h"
+#include "eval/evaluate.h"
+#include "eval/task.h"
+#include "io/model_io.h"
+
+namespace strata::cli {
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// eval/ in the working directory, else the one of the source tree strata was
+// built from, so `strata eval` works from anywhere after a build.
+std::string default_eval_dir() {
+  if (std::filesystem::is_directory("eval")) return "eval";
+  const std::string built = std::string(STRATA_SOURCE_DIR) + "/eval";
+  return std::filesystem::is_directory(built) ? built : "eval";
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, std::fabs(v) >= 1000 ? "%.1f" : "%.4f", v);
+  return buf;
+}
+
+void print_table(const std::vector<std::vector<TaskResult>>& results, const std::vector<int>& exits) {
+  if (exits.size() == 1) {
+    std::printf("%-16s %-18s %10s %10s %7s %6s\n", "task", "metric", "value", "stderr", "n", "shots");
+    for (const TaskResult& t : results[0]) {
+      bool first = true;
+      for (const Metric& m : t.metrics) {
+        std::printf("%-16s %-18s %10s %10s", first ? t.task.c_str() : "", m.name.c_str(),
+                    fmt(m.value).c_str(), m.stderr_ >= 0 ? ("±" + fmt(m.stderr_)).c_str() : "");
+        if (first) std::printf(" %7lld %6d", (long long)t.n, t.shots);
+        std::printf("\n");
+        first = false;
+      }
+    }
+    return;
+  }
+  std::printf("%-16s %-18s", "task", "metric");
+  for (int e : exits) std::printf(" %9s", ("exit " + std::to_string(e)).c_str());
+  std::printf("\n");
+  for (size_t t = 0; t < results[0].size(); ++t)
+    for (size_t k = 0; k < results[0][t].metrics.size(); ++k) {
+      std::printf("%-16s %-18s", k == 0 ? results[0][t].task.c_str() : "",
+                  results[0][t].metrics[k].name.c_str());
+      for (size_t e = 0; e < exits.size(); ++e)
+        std::printf(" %9s", fmt(results[e][t].metrics[k].value).c_str());
+      std::printf("\n");
+    }
+}
+
+}  // namespace
+
+int cmd_eval(int argc, char** argv, int first) {
+  Args args("strata eval",
+            "Evaluates a checkpoint on benchmark tasks (eval/*.toml, lm-evaluation-harness "
+            "semantics: acc, acc_norm, perplexities, with standard errors) or the perplexity of "
+            "a text file, at the full model or at exit layers. Prints a table; --out writes JSON.");
+  args.option("checkpoint", "FILE", "checkpoint (.h5) to evaluate")
+      .option("tasks", "LIST", "comma-separated task names, or all (see eval/README.md)")
+      .option("perplexity", "FILE", "token perplexity of a text file instead of tasks")
+      .option("shots", "N", "few-shot examples (default: each task's own)", "-1")
+      .option("limit", "N", "only the first N examples or documents of each task (0: all)", "0")
+      .option("batch-size", "N", "sequences per forward pass (results do not depend on it)", "8")
+      .option("exit-layer", "E", "evaluate after layer E (1..L), or all for every exit", "")
+      .option("seed", "S", "seed of the few-shot sampling", "1234")
+      .option("window", "W", "perplexity: tokens per window, inputs plus the last target "
+                             "(default: the model's context + 1)", "0")
+      .option("stride", "S", "perplexity: window step (default: window - 1)", "0")
+      .option("eval-dir", "DIR", "task definitions", default_eval_dir())
+      .option("out", "FILE", "write the results as JSON")
+      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
+      .flag("bf16", "bf16 matmuls")
+      .flag("quiet", "no progress lines");
+  if (!args.parse(argc, argv, first)) return 0;
+  STRATA_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
+  STRATA_CHECK(args.has("tasks") != args.has("perplexity"),
+               "strata eval: give either --tasks or --perplexity");
+  apply_threads(args.get_int("threads"));
+  if (args.has("tasks")) {  // check the names before loading anything
+    const auto known = list_tasks(args.get("eval-dir"));
+    for (const std::string& t : split_commas(args.get("tasks")))
+      if (t != "all" && std::find(known.begin(), known.end(), t) == known.end()) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"), "/ has: ", list, ")"));
+      }
+  }
+
+  CheckpointInfo info;
+  auto model = load_model(args.get("checkpoint"), &info);
+  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
+  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
+  if (args.has("bf16")) model->backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  const int L = model->config().num_hidden_layers;
+  std::vector<int> exits;
+  const std::string exit_arg = args.get("exit-layer");
+  if (exit_arg == "all") {
+    for (int e = 1; e <= L; ++e) exits.push_back(e);
+  } else if (!exit_arg.empty()) {
+    exits.push_back(args.get_int("exit-layer"));
+  } else {
+    exits.push_back(L);
+  }
+
+  nlohmann::json out = {{"checkpoint", args.get("checkpoint")},
+                        {"step", info.state.value("step", int64_t(0))},
+                        {"plan", info.plan.to_string()},
+                        {"num_layers", L},
+                        {"exit_layers", exits},
+                        {"batch_size", args.get_int("batch-size")}};
+  Timer timer;
+  if (args.has("perplexity")) {
+    const auto r = file_perplexity(*model, tok, args.get("perplexity"), args.get_int("window"),
+                                   args.get_int("stride"), args.get_int("batch-size"), exits,
+                                   !args.has("quiet"));
+    std::printf("%-8s %10s %10s %10s %12s %12s\n", "exit", "ppl", "nll", "tokens", "word_ppl",
+                "bits/byte");
+    for (size_t e = 0; e < exits.size(); ++e)
+      std::printf("%-8d %10.4f %10.6f %10lld %12.4f %12.4f\n", exits[e], r[e].ppl(),
+                  r[e].mean_nll(), (long long)r[e].tokens, r[e].word_perplexity(),
+                  r[e].bits_per_byte());
+    out["perplexity_file"] = args.get("perplexity");
+    out.update(r.back().to_json());
+    if (exits.size() > 1) {
+      out["per_exit"] = nlohmann::json::object();
+      for (size_t e = 0; e < exits.size(); ++e) out["per_exit"][std::to_string(exits[e])] = r[e].to_json();
+    }
+  } else {
+    EvalOptions o;
+    o.tasks = split_commas(args.get("tasks"));
+    o.shots = args.get_int("shots");
+    o.limit = args.get_int("limit");
+    o.batch_size = args.get_int("batch-size");
+    o.exits = exits;
+    o.seed = uint64_t(args.get_int("seed"));
+    o.eval_dir = args.get("eval-dir");
+    o.window = args.get_int("window");
+    o.stride = args.get_int("stride");
+    o.progress = !args.has("quiet");
+    const auto results = evaluate_tasks(*model, tok, o);
+    print_table(results, exits);
+    out["seed"] = o.seed;
+    out["shots"] = o.shots >= 0 ? nlohmann::json(o.shots) : nlohmann::json();
+    out["limit"] = o.limit;
+    auto tasks_json = [](const std::vector<TaskResult>& rs) {
+      nlohmann::json j = nlohmann::json::object();
+      for (const TaskResult& t : rs) j[t.task] = t.to_json();
+      return j;
+    };
+    out["results"] = tasks_json(results.back());
+    if (exits.size() > 1) {
+      out["per_exit"] = nlohmann::json::object();
+      for (size_t e = 0; e < exits.size(); ++e)
+        out["per_exit"][std::to_string(exits[e])] = tasks_json(results[e]);
+    }
+  }
+  out["seconds"] = timer.seconds();
+  if (args.has("out")) write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  return 0;
+}
+
+}  // namespace strata::cli

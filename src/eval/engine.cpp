@@ -1,0 +1,188 @@
+#include "eval/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace strata {
+
+Scorer::Scorer(Model<float>& model, const Tokenizer& tokenizer, int batch_size,
+               std::vector<int> exits)
+    : model_(model),
+      tok_(tokenizer),
+      batch_size_(batch_size),
+      max_len_(model.config().max_position_embeddings),
+      exits_(std::move(exits)) {
+  const int L = model.config().num_hidden_layers;
+  STRATA_CHECK(batch_size >= 1, "eval: batch size must be >= 1, got ", batch_size);
+  if (exits_.empty()) exits_.push_back(L);
+  for (int e : exits_)
+    STRATA_CHECK(e >= 1 && e <= L, "eval: exit layer ", e, " is outside 1..", L);
+  STRATA_CHECK(tokenizer.bos_id() >= 0, "eval: the tokenizer has no BOS token");
+  STRATA_CHECK(tokenizer.vocab_size() <= model.config().vocab_size, "eval: the tokenizer has ",
+               tokenizer.vocab_size(), " pieces, the model ", model.config().vocab_size);
+}
+
+void Scorer::tokenize(const LlRequest& r, std::vector<int32_t>& context,
+                      std::vector<int32_t>& cont) const {
+  std::string ctx = r.context, continuation = r.continuation;
+  const size_t keep = ctx.find_last_not_of(' ');
+  const size_t spaces = keep == std::string::npos ? ctx.size() : ctx.size() - keep - 1;
+  if (spaces > 0) {
+    continuation = ctx.substr(ctx.size() - spaces) + continuation;
+    ctx.resize(ctx.size() - spaces);
+  }
+  const std::vector<int32_t> whole = tok_.encode(ctx + continuation);
+  context = ctx.empty() ? std::vector<int32_t>{} : tok_.encode(ctx);
+  const size_t n = std::min(context.size(), whole.size());
+  cont.assign(whole.begin() + int64_t(n), whole.end());
+}
+
+void Scorer::run_rows(const std::vector<const Row*>& rows,
+                      std::vector<std::vector<LlResult>>& out) {
+  const int B = int(rows.size());
+  int T = 1;
+  int64_t positions = 0;
+  for (const Row* r : rows) {
+    T = std::max<int>(T, int(r->tokens.size()));
+    positions += r->positions;
+  }
+  // Padding after each row's tokens: causal attention keeps it invisible.
+  std::vector<int32_t> tokens(size_t(B) * T, 0);
+  for (int b = 0; b < B; ++b)
+    std::copy(rows[b]->tokens.begin(), rows[b]->tokens.end(), tokens.begin() + int64_t(b) * T);
+  const int deepest = *std::max_element(exits_.begin(), exits_.end());
+  model_.forward_hidden(tokens.data(), B, T, deepest);
+
+  const int C = model_.config().hidden_size, V = model_.config().vocab_size;
+  gathered_.resize(size_t(positions) * C);
+  xn_.resize(size_t(positions) * C);
+  logits_.resize(size_t(positions) * V);
+  std::vector<int64_t> base(B + 1, 0);  // first gathered row of each input row
+  for (int b = 0; b < B; ++b) base[b + 1] = base[b] + rows[b]->positions;
+  std::vector<double> lse(positions);
+  std::vector<int32_t> argmax(positions);
+  for (size_t e = 0; e < exits_.size(); ++e) {
+    const float* x = model_.hidden_state(exits_[e] - 1);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(x + (int64_t(b) * T + rows[b]->first) * C, int64_t(rows[b]->positions) * C,
+                  gathered_.data() + base[b] * C);
+    model_.head_rows(gathered_.data(), positions, logits_.data(), xn_.data());
+#pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < positions; ++g) {
+      const float* l = logits_.data() + g * V;
+      const int32_t arg = int32_t(std::max_element(l, l + V) - l);
+      double z = 0;
+      for (int v = 0; v < V; ++v) z += std::exp(double(l[v]) - double(l[arg]));
+      lse[g] = double(l[arg]) + std::log(z);
+      argmax[g] = arg;
+    }
+    for (int b = 0; b < B; ++b)
+      for (const Row::Target& t : rows[b]->targets) {
+        LlResult& res = out[e][t.slot];
+        for (int k = 0; k < rows[b]->positions; ++k) {
+          const int64_t g = base[b] + k;
+          res.logprob += double(logits_[size_t(g) * V + t.ids[k]]) - lse[g];
+          res.greedy = res.greedy && argmax[g] == t.ids[k];
+          ++res.tokens;
+        }
+      }
+  }
+}
+
+std::vector<std::vector<LlResult>> Scorer::run_all(std::vector<Row>& rows, int64_t slots,
+                                                   const std::function<void(int64_t, int64_t)>& progress) {
+  // Longest first (ties by input order): a deterministic order that batches similar lengths.
+  std::vector<int64_t> order(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return rows[a].tokens.size() > rows[b].tokens.size();
+  });
+  std::vector<std::vector<LlResult>> results(exits_.size(), std::vector<LlResult>(slots));
+  int64_t done = 0;
+  for (size_t start = 0; start < order.size(); start += size_t(batch_size_)) {
+    const size_t end = std::min(order.size(), start + size_t(batch_size_));
+    std::vector<const Row*> batch;
+    for (size_t k = start; k < end; ++k) {
+      batch.push_back(&rows[order[k]]);
+      done += int64_t(rows[order[k]].targets.size());
+    }
+    run_rows(batch, results);
+    if (progress) progress(done, slots);
+  }
+  return results;
+}
+
+std::vector<std::vector<LlResult>> Scorer::loglikelihood(
+    const std::vector<LlRequest>& requests, const std::function<void(int64_t, int64_t)>& progress) {
+  const int64_t n = int64_t(requests.size());
+  std::vector<std::vector<int32_t>> ctxs(n), conts(n);
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t i = 0; i < n; ++i) tokenize(requests[i], ctxs[i], conts[i]);
+  std::vector<Row> rows;
+  std::map<std::vector<int32_t>, size_t> shared;  // inputs of one-token requests -> row
+  const int32_t bos = tok_.bos_id();
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int32_t>& ctx = ctxs[i];
+    std::vector<int32_t>& cont = conts[i];
+    STRATA_CHECK(!cont.empty(), "eval: request ", i, " has an empty continuation (context '",
+                 requests[i].context.substr(0, 40), "...')");
+    // BOS + context + continuation, context cut from the left to fit max_len inputs.
+    if (cont.size() > size_t(max_len_)) cont.erase(cont.begin(), cont.end() - max_len_);
+    const size_t room = size_t(max_len_) - cont.size();
+    if (ctx.size() > room) ctx.erase(ctx.begin(), ctx.end() - int64_t(room));
+    std::vector<int32_t> inputs = {bos};
+    inputs.insert(inputs.end(), ctx.begin(), ctx.end());
+    inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);  // the last token is only a target
+    if (cont.size() == 1) {
+      const auto it = shared.find(inputs);
+      if (it != shared.end()) {
+        rows[it->second].targets.push_back({i, cont});
+        continue;
+      }
+      shared.emplace(inputs, rows.size());
+    }
+    Row r;
+    r.first = int(ctx.size());
+    r.positions = int(cont.size());
+    r.tokens = std::move(inputs);
+    r.targets.push_back({i, cont});
+    rows.push_back(std::move(r));
+  }
+  return run_all(rows, n, progress);
+}
+
+std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int window, int stride) {
+  STRATA_CHECK(window >= 2 && window - 1 <= max_len_, "eval: perplexity window ", window,
+               " must be in 2..", max_len_ + 1, " (inputs plus the last target)");
+  STRATA_CHECK(stride >= 1 && stride <= window - 1, "eval: perplexity stride ", stride,
+               " must be in 1..", window - 1, " (window - 1)");
+  const int64_t n = int64_t(ids.size());
+  std::vector<Row> spans;
+  int64_t scored_to = 0;  // ids[0..scored_to] are scored (ids[0] is BOS, never scored)
+  for (int64_t a = 0; scored_to < n - 1; a += stride) {
+    const int64_t b = std::min(n, a + window);  // span ids[a, b)
+    if (b - 1 <= scored_to) continue;
+    Row r;
+    r.tokens.assign(ids.begin() + a, ids.begin() + (b - 1));
+    r.first = int(scored_to - a);
+    r.positions = int(b - 1 - scored_to);
+    r.targets.push_back({int64_t(spans.size()),
+                         std::vector<int32_t>(ids.begin() + (scored_to + 1), ids.begin() + b)});
+    spans.push_back(std::move(r));
+    scored_to = b - 1;
+  }
+  const auto results = run_all(spans, int64_t(spans.size()), {});
+  std::vector<RollingResult> out(exits_.size());
+  for (size_t e = 0; e < exits_.size(); ++e)
+    for (const LlResult& r : results[e]) {
+      out[e].nll -= r.logprob;
+      out[e].tokens += r.tokens;
+    }
+  return out;
+}
+
+}  // namespace strata

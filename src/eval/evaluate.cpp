@@ -1,0 +1,248 @@
+#include "eval/evaluate.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace strata {
+namespace {
+
+// Mean and its standard error (sample standard deviation / sqrt(n)), as the
+// harness reports them.
+Metric mean_metric(const std::string& name, const std::vector<double>& xs) {
+  Metric m{name, 0, -1};
+  const double n = double(xs.size());
+  if (xs.empty()) return m;
+  for (double x : xs) m.value += x;
+  m.value /= n;
+  if (xs.size() > 1) {
+    double var = 0;
+    for (double x : xs) var += (x - m.value) * (x - m.value);
+    m.stderr_ = std::sqrt(var / (n - 1) / n);
+  }
+  return m;
+}
+
+int64_t count_words(const std::string& s) {
+  int64_t n = 0;
+  bool in_word = false;
+  for (unsigned char c : s) {
+    const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
+}
+
+class Progress {
+ public:
+  Progress(bool on, std::string what) : on_(on), what_(std::move(what)) {}
+  // Prints every 5 s on long jobs (and the final count once it has printed).
+  void operator()(int64_t done, int64_t total) {
+    if (!on_ || last_.seconds() < 5.0) {
+      if (!(on_ && printed_ && done == total)) return;
+    }
+    last_.reset();
+    printed_ = true;
+    std::fflush(stdout);
+    const double s = timer_.seconds();
+    std::fprintf(stderr, "eval %s: %lld/%lld requests, %.0fs, ETA %.0fs\n", what_.c_str(),
+                 (long long)done, (long long)total, s, done ? s / double(done) * double(total - done) : 0.0);
+  }
+
+ private:
+  bool on_, printed_ = false;
+  std::string what_;
+  Timer timer_, last_;
+};
+
+std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool progress) {
+  std::vector<LlRequest> requests;
+  for (const EvalExample& ex : task.examples)
+    requests.insert(requests.end(), ex.requests.begin(), ex.requests.end());
+  Progress prog(progress, task.name);
+  const auto results = scorer.loglikelihood(requests, [&](int64_t d, int64_t t) { prog(d, t); });
+  std::vector<TaskResult> out;
+  for (const auto& res : results) {
+    TaskResult tr;
+    tr.task = task.name;
+    tr.n = int64_t(task.examples.size());
+    tr.shots = task.shots;
+    size_t k = 0;
+    if (task.kind == TaskKind::LastWord) {
+      std::vector<double> acc, ll;
+      for (size_t i = 0; i < task.examples.size(); ++i, ++k) {
+        acc.push_back(res[k].greedy ? 1.0 : 0.0);
+        ll.push_back(res[k].logprob);
+      }
+      tr.metrics.push_back(mean_metric("acc", acc));
+      const Metric mll = mean_metric("ll", ll);
+      const double ppl = std::exp(-mll.value);
+      tr.metrics.push_back(Metric{"perplexity", ppl, mll.stderr_ >= 0 ? ppl * mll.stderr_ : -1});
+    } else {
+      std::vector<double> acc, acc_norm;
+      std::map<std::string, std::vector<double>> group_acc, group_norm;
+      for (const EvalExample& ex : task.examples) {
+        const ChoicePick pick = pick_choice(ex, res, k);
+        k += ex.requests.size();
+        acc.push_back(pick.acc == ex.gold);
+        acc_norm.push_back(pick.acc_norm == ex.gold);
+        if (!ex.group.empty()) {
+          group_acc[ex.group].push_back(acc.back());
+          group_norm[ex.group].push_back(acc_norm.back());
+        }
+      }
+      if (group_acc.empty()) {
+        tr.metrics.push_back(mean_metric("acc", acc));
+        tr.metrics.push_back(mean_metric("acc_norm", acc_norm));
+      } else {
+        // Macro average over groups (each subject counts once), its standard
+        // error from the subjects' errors; the micro average alongside.
+        double macro = 0, se2 = 0;
+        for (const auto& [g, xs] : group_acc) {
+          const Metric m = mean_metric("acc", xs);
+          tr.groups[g] = {m, mean_metric("acc_norm", group_norm[g])};
+          macro += m.value;
+          se2 += m.stderr_ > 0 ? m.stderr_ * m.stderr_ : 0;
+        }
+        const double G = double(group_acc.size());
+        tr.metrics.push_back(Metric{"acc", macro / G, std::sqrt(se2) / G});
+        tr.metrics.push_back(mean_metric("acc_micro", acc));
+        tr.metrics.push_back(mean_metric("acc_norm", acc_norm));
+      }
+    }
+    out.push_back(std::move(tr));
+  }
+  return out;
+}
+
+std::vector<PerplexityResult> rolling_docs(Scorer& scorer, const Tokenizer& tok,
+                                           const std::vector<std::string>& docs, int window,
+                                           int stride, const std::string& what, bool progress) {
+  std::vector<PerplexityResult> out(scorer.exits().size());
+  Progress prog(progress, what);
+  for (size_t d = 0; d < docs.size(); ++d) {
+    std::vector<int32_t> ids = {tok.bos_id()};
+    const auto enc = tok.encode(docs[d]);
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    const auto r = scorer.rolling(ids, window, stride);
+    for (size_t e = 0; e < out.size(); ++e) {
+      out[e].nll_sum += r[e].nll;
+      out[e].tokens += r[e].tokens;
+      out[e].words += count_words(docs[d]);
+      out[e].bytes += int64_t(docs[d].size());
+    }
+    prog(int64_t(d + 1), int64_t(docs.size()));
+  }
+  return out;
+}
+
+}  // namespace
+
+ChoicePick pick_choice(const EvalExample& ex, const std::vector<LlResult>& results, size_t first) {
+  ChoicePick p;
+  double top = -INFINITY, top_norm = -INFINITY;
+  for (size_t c = 0; c < ex.requests.size(); ++c) {
+    const double lp = results[first + c].logprob;
+    // The harness divides by the length of the choice itself: the target
+    // delimiter (leading whitespace of the continuation) does not count.
+    const std::string& cont = ex.requests[c].continuation;
+    const size_t lead = std::min(cont.size(), cont.find_first_not_of(" \n\t"));
+    const double bytes = double(std::max<size_t>(1, cont.size() - lead));
+    if (lp > top) top = lp, p.acc = int(c);
+    if (lp / bytes > top_norm) top_norm = lp / bytes, p.acc_norm = int(c);
+  }
+  return p;
+}
+
+double PerplexityResult::mean_nll() const { return tokens ? nll_sum / double(tokens) : 0; }
+double PerplexityResult::ppl() const { return std::exp(mean_nll()); }
+double PerplexityResult::word_perplexity() const {
+  return words ? std::exp(nll_sum / double(words)) : 0;
+}
+double PerplexityResult::byte_perplexity() const {
+  return bytes ? std::exp(nll_sum / double(bytes)) : 0;
+}
+double PerplexityResult::bits_per_byte() const {
+  return bytes ? nll_sum / double(bytes) / std::log(2.0) : 0;
+}
+nlohmann::json PerplexityResult::to_json() const {
+  return {{"ppl", ppl()},
+          {"nll", mean_nll()},
+          {"nll_sum", nll_sum},
+          {"tokens", tokens},
+          {"words", words},
+          {"bytes", bytes},
+          {"word_perplexity", word_perplexity()},
+          {"byte_perplexity", byte_perplexity()},
+          {"bits_per_byte", bits_per_byte()}};
+}
+
+nlohmann::json TaskResult::to_json() const {
+  auto metric_json = [](const std::vector<Metric>& ms) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const Metric& m : ms)
+      j[m.name] = {{"value", m.value},
+                   {"stderr", m.stderr_ >= 0 ? nlohmann::json(m.stderr_) : nlohmann::json()}};
+    return j;
+  };
+  nlohmann::json j = {{"n", n}, {"shots", shots}, {"metrics", metric_json(metrics)}};
+  if (!groups.empty()) {
+    j["groups"] = nlohmann::json::object();
+    for (const auto& [g, ms] : groups) j["groups"][g] = metric_json(ms);
+  }
+  return j;
+}
+
+std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,
+                                                    const EvalOptions& o) {
+  std::vector<std::string> names = o.tasks;
+  if (names.size() == 1 && names[0] == "all") names = list_tasks(o.eval_dir);
+  STRATA_CHECK(!names.empty(), "eval: no tasks given");
+  Scorer scorer(model, tok, o.batch_size, o.exits);
+  const int window = o.window > 0 ? o.window : scorer.max_len() + 1;
+  const int stride = o.stride > 0 ? o.stride : window - 1;
+  std::vector<std::vector<TaskResult>> out(scorer.exits().size());
+  for (const std::string& name : names) {
+    Timer t;
+    const TaskData task = load_task(o.eval_dir, name, o.shots, o.seed, o.limit);
+    std::vector<TaskResult> per_exit;
+    if (task.kind == TaskKind::Perplexity) {
+      const auto r = rolling_docs(scorer, tok, task.documents, window, stride, name, o.progress);
+      for (const PerplexityResult& p : r) {
+        TaskResult tr;
+        tr.task = name;
+        tr.n = int64_t(task.documents.size());
+        tr.metrics = {{"word_perplexity", p.word_perplexity(), -1},
+                      {"byte_perplexity", p.byte_perplexity(), -1},
+                      {"bits_per_byte", p.bits_per_byte(), -1},
+                      {"token_perplexity", p.ppl(), -1}};
+        per_exit.push_back(tr);
+      }
+    } else {
+      per_exit = score_choices(scorer, task, o.progress);
+    }
+    for (size_t e = 0; e < per_exit.size(); ++e) out[e].push_back(per_exit[e]);
+    if (o.progress)
+      log::info("eval ", name, ": ", per_exit.back().n, " examples, ", task.shots, "-shot, ",
+                static_cast<long>(t.seconds() + 0.5), " s");
+  }
+  return out;
+}
+
+std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokenizer& tok,
+                                              const std::string& path, int window, int stride,
+                                              int batch_size, const std::vector<int>& exits,
+                                              bool progress) {
+  Scorer scorer(model, tok, batch_size, exits);
+  if (window <= 0) window = scorer.max_len() + 1;
+  if (stride <= 0) stride = window - 1;
+  return rolling_docs(scorer, tok, {read_file(path, "perplexity")}, window, stride, path,
+                      progress);
+}
+
+}  // namespace strata

@@ -1,0 +1,80 @@
+// Evaluation jobs: run tasks (eval/*.toml) through the scoring engine and
+// aggregate metrics with standard errors, per exit layer; and ad-hoc
+// perplexity of a text file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.h"
+#include "eval/engine.h"
+#include "eval/task.h"
+#include "model/model.h"
+
+namespace strata {
+
+struct Metric {
+  std::string name;
+  double value = 0;
+  double stderr_ = -1;  // standard error; < 0 when not defined
+};
+
+struct TaskResult {
+  std::string task;
+  int64_t n = 0;  // examples or documents scored
+  int shots = 0;
+  std::vector<Metric> metrics;
+  std::map<std::string, std::vector<Metric>> groups;  // per group (MMLU subject)
+  nlohmann::json to_json() const;
+};
+
+struct EvalOptions {
+  std::vector<std::string> tasks;  // task names, or {"all"}
+  int shots = -1;                  // < 0: each task's default
+  int64_t limit = 0;               // > 0: first N examples / documents per task
+  int batch_size = 8;
+  std::vector<int> exits;          // exit layers; empty: the full model
+  uint64_t seed = 1234;            // few-shot sampling
+  std::string eval_dir = "eval";   // where the task TOML files are
+  int window = 0, stride = 0;      // perplexity tasks (0: max_len + 1, window - 1)
+  bool progress = true;            // progress lines on stderr
+};
+
+// The harness's multiple-choice decision for one example given each choice's
+// result: `acc` picks the highest summed logprob, `acc_norm` the highest
+// logprob per byte of the choice (the continuation without its leading
+// target delimiter, as the harness counts). Ties go to the lower index.
+struct ChoicePick {
+  int acc = 0, acc_norm = 0;
+};
+ChoicePick pick_choice(const EvalExample& example, const std::vector<LlResult>& results,
+                       size_t first);
+
+// results[e][t]: task t at exits[e] (or the full model).
+std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,
+                                                    const EvalOptions& options);
+
+struct PerplexityResult {
+  double nll_sum = 0;
+  int64_t tokens = 0;  // scored tokens (BOS excluded)
+  int64_t words = 0, bytes = 0;
+  double ppl() const;        // token perplexity exp(nll / tokens)
+  double mean_nll() const;   // nll / tokens
+  double word_perplexity() const;
+  double byte_perplexity() const;
+  double bits_per_byte() const;
+  nlohmann::json to_json() const;
+};
+
+// Token-level perplexity of a whole text file (BOS once at its start), with
+// rolling windows (see Scorer::rolling); one result per exit.
+std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokenizer& tok,
+                                              const std::string& path, int window, int stride,
+                                              int batch_size, const std::vector<int>& exits,
+                                              bool progress = true);
+
+}  // namespace strata

@@ -1,0 +1,222 @@
+// The scoring engine: loglikelihood against a hand computation, the harness's
+// tokenisation rules, left truncation, acc vs acc_norm, batch-size invariance,
+// exits, and rolling perplexity.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "eval/engine.h"
+#include "eval/evaluate.h"
+#include "model/model.h"
+#include "testing.h"
+
+namespace strata {
+namespace {
+
+const Tokenizer& tok512() {
+  static const Tokenizer t =
+      Tokenizer::load(std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model");
+  return t;
+}
+
+std::unique_ptr<Model<float>> tiny_model(int layers = 3, int max_pos = 48) {
+  LlamaConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = max_pos;
+  c.initializer_range = 0.2;
+  c.finalize();
+  auto m = std::make_unique<Model<float>>(c, ops::make_cpu_backend<float>());
+  m->init_weights(17);
+  return m;
+}
+
+// log P(targets at positions first..) computed the plain way: full logits of
+// the whole sequence, log-softmax in double.
+double reference_logprob(Model<float>& m, const std::vector<int32_t>& inputs,
+                         const std::vector<int32_t>& targets, int first, int exit_layer = 0) {
+  const int T = int(inputs.size()), V = m.config().vocab_size, C = m.config().hidden_size;
+  std::vector<float> logits(size_t(T) * V);
+  if (exit_layer == 0) {
+    m.forward_logits(inputs.data(), 1, T, logits.data());
+  } else {
+    m.forward_hidden(inputs.data(), 1, T, exit_layer);
+    std::vector<float> xn(size_t(T) * C);
+    m.head_rows(m.hidden_state(exit_layer - 1), T, logits.data(), xn.data());
+  }
+  double lp = 0;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    const float* l = logits.data() + size_t(first + k) * V;
+    double mx = -INFINITY, z = 0;
+    for (int v = 0; v < V; ++v) mx = std::max(mx, double(l[v]));
+    for (int v = 0; v < V; ++v) z += std::exp(double(l[v]) - mx);
+    lp += double(l[targets[k]]) - mx - std::log(z);
+  }
+  return lp;
+}
+
+TEST(Scorer, LoglikelihoodEqualsHandComputation) {
+  auto m = tiny_model();
+  Scorer s(*m, tok512(), 4, {});
+  const LlRequest r{"Once upon a time there was", " a little dog"};
+  std::vector<int32_t> ctx, cont;
+  s.tokenize(r, ctx, cont);
+  EXPECT_EQ(ctx, tok512().encode("Once upon a time there was"));
+  std::vector<int32_t> whole = tok512().encode("Once upon a time there was a little dog");
+  EXPECT_EQ(cont, std::vector<int32_t>(whole.begin() + int64_t(ctx.size()), whole.end()));
+  std::vector<int32_t> inputs = {tok512().bos_id()};
+  inputs.insert(inputs.end(), whole.begin(), whole.end() - 1);
+  const double want = reference_logprob(*m, inputs, cont, int(ctx.size()));
+  const auto got = s.loglikelihood({r});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NEAR(got[0][0].logprob, want, 1e-5 * std::fabs(want));
+  EXPECT_EQ(got[0][0].tokens, int(cont.size()));
+}
+
+TEST(Scorer, TrailingContextSpacesMoveToTheContinuation) {
+  auto m = tiny_model();
+  Scorer s(*m, tok512(), 2, {});
+  std::vector<int32_t> c1, k1, c2, k2;
+  s.tokenize({"The cat sat on the ", "mat"}, c1, k1);
+  s.tokenize({"The cat sat on the", " mat"}, c2, k2);
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(k1, k2);
+  const auto r = s.loglikelihood({{"The cat sat on the ", "mat"}, {"The cat sat on the", " mat"}});
+  EXPECT_EQ(r[0][0].logprob, r[0][1].logprob);
+}
+
+TEST(Scorer, LongContextIsCutFromTheLeftKeepingBos) {
+  auto m = tiny_model(2, 16);
+  Scorer s(*m, tok512(), 2, {});
+  const LlRequest r{"Once upon a time, in a land far away, there lived a very old king who", " ruled"};
+  std::vector<int32_t> ctx, cont;
+  s.tokenize(r, ctx, cont);
+  ASSERT_GT(ctx.size() + cont.size(), 16u);
+  const std::vector<int32_t> kept(ctx.end() - int64_t(16 - cont.size()), ctx.end());
+  std::vector<int32_t> inputs = {tok512().bos_id()};
+  inputs.insert(inputs.end(), kept.begin(), kept.end());
+  inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);
+  ASSERT_EQ(inputs.size(), 16u);
+  const double want = reference_logprob(*m, inputs, cont, int(kept.size()));
+  EXPECT_NEAR(s.loglikelihood({r})[0][0].logprob, want, 1e-5 * std::fabs(want));
+}
+
+// Scores do not depend on the batch size (nor on the other requests in a
+// batch) beyond float rounding: the GEMMs' summation order can change with
+// the number of rows, by about 1e-7 relative.
+TEST(Scorer, BatchSizeInvariant) {
+  auto m = tiny_model();
+  std::vector<LlRequest> reqs;
+  const char* ctxs[] = {"Once upon a time", "The sun", "She said that the little bird",
+                        "A", "They went to the park and played with a ball until"};
+  const char* conts[] = {" there was", " is hot", " could sing", " boy", " it got dark"};
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) reqs.push_back({ctxs[i], conts[j]});
+  std::vector<std::vector<std::vector<LlResult>>> runs;
+  for (int bs : {1, 3, 8, 25}) runs.push_back(Scorer(*m, tok512(), bs, {}).loglikelihood(reqs));
+  for (size_t b = 1; b < runs.size(); ++b)
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_NEAR(runs[b][0][i].logprob, runs[0][0][i].logprob,
+                  1e-6 * std::fabs(runs[0][0][i].logprob))
+          << "request " << i << " batch run " << b;
+      EXPECT_EQ(runs[b][0][i].greedy, runs[0][0][i].greedy);
+    }
+}
+
+// Several exits in one pass equal separate evaluations at each exit, and the
+// last exit is the full model.
+TEST(Scorer, PerExitEqualsSeparateRuns) {
+  auto m = tiny_model(3);
+  const std::vector<LlRequest> reqs = {{"Once upon a time", " there"}, {"The dog", " ran away"}};
+  const auto all = Scorer(*m, tok512(), 2, {1, 2, 3}).loglikelihood(reqs);
+  for (int e = 1; e <= 3; ++e) {
+    const auto one = Scorer(*m, tok512(), 2, {e}).loglikelihood(reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(all[e - 1][i].logprob, one[0][i].logprob);
+  }
+  const auto full = Scorer(*m, tok512(), 2, {}).loglikelihood(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(all[2][i].logprob, full[0][i].logprob);
+  // Exit 1 is the first layer followed by the final norm and head.
+  std::vector<int32_t> ctx, cont;
+  Scorer(*m, tok512(), 1, {}).tokenize(reqs[1], ctx, cont);
+  std::vector<int32_t> inputs = {tok512().bos_id()};
+  inputs.insert(inputs.end(), ctx.begin(), ctx.end());
+  inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);
+  EXPECT_NEAR(all[0][1].logprob, reference_logprob(*m, inputs, cont, int(ctx.size()), 1), 1e-4);
+  EXPECT_NE(all[0][1].logprob, all[2][1].logprob);
+  EXPECT_THROW(Scorer(*m, tok512(), 1, {4}), Error);
+}
+
+// acc takes the best summed logprob, acc_norm the best per byte of the choice.
+TEST(Scorer, AccAndAccNormDisagreeWhenLengthsDo) {
+  EvalExample ex;
+  ex.requests = {{"Q:", " yes"}, {"Q:", " a much longer answer"}};
+  ex.gold = 1;
+  std::vector<LlResult> r(2);
+  r[0].logprob = -3.0;   // 3 bytes ("yes"): -1.0 per byte
+  r[1].logprob = -10.0;  // 20 bytes: -0.5 per byte
+  const ChoicePick p = pick_choice(ex, r, 0);
+  EXPECT_EQ(p.acc, 0);
+  EXPECT_EQ(p.acc_norm, 1);
+  r[1].logprob = -25.0;  // -1.25 per byte: now both pick choice 0
+  EXPECT_EQ(pick_choice(ex, r, 0).acc_norm, 0);
+}
+
+// Task metrics are identical for any batch size.
+TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {
+  auto m = tiny_model(2, 128);
+  std::vector<std::vector<TaskResult>> runs;
+  for (int bs : {1, 5, 16}) {
+    EvalOptions o;
+    o.tasks = {"arc_easy", "boolq", "lambada"};
+    o.limit = 12;
+    o.batch_size = bs;
+    o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
+    o.progress = false;
+    runs.push_back(evaluate_tasks(*m, tok512(), o)[0]);
+  }
+  for (size_t b = 1; b < runs.size(); ++b)
+    for (size_t t = 0; t < runs[0].size(); ++t)
+      for (size_t k = 0; k < runs[0][t].metrics.size(); ++k) {
+        const Metric &x = runs[0][t].metrics[k], &y = runs[b][t].metrics[k];
+        if (x.name == "perplexity")
+          EXPECT_NEAR(y.value, x.value, 1e-5 * x.value);
+        else
+          EXPECT_EQ(y.value, x.value) << runs[0][t].task << " " << x.name;
+      }
+}
+
+TEST(Scorer, RollingScoresEveryTokenOnceWithTheRightContext) {
+  auto m = tiny_model(2, 12);
+  std::vector<int32_t> ids = {tok512().bos_id()};
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t(3 + (i * 37) % 500));
+  // Reference: window W, stride S; token j scored by the first span [a, a+W)
+  // with a + W > j, from inputs ids[a .. j).
+  auto reference = [&](int W, int S) {
+    double nll = 0;
+    for (size_t j = 1; j < ids.size(); ++j) {
+      size_t a = 0;
+      while (a + size_t(W) <= j) a += size_t(S);
+      const std::vector<int32_t> inputs(ids.begin() + int64_t(a), ids.begin() + int64_t(j));
+      nll -= reference_logprob(*m, inputs, {ids[j]}, int(inputs.size()) - 1);
+    }
+    return nll;
+  };
+  for (auto [W, S] : {std::pair{13, 12}, std::pair{13, 5}, std::pair{6, 5}, std::pair{8, 1}})
+    for (int bs : {1, 4}) {
+      const auto r = Scorer(*m, tok512(), bs, {}).rolling(ids, W, S);
+      EXPECT_EQ(r[0].tokens, int64_t(ids.size()) - 1) << W << "/" << S;
+      const double want = reference(W, S);
+      EXPECT_NEAR(r[0].nll, want, 1e-5 * want) << "window " << W << " stride " << S;
+    }
+  EXPECT_THROW(Scorer(*m, tok512(), 1, {}).rolling(ids, 14, 13), Error);  // window - 1 > context
+  EXPECT_THROW(Scorer(*m, tok512(), 1, {}).rolling(ids, 13, 13), Error);  // stride > window - 1
+}
+
+}  // namespace
+}  // namespace strata
