@@ -16,6 +16,7 @@ PACKAGES=(
   libsentencepiece-dev                  # tokenizers
   libhdf5-dev hdf5-tools                # checkpoints (h5dump to inspect them)
   libgtest-dev                          # GoogleTest
+  libopenmpi-dev openmpi-bin            # MPI: multi-process training (mpirun) and its tests
 )
 
 if [[ "${STRATA_SKIP_APT:-0}" != 1 ]]; then

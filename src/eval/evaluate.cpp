@@ -226,6 +226,14 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
     } else {
       per_exit = score_choices(scorer, task, o.progress);
     }
+    if (!task.metrics.empty())  // report what the task asks for, in its order
+      for (TaskResult& tr : per_exit) {
+        std::vector<Metric> kept;
+        for (const std::string& want : task.metrics)
+          for (const Metric& m : tr.metrics)
+            if (m.name == want) kept.push_back(m);
+        tr.metrics = std::move(kept);
+      }
     for (size_t e = 0; e < per_exit.size(); ++e) out[e].push_back(per_exit[e]);
     if (o.progress)
       log::info("eval ", name, ": ", per_exit.back().n, " examples, ", task.shots, "-shot, ",

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/philox.h"
@@ -14,10 +15,15 @@ Model<T>::Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend
 
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
-                std::unique_ptr<ops::Backend<T>> backend)
-    : cfg_(cfg), plan_(plan), layout_((cfg_.finalize(), cfg_)), be_(std::move(backend)) {
+                std::unique_ptr<ops::Backend<T>> backend, Communicator* tp)
+    : cfg_(cfg),
+      plan_(plan),
+      layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0),
+      be_(std::move(backend)),
+      tp_(tp && tp->size() > 1 ? tp : nullptr) {
   STRATA_CHECK(plan_.num_layers() == cfg_.num_hidden_layers, "layer plan has ", plan_.num_layers(),
                " layers, model has ", cfg_.num_hidden_layers);
+  STRATA_CHECK((!tp_ || std::is_same_v<T, float>), "tensor parallelism runs float models only");
   params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
@@ -47,7 +53,10 @@ void Model<T>::init_weights(uint64_t seed) {
       const PhiloxStream rng(seed, /*purpose: init*/ 1, uint32_t(ti));
       const double std = cfg_.initializer_range;
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < info.numel; ++i) p[i] = T(std * rng.normal(uint64_t(i)));
+      // Drawn by the element's index in the full tensor: every tensor-parallel
+      // layout holds the same weights.
+      for (int64_t i = 0; i < info.numel; ++i)
+        p[i] = T(std * rng.normal(uint64_t(layout_.full_index(int(ti), i))));
     }  // biases stay 0
   }
   be_->from_host(params_.data(), host.data(), layout_.total());
@@ -86,9 +95,9 @@ void Model<T>::ensure_activations(int B, int T_) {
   STRATA_CHECK(T_ <= cfg_.max_position_embeddings, "sequence length ", T_,
                " exceeds max_position_embeddings ", cfg_.max_position_embeddings);
   if (B == batch_ && T_ == seq_) return;
-  const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int L = cfg_.num_hidden_layers, Hq = cfg_.num_attention_heads;
-  const int64_t QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
+  const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size, F = f_local();
+  const int L = cfg_.num_hidden_layers, Hq = hq_local();
+  const int64_t QKV = qkv_local(), Q = q_local();
   // Carves every activation tensor out of `base` (64-byte aligned) and returns
   // the elements used. Run once with base = nullptr to size the arena.
   auto carve_all = [&](T* base) {
@@ -146,6 +155,62 @@ const T* Model<T>::stream(int i) const {
   return streams_[i];
 }
 
+// ------------------------------------------------------- tensor parallelism
+
+template <typename T>
+void Model<T>::tp_allreduce(T* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (tp_) tp_->allreduce_sum(buf, n);
+  }
+}
+
+template <typename T>
+const ops::VocabShard<T>* Model<T>::head_shard() {
+  if constexpr (!std::is_same_v<T, float>) {
+    return nullptr;
+  } else {
+    if (!tp_) return nullptr;
+    const int P = tp_size();
+    shard_.v0 = int64_t(tp_rank()) * v_local();
+    // Global log-sum-exp of a row = log sum over ranks of exp(local lse):
+    // gather every rank's local values; the target logit lives on one rank.
+    shard_.combine = [this, P](T* lse, T* target, int64_t rows) {
+      tp_scratch_.resize(size_t(rows) * P);
+      tp_->allgather(lse, tp_scratch_.data(), rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        T m = tp_scratch_[r];
+        for (int p = 1; p < P; ++p) m = std::max(m, tp_scratch_[size_t(p) * rows + r]);
+        double z = 0;
+        for (int p = 0; p < P; ++p) z += std::exp(double(tp_scratch_[size_t(p) * rows + r] - m));
+        lse[r] = T(double(m) + std::log(z));
+      }
+      tp_->allreduce_sum(target, rows);
+    };
+    shard_.reduce = [this](T* dxn, int64_t n) { tp_->allreduce_sum(dxn, n); };
+    return &shard_;
+  }
+}
+
+template <typename T>
+void Model<T>::gather_vocab(const T* local, int64_t rows, T* full) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int P = tp_size(), Vl = v_local(), V = cfg_.vocab_size;
+    tp_scratch_.resize(size_t(rows) * V);
+    tp_->allgather(local, tp_scratch_.data(), rows * Vl);  // [P][rows][Vl]
+    for (int p = 0; p < P; ++p)
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(tp_scratch_.data() + (size_t(p) * rows + r) * Vl, Vl,
+                    full + r * V + int64_t(p) * Vl);
+  }
+}
+
+template <typename T>
+void Model<T>::grad_ready(int first_tensor, int last_tensor) {
+  if (!grad_ready_) return;
+  const ParamInfo &a = layout_[first_tensor], &b = layout_[last_tensor];
+  grad_ready_(a.offset, b.offset + b.numel - a.offset);
+}
+
 // ---------------------------------------------------------------- modules
 
 template <typename T>
@@ -153,8 +218,8 @@ void Model<T>::attention_forward(int l, const T* x, T* out, int B, int T_) {
   const auto& P = layout_.layers[l];
   auto& A = layer_acts_[l];
   const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = cfg_.num_attention_heads,
-            Hkv = cfg_.num_key_value_heads, QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
+  const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = hq_local(), Hkv = hkv_local(),
+            QKV = qkv_local(), Q = q_local();
   be_->rmsnorm_forward(A.ln1, A.rstd1, x, param(P.input_norm), N, C, cfg_.rms_norm_eps);
   // q, k, v weights (and biases) are contiguous: one GEMM for all three.
   be_->linear_forward(A.qkv, A.ln1, param(P.q), P.q_bias >= 0 ? param(P.q_bias) : nullptr, N, C,
@@ -162,7 +227,11 @@ void Model<T>::attention_forward(int l, const T* x, T* out, int B, int T_) {
   // q heads and k heads are adjacent in each row: rotate Hq + Hkv heads at once.
   be_->rope_forward(A.qkv, rope_cos_.data(), rope_sin_.data(), B, T_, Hq + Hkv, D, QKV, 0);
   be_->attention_forward(A.att, A.lse, A.qkv, B, T_, Hq, Hkv, D);
-  be_->linear_forward(out, A.att, param(P.o), P.o_bias >= 0 ? param(P.o_bias) : nullptr, N, Q, C);
+  // Row-parallel output: partial sums, reduced over the tp group; the
+  // replicated bias is added by one rank only.
+  const T* bias = P.o_bias >= 0 && tp_rank() == 0 ? param(P.o_bias) : nullptr;
+  be_->linear_forward(out, A.att, param(P.o), bias, N, Q, C);
+  tp_allreduce(out, N * C);
 }
 
 template <typename T>
@@ -170,22 +239,26 @@ void Model<T>::mlp_forward(int l, const T* x, T* out, int B, int T_) {
   const auto& P = layout_.layers[l];
   auto& A = layer_acts_[l];
   const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int C = cfg_.hidden_size, F = f_local();
   be_->rmsnorm_forward(A.ln2, A.rstd2, x, param(P.post_norm), N, C, cfg_.rms_norm_eps);
   be_->linear_forward(A.gateup, A.ln2, param(P.gate), nullptr, N, C, 2 * F);  // gate|up fused
   be_->swiglu_forward(A.h, A.gateup, N, F);
   be_->linear_forward(out, A.h, param(P.down), nullptr, N, F, C);
+  tp_allreduce(out, N * C);
 }
 
 // dmod: gradient of the module output (read before dx is written, so it may
-// alias dx). dx: gradient of the module input, accumulated (+=).
+// alias dx). dx: gradient of the module input, accumulated (+=). Under tensor
+// parallelism dmod is replicated (the conjugate of the forward all-reduce is
+// the identity) and the partial input gradient of the column-parallel
+// projection is all-reduced.
 template <typename T>
 void Model<T>::attention_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
   const auto& P = layout_.layers[l];
   auto& A = layer_acts_[l];
   const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = cfg_.num_attention_heads,
-            Hkv = cfg_.num_key_value_heads, QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
+  const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = hq_local(), Hkv = hkv_local(),
+            QKV = qkv_local(), Q = q_local();
   be_->linear_backward(d_att_, grad_if({P.o}), P.o_bias >= 0 ? grad_if({P.o_bias}) : nullptr, dmod,
                        A.att, param(P.o), N, Q, C, false);
   be_->attention_backward(d_qkv_, d_att_, A.qkv, A.att, A.lse, B, T_, Hq, Hkv, D);
@@ -193,6 +266,7 @@ void Model<T>::attention_backward(int l, const T* x, T* dmod, T* dx, int B, int 
   be_->linear_backward(d_ln_, grad_if({P.q, P.k, P.v}),
                        P.q_bias >= 0 ? grad_if({P.q_bias, P.k_bias, P.v_bias}) : nullptr, d_qkv_,
                        A.ln1, param(P.q), N, C, QKV, false);
+  tp_allreduce(d_ln_, N * C);
   be_->rmsnorm_backward(dx, grad_if({P.input_norm}), d_ln_, x, param(P.input_norm), A.rstd1, N, C);
 }
 
@@ -201,11 +275,12 @@ void Model<T>::mlp_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
   const auto& P = layout_.layers[l];
   auto& A = layer_acts_[l];
   const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int C = cfg_.hidden_size, F = f_local();
   be_->linear_backward(d_h_, grad_if({P.down}), nullptr, dmod, A.h, param(P.down), N, F, C, false);
   be_->swiglu_backward(d_gateup_, d_h_, A.gateup, N, F);
   be_->linear_backward(d_ln_, grad_if({P.gate, P.up}), nullptr, d_gateup_, A.ln2, param(P.gate), N,
                        C, 2 * F, false);
+  tp_allreduce(d_ln_, N * C);
   be_->rmsnorm_backward(dx, grad_if({P.post_norm}), d_ln_, x, param(P.post_norm), A.rstd2, N, C);
 }
 
@@ -220,8 +295,10 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer)
   ensure_activations(B, T_);
   const int64_t N = int64_t(B) * T_, NC = N * cfg_.hidden_size;
   tokens_.assign(tokens, tokens + N);
+  // Vocab-parallel embedding: each rank looks up its own rows, zeros elsewhere.
   be_->embedding_forward(streams_[0], tokens, param(layout_.embed), N, cfg_.hidden_size,
-                         cfg_.vocab_size);
+                         cfg_.vocab_size, int64_t(tp_rank()) * v_local(), tp_ ? v_local() : -1);
+  tp_allreduce(streams_[0], NC);
   for (int l = 0; l < exit_layer; ++l) {
     switch (plan_.kinds[l]) {
       case LayerKind::Standard: {
@@ -240,7 +317,10 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer)
 template <typename T>
 void Model<T>::run_backward(const int32_t* tokens, int B, int T_) {
   const int64_t N = int64_t(B) * T_;
-  for (int l = cfg_.num_hidden_layers - 1; l >= backward_floor_; --l) {
+  const int L = cfg_.num_hidden_layers;
+  // The final norm and the head (when untied) are done: they end the arena.
+  grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+  for (int l = L - 1; l >= backward_floor_; --l) {
     switch (plan_.kinds[l]) {
       case LayerKind::Standard: {
         // x_i = x_{i-1} + h_i(x_{i-1}): the residual passes the gradient through
@@ -251,9 +331,14 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_) {
         break;
       }
     }
+    grad_ready(layout_.layers[l].input_norm, layout_.layers[l].down);
   }
+  for (int l = std::min(backward_floor_, L) - 1; l >= 0; --l)  // frozen layers: nothing changes
+    grad_ready(layout_.layers[l].input_norm, layout_.layers[l].down);
   if (trainable_[layout_.embed])
-    be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size);
+    be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size,
+                            int64_t(tp_rank()) * v_local(), tp_ ? v_local() : -1);
+  grad_ready(layout_.embed, layout_.embed);
 }
 
 template <typename T>
@@ -265,8 +350,8 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
   have_forward_ = true;
   r.loss_sum = be_->head_ce_forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid,
                                     streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
-                                    head_weight(), targets, N, cfg_.hidden_size, cfg_.vocab_size,
-                                    cfg_.rms_norm_eps);
+                                    head_weight(), targets, N, cfg_.hidden_size, v_local(),
+                                    cfg_.rms_norm_eps, head_shard());
   return r;
 }
 
@@ -278,7 +363,7 @@ void Model<T>::backward(double dloss) {
   be_->head_ce_backward(dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}),
                         streams_[2 * cfg_.num_hidden_layers], lnf_, rstdf_, lsef_,
                         param(layout_.final_norm), head_weight(), targets_.data(), N,
-                        cfg_.hidden_size, cfg_.vocab_size, dloss);
+                        cfg_.hidden_size, v_local(), dloss, head_shard());
   run_backward(tokens_.data(), batch_, seq_);
 }
 
@@ -293,7 +378,7 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
   r.loss_sum = be_->head_ce_forward_backward(
       dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &r.n_valid,
       streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm), head_weight(), targets, N,
-      cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps, dloss);
+      cfg_.hidden_size, v_local(), cfg_.rms_norm_eps, dloss, head_shard());
   run_backward(tokens, B, T_);
   return r;
 }
@@ -301,9 +386,7 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
 template <typename T>
 void Model<T>::forward_logits(const int32_t* tokens, int B, int T_, T* logits) {
   run_forward(tokens, B, T_);
-  const int64_t N = int64_t(B) * T_;
-  be_->head_logits(logits, lnf_, streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
-                   head_weight(), N, cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
+  head_rows(streams_[2 * cfg_.num_hidden_layers], int64_t(B) * T_, logits, lnf_);
 }
 
 template <typename T>
@@ -313,8 +396,15 @@ void Model<T>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_lay
 
 template <typename T>
 void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
-  be_->head_logits(logits, xn_scratch, x, param(layout_.final_norm), head_weight(), n,
-                   cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
+  if (!tp_) {
+    be_->head_logits(logits, xn_scratch, x, param(layout_.final_norm), head_weight(), n,
+                     cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
+    return;
+  }
+  std::vector<T> local(size_t(n) * v_local());
+  be_->head_logits(local.data(), xn_scratch, x, param(layout_.final_norm), head_weight(), n,
+                   cfg_.hidden_size, v_local(), cfg_.rms_norm_eps);
+  gather_vocab(local.data(), n, logits);
 }
 
 template class Model<float>;

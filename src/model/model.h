@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "dist/comm.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"
@@ -36,7 +38,15 @@ template <typename T>
 class Model {
  public:
   Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend);
-  Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend);
+  // With `tp` (a tensor-parallel group of size > 1), this process holds its
+  // rank's part of every split tensor (ParamLayout) and the executor inserts
+  // the Megatron-LM collectives: an all-reduce after each row-parallel output
+  // (o_proj, down_proj) and the vocab-parallel embedding in forward, after each
+  // column-parallel input gradient (qkv, gate|up) and the head's input
+  // gradient in backward. Losses, gradients of replicated tensors and logits
+  // are the same on every rank. float only.
+  Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
+        Communicator* tp = nullptr);
 
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
@@ -46,7 +56,17 @@ class Model {
   // Arenas (backend memory) and the tensors in them.
   T* params() { return params_.data(); }
   T* grads() { return grads_.data(); }
-  int64_t num_params() const { return layout_.total(); }
+  int64_t num_params() const { return layout_.total(); }  // this rank's elements
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
+  int tp_rank() const { return tp_ ? tp_->rank() : 0; }
+
+  // Called during backward as soon as the gradients of a contiguous range of
+  // the arena are final for this micro-batch (per layer, then the head and
+  // final norm first, the embedding last): data parallelism starts their
+  // all-reduce there, overlapping the rest of the backward.
+  void set_grad_ready_hook(std::function<void(int64_t offset, int64_t n)> hook) {
+    grad_ready_ = std::move(hook);
+  }
   T* param(int index) { return params_.data() + layout_[index].offset; }
   T* grad(int index) { return grads_.data() + layout_[index].offset; }
 
@@ -104,6 +124,18 @@ class Model {
   void attention_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
   void mlp_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
   int head_index() const { return layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed; }
+  // Tensor-parallel helpers (no-ops without a tp group).
+  void tp_allreduce(T* buf, int64_t n);
+  const ops::VocabShard<T>* head_shard();
+  void gather_vocab(const T* local, int64_t rows, T* full);  // [rows, V/tp] -> [rows, V]
+  void grad_ready(int first_tensor, int last_tensor);
+  // Local (this rank's) sizes.
+  int hq_local() const { return cfg_.num_attention_heads / tp_size(); }
+  int hkv_local() const { return cfg_.num_key_value_heads / tp_size(); }
+  int q_local() const { return hq_local() * cfg_.head_dim; }
+  int qkv_local() const { return (hq_local() + 2 * hkv_local()) * cfg_.head_dim; }
+  int f_local() const { return cfg_.intermediate_size / tp_size(); }
+  int v_local() const { return cfg_.vocab_size / tp_size(); }
   T* head_weight() { return param(head_index()); }
   // Gradient slot of tensor i, or nullptr when none of `group` is trainable
   // (the group is the set of tensors one kernel writes gradients for together).
@@ -125,6 +157,10 @@ class Model {
   // Backward scratch, shared by all layers.
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
     *d_gateup_ = nullptr, *d_h_ = nullptr;
+  Communicator* tp_ = nullptr;
+  ops::VocabShard<T> shard_;
+  std::vector<T> tp_scratch_;
+  std::function<void(int64_t, int64_t)> grad_ready_;
   std::vector<bool> trainable_;
   int backward_floor_ = 0;                 // lowest layer backward must visit
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs

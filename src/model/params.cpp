@@ -1,38 +1,53 @@
 #include "model/params.h"
 
+#include "core/error.h"
+
 namespace strata {
 
-ParamLayout::ParamLayout(const LlamaConfig& cfg) {
+ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank) : tp_(tp), tp_rank_(tp_rank) {
+  STRATA_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "bad tensor-parallel rank ", tp_rank,
+               " of ", tp);
+  auto divides = [&](int64_t n, const char* what) {
+    STRATA_CHECK(n % tp == 0, "tensor parallelism: tp = ", tp, " must divide ", what, " (", n, ")");
+  };
+  divides(cfg.num_attention_heads, "num_attention_heads");
+  divides(cfg.num_key_value_heads, "num_key_value_heads");
+  divides(cfg.intermediate_size, "intermediate_size");
+  divides(cfg.vocab_size, "vocab_size");
   const int64_t C = cfg.hidden_size, F = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
-  embed = add("model.embed_tokens.weight", {V, C}, -1, true);
+  embed = add("model.embed_tokens.weight", {V, C}, -1, true, 0);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Layer L{};
     L.input_norm = add(p + "input_layernorm.weight", {C}, l, true);
-    L.q = add(p + "self_attn.q_proj.weight", {Q, C}, l, true);
-    L.k = add(p + "self_attn.k_proj.weight", {KV, C}, l, false);
-    L.v = add(p + "self_attn.v_proj.weight", {KV, C}, l, false);
+    L.q = add(p + "self_attn.q_proj.weight", {Q, C}, l, true, 0);
+    L.k = add(p + "self_attn.k_proj.weight", {KV, C}, l, false, 0);
+    L.v = add(p + "self_attn.v_proj.weight", {KV, C}, l, false, 0);
     if (cfg.attention_bias) {
-      L.q_bias = add(p + "self_attn.q_proj.bias", {Q}, l, true);
-      L.k_bias = add(p + "self_attn.k_proj.bias", {KV}, l, false);
-      L.v_bias = add(p + "self_attn.v_proj.bias", {KV}, l, false);
+      L.q_bias = add(p + "self_attn.q_proj.bias", {Q}, l, true, 0);
+      L.k_bias = add(p + "self_attn.k_proj.bias", {KV}, l, false, 0);
+      L.v_bias = add(p + "self_attn.v_proj.bias", {KV}, l, false, 0);
     }
-    L.o = add(p + "self_attn.o_proj.weight", {C, Q}, l, true);
+    L.o = add(p + "self_attn.o_proj.weight", {C, Q}, l, true, 1);
     if (cfg.attention_bias) L.o_bias = add(p + "self_attn.o_proj.bias", {C}, l, true);
     L.post_norm = add(p + "post_attention_layernorm.weight", {C}, l, true);
-    L.gate = add(p + "mlp.gate_proj.weight", {F, C}, l, true);
-    L.up = add(p + "mlp.up_proj.weight", {F, C}, l, false);
-    L.down = add(p + "mlp.down_proj.weight", {C, F}, l, true);
+    L.gate = add(p + "mlp.gate_proj.weight", {F, C}, l, true, 0);
+    L.up = add(p + "mlp.up_proj.weight", {F, C}, l, false, 0);
+    L.down = add(p + "mlp.down_proj.weight", {C, F}, l, true, 1);
     layers.push_back(L);
   }
   final_norm = add("model.norm.weight", {C}, -1, true);
-  if (!cfg.tie_word_embeddings) lm_head = add("lm_head.weight", {V, C}, -1, true);
+  if (!cfg.tie_word_embeddings) lm_head = add("lm_head.weight", {V, C}, -1, true, 0);
 }
 
-int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int layer, bool align) {
+int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int layer, bool align,
+                     int split_dim) {
   ParamInfo info;
   info.name = name;
+  info.full_shape = shape;
+  info.split_dim = tp_ > 1 ? split_dim : -1;
+  if (info.split_dim >= 0) shape[info.split_dim] /= tp_;
   info.numel = 1;
   for (int64_t d : shape) info.numel *= d;
   info.is_matrix = shape.size() == 2;
@@ -46,6 +61,14 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
   by_name_[info.name] = index;
   tensors_.push_back(std::move(info));
   return index;
+}
+
+int64_t ParamLayout::full_index(int t, int64_t i) const {
+  const ParamInfo& p = tensors_[t];
+  if (p.split_dim < 0) return i;
+  if (p.split_dim == 0) return int64_t(tp_rank_) * p.numel + i;  // a block of rows
+  const int64_t cols = p.shape[1], row = i / cols, col = i % cols;  // a block of columns
+  return row * p.full_shape[1] + int64_t(tp_rank_) * cols + col;
 }
 
 int ParamLayout::find(const std::string& name) const {

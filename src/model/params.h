@@ -18,16 +18,26 @@ namespace strata {
 
 struct ParamInfo {
   std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // [out, in] for weights, [n] for vectors
+  std::vector<int64_t> shape;  // this rank's shape: [out, in] for weights, [n] for vectors
   int64_t offset = 0;          // in elements, from the arena start
   int64_t numel = 0;
   int layer = -1;          // decoder layer, -1 for embedding / final norm / head
   bool is_matrix = false;  // 2-D: gets weight decay by default; init ~ N(0, std)
+  // Tensor parallelism: the full tensor's shape, and the dimension along which
+  // it is cut into tp equal contiguous parts (-1: replicated on every rank).
+  // This rank holds part `tp_rank` (see ParamLayout).
+  std::vector<int64_t> full_shape;
+  int split_dim = -1;
 };
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const LlamaConfig& cfg);
+  // The layout of tensor-parallel rank `tp_rank` of `tp` (Megatron-LM style):
+  // q/k/v and gate/up column-parallel (heads / MLP columns split, dim 0),
+  // o and down row-parallel (dim 1), embedding and LM head vocab-parallel
+  // (dim 0), norms and the o bias replicated. tp must divide the query and
+  // key/value heads, intermediate_size and vocab_size.
+  explicit ParamLayout(const LlamaConfig& cfg, int tp = 1, int tp_rank = 0);
 
   struct Layer {
     int input_norm, q, k, v, o, post_norm, gate, up, down;
@@ -39,13 +49,19 @@ class ParamLayout {
   // Index of a tensor by name; -1 if absent.
   int find(const std::string& name) const;
   int64_t total() const { return total_; }
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  // Index in the full tensor of element `i` of this rank's part of tensor t.
+  int64_t full_index(int t, int64_t i) const;
 
   int embed = -1, final_norm = -1;
   int lm_head = -1;  // -1 when tie_word_embeddings: the head is the embedding
   std::vector<Layer> layers;
 
  private:
-  int add(const std::string& name, std::vector<int64_t> shape, int layer, bool align);
+  int add(const std::string& name, std::vector<int64_t> shape, int layer, bool align,
+          int split_dim = -1);
+  int tp_ = 1, tp_rank_ = 0;
   std::vector<ParamInfo> tensors_;
   std::unordered_map<std::string, int> by_name_;
   int64_t total_ = 0;

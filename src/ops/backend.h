@@ -16,6 +16,8 @@ namespace strata::ops {
 
 using AdamWStep = cpu::AdamWStep;
 using MatmulPrecision = cpu::MatmulPrecision;
+template <typename T>
+using VocabShard = cpu::VocabShard<T>;
 constexpr int32_t kIgnoreIndex = cpu::kIgnoreIndex;
 
 template <typename T>
@@ -36,10 +38,11 @@ class Backend {
   // fp32 accumulation and master weights). On the CPU this is process-wide.
   virtual void set_matmul_precision(MatmulPrecision p) = 0;
 
+  // Vocab-parallel when V_local >= 0: this rank holds rows [v0, v0 + V_local).
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C,
-                                 int V) = 0;
-  virtual void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N,
-                                  int C) = 0;
+                                 int V, int64_t v0 = 0, int V_local = -1) = 0;
+  virtual void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C,
+                                  int64_t v0 = 0, int V_local = -1) = 0;
 
   virtual void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C,
                                double eps) = 0;
@@ -67,16 +70,20 @@ class Backend {
   virtual void residual_forward(T* out, const T* a, const T* b, int64_t n) = 0;
   virtual void residual_backward(T* da, T* db, const T* dout, int64_t n) = 0;
 
-  virtual double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
-                                 const T* wn, const T* wout, const int32_t* targets, int64_t N,
-                                 int C, int V, double eps) = 0;
+  // With a shard: the vocab-parallel head (tensor parallelism), see VocabShard.
+  virtual double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid,
+                                 const T* x, const T* wn, const T* wout, const int32_t* targets,
+                                 int64_t N, int C, int V, double eps,
+                                 const VocabShard<T>* shard = nullptr) = 0;
   virtual void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
                                 const T* lse, const T* wn, const T* wout, const int32_t* targets,
-                                int64_t N, int C, int V, double dloss) = 0;
-  virtual double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
-                                          const T* x, const T* wn, const T* wout,
-                                          const int32_t* targets, int64_t N, int C, int V,
-                                          double eps, double dloss) = 0;
+                                int64_t N, int C, int V, double dloss,
+                                const VocabShard<T>* shard = nullptr) = 0;
+  virtual double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd,
+                                          int64_t* n_valid, const T* x, const T* wn,
+                                          const T* wout, const int32_t* targets, int64_t N, int C,
+                                          int V, double eps, double dloss,
+                                          const VocabShard<T>* shard = nullptr) = 0;
   virtual void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout,
                            int64_t N, int C, int V, double eps) = 0;
 

@@ -31,13 +31,13 @@ class CpuBackend final : public Backend<T> {
   void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
   void from_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
 
-  void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C,
-                         int V) override {
-    cpu::embedding_forward(out, tokens, wte, N, C, V);
+  void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C, int V,
+                         int64_t v0, int V_local) override {
+    cpu::embedding_forward(out, tokens, wte, N, C, V, v0, V_local);
   }
-  void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N,
-                          int C) override {
-    cpu::embedding_backward(dwte, tokens, dout, N, C);
+  void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C,
+                          int64_t v0, int V_local) override {
+    cpu::embedding_backward(dwte, tokens, dout, N, C, v0, V_local);
   }
   void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C,
                        double eps) override {
@@ -85,20 +85,23 @@ class CpuBackend final : public Backend<T> {
   }
   double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
                          const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
-                         int V, double eps) override {
+                         int V, double eps, const VocabShard<T>* shard) override {
     return cpu::head_ce_forward(xn, rstd, lse, token_nll, n_valid, x, wn, wout, targets, N, C, V,
-                                eps);
+                                eps, shard);
   }
   void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                        const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
-                        int C, int V, double dloss) override {
-    cpu::head_ce_backward(dx, dwn, dwout, x, xn, rstd, lse, wn, wout, targets, N, C, V, dloss);
+                        const T* lse, const T* wn, const T* wout, const int32_t* targets,
+                        int64_t N, int C, int V, double dloss,
+                        const VocabShard<T>* shard) override {
+    cpu::head_ce_backward(dx, dwn, dwout, x, xn, rstd, lse, wn, wout, targets, N, C, V, dloss,
+                          shard);
   }
   double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
                                   const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                  int64_t N, int C, int V, double eps, double dloss) override {
-    return cpu::head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets, N,
-                                         C, V, eps, dloss);
+                                  int64_t N, int C, int V, double eps, double dloss,
+                                  const VocabShard<T>* shard) override {
+    return cpu::head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets,
+                                         N, C, V, eps, dloss, shard);
   }
   void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N,
                    int C, int V, double eps) override {

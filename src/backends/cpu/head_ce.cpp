@@ -84,10 +84,48 @@ void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* tar
   }
 }
 
+// The vocab-parallel version of chunk_softmax: local statistics, the
+// shard's combine() across ranks, then the gradient for this rank's columns.
+template <typename T>
+void shard_chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* targets,
+                         T* lse, T* nll, double dloss, const VocabShard<T>& shard, T* target_logit) {
+  auto owned = [&](int32_t y) { return y != kIgnoreIndex && y >= shard.v0 && y < shard.v0 + V; };
+  if (mode != Mode::Backward) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* l = logits + r * V;
+      T m = l[0];
+#pragma omp simd reduction(max : m)
+      for (int j = 0; j < V; ++j) m = l[j] > m ? l[j] : m;
+      T sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) sum += vexp<T>(l[j] - m);
+      lse[r] = m + std::log(sum);
+      target_logit[r] = owned(targets[r]) ? l[targets[r] - shard.v0] : T(0);
+    }
+    shard.combine(lse, target_logit, rows);
+    for (int64_t r = 0; r < rows; ++r)
+      nll[r] = targets[r] != kIgnoreIndex ? lse[r] - target_logit[r] : T(0);
+  }
+  if (mode == Mode::Forward) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* l = logits + r * V;
+    if (targets[r] == kIgnoreIndex) {
+      std::memset(l, 0, sizeof(T) * V);
+      continue;
+    }
+    const T lr = lse[r], k = T(dloss);
+#pragma omp simd
+    for (int j = 0; j < V; ++j) l[j] = k * vexp<T>(l[j] - lr);
+    if (owned(targets[r])) l[targets[r] - shard.v0] -= k;
+  }
+}
+
 template <typename T>
 double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_nll,
            int64_t* n_valid, const T* x, const T* wn, const T* wout, const int32_t* targets,
-           int64_t N, int C, int V, double eps, double dloss) {
+           int64_t N, int C, int V, double eps, double dloss, const VocabShard<T>* shard) {
   struct Tag {};
   if (N == 0) {
     if (n_valid) *n_valid = 0;
@@ -99,6 +137,7 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
   T* dxn = grad && (dx || dwn) ? workspace<T, 1, Tag>(size_t(N) * C) : nullptr;
   T* lse_buf = lse ? lse : workspace<T, 2, Tag>(size_t(N));
   T* nll_buf = token_nll ? token_nll : workspace<T, 3, Tag>(size_t(N));
+  T* target_logit = shard ? workspace<T, 4, Tag>(size_t(R)) : nullptr;
 
   if (mode != Mode::Backward) rmsnorm_forward(xn, rstd, x, wn, N, C, eps);
 
@@ -106,11 +145,16 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
     const int64_t rows = std::min(R, N - r0);
     const T* xr = xn + r0 * C;
     gemm<T>(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
-    chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
+    if (shard)
+      shard_chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0,
+                             dloss, *shard, target_logit);
+    else
+      chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
     if (!grad) continue;
     if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
     if (dwout) gemm<T>(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
   }
+  if (dxn && shard) shard->reduce(dxn, N * C);  // each rank saw its vocabulary columns only
   if (dxn) rmsnorm_backward(dx, dwn, dxn, x, wn, rstd, N, C);
   if (mode == Mode::Backward) return 0.0;
   // Fixed-order sum: the loss is bit-identical run to run.
@@ -132,25 +176,26 @@ void set_head_ce_chunk_rows(int64_t rows) { g_chunk_override = rows > 0 ? rows :
 template <typename T>
 double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
                        const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                       double eps) {
+                       double eps, const VocabShard<T>* shard) {
   return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x, wn,
-                wout, targets, N, C, V, eps, 0.0);
+                wout, targets, N, C, V, eps, 0.0, shard);
 }
 
 template <typename T>
 void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
                       const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                      double dloss) {
+                      double dloss, const VocabShard<T>* shard) {
   run<T>(Mode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
-         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
+         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss, shard);
 }
 
 template <typename T>
 double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
                                 const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                int64_t N, int C, int V, double eps, double dloss) {
+                                int64_t N, int C, int V, double eps, double dloss,
+                                const VocabShard<T>* shard) {
   return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x, wn,
-                wout, targets, N, C, V, eps, dloss);
+                wout, targets, N, C, V, eps, dloss, shard);
 }
 
 template <typename T>
@@ -164,12 +209,14 @@ void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wou
 
 #define STRATA_INSTANTIATE(T)                                                                      \
   template double head_ce_forward<T>(T*, T*, T*, T*, int64_t*, const T*, const T*, const T*,       \
-                                     const int32_t*, int64_t, int, int, double);                   \
+                                     const int32_t*, int64_t, int, int, double,                    \
+                                     const VocabShard<T>*);                                        \
   template void head_ce_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,  \
-                                    const T*, const int32_t*, int64_t, int, int, double);          \
+                                    const T*, const int32_t*, int64_t, int, int, double,           \
+                                    const VocabShard<T>*);                                         \
   template double head_ce_forward_backward<T>(T*, T*, T*, T*, T*, int64_t*, const T*, const T*,    \
                                               const T*, const int32_t*, int64_t, int, int, double, \
-                                              double);                                             \
+                                              double, const VocabShard<T>*);                       \
   template void head_logits<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, double);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(double)

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace strata::cpu {
 
@@ -21,12 +22,17 @@ constexpr int32_t kIgnoreIndex = -100;
 
 // ---------------------------------------------------------------- embedding.cpp
 // out[N,C] = wte[tokens[n], :]. Throws strata::Error if a token is outside [0,V).
+// Vocab-parallel (tensor parallelism): wte holds rows [v0, v0 + V_local) of
+// the V-row table; rows of other tokens are zero (the ranks' outputs sum to
+// the full lookup). V_local < 0 means the whole table.
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C, int V);
-// dwte[V,C] += sum over n with tokens[n]==v of dout[n,:]. Deterministic: threads
-// own disjoint channel ranges.
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C, int V,
+                       int64_t v0 = 0, int V_local = -1);
+// dwte[V,C] += sum over n with tokens[n]==v of dout[n,:] (for the shard's
+// tokens only). Deterministic: threads own disjoint channel ranges.
 template <typename T>
-void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C);
+void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C,
+                        int64_t v0 = 0, int V_local = -1);
 
 // ------------------------------------------------------------------ rmsnorm.cpp
 // out[N,C] = x * rstd * w,  rstd[N] = 1/sqrt(mean(x^2) + eps). Saves rstd.
@@ -100,6 +106,19 @@ template <typename T>
 void residual_backward(T* da, T* db, const T* dout, int64_t n);
 
 // ------------------------------------------------------------------ head_ce.cpp
+// Vocab-parallel head (tensor parallelism): this rank's wout holds rows
+// [v0, v0 + V) of the full vocabulary. After each chunk's local logits,
+// `combine` turns per-row local log-sum-exp and local target logit (0 when
+// another rank owns the target) into the global ones (in place), and
+// `reduce` sums dxn[N*C] over the ranks before the norm's backward. With a
+// shard no rank ever holds the full logits.
+template <typename T>
+struct VocabShard {
+  int64_t v0 = 0;
+  std::function<void(T* lse, T* target_logit, int64_t rows)> combine;
+  std::function<void(T* dxn, int64_t n)> reduce;
+};
+
 // Fused final RMSNorm + LM head + cross-entropy over N tokens, processed in
 // chunks of rows so the [N,V] logits are never materialised.
 //   xn[N,C], rstd[N] = rmsnorm(x; wn) (saved for backward)
@@ -109,19 +128,20 @@ void residual_backward(T* da, T* db, const T* dout, int64_t n);
 template <typename T>
 double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
                        const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                       double eps);
+                       double eps, const VocabShard<T>* shard = nullptr);
 // Backward of (dloss * summed loss): recomputes logits chunk by chunk.
 // dx[N,C] +=, dwn[C] +=, dwout[V,C] +=.
 template <typename T>
 void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
                       const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                      double dloss);
+                      double dloss, const VocabShard<T>* shard = nullptr);
 // Forward and backward in one pass over the chunks (the training path: one
 // logits GEMM instead of two). Same outputs as the two calls above.
 template <typename T>
 double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
                                 const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                int64_t N, int C, int V, double eps, double dloss);
+                                int64_t N, int C, int V, double eps, double dloss,
+                                const VocabShard<T>* shard = nullptr);
 // Rows per chunk of the fused head (0: automatic, about 64 MiB of logits).
 // For tests that compare chunked and unchunked results, and for tuning.
 void set_head_ce_chunk_rows(int64_t rows);

@@ -1,0 +1,50 @@
+// Communicators: the collectives strata's parallelism needs, behind one
+// interface with three implementations:
+//   - LocalComm: a group of one process (no-ops), for single-process runs;
+//   - MpiComm:   Open MPI on CPU buffers, nonblocking collectives for async;
+//   - NcclComm:  NCCL on GPU buffers on its own stream, bootstrapped over MPI
+//                (built when CUDA is found; exercised on a GPU machine).
+// Tensor-parallel and data-parallel groups are sub-communicators of the world
+// (ProcessGrid, dist/grid.h). All buffers here are float32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "local", "mpi", "nccl"
+
+  // In-place sum over the group.
+  virtual void allreduce_sum(float* buf, int64_t n) = 0;
+  // Starts an in-place sum and returns a handle; the buffer must stay alive
+  // and untouched until wait(handle). progress() lets the library advance
+  // outstanding operations (call it between compute steps to overlap).
+  virtual int64_t allreduce_sum_async(float* buf, int64_t n) = 0;
+  virtual void wait(int64_t handle) = 0;
+  virtual void progress() = 0;
+  // out[size * n] = the concatenation of every rank's in[n], in rank order.
+  virtual void allgather(const float* in, float* out, int64_t n) = 0;
+  // Rank `root`'s buf[n] to everyone.
+  virtual void broadcast(float* buf, int64_t n, int root) = 0;
+  // The same for bytes (recipes, tokenizers, states).
+  virtual void broadcast_bytes(std::string& bytes, int root) = 0;
+  // Sum of one double / one int64 (losses, token counts) over the group.
+  virtual double allreduce_sum(double x) = 0;
+  virtual int64_t allreduce_sum(int64_t x) = 0;
+  virtual void barrier() = 0;
+  // Ends every process of the job with an error (after printing `why`).
+  [[noreturn]] virtual void abort(const std::string& why) = 0;
+};
+
+// The single-process communicator.
+std::unique_ptr<Communicator> make_local_comm();
+
+}  // namespace strata

@@ -1,0 +1,193 @@
+// MpiComm: collectives over an MPI communicator (see comm_mpi.h).
+//
+// Every call runs with MPI_ERRORS_ARE_FATAL (set on the world by make_grid and
+// inherited by duplicates and splits): a failing MPI call ends the whole job,
+// so return codes are not checked here. Counts are int in MPI; larger buffers
+// go through several calls of at most max_chunk() elements.
+#include "dist/comm_mpi.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+std::atomic<int64_t> g_max_chunk{INT_MAX};
+
+void check_count(int64_t n, const char* what) {
+  STRATA_CHECK(n >= 0, "mpi communicator: ", what, " with a negative count ", n);
+}
+
+// Calls fn(offset, count) over [0, n) in pieces of at most max_chunk().
+template <typename Fn>
+void for_chunks(int64_t n, Fn&& fn) {
+  const int64_t chunk = g_max_chunk.load(std::memory_order_relaxed);
+  for (int64_t off = 0; off < n; off += chunk) fn(off, static_cast<int>(std::min(chunk, n - off)));
+}
+
+}  // namespace
+
+void MpiComm::set_max_chunk(int64_t elements) {
+  STRATA_CHECK(elements >= 1 && elements <= INT_MAX, "mpi communicator: max chunk ", elements,
+               " outside [1, ", INT_MAX, "]");
+  g_max_chunk.store(elements, std::memory_order_relaxed);
+}
+
+int64_t MpiComm::max_chunk() { return g_max_chunk.load(std::memory_order_relaxed); }
+
+MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  STRATA_CHECK(comm != MPI_COMM_NULL, "mpi communicator: MPI_COMM_NULL");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiComm::~MpiComm() {
+  if (!owned_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::allreduce_sum(float* buf, int64_t n) {
+  check_count(n, "allreduce_sum");
+  for_chunks(n, [&](int64_t off, int len) {
+    MPI_Allreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, MPI_SUM, comm_);
+  });
+}
+
+int64_t MpiComm::allreduce_sum_async(float* buf, int64_t n) {
+  check_count(n, "allreduce_sum_async");
+  std::vector<MPI_Request> reqs;
+  for_chunks(n, [&](int64_t off, int len) {
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, MPI_SUM, comm_, &req);
+    reqs.push_back(req);
+  });
+  // n == 0 starts nothing: its handle is complete from the start (an empty
+  // request list), like a waited-for one.
+  pending_.push_back(std::move(reqs));
+  return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
+}
+
+void MpiComm::wait(int64_t handle) {
+  STRATA_CHECK(handle >= 0 && handle < first_handle_ + static_cast<int64_t>(pending_.size()),
+               "mpi communicator: wait on unknown handle ", handle);
+  if (handle < first_handle_) return;  // completed and dropped already
+  auto& reqs = pending_[static_cast<size_t>(handle - first_handle_)];
+  if (!reqs.empty()) {
+    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    reqs.clear();
+  }
+  drop_completed_front();
+}
+
+void MpiComm::progress() {
+  for (auto& reqs : pending_) {
+    if (reqs.empty()) continue;
+    int done = 0;
+    MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) reqs.clear();
+  }
+  drop_completed_front();
+}
+
+int64_t MpiComm::outstanding() const {
+  return std::count_if(pending_.begin(), pending_.end(), [](const auto& r) { return !r.empty(); });
+}
+
+void MpiComm::drop_completed_front() {
+  while (!pending_.empty() && pending_.front().empty()) {
+    pending_.pop_front();
+    ++first_handle_;
+  }
+}
+
+void MpiComm::allgather(const float* in, float* out, int64_t n) {
+  check_count(n, "allgather");
+  // `in` already sitting in this rank's slot of `out` is MPI's in-place case.
+  const bool in_place = in == out + static_cast<int64_t>(rank_) * n;
+  std::vector<float> copy;  // any other overlap of in and out: send from a copy
+  if (!in_place && n > 0 && in < out + static_cast<int64_t>(size_) * n && out < in + n) {
+    copy.assign(in, in + n);
+    in = copy.data();
+  }
+  if (n <= max_chunk()) {
+    MPI_Allgather(in_place ? MPI_IN_PLACE : in, static_cast<int>(n), MPI_FLOAT, out,
+                  static_cast<int>(n), MPI_FLOAT, comm_);
+    return;
+  }
+  // In pieces: piece [off, off + len) of every rank lands at out + r * n + off,
+  // described by one "len floats, then skip to the next rank's slot" type.
+  for_chunks(n, [&](int64_t off, int len) {
+    MPI_Datatype piece, strided;
+    MPI_Type_contiguous(len, MPI_FLOAT, &piece);
+    MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(n * sizeof(float)), &strided);
+    MPI_Type_commit(&strided);
+    MPI_Allgather(in_place ? MPI_IN_PLACE : in + off, len, MPI_FLOAT, out + off, 1, strided, comm_);
+    MPI_Type_free(&strided);
+    MPI_Type_free(&piece);
+  });
+}
+
+void MpiComm::broadcast(float* buf, int64_t n, int root) {
+  check_count(n, "broadcast");
+  STRATA_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root ", root,
+               " outside a group of ", size_);
+  for_chunks(n, [&](int64_t off, int len) { MPI_Bcast(buf + off, len, MPI_FLOAT, root, comm_); });
+}
+
+void MpiComm::broadcast_bytes(std::string& bytes, int root) {
+  STRATA_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root ", root,
+               " outside a group of ", size_);
+  int64_t n = static_cast<int64_t>(bytes.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);
+  if (rank_ != root) bytes.resize(static_cast<size_t>(n));
+  for_chunks(
+      n, [&](int64_t off, int len) { MPI_Bcast(bytes.data() + off, len, MPI_BYTE, root, comm_); });
+}
+
+double MpiComm::allreduce_sum(double x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_);
+  return x;
+}
+
+int64_t MpiComm::allreduce_sum(int64_t x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_SUM, comm_);
+  return x;
+}
+
+void MpiComm::barrier() { MPI_Barrier(comm_); }
+
+void MpiComm::abort(const std::string& why) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::fprintf(stderr, "strata: error: %s (rank %d)\n", why.c_str(), world_rank);
+  std::fflush(stderr);
+  std::fflush(stdout);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
+std::unique_ptr<MpiComm> MpiComm::split(int color, int key) const {
+  STRATA_CHECK(color >= 0, "mpi communicator: split with a negative color ", color);
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(comm_, color, key, &sub);
+  return std::make_unique<MpiComm>(sub, true);
+}
+
+std::unique_ptr<MpiComm> make_mpi_world_comm() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  STRATA_CHECK(initialized && !finalized, "mpi communicator: MPI is not initialised");
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);
+  return std::make_unique<MpiComm>(world, true);
+}
+
+}  // namespace strata

@@ -1,0 +1,80 @@
+// MpiComm: the Communicator over an MPI communicator (Open MPI 4.1), for CPU
+// buffers. Blocking collectives for the synchronous calls, nonblocking ones
+// (MPI_Iallreduce) for allreduce_sum_async.
+//
+// Open MPI has no asynchronous progress thread by default: an outstanding
+// nonblocking collective only advances while the process is inside an MPI
+// call. progress() tests the outstanding requests (MPI_Testall), which runs the
+// progress engine; call it between compute steps to overlap communication.
+//
+// Threads: MPI is initialised with MPI_THREAD_FUNNELED (dist/grid.cpp), so
+// every call on an MpiComm must come from the main thread (never from inside
+// an OpenMP parallel region).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+
+namespace strata {
+
+class MpiComm final : public Communicator {
+ public:
+  // Wraps `comm`. When `owned`, the communicator is freed (MPI_Comm_free) on
+  // destruction, unless MPI has been finalised by then.
+  MpiComm(MPI_Comm comm, bool owned);
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+
+  void allreduce_sum(float* buf, int64_t n) override;
+  int64_t allreduce_sum_async(float* buf, int64_t n) override;
+  void wait(int64_t handle) override;
+  void progress() override;
+  void allgather(const float* in, float* out, int64_t n) override;
+  void broadcast(float* buf, int64_t n, int root) override;
+  void broadcast_bytes(std::string& bytes, int root) override;
+  double allreduce_sum(double x) override;
+  int64_t allreduce_sum(int64_t x) override;
+  void barrier() override;
+  [[noreturn]] void abort(const std::string& why) override;
+
+  MPI_Comm handle() const { return comm_; }
+  // The sub-communicator of the processes that pass the same `color`, ranked
+  // by `key` (then by rank here). Collective over this communicator.
+  std::unique_ptr<MpiComm> split(int color, int key) const;
+  // Number of async allreduces started and not yet waited for.
+  int64_t outstanding() const;
+
+  // Largest element count passed to one MPI call (MPI counts are int). Counts
+  // above it are split into several calls. Default INT_MAX; tests lower it to
+  // exercise the chunked paths. Process-wide.
+  static void set_max_chunk(int64_t elements);
+  static int64_t max_chunk();
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+  // Async operations: handle h lives in pending_[h - first_handle_]; one
+  // handle holds several requests when its count was split into chunks.
+  // Completed handles at the front are dropped, so the queue stays short.
+  std::deque<std::vector<MPI_Request>> pending_;
+  int64_t first_handle_ = 0;
+  void drop_completed_front();
+};
+
+// A duplicate of MPI_COMM_WORLD (MPI must be initialised; see make_grid).
+std::unique_ptr<MpiComm> make_mpi_world_comm();
+
+}  // namespace strata

@@ -1,0 +1,92 @@
+// NcclComm: the Communicator for DEVICE float buffers, over NCCL. Built only
+// when CMake finds CUDA and libnccl (STRATA_HAVE_NCCL); strata has no GPU in
+// CI, so this compiles and links there but runs only on a GPU machine.
+//
+// - Bootstrap: rank 0 of the host communicator (an MpiComm, or a LocalComm for
+//   one process) makes the ncclUniqueId and broadcasts it over the host
+//   communicator; every rank then joins with ncclCommInitRank(host size,
+//   host rank). The NCCL ranks equal the host ranks.
+// - Streams: collectives run on the communicator's own non-blocking stream.
+//   Each one is ordered after the work already queued on the compute stream
+//   (set_compute_stream; default the legacy default stream) through an event,
+//   so buffers produced by kernels are complete before they are sent.
+// - allreduce_sum, allgather and broadcast return when the result is in the
+//   buffer (the NCCL stream is synchronised); allreduce_sum_async returns at
+//   once and wait(handle) blocks on the event recorded after the operation.
+//   progress() only releases finished handles: NCCL advances on the device.
+// - The scalar sums, broadcast_bytes and barrier are host operations and go
+//   through the host communicator. abort() aborts NCCL, then the host job.
+// - Calls come from one host thread whose current device is the
+//   communicator's. Errors throw strata::Error naming the call and NCCL's or
+//   CUDA's message.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+
+namespace strata {
+
+class NcclComm final : public Communicator {
+ public:
+  // Collective over `host`. `device` >= 0 selects the CUDA device first
+  // (cudaSetDevice); -1 keeps the current one (the caller picked it, e.g. the
+  // node-local rank modulo the device count).
+  explicit NcclComm(std::unique_ptr<Communicator> host, int device = -1);
+  ~NcclComm() override;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "nccl"; }
+
+  void allreduce_sum(float* buf, int64_t n) override;
+  int64_t allreduce_sum_async(float* buf, int64_t n) override;
+  void wait(int64_t handle) override;
+  void progress() override;
+  void allgather(const float* in, float* out, int64_t n) override;
+  void broadcast(float* buf, int64_t n, int root) override;
+  void broadcast_bytes(std::string& bytes, int root) override;
+  double allreduce_sum(double x) override;
+  int64_t allreduce_sum(int64_t x) override;
+  void barrier() override;
+  [[noreturn]] void abort(const std::string& why) override;
+
+  // The stream whose queued work every collective waits for (default 0, the
+  // legacy default stream).
+  void set_compute_stream(cudaStream_t s) { compute_stream_ = s; }
+  // The communicator's own stream (cudaStreamNonBlocking).
+  cudaStream_t stream() const { return stream_; }
+  Communicator& host() { return *host_; }
+  ncclComm_t handle() const { return comm_; }
+
+ private:
+  void order_after_compute();
+  void sync_stream(const char* what);
+  cudaEvent_t take_event();
+  void release_event(cudaEvent_t e);
+  void drop_completed_front();
+
+  std::unique_ptr<Communicator> host_;
+  int rank_ = 0, size_ = 1, device_ = -1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;
+  // Async operations: handle h is pending_[h - first_handle_], the event
+  // recorded after it (nullptr once complete). Finished handles at the front
+  // are dropped; their events return to free_events_.
+  std::deque<cudaEvent_t> pending_;
+  int64_t first_handle_ = 0;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+}  // namespace strata

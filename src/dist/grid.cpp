@@ -1,0 +1,112 @@
+// The process grid (see grid.h): MPI start-up and the dp x tp communicators.
+//
+// Rank r of a world of dp * tp processes sits at tp_rank = r % tp and
+// dp_rank = r / tp: a tensor-parallel group is tp consecutive world ranks
+// (mpirun and srun place consecutive ranks on the same node by default, so a
+// tp group stays inside a node), and a data-parallel group is the ranks with
+// the same tp_rank, one from each tp group.
+#include "dist/grid.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "dist/comm_mpi.h"
+
+namespace strata {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+long env_long(const char* name) {
+  const char* v = env(name);
+  return v ? std::strtol(v, nullptr, 10) : 0;
+}
+
+// The number of tasks of the current srun job step, 0 outside one. A batch
+// script itself also sees SLURM_PROCID=0 and SLURM_NTASKS, but only the
+// processes srun starts are in a step (SLURM_STEP_ID).
+long slurm_step_tasks() {
+  if (!env("SLURM_PROCID") || !env("SLURM_STEP_ID")) return 0;
+  if (env("SLURM_STEP_NUM_TASKS")) return env_long("SLURM_STEP_NUM_TASKS");
+  return env_long("SLURM_NTASKS");
+}
+
+void init_mpi_once() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  STRATA_CHECK(!finalized, "MPI was already finalised in this process");
+  if (!initialized) {
+    // Only the main thread calls MPI; OpenMP workers never do.
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  }
+  // The default, made explicit: a failing MPI call ends the whole job instead
+  // of returning an error code some rank might ignore while the others wait.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  if (env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK") || env("PMI_RANK")) return true;
+  return slurm_step_tasks() > 1;  // srun --mpi=pmix sets PMIX_RANK as well
+}
+
+ProcessGrid make_grid(int tp, int dp_request) {
+  STRATA_CHECK(tp >= 1, "tensor-parallel degree tp=", tp, ": must be at least 1");
+  STRATA_CHECK(dp_request >= 0, "data-parallel degree dp=", dp_request,
+               ": must be positive (or 0: world / tp)");
+  const bool mpi = launched_by_mpi();
+  int world_rank = 0, world_size = 1;
+  if (mpi) {
+    init_mpi_once();
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    const long tasks = slurm_step_tasks();
+    STRATA_CHECK(tasks <= 1 || world_size == tasks, "srun started ", tasks,
+                 " tasks but MPI sees a world of ", world_size,
+                 " process(es): launch with srun --mpi=pmix");
+  }
+  STRATA_CHECK(world_size % tp == 0, "tensor-parallel degree tp=", tp,
+               " does not divide the world of ", world_size, " process(es) (world = dp x tp)");
+  const int dp = world_size / tp;
+  STRATA_CHECK(dp_request == 0 || dp_request == dp, "data-parallel degree dp=", dp_request,
+               " does not match the world of ", world_size, " process(es) with tp=", tp,
+               " (dp x tp must equal the world: dp=", dp, ")");
+
+  ProcessGrid g;
+  g.world_rank = world_rank;
+  g.world_size = world_size;
+  g.tp = tp;
+  g.dp = dp;
+  g.tp_rank = world_rank % tp;
+  g.dp_rank = world_rank / tp;
+  if (!mpi) {
+    g.world = make_local_comm();
+    g.tp_comm = make_local_comm();
+    g.dp_comm = make_local_comm();
+    return g;
+  }
+  auto world = make_mpi_world_comm();
+  // Both splits are collective over the world, made in the same order by all.
+  g.tp_comm = world->split(/*color=*/g.dp_rank, /*key=*/g.tp_rank);
+  g.dp_comm = world->split(/*color=*/g.tp_rank, /*key=*/g.dp_rank);
+  g.world = std::move(world);
+  return g;
+}
+
+void finalize_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+}  // namespace strata

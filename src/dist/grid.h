@@ -1,0 +1,44 @@
+// The process grid: world = dp x tp with tp fastest-varying (a tensor-parallel
+// group is `tp` consecutive ranks, inside a node). Rank and size come from MPI
+// when the process was started by mpirun / srun; otherwise the grid is one
+// process.
+#pragma once
+
+#include <memory>
+
+#include "dist/comm.h"
+
+namespace strata {
+
+struct ProcessGrid {
+  int world_rank = 0, world_size = 1;
+  int dp = 1, tp = 1;
+  int dp_rank = 0, tp_rank = 0;
+  std::unique_ptr<Communicator> world, dp_comm, tp_comm;
+  bool is_root() const { return world_rank == 0; }
+};
+
+// True when this process was launched by mpirun or srun (environment
+// variables of Open MPI / PMIx / Slurm), i.e. MPI must be initialised.
+// Checked: OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, or SLURM_PROCID in an
+// srun step (SLURM_STEP_ID) of more than one task. A batch script itself (one
+// process, SLURM_NTASKS > 1 but no step) is not "launched by MPI".
+bool launched_by_mpi();
+
+// Initialises MPI (once) when launched_by_mpi(), and builds the grid for the
+// requested tp degree; dp = world / tp (dp_request > 0 must match). Throws
+// strata::Error naming the mismatch (tp not dividing the world, ...).
+// Collective: every rank calls it with the same arguments (it splits the
+// world), and the checks give every rank the same error. MPI is initialised
+// with MPI_THREAD_FUNNELED (only the main thread calls MPI) and
+// MPI_ERRORS_ARE_FATAL on the world. Under MPI the three communicators are
+// MpiComm ("mpi"; world is a duplicate of MPI_COMM_WORLD); alone, LocalComm.
+ProcessGrid make_grid(int tp, int dp_request);
+
+// Finalises MPI if it was initialised (call at exit, after the grid's
+// communicators are gone or no longer used). Only on a path every rank takes:
+// MPI_Finalize synchronises with the other processes, so a rank that fails on
+// its own must end the job with Communicator::abort instead.
+void finalize_mpi();
+
+}  // namespace strata

@@ -1,0 +1,402 @@
+// Communicators and the process grid, run on every rank of an MPI job:
+//
+//   mpirun -np 4 --oversubscribe test_mpi_comm --tp 2
+//   test_mpi_comm                      (one process: local communicators)
+//
+// Every rank runs the same tests in the same order (the collectives must
+// match), asserts the exact results of each collective on the world, tp and dp
+// communicators, and exits non-zero when any rank failed. Checks use EXPECT_*
+// (not ASSERT_*) where a rank returning early would skip a collective the
+// others wait in.
+//
+// Failure modes, for tests/mpi_kill_test.sh (under mpirun -np 2):
+//   --fail-mode kill|kill_async|abort --fail-rank R
+// rank R kills itself with SIGKILL (or calls Communicator::abort) while the
+// other ranks wait in an allreduce (blocking, or async + progress + wait);
+// the job must end with a non-zero status instead of hanging.
+//
+// Options: --tp N (default: $STRATA_TEST_TP, else 1).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/comm.h"
+#include "dist/comm_mpi.h"
+#include "dist/grid.h"
+
+namespace strata {
+namespace {
+
+ProcessGrid* g_grid = nullptr;
+int g_tp = 1;
+
+// The communicators under test, with a label for failure messages.
+struct Named {
+  const char* name;
+  Communicator* comm;
+};
+std::vector<Named> comms() {
+  return {
+      {"world", g_grid->world.get()}, {"tp", g_grid->tp_comm.get()}, {"dp", g_grid->dp_comm.get()}};
+}
+
+// sum over ranks r of (r + 1)
+double rank_sum(int size) { return size * (size + 1) / 2.0; }
+
+void check_allreduce(Communicator& c, const char* name, int64_t n) {
+  std::vector<float> buf(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>((c.rank() + 1) * (i % 7 + 1));
+  c.allreduce_sum(buf.data(), n);
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (buf[i] != static_cast<float>(rank_sum(c.size()) * (i % 7 + 1)) && bad++ < 3)
+      ADD_FAILURE() << name << ": allreduce element " << i << " = " << buf[i];
+  EXPECT_EQ(bad, 0) << name << ": wrong elements out of " << n;
+}
+
+void check_allreduce_async(Communicator& c, const char* name, int64_t largest = 33333) {
+  const int64_t sizes[3] = {1, 1000, largest};
+  std::vector<std::vector<float>> bufs(3);
+  std::vector<int64_t> handles;
+  for (int k = 0; k < 3; ++k) {
+    bufs[k].resize(sizes[k]);
+    for (int64_t i = 0; i < sizes[k]; ++i)
+      bufs[k][i] = static_cast<float>((c.rank() + 1) * (k + 1) + (i % 5));
+    handles.push_back(c.allreduce_sum_async(bufs[k].data(), sizes[k]));
+  }
+  EXPECT_LT(handles[0], handles[1]);
+  EXPECT_LT(handles[1], handles[2]);
+  // Drive the library between "compute steps"; an MPI communicator must be
+  // able to finish every operation from progress() alone.
+  auto* mpi = dynamic_cast<MpiComm*>(&c);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int it = 0; it < 5 || (mpi && mpi->outstanding() > 0); ++it) {
+    c.progress();
+    if (std::chrono::steady_clock::now() > deadline) break;
+  }
+  if (mpi) {
+    EXPECT_EQ(mpi->outstanding(), 0) << name << ": progress() did not complete the ops";
+  }
+  for (int k : {2, 0, 1}) c.wait(handles[k]);
+  c.wait(handles[1]);  // waiting twice is a no-op
+  for (int k = 0; k < 3; ++k) {
+    int bad = 0;
+    for (int64_t i = 0; i < sizes[k]; ++i) {
+      const float want = static_cast<float>(rank_sum(c.size()) * (k + 1) + c.size() * (i % 5));
+      if (bufs[k][i] != want && bad++ < 3)
+        ADD_FAILURE() << name << ": async buffer " << k << " element " << i << " = " << bufs[k][i]
+                      << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0) << name << ": async buffer " << k;
+  }
+  EXPECT_THROW(c.wait(handles[2] + 100), Error);
+  EXPECT_THROW(c.wait(-1), Error);
+  // A handle waited for without any progress() in between.
+  std::vector<float> one(17, static_cast<float>(c.rank()));
+  c.wait(c.allreduce_sum_async(one.data(), 17));
+  EXPECT_EQ(one[16], static_cast<float>(rank_sum(c.size()) - c.size())) << name;
+  c.wait(c.allreduce_sum_async(nullptr, 0));
+}
+
+void check_allgather(Communicator& c, const char* name, int64_t n) {
+  std::vector<float> in(static_cast<size_t>(n)), out(static_cast<size_t>(n * c.size()), -1.f);
+  for (int64_t j = 0; j < n; ++j) in[j] = static_cast<float>(c.rank() * 1000 + j);
+  c.allgather(in.data(), out.data(), n);
+  int bad = 0;
+  for (int r = 0; r < c.size(); ++r)
+    for (int64_t j = 0; j < n; ++j)
+      if (out[r * n + j] != static_cast<float>(r * 1000 + j) && bad++ < 3)
+        ADD_FAILURE() << name << ": allgather out[" << r << " * " << n << " + " << j
+                      << "] = " << out[r * n + j];
+  EXPECT_EQ(bad, 0) << name << ": allgather of " << n;
+  // In place: this rank's part already sits in its slot of the output.
+  std::vector<float> io(static_cast<size_t>(n * c.size()), -1.f);
+  for (int64_t j = 0; j < n; ++j) io[c.rank() * n + j] = static_cast<float>(c.rank() * 1000 + j);
+  c.allgather(io.data() + c.rank() * n, io.data(), n);
+  EXPECT_EQ(io, out) << name << ": in-place allgather";
+}
+
+void check_broadcast(Communicator& c, const char* name, int64_t n) {
+  const int root = c.size() - 1;
+  std::vector<float> buf(static_cast<size_t>(n), -1.f);
+  if (c.rank() == root)
+    for (int64_t i = 0; i < n; ++i) buf[i] = 0.5f * static_cast<float>(i) + root;
+  c.broadcast(buf.data(), n, root);
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (buf[i] != 0.5f * static_cast<float>(i) + root && bad++ < 3)
+      ADD_FAILURE() << name << ": broadcast element " << i << " = " << buf[i];
+  EXPECT_EQ(bad, 0) << name;
+  EXPECT_THROW(c.broadcast(buf.data(), n, c.size()), Error);
+}
+
+std::string long_text(int seed, size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>((i * 131 + seed * 7) % 256);
+  return s;
+}
+
+void check_broadcast_bytes(Communicator& c, const char* name, size_t n = 3 * 1024 * 1024 + 17) {
+  const int root = 1 % c.size();
+  std::string s = c.rank() == root ? long_text(root, n) : std::string("not this");
+  c.broadcast_bytes(s, root);
+  EXPECT_TRUE(s == long_text(root, n)) << name << ": broadcast_bytes of " << s.size() << " bytes";
+  std::string empty = c.rank() == 0 ? std::string() : std::string("xyz");
+  c.broadcast_bytes(empty, 0);
+  EXPECT_EQ(empty, "") << name;
+  std::string recipe = c.rank() == 0 ? std::string("[training]\nsteps = 10\n") : std::string();
+  c.broadcast_bytes(recipe, 0);
+  EXPECT_EQ(recipe, "[training]\nsteps = 10\n") << name;
+}
+
+void check_scalars(Communicator& c, const char* name) {
+  EXPECT_EQ(c.allreduce_sum(0.5 * (c.rank() + 1)), 0.5 * rank_sum(c.size())) << name;
+  const int64_t big = int64_t{1} << 40;
+  const int64_t want = big * static_cast<int64_t>(rank_sum(c.size())) +
+                       static_cast<int64_t>(c.size()) * (c.size() - 1) / 2;
+  EXPECT_EQ(c.allreduce_sum(big * (c.rank() + 1) + c.rank()), want) << name;
+}
+
+// ---------------------------------------------------------------------------
+// The grid
+// ---------------------------------------------------------------------------
+
+TEST(Grid, RanksAndSizes) {
+  const ProcessGrid& g = *g_grid;
+  const bool mpi = launched_by_mpi();
+  if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    EXPECT_EQ(g.world_size, std::atoi(n));
+  }
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    EXPECT_EQ(g.world_rank, std::atoi(r));
+  }
+  if (!mpi) {
+    EXPECT_EQ(g.world_size, 1);
+    EXPECT_EQ(g.world_rank, 0);
+  }
+  EXPECT_EQ(g.is_root(), g.world_rank == 0);
+  EXPECT_EQ(g.tp, g_tp);
+  EXPECT_EQ(g.dp * g.tp, g.world_size);
+  EXPECT_EQ(g.tp_rank, g.world_rank % g.tp);
+  EXPECT_EQ(g.dp_rank, g.world_rank / g.tp);
+  EXPECT_EQ(g.world->size(), g.world_size);
+  EXPECT_EQ(g.world->rank(), g.world_rank);
+  EXPECT_EQ(g.tp_comm->size(), g.tp);
+  EXPECT_EQ(g.tp_comm->rank(), g.tp_rank);
+  EXPECT_EQ(g.dp_comm->size(), g.dp);
+  EXPECT_EQ(g.dp_comm->rank(), g.dp_rank);
+  for (auto [name, c] : comms()) EXPECT_EQ(c->name(), mpi ? "mpi" : "local") << name;
+}
+
+// Which world ranks are in my tp and dp groups, in group-rank order.
+TEST(Grid, GroupMembership) {
+  const ProcessGrid& g = *g_grid;
+  const float me = static_cast<float>(g.world_rank);
+  std::vector<float> tp_members(g.tp), dp_members(g.dp), world_members(g.world_size);
+  g.tp_comm->allgather(&me, tp_members.data(), 1);
+  g.dp_comm->allgather(&me, dp_members.data(), 1);
+  g.world->allgather(&me, world_members.data(), 1);
+  for (int t = 0; t < g.tp; ++t) EXPECT_EQ(tp_members[t], g.dp_rank * g.tp + t) << "tp slot " << t;
+  for (int d = 0; d < g.dp; ++d) EXPECT_EQ(dp_members[d], d * g.tp + g.tp_rank) << "dp slot " << d;
+  for (int r = 0; r < g.world_size; ++r) EXPECT_EQ(world_members[r], r);
+  // Sums stay inside a group.
+  const int64_t tp_sum = g.tp_comm->allreduce_sum(static_cast<int64_t>(g.world_rank));
+  EXPECT_EQ(tp_sum, int64_t{g.dp_rank} * g.tp * g.tp + g.tp * (g.tp - 1) / 2);
+  const int64_t dp_sum = g.dp_comm->allreduce_sum(static_cast<int64_t>(g.world_rank));
+  EXPECT_EQ(dp_sum, int64_t{g.tp} * g.dp * (g.dp - 1) / 2 + int64_t{g.dp} * g.tp_rank);
+}
+
+TEST(Grid, RejectsBadDegrees) {
+  const int w = g_grid->world_size;
+  auto message = [](int tp, int dp) {
+    try {
+      make_grid(tp, dp);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(0, 0).find("tp=0"), std::string::npos) << message(0, 0);
+  const std::string not_dividing = message(w + 1, 0);
+  EXPECT_NE(not_dividing.find(cat("tp=", w + 1, " does not divide the world of ", w)),
+            std::string::npos)
+      << not_dividing;
+  EXPECT_EQ(not_dividing.find('\n'), std::string::npos);
+  const std::string dp_mismatch = message(1, w + 1);
+  EXPECT_NE(dp_mismatch.find(cat("dp=", w + 1)), std::string::npos) << dp_mismatch;
+  EXPECT_NE(message(1, -1).find("dp=-1"), std::string::npos);
+}
+
+TEST(Grid, SecondGridAfterTheFirst) {
+  // MPI is initialised once; a second grid (tp = 1, dp given explicitly)
+  // builds its own communicators next to the first grid's.
+  ProcessGrid g = make_grid(1, g_grid->world_size);
+  EXPECT_EQ(g.dp, g_grid->world_size);
+  EXPECT_EQ(g.dp_rank, g_grid->world_rank);
+  EXPECT_EQ(g.dp_comm->size(), g_grid->world_size);
+  EXPECT_EQ(g.tp_comm->size(), 1);
+  EXPECT_EQ(g.world->allreduce_sum(int64_t{1}), g_grid->world_size);
+  EXPECT_EQ(g.tp_comm->allreduce_sum(int64_t{1}), 1);
+}
+
+// ---------------------------------------------------------------------------
+// The collectives, on the world, tp and dp communicators
+// ---------------------------------------------------------------------------
+
+TEST(Comm, AllreduceSync) {
+  for (auto [name, c] : comms()) {
+    check_allreduce(*c, name, 1);
+    check_allreduce(*c, name, 100003);
+    c->allreduce_sum(nullptr, 0);
+  }
+}
+
+TEST(Comm, AllreduceAsyncWithProgress) {
+  for (auto [name, c] : comms()) check_allreduce_async(*c, name);
+}
+
+TEST(Comm, AllgatherInRankOrder) {
+  for (auto [name, c] : comms()) {
+    check_allgather(*c, name, 1);
+    check_allgather(*c, name, 4099);
+  }
+}
+
+TEST(Comm, Broadcast) {
+  for (auto [name, c] : comms()) check_broadcast(*c, name, 5001);
+}
+
+TEST(Comm, BroadcastBytes) {
+  for (auto [name, c] : comms()) check_broadcast_bytes(*c, name);
+}
+
+TEST(Comm, ScalarSums) {
+  for (auto [name, c] : comms()) check_scalars(*c, name);
+}
+
+TEST(Comm, Barrier) {
+  for (auto [name, c] : comms()) c->barrier();
+}
+
+// Counts above the per-call limit go through several MPI calls: the limit is
+// lowered to a few elements so every chunked path runs on small buffers.
+TEST(Comm, ChunkedCounts) {
+  if (!dynamic_cast<MpiComm*>(g_grid->world.get())) GTEST_SKIP() << "not under MPI";
+  EXPECT_THROW(MpiComm::set_max_chunk(0), Error);
+  MpiComm::set_max_chunk(7);
+  for (auto [name, c] : comms()) {
+    check_allreduce(*c, name, 7);
+    check_allreduce(*c, name, 1003);
+    check_allreduce_async(*c, name, 333);
+    check_allgather(*c, name, 6);
+    check_allgather(*c, name, 7);
+    check_allgather(*c, name, 53);
+    check_broadcast(*c, name, 50);
+    check_broadcast_bytes(*c, name, 1001);
+  }
+  MpiComm::set_max_chunk(INT_MAX);
+  EXPECT_EQ(MpiComm::max_chunk(), INT_MAX);
+}
+
+// The local communicator on its own, in every run.
+TEST(Comm, LocalIsIdentity) {
+  auto c = make_local_comm();
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->size(), 1);
+  EXPECT_EQ(c->name(), "local");
+  check_allreduce(*c, "local", 1000);
+  check_allreduce_async(*c, "local");
+  check_allgather(*c, "local", 100);
+  check_broadcast(*c, "local", 10);
+  check_broadcast_bytes(*c, "local");
+  check_scalars(*c, "local");
+  c->barrier();
+}
+
+// ---------------------------------------------------------------------------
+// Failure modes (see the file comment)
+// ---------------------------------------------------------------------------
+
+int run_failure_mode(const std::string& mode, int victim) {
+  Communicator& w = *g_grid->world;
+  w.barrier();  // everyone is up before anyone dies
+  std::vector<float> buf(1 << 20, 1.f);
+  if (w.rank() == victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the others block
+    if (mode == "abort") w.abort("test abort");
+    std::fprintf(stderr, "rank %d: raising SIGKILL\n", w.rank());
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+  std::fprintf(stderr, "rank %d: waiting in %s allreduce\n", w.rank(),
+               mode == "kill_async" ? "an async" : "a blocking");
+  std::fflush(stderr);
+  if (mode == "kill_async") {
+    const int64_t h = w.allreduce_sum_async(buf.data(), static_cast<int64_t>(buf.size()));
+    for (int i = 0; i < 1000; ++i) {
+      w.progress();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    w.wait(h);
+  } else {
+    w.allreduce_sum(buf.data(), static_cast<int64_t>(buf.size()));
+  }
+  std::fprintf(stderr, "rank %d: the allreduce returned without rank %d\n", w.rank(), victim);
+  return 3;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::string fail_mode;
+  int fail_rank = 1;
+  if (const char* t = std::getenv("STRATA_TEST_TP")) strata::g_tp = std::atoi(t);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tp" && i + 1 < argc) {
+      strata::g_tp = std::atoi(argv[++i]);
+    } else if (a == "--fail-mode" && i + 1 < argc) {
+      fail_mode = argv[++i];
+    } else if (a == "--fail-rank" && i + 1 < argc) {
+      fail_rank = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [gtest options] [--tp N] "
+                   "[--fail-mode kill|kill_async|abort --fail-rank R]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  strata::ProcessGrid grid;
+  try {
+    grid = strata::make_grid(strata::g_tp, 0);
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    strata::finalize_mpi();
+    return 1;
+  }
+  strata::g_grid = &grid;
+  if (!fail_mode.empty()) return strata::run_failure_mode(fail_mode, fail_rank);
+
+  const int rc = RUN_ALL_TESTS();
+  // Every rank learns how many ranks failed, so all of them exit alike.
+  const int64_t failed = grid.world->allreduce_sum(static_cast<int64_t>(rc != 0));
+  if (grid.is_root() && grid.world_size > 1)
+    std::printf("mpi_comm_test: %d processes, tp=%d: %lld rank(s) failed\n", grid.world_size,
+                grid.tp, static_cast<long long>(failed));
+  grid = strata::ProcessGrid{};  // free the communicators before MPI goes
+  strata::finalize_mpi();
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# mpi_kill_test.sh MPIRUN TEST_BINARY MODE: under `mpirun -np 2`, rank 1 of
+# TEST_BINARY (test_mpi_comm --fail-mode MODE --fail-rank 1) dies while rank 0
+# waits in an allreduce:
+#   kill        rank 1 raises SIGKILL; rank 0 is in a blocking allreduce
+#   kill_async  rank 1 raises SIGKILL; rank 0 is in an async allreduce (progress, wait)
+#   abort       rank 1 calls Communicator::abort("test abort")
+# Passes when mpirun exits non-zero within the time limit (the job does not
+# hang), and, for abort, the reason and rank were printed.
+set -u
+mpirun=$1 bin=$2 mode=$3
+limit=${STRATA_KILL_TEST_LIMIT:-60}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+start=$SECONDS
+out=$(timeout -k 10 "$limit" "$mpirun" -np 2 --oversubscribe --bind-to none \
+  "$bin" --fail-mode "$mode" --fail-rank 1 2>&1)
+status=$?
+elapsed=$((SECONDS - start))
+printf '%s\n' "$out"
+echo "---"
+# timeout exits 124 (137 when it had to SIGKILL mpirun; but mpirun itself also
+# exits 137 when a rank died of SIGKILL): tell them apart by the elapsed time.
+if [[ $status -eq 124 ]] || ((elapsed >= limit)); then
+  echo "FAIL: mpirun still running after ${limit}s: the job hangs when a rank dies ($mode)"
+  exit 1
+fi
+if [[ $status -eq 0 ]]; then
+  echo "FAIL: mpirun exited 0 although rank 1 died ($mode)"
+  exit 1
+fi
+if [[ $mode == abort ]] && ! grep -q "strata: error: test abort (rank 1)" <<<"$out"; then
+  echo "FAIL: no 'strata: error: test abort (rank 1)' line in the output"
+  exit 1
+fi
+if grep -q "returned without rank" <<<"$out"; then
+  echo "FAIL: rank 0 finished an allreduce without rank 1"
+  exit 1
+fi
+echo "ok: mpirun exited with status $status after ${elapsed}s ($mode)"
