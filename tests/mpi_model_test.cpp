@@ -1,0 +1,147 @@
+// Tensor parallelism against the single-process model: under mpirun, every
+// rank builds the tp-sharded model (its part of every split tensor) and the
+// full model on its own, with the same seed, and checks that loss, logits and
+// every gradient shard agree. Run with `mpirun -np N test_mpi_model --tp T`
+// (T divides N; the dp groups run the same checks independently).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "dist/grid.h"
+#include "model/model.h"
+#include "testing.h"
+
+namespace strata {
+namespace {
+
+ProcessGrid* g_grid = nullptr;
+int g_tp = 1;
+
+struct Case {
+  const char* name;
+  int heads, kv_heads;
+  bool tied, bias;
+};
+
+LlamaConfig config(const Case& k) {
+  LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = k.heads;
+  c.num_key_value_heads = k.kv_heads;
+  c.max_position_embeddings = 16;
+  c.tie_word_embeddings = k.tied;
+  c.attention_bias = k.bias;
+  c.initializer_range = 0.2;
+  c.finalize();
+  return c;
+}
+
+// Same biases / norm weights on both models (init leaves them at 0 / 1).
+template <typename M>
+void perturb(M& m, const ParamLayout& full_layout) {
+  const auto noise = testing::random_vec<float>(full_layout.total(), 3, 0.2);
+  for (size_t t = 0; t < m.layout().tensors().size(); ++t) {
+    const ParamInfo& p = m.layout()[int(t)];
+    if (p.is_matrix) continue;
+    const ParamInfo& f = full_layout[int(t)];
+    for (int64_t i = 0; i < p.numel; ++i)
+      m.param(int(t))[i] += noise[f.offset + m.layout().full_index(int(t), i)];
+  }
+}
+
+class TensorParallel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TensorParallel, MatchesSingleProcessModel) {
+  const Case k = GetParam();
+  const LlamaConfig cfg = config(k);
+  Model<float> tp(cfg, LayerPlan::standard(2), ops::make_cpu_backend<float>(),
+                  g_grid->tp_comm.get());
+  Model<float> ref(cfg, ops::make_cpu_backend<float>());
+  ASSERT_EQ(tp.tp_size(), g_tp);
+  tp.init_weights(5);
+  ref.init_weights(5);
+  perturb(tp, ref.layout());
+  perturb(ref, ref.layout());
+  // Every tp rank's shard equals its part of the full weights.
+  for (size_t t = 0; t < tp.layout().tensors().size(); ++t)
+    for (int64_t i = 0; i < tp.layout()[int(t)].numel; ++i)
+      ASSERT_EQ(tp.param(int(t))[i], ref.param(int(t))[tp.layout().full_index(int(t), i)])
+          << tp.layout()[int(t)].name;
+
+  const int B = 2, T = 7;
+  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 11);
+  auto targets = testing::random_tokens(B * T, cfg.vocab_size, 12);
+  targets[4] = -100;
+  const double dloss = 1.0 / 13;
+  for (bool fused : {true, false}) {
+    tp.zero_grad();
+    ref.zero_grad();
+    LossResult a, b;
+    if (fused) {
+      a = tp.forward_backward(tokens.data(), targets.data(), B, T, dloss);
+      b = ref.forward_backward(tokens.data(), targets.data(), B, T, dloss);
+    } else {
+      a = tp.forward(tokens.data(), targets.data(), B, T);
+      tp.backward(dloss);
+      b = ref.forward(tokens.data(), targets.data(), B, T);
+      ref.backward(dloss);
+    }
+    EXPECT_EQ(a.n_valid, b.n_valid);
+    EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-5 * b.loss_sum) << (fused ? "fused" : "separate");
+    for (size_t t = 0; t < tp.layout().tensors().size(); ++t) {
+      const ParamInfo& p = tp.layout()[int(t)];
+      double scale = 1e-6;
+      for (int64_t i = 0; i < ref.layout()[int(t)].numel; ++i)
+        scale = std::max(scale, double(std::fabs(ref.grad(int(t))[i])));
+      for (int64_t i = 0; i < p.numel; ++i)
+        ASSERT_NEAR(tp.grad(int(t))[i], ref.grad(int(t))[tp.layout().full_index(int(t), i)],
+                    2e-5 * scale)
+            << p.name << "[" << i << "] tp rank " << tp.tp_rank() << (fused ? " fused" : "");
+    }
+  }
+  // Logits (gathered over the vocabulary shards) and per-layer states.
+  std::vector<float> la(size_t(B) * T * cfg.vocab_size), lb(la.size());
+  tp.forward_logits(tokens.data(), B, T, la.data());
+  ref.forward_logits(tokens.data(), B, T, lb.data());
+  testing::expect_close(la, lb, 2e-5, 0, "logits");
+  testing::expect_close(tp.hidden_state(0), ref.hidden_state(0), int64_t(B) * T * cfg.hidden_size,
+                        2e-5, 0, "hidden state after layer 0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, TensorParallel,
+                         ::testing::Values(Case{"mha_untied", 4, 4, false, false},
+                                           Case{"gqa_tied", 8, 4, true, false},
+                                           Case{"gqa_bias", 8, 4, false, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(TensorParallelErrors, HeadsMustDivide) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  LlamaConfig c = config(Case{"x", 4, 4, false, false});
+  c.num_key_value_heads = 1;
+  c.finalize();
+  EXPECT_THROW(Model<float>(c, LayerPlan::standard(2), ops::make_cpu_backend<float>(),
+                            g_grid->tp_comm.get()),
+               Error);
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--tp" && i + 1 < argc) strata::g_tp = std::atoi(argv[++i]);
+  strata::ProcessGrid grid = strata::make_grid(strata::g_tp, 0);
+  strata::g_grid = &grid;
+  const int rc = RUN_ALL_TESTS();
+  const int64_t failed = grid.world->allreduce_sum(static_cast<int64_t>(rc != 0));
+  grid = strata::ProcessGrid{};
+  strata::finalize_mpi();
+  return failed ? 1 : 0;
+}
