@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/grid.h"
 
 namespace {
 
@@ -65,11 +66,17 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     try {
-      return c.run(argc, argv, 2);
+      const int rc = c.run(argc, argv, 2);
+      strata::finalize_mpi();
+      return rc;
     } catch (const strata::Error& e) {
+      // In a multi-process job the other ranks may be waiting in a
+      // collective: end them all rather than hang.
+      strata::abort_job_if_distributed(e.what());
       std::fprintf(stderr, "strata: error: %s\n", e.what());
       return 1;
     } catch (const std::exception& e) {
+      strata::abort_job_if_distributed(std::string("internal error: ") + e.what());
       std::fprintf(stderr, "strata: internal error: %s\n", e.what());
       return 1;
     }

@@ -9,6 +9,8 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+
 #include <cstdlib>
 #include <string>
 
@@ -107,6 +109,20 @@ void finalize_mpi() {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Finalize();
+}
+
+void abort_job_if_distributed(const std::string& why) {
+  int initialized = 0, finalized = 0, size = 1, rank = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size <= 1) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "strata: error: %s (rank %d)\n", why.c_str(), rank);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 }  // namespace strata

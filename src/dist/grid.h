@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dist/comm.h"
 
@@ -40,5 +41,10 @@ ProcessGrid make_grid(int tp, int dp_request);
 // MPI_Finalize synchronises with the other processes, so a rank that fails on
 // its own must end the job with Communicator::abort instead.
 void finalize_mpi();
+
+// In a job of more than one process, prints `why` with this rank and calls
+// MPI_Abort so every rank ends now instead of waiting in a collective for a
+// rank that has failed. Does nothing alone (the caller reports the error).
+void abort_job_if_distributed(const std::string& why);
 
 }  // namespace strata

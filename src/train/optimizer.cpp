@@ -8,16 +8,18 @@ namespace strata {
 
 template <typename T>
 AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg,
-                std::vector<bool> trainable)
+                std::vector<bool> trainable, std::vector<bool> owned)
     : be_(be), layout_(layout), cfg_(cfg) {
   const size_t n = layout.tensors().size();
   if (trainable.empty()) trainable.assign(n, true);
-  STRATA_CHECK(trainable.size() == n, "AdamW: trainable mask has ", trainable.size(),
-               " entries for ", n, " tensors");
+  if (owned.empty()) owned.assign(n, true);
+  STRATA_CHECK(trainable.size() == n && owned.size() == n, "AdamW: masks have ",
+               trainable.size(), "/", owned.size(), " entries for ", n, " tensors");
+  trainable_ = trainable;
   offset_.assign(n, -1);
   int64_t total = 0;
   for (size_t i = 0; i < n; ++i)
-    if (trainable[i]) {
+    if (trainable[i] && owned[i]) {
       offset_[i] = total;
       total += (layout[int(i)].numel + 15) / 16 * 16;
     }
@@ -28,10 +30,13 @@ AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfi
 template <typename T>
 double AdamW<T>::step(T* params, T* grads, double lr) {
   const auto& tensors = layout_.tensors();
-  double sq = 0;
+  double split = 0, replicated = 0;
   for (size_t i = 0; i < tensors.size(); ++i)
-    if (offset_[i] >= 0) sq += be_.sum_squares(grads + tensors[i].offset, tensors[i].numel);
-  const double norm = std::sqrt(sq);
+    if (trainable_[i])
+      (tensors[i].split_dim >= 0 ? split : replicated) +=
+          be_.sum_squares(grads + tensors[i].offset, tensors[i].numel);
+  if (tp_) split = tp_->allreduce_sum(split);
+  const double norm = std::sqrt(split + replicated);
   const double clip = cfg_.grad_clip > 0 ? cpu::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
   ++step_;
   ops::AdamWStep s;
@@ -41,7 +46,7 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   s.eps = cfg_.eps;
   s.step = step_;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (offset_[i] < 0) continue;
+    if (offset_[i] < 0) continue;  // frozen, or owned by another data-parallel rank
     const ParamInfo& t = tensors[i];
     if (clip < 1.0) be_.scale_inplace(grads + t.offset, t.numel, clip);
     s.weight_decay = t.is_matrix ? cfg_.weight_decay : 0.0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dist/comm.h"
 #include "model/params.h"
 #include "ops/backend.h"
 
@@ -26,12 +27,19 @@ template <typename T>
 class AdamW {
  public:
   // `trainable` has one entry per layout tensor (empty: all trainable).
+  // `owned` (ZeRO-1: empty means all) restricts the optimizer state and the
+  // update to the tensors this data-parallel rank owns; the gradient norm
+  // still covers every trainable tensor.
   AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg,
-        std::vector<bool> trainable = {});
+        std::vector<bool> trainable = {}, std::vector<bool> owned = {});
+
+  // Under tensor parallelism the global gradient norm adds the squares of the
+  // split tensors over the tp group (replicated tensors count once).
+  void set_tp_comm(Communicator* tp) { tp_ = tp; }
 
   // Clips the trainable gradients to the global norm (if configured), then
-  // updates the trainable parameters with learning rate `lr`. Returns the
-  // gradient norm before clipping.
+  // updates the owned trainable parameters with learning rate `lr`. Returns
+  // the gradient norm before clipping.
   double step(T* params, T* grads, double lr);
 
   int64_t steps_taken() const { return step_; }
@@ -47,7 +55,9 @@ class AdamW {
   ops::Backend<T>& be_;
   const ParamLayout& layout_;
   AdamWConfig cfg_;
-  std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 when frozen
+  std::vector<bool> trainable_;
+  std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 without state
+  Communicator* tp_ = nullptr;
   ops::DeviceBuffer<T> m_, v_;
   int64_t step_ = 0;
 };
