@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/signals.h"
 #include "dist/grid.h"
 
 namespace {
@@ -50,6 +51,9 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before OpenMP or MPI start threads: SIGINT / SIGTERM go to a
+  // thread of their own (core/signals.h).
+  strata::start_signal_thread();
   if (argc < 2) {
     std::fprintf(stderr, "strata: error: no command given (see strata --help)\n");
     return 2;

@@ -86,7 +86,7 @@ int cmd_train(int argc, char** argv, int first) {
     return 0;
   }
   const TrainResult r = train(recipe);
-  return r.interrupted ? 130 : 0;
+  return r.interrupted ? 128 + r.stop_signal : 0;  // the shell's convention for a signal
 }
 
 }  // namespace strata::cli

@@ -18,12 +18,16 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/signals.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/sft.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "dist/grid.h"
+#include "dist/sharding.h"
+#include "dist/timed_comm.h"
 #include "eval/evaluate.h"
 #include "infer/generate.h"
 #include "io/checkpoint.h"
@@ -76,7 +80,8 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"data.packing", K::Bool, "false", "SFT: pack examples into full rows"},
 
       {"training.steps", K::Int, "", "optimizer steps", true},
-      {"training.micro_batch_size", K::Int, "8", "sequences per forward/backward"},
+      {"training.micro_batch_size", K::Int, "8",
+       "sequences per forward/backward on each data-parallel rank"},
       {"training.seq_len", K::Int, "256", "tokens per sequence"},
       {"training.grad_accum_steps", K::Int, "1", "micro-batches per optimizer step"},
       {"training.grad_clip", K::Float, "1.0", "max global gradient norm (0: off)"},
@@ -99,6 +104,12 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"lr_scheduler.warmup_steps", K::Int, "0", "linear warm-up steps"},
       {"lr_scheduler.min_lr", K::Float, "0.0", "learning rate at the end of the decay"},
       {"lr_scheduler.decay_steps", K::Int, "0", "end of the decay (0: training.steps)"},
+
+      {"parallelism.tp", K::Int, "1",
+       "tensor-parallel degree (Megatron-LM layout; divides heads, KV heads, MLP, vocab)"},
+      {"parallelism.dp", K::Int, "0", "data-parallel degree (0: world size / tp)"},
+      {"parallelism.zero", K::Int, "0",
+       "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1)"},
 
       {"checkpoint.interval", K::Int, "0", "save every N steps (0: only at the end)"},
       {"checkpoint.keep", K::Int, "2", "keep the newest K checkpoints (0: all)"},
@@ -163,28 +174,6 @@ std::vector<bool> resolve_trainable(const std::vector<std::string>& names,
 
 namespace {
 
-// ------------------------------------------------------------------ signals
-
-std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-struct SignalGuard {
-  struct sigaction old_int {
-  }, old_term{};
-  SignalGuard() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
-
 // ------------------------------------------------------------------ helpers
 
 std::string human_count(double n) {
@@ -197,6 +186,12 @@ std::string human_count(double n) {
     std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
   else
     std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+std::string fixed1(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", x);
   return buf;
 }
 
@@ -313,6 +308,14 @@ struct Run {
   std::function<std::unique_ptr<Loader>()> make_val_loader;  // fresh, from the start
   int64_t step = 0, tokens_seen = 0;
   std::string metrics_path;
+  // Parallelism: the grid, and its groups wrapped to time communication.
+  ProcessGrid grid;
+  TimedComm* tp = nullptr;  // owned by grid.tp_comm
+  TimedComm* dp = nullptr;  // owned by grid.dp_comm
+  int zero = 0;
+  std::vector<int> owner;  // ZeRO-1: the dp rank updating each tensor (-1: frozen)
+  bool root() const { return grid.is_root(); }
+  int world() const { return grid.world_size; }
 
   explicit Run(const Recipe& recipe) : r(recipe) {}
 };
@@ -330,7 +333,8 @@ void setup_data(Run& run) {
   if (kind == "pretrain") {
     std::string dir = r.get_string("data.dataset");
     if (dir.empty()) r.fail("data.dataset", "a pretraining run needs a prepared dataset directory");
-    if (!fs::exists(dir + "/meta.json")) {
+    // The first rank prepares a missing dataset while the others wait.
+    if (run.root() && !fs::exists(dir + "/meta.json")) {
       const auto inputs = expand_globs(r.get_strings("data.inputs"), r, "data.inputs");
       if (inputs.empty())
         r.fail("data.dataset", cat(dir,
@@ -348,6 +352,7 @@ void setup_data(Run& run) {
       p.seed = run.seed;
       prepare_dataset(p);
     }
+    if (run.world() > 1) run.grid.world->barrier();
     auto train = std::make_shared<const TokenDataset>(TokenDataset::open(dir, "train"));
     if (run.tokenizer && train->meta().tokenizer_sha256 != run.tokenizer->sha256())
       fail(cat(dir, "/meta.json: the dataset was tokenised with tokenizer sha256 ",
@@ -419,9 +424,81 @@ std::string find_resume_checkpoint(const Run& run) {
   return mode;
 }
 
+// The process grid (alone: one process), before anything else: every rank
+// sees the same recipe, so recipe errors are the same on every rank.
+void setup_grid(Run& run) {
+  const Recipe& r = run.r;
+  const int tp = positive(r, "parallelism.tp");
+  const int64_t dp = r.get_int("parallelism.dp");
+  if (dp < 0) r.fail("parallelism.dp", cat("must be >= 0 (0: world size / tp), got ", dp));
+  run.zero = int(r.get_int("parallelism.zero"));
+  if (run.zero != 0 && run.zero != 1)
+    r.fail("parallelism.zero", cat("must be 0 or 1 (ZeRO stage 1), got ", run.zero));
+  try {
+    run.grid = make_grid(tp, int(dp));
+  } catch (const Error& e) {
+    r.fail(r.given("parallelism.dp") ? "parallelism.dp" : "parallelism.tp", e.what());
+  }
+  auto wrap = [](std::unique_ptr<Communicator>& c) {
+    auto timed = std::make_unique<TimedComm>(std::move(c));
+    TimedComm* raw = timed.get();
+    c = std::move(timed);
+    return raw;
+  };
+  run.tp = wrap(run.grid.tp_comm);
+  run.dp = wrap(run.grid.dp_comm);
+  // One rank speaks for the job; the others only report errors.
+  if (!run.root()) log::set_level(log::Level::Error);
+}
+
+// Reads tensors `tensors` of checkpoint group `group` (full tensors, whatever
+// layout saved them) into this rank's parts at dst(t).
+void read_parts(const Run& run, const CheckpointReader& reader, const std::string& group,
+                const std::vector<int>& tensors, const std::function<float*(int)>& dst) {
+  const ParamLayout& L = run.model->layout();
+  if (L.tp() == 1) {
+    std::vector<TensorRef> refs;
+    for (int t : tensors) refs.push_back(TensorRef{L[t].name, L[t].shape, dst(t)});
+    reader.read(group, refs);
+    return;
+  }
+  std::vector<float> full;
+  for (int t : tensors) {
+    full.resize(size_t(full_numel(L[t])));
+    reader.read(group, {TensorRef{L[t].name, L[t].full_shape, full.data()}});
+    slice_full_tensor(L, t, full.data(), dst(t));
+  }
+}
+
+// ZeRO-1: each trainable tensor's optimizer state lives on one data-parallel
+// rank, the largest tensors first to the least loaded rank (deterministic, the
+// same on every rank). Without ZeRO every rank owns every trainable tensor.
+void assign_owners(Run& run, const std::vector<bool>& trainable) {
+  const ParamLayout& L = run.model->layout();
+  const int n = int(L.tensors().size());
+  run.owner.assign(size_t(n), -1);
+  if (!run.zero || run.grid.dp == 1) {
+    for (int t = 0; t < n; ++t)
+      if (trainable[size_t(t)]) run.owner[size_t(t)] = run.grid.dp_rank;
+    return;
+  }
+  std::vector<int> order;
+  for (int t = 0; t < n; ++t)
+    if (trainable[size_t(t)]) order.push_back(t);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return L[a].numel > L[b].numel; });
+  std::vector<int64_t> load(size_t(run.grid.dp), 0);
+  for (int t : order) {
+    const auto it = std::min_element(load.begin(), load.end());
+    run.owner[size_t(t)] = int(it - load.begin());
+    *it += L[t].numel;
+  }
+}
+
 void setup(Run& run) {
   const Recipe& r = run.r;
   if (r.get_int("run.threads") > 0) set_num_threads(int(r.get_int("run.threads")));
+  setup_grid(run);
   run.seed = uint64_t(r.get_int("run.seed"));
   run.steps = positive(r, "training.steps");
   run.micro_batch = positive(r, "training.micro_batch_size");
@@ -447,8 +524,10 @@ void setup(Run& run) {
 
   run.dir = r.get_string("run.dir").empty() ? "runs/" + r.get_string("run.name")
                                             : r.get_string("run.dir");
-  fs::create_directories(run.dir);
-  write_file_atomic(run.dir + "/recipe.toml", r.to_toml());
+  if (run.root()) {
+    fs::create_directories(run.dir);
+    write_file_atomic(run.dir + "/recipe.toml", r.to_toml());
+  }
   run.metrics_path = run.dir + "/metrics.jsonl";
 
   // Where the weights come from: a checkpoint of this run (resume), another
@@ -474,7 +553,8 @@ void setup(Run& run) {
     run.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, source));
   }
 
-  if (run.tokenizer) write_file_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
+  if (run.tokenizer && run.root())
+    write_file_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
 
   // Model.
   LlamaConfig cfg;
@@ -496,15 +576,26 @@ void setup(Run& run) {
   if (run.seq_len > cfg.max_position_embeddings)
     r.fail("training.seq_len", cat(run.seq_len, " exceeds the model's max_position_embeddings (",
                                    cfg.max_position_embeddings, ")"));
-  run.model = std::make_unique<Model<float>>(cfg, plan, ops::make_cpu_backend<float>());
+  if (run.grid.tp > 1 && !r.get_strings("eval.tasks").empty())
+    r.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
+                             run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
+  try {
+    run.model = std::make_unique<Model<float>>(cfg, plan, ops::make_cpu_backend<float>(),
+                                               run.grid.tp > 1 ? run.tp : nullptr);
+  } catch (const Error& e) {
+    r.fail("parallelism.tp", e.what());
+  }
   const std::string precision = r.get_string("training.precision");
   if (precision != "fp32" && precision != "bf16")
     r.fail("training.precision", cat("unknown precision '", precision, "' (fp32 or bf16)"));
   run.model->backend().set_matmul_precision(precision == "bf16" ? ops::MatmulPrecision::BF16
                                                                 : ops::MatmulPrecision::FP32);
-  if (reader)
-    reader->read("params", param_refs(*run.model));
-  else
+  const int n_tensors = int(run.model->layout().tensors().size());
+  if (reader) {
+    std::vector<int> all(static_cast<size_t>(n_tensors));
+    for (int t = 0; t < n_tensors; ++t) all[size_t(t)] = t;
+    read_parts(run, *reader, "params", all, [&](int t) { return run.model->param(t); });
+  } else
     run.model->init_weights(run.seed);
 
   std::vector<std::string> names;
@@ -520,30 +611,45 @@ void setup(Run& run) {
   oc.eps = r.get_float("optimizer.eps");
   oc.weight_decay = r.get_float("optimizer.weight_decay");
   oc.grad_clip = r.get_float("training.grad_clip");
-  run.opt = std::make_unique<AdamW<float>>(run.model->backend(), run.model->layout(), oc, mask);
+  assign_owners(run, mask);
+  std::vector<bool> owned(mask.size());
+  for (size_t t = 0; t < mask.size(); ++t) owned[t] = run.owner[t] == run.grid.dp_rank;
+  run.opt =
+      std::make_unique<AdamW<float>>(run.model->backend(), run.model->layout(), oc, mask, owned);
+  if (run.grid.tp > 1) run.opt->set_tp_comm(run.tp);
+  // The moments this rank holds, read from a checkpoint.
+  std::vector<int> stateful;
+  for (int t = 0; t < n_tensors; ++t)
+    if (run.opt->has_state(t)) stateful.push_back(t);
+  auto read_moments = [&](const CheckpointReader& rd) {
+    read_parts(run, rd, "optimizer/exp_avg", stateful, [&](int t) { return run.opt->exp_avg(t); });
+    read_parts(run, rd, "optimizer/exp_avg_sq", stateful,
+               [&](int t) { return run.opt->exp_avg_sq(t); });
+  };
+
+  // Every rank reads the run directory's files from here on.
+  if (run.world() > 1) run.grid.world->barrier();
 
   setup_data(run);
 
   if (!resume.empty()) {
     STRATA_CHECK(reader->has_optimizer(), resume, ": has no optimizer state to resume from");
-    reader->read("optimizer/exp_avg", moment_refs(*run.model, *run.opt, false));
-    reader->read("optimizer/exp_avg_sq", moment_refs(*run.model, *run.opt, true));
+    read_moments(*reader);
     run.opt->set_steps_taken(reader->optimizer_step());
     run.step = info.state.value("step", int64_t(0));
     run.tokens_seen = info.state.value("tokens_seen", int64_t(0));
     STRATA_CHECK(info.state.contains("loader"), resume, ": state has no data loader position");
     run.train_loader->set_state(info.state["loader"]);
-    truncate_metrics(run.metrics_path, run.step);
+    if (run.root()) truncate_metrics(run.metrics_path, run.step);
     log::info("resume: ", resume, " at step ", run.step);
   } else {
     if (!init_from.empty() && r.get_bool("optimizer.load_state")) {
       STRATA_CHECK(reader->has_optimizer(), init_from,
                    ": has no optimizer state (optimizer.load_state = true)");
-      reader->read("optimizer/exp_avg", moment_refs(*run.model, *run.opt, false));
-      reader->read("optimizer/exp_avg_sq", moment_refs(*run.model, *run.opt, true));
+      read_moments(*reader);
       run.opt->set_steps_taken(reader->optimizer_step());
     }
-    std::remove(run.metrics_path.c_str());
+    if (run.root()) std::remove(run.metrics_path.c_str());
     if (!init_from.empty()) log::info("init: weights from ", init_from);
   }
 
@@ -555,21 +661,37 @@ void setup(Run& run) {
             human_count(double(cfg.num_parameters())), " parameters (",
             human_count(double(n_train)), " trainable), plan ", plan.to_string(), ", ", precision,
             " matmuls");
+  if (run.world() > 1) {
+    int64_t state = 0;
+    for (int t = 0; t < n_tensors; ++t)
+      if (run.opt->has_state(t)) state += run.model->layout()[t].numel;
+    log::info("parallel: ", run.world(), " processes (", run.grid.world->name(), ") = dp ",
+              run.grid.dp, " x tp ", run.grid.tp, "; rank 0 holds ",
+              human_count(double(run.model->num_params())), " parameters and ",
+              human_count(double(state)), " optimizer moments",
+              run.zero ? " (ZeRO-1)" : "", "; global batch ",
+              int64_t(run.micro_batch) * run.grid.dp * run.accum, " sequences");
+  }
 }
 
 double evaluate(Run& run, int batches) {
   if (!run.make_val_loader || batches <= 0) return -1;
   auto loader = run.make_val_loader();
-  const int64_t available = loader->rows_per_epoch() / run.micro_batch;
+  // Each data-parallel rank scores its slice of every global batch.
+  const int64_t available = loader->rows_per_epoch() / (int64_t(run.micro_batch) * run.grid.dp);
   const int n = int(std::max<int64_t>(1, std::min<int64_t>(batches, available)));
   Batch b;
   double sum = 0;
   int64_t count = 0;
   for (int i = 0; i < n; ++i) {
-    loader->next(run.micro_batch, b);
+    loader->next(run.micro_batch, b, run.grid.dp_rank, run.grid.dp);
     const LossResult res = run.model->forward(b.tokens.data(), b.targets.data(), b.B, b.T);
     sum += res.loss_sum;
     count += res.n_valid;
+  }
+  if (run.grid.dp > 1) {
+    sum = run.dp->allreduce_sum(sum);
+    count = run.dp->allreduce_sum(count);
   }
   return count ? sum / double(count) : -1;
 }
@@ -596,7 +718,8 @@ void run_eval_tasks(Run& run, nlohmann::json& record) {
       line += cat(" ", mt.name, " ", mt.value);
     }
   }
-  std::fprintf(stderr, "tasks step %lld | %s | %.1fs\n", (long long)run.step, line.c_str(),
+  if (run.root())
+    std::fprintf(stderr, "tasks step %lld | %s | %.1fs\n", (long long)run.step, line.c_str(),
                t.seconds());
 }
 
@@ -611,17 +734,60 @@ std::string save(Run& run) {
              {"run_name", run.r.get_string("run.name")},
              {"seed", run.seed}};
   if (run.tokenizer) d.tokenizer = run.tokenizer->model_bytes();
-  d.params = param_refs(*run.model);
-  d.exp_avg = moment_refs(*run.model, *run.opt, false);
-  d.exp_avg_sq = moment_refs(*run.model, *run.opt, true);
   d.optimizer_step = run.opt->steps_taken();
   const std::string path = checkpoint_path(run.dir, run.step);
-  write_checkpoint(path, d);
-  prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+  if (run.world() == 1) {
+    d.params = param_refs(*run.model);
+    d.exp_avg = moment_refs(*run.model, *run.opt, false);
+    d.exp_avg_sq = moment_refs(*run.model, *run.opt, true);
+    write_checkpoint(path, d);
+    prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+    return path;
+  }
+  // Checkpoints hold full tensors: the tensor-parallel group of data-parallel
+  // rank 0 assembles them (moments first from their ZeRO-1 owners), and world
+  // rank 0, a member of it, writes the file.
+  const ParamLayout& L = run.model->layout();
+  const bool assemble = run.grid.dp_rank == 0;
+  std::vector<std::vector<float>> store;  // the full tensors (moved vectors keep their data)
+  auto full = [&](int t, const float* part) {
+    std::vector<float> f(size_t(full_numel(L[t])));
+    gather_full_tensor(L, t, part, f.data(), *run.tp);
+    store.push_back(std::move(f));
+    return TensorRef{L[t].name, L[t].full_shape, store.back().data()};
+  };
+  const int n = int(L.tensors().size());
+  if (assemble)
+    for (int t = 0; t < n; ++t) d.params.push_back(full(t, run.model->param(t)));
+  std::vector<float> m, v;
+  for (int t = 0; t < n; ++t) {
+    if (run.owner[size_t(t)] < 0) continue;  // frozen: no optimizer state
+    const ParamInfo& p = L[t];
+    m.assign(size_t(p.numel), 0.f);
+    v.assign(size_t(p.numel), 0.f);
+    if (run.opt->has_state(t)) {
+      run.model->backend().to_host(m.data(), run.opt->exp_avg(t), p.numel);
+      run.model->backend().to_host(v.data(), run.opt->exp_avg_sq(t), p.numel);
+    }
+    if (run.zero && run.grid.dp > 1) {
+      run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
+      run.dp->broadcast(v.data(), p.numel, run.owner[size_t(t)]);
+    }
+    if (assemble) {
+      d.exp_avg.push_back(full(t, m.data()));
+      d.exp_avg_sq.push_back(full(t, v.data()));
+    }
+  }
+  if (run.root()) {
+    write_checkpoint(path, d);
+    prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+  }
+  run.grid.world->barrier();  // the file is complete before any rank goes on
   return path;
 }
 
 void append_metrics(const Run& run, const nlohmann::json& j) {
+  if (!run.root()) return;
   std::ofstream f(run.metrics_path, std::ios::app);
   f << j.dump() << "\n";
 }
@@ -642,33 +808,69 @@ TrainResult train(const Recipe& recipe) {
             " -> ", run.steps, ", ", run.micro_batch, " x ", run.seq_len, " tokens x ", run.accum,
             " accumulation, ", num_threads(), " threads");
 
-  SignalGuard signals;
+  StopScope stop_scope;  // SIGINT / SIGTERM: finish the step, save, return
   std::vector<Batch> micro(run.accum);
   Timer total_timer, window_timer;
   int64_t window_tokens = 0, run_tokens = 0;
   const int64_t first_step = run.step;
   double window_loss = 0;
   int window_steps = 0;
+  // Data parallelism: on the last micro-batch of a step, each range of
+  // gradients is summed over the dp group as soon as backward has finished it
+  // (one bucket per layer), overlapping the all-reduce with the rest of the
+  // backward; the step waits for them before the optimizer.
+  const bool dp_sync = run.grid.dp > 1;
+  std::vector<int64_t> pending;
+  const std::function<void(int64_t, int64_t)> on_grads_ready = [&](int64_t offset, int64_t n) {
+    pending.push_back(run.dp->allreduce_sum_async(run.model->grads() + offset, n));
+    run.dp->progress();
+  };
+  double window_comm = 0, window_wall = 0, run_comm = 0, run_wall = 0;
   while (run.step < run.steps) {
+    Timer step_timer;
+    const double comm_before = run.tp->seconds() + run.dp->seconds();
     const double lr = run.schedule.at(run.step);
     int64_t n_valid = 0;
     for (auto& b : micro) {
-      run.train_loader->next(run.micro_batch, b);
+      run.train_loader->next(run.micro_batch, b, run.grid.dp_rank, run.grid.dp);
       n_valid += b.count_targets();
     }
+    if (dp_sync) n_valid = run.dp->allreduce_sum(n_valid);  // the loss is a global mean
     run.model->zero_grad();
     double loss_sum = 0;
-    for (auto& b : micro)
+    for (size_t i = 0; i < micro.size(); ++i) {
+      if (dp_sync)
+        run.model->set_grad_ready_hook(i + 1 == micro.size() ? on_grads_ready
+                                                             : std::function<void(int64_t, int64_t)>());
+      const Batch& b = micro[i];
       loss_sum += run.model
                       ->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T,
                                          n_valid ? 1.0 / double(n_valid) : 0.0)
                       .loss_sum;
+    }
+    if (dp_sync) {
+      for (int64_t h : pending) run.dp->wait(h);
+      pending.clear();
+      loss_sum = run.dp->allreduce_sum(loss_sum);
+    }
     const double loss = n_valid ? loss_sum / double(n_valid) : 0.0;
     STRATA_CHECK(std::isfinite(loss), "training diverged: loss is ", loss, " at step ",
                  run.step + 1, " (lower optimizer.lr or raise lr_scheduler.warmup_steps)");
     const double gnorm = run.opt->step(run.model->params(), run.model->grads(), lr);
+    if (run.zero && dp_sync)  // ZeRO-1: each tensor's owner sends its update to the others
+      for (size_t t = 0; t < run.owner.size(); ++t)
+        if (run.owner[t] >= 0)
+          run.dp->broadcast(run.model->param(int(t)), run.model->layout()[int(t)].numel,
+                            run.owner[t]);
     ++run.step;
-    const int64_t step_tokens = int64_t(run.accum) * run.micro_batch * run.seq_len;
+    const double step_comm = run.tp->seconds() + run.dp->seconds() - comm_before;
+    const double step_wall = step_timer.seconds();
+    window_comm += step_comm;
+    window_wall += step_wall;
+    run_comm += step_comm;
+    run_wall += step_wall;
+    const int64_t step_tokens =
+        int64_t(run.accum) * run.micro_batch * run.grid.dp * run.seq_len;
     run.tokens_seen += step_tokens;
     window_tokens += step_tokens;
     run_tokens += step_tokens;
@@ -678,7 +880,16 @@ TrainResult train(const Recipe& recipe) {
     result.last_loss = loss;
 
     const bool last = run.step == run.steps;
-    const bool stopping = g_stop_signal != 0;
+    // Every rank stops at the same step (a signal may reach them at different
+    // times), so they all take part in the final checkpoint.
+    int stop_signal = StopScope::signal();
+    if (run.world() > 1) {  // high half: ranks with a signal; low half: their signal numbers
+      const int64_t sum = run.grid.world->allreduce_sum(
+          (int64_t(stop_signal != 0) << 32) | int64_t(stop_signal));
+      const int64_t ranks = sum >> 32;
+      stop_signal = ranks ? int((sum & 0xffffffff) / ranks) : 0;
+    }
+    const bool stopping = stop_signal != 0;
     const bool do_log = run.step % log_interval == 0 || last || stopping;
     const bool do_eval = (eval_interval > 0 && run.step % eval_interval == 0) || last;
     nlohmann::json m;
@@ -686,13 +897,21 @@ TrainResult train(const Recipe& recipe) {
       const double tps = double(window_tokens) / window_timer.seconds();
       const double elapsed = total_timer.seconds();
       const double eta = elapsed / double(run.step - first_step) * double(run.steps - run.step);
-      std::fprintf(
-          stderr, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %s | ETA %s\n",
-          (long long)run.step, (long long)run.steps, window_loss / window_steps, lr, gnorm, tps,
-          human_time(elapsed).c_str(), human_time(eta).c_str());
+      const std::string comm =
+          run.world() > 1 ? cat(" | comm ", int(std::lround(100 * window_comm / window_wall)), "%")
+                          : std::string();
+      if (run.root())
+        std::fprintf(stderr,
+                     "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s%s | %s | "
+                     "ETA %s\n",
+                     (long long)run.step, (long long)run.steps, window_loss / window_steps, lr,
+                     gnorm, tps, comm.c_str(), human_time(elapsed).c_str(), human_time(eta).c_str());
       m = {{"step", run.step},    {"loss", loss},        {"lr", lr},
            {"grad_norm", gnorm},  {"tokens_per_s", tps}, {"tokens", run.tokens_seen},
            {"elapsed_s", elapsed}};
+      m["step_s"] = window_wall / window_steps;  // wall time per step, of which
+      m["comm_s"] = window_comm / window_steps;  // waiting in collectives
+      window_comm = window_wall = 0;
       window_tokens = 0;
       window_loss = 0;
       window_steps = 0;
@@ -702,7 +921,8 @@ TrainResult train(const Recipe& recipe) {
       Timer t;
       const double val = evaluate(run, eval_batches);
       result.last_val_loss = val;
-      std::fprintf(stderr, "eval  step %lld | val_loss %.4f | val_ppl %.2f | %.1fs\n",
+      if (run.root())
+        std::fprintf(stderr, "eval  step %lld | val_loss %.4f | val_ppl %.2f | %.1fs\n",
                    (long long)run.step, val, std::exp(val), t.seconds());
       if (m.is_null()) m = {{"step", run.step}, {"loss", loss}, {"lr", lr}};
       m["val_loss"] = val;
@@ -722,7 +942,8 @@ TrainResult train(const Recipe& recipe) {
       window_timer.reset();
     }
     if (stopping) {
-      log::info("stopped by signal ", int(g_stop_signal), " after step ", run.step,
+      result.stop_signal = stop_signal;
+      log::info("stopped by signal ", stop_signal, " after step ", run.step,
                 "; run the same command to resume");
       result.interrupted = true;
       break;
@@ -730,9 +951,21 @@ TrainResult train(const Recipe& recipe) {
   }
   result.steps_done = run.step;
   result.tokens_per_s = run_tokens ? double(run_tokens) / total_timer.seconds() : 0;
+  const int64_t steps_run = run.step - first_step;
+  if (steps_run > 0) {
+    result.step_s = run_wall / double(steps_run);
+    result.comm_s = run_comm / double(steps_run);
+    if (run.world() == 1)
+      log::info("time per step: ", fixed1(1e3 * result.step_s), " ms (one process)");
+    else
+      log::info("time per step: ", fixed1(1e3 * result.step_s), " ms = compute ",
+                fixed1(1e3 * (result.step_s - result.comm_s)), " ms + communication ",
+                fixed1(1e3 * result.comm_s), " ms (dp ", run.grid.dp, " x tp ", run.grid.tp,
+                ", communication not hidden by compute)");
+  }
 
   const std::string prompt = r.get_string("log.sample_prompt");
-  if (!prompt.empty() && run.tokenizer && !result.interrupted) {
+  if (!prompt.empty() && run.tokenizer && !result.interrupted && run.grid.tp == 1 && run.root()) {
     std::vector<int32_t> ids;
     if (run.tokenizer->bos_id() >= 0) ids.push_back(run.tokenizer->bos_id());
     const auto enc = run.tokenizer->encode(prompt);

@@ -24,9 +24,14 @@ struct TrainResult {
   std::string last_checkpoint;  // "" when none was written
   std::vector<double> losses;   // training loss of every step run by this invocation
   bool interrupted = false;     // stopped by SIGINT/SIGTERM after saving a checkpoint
+  int stop_signal = 0;          // the signal that stopped it (every rank reports the same)
+  double step_s = 0;            // mean wall time per optimizer step of this invocation
+  double comm_s = 0;            // of which waiting in collectives (not hidden by compute)
 };
 
 // Runs the recipe. Progress goes to stderr; metrics to <run.dir>/metrics.jsonl.
+// Under mpirun / srun every rank calls it: the ranks form the dp x tp grid of
+// [parallelism], and world rank 0 prints, writes metrics and checkpoints.
 // Throws strata::Error on bad input (recipe, data, checkpoint) before any
 // training step, with a one-line message naming the file and key.
 TrainResult train(const Recipe& recipe);

@@ -1,0 +1,79 @@
+// A communicator that forwards to another and adds up the wall time spent in
+// its calls: the communication time that was not hidden behind compute (a
+// blocking collective, or the part of an async one that wait() still had to
+// wait for). The trainer reports step time as compute + this.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/timer.h"
+#include "dist/comm.h"
+
+namespace strata {
+
+class TimedComm : public Communicator {
+ public:
+  explicit TimedComm(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  double seconds() const { return seconds_; }
+  void reset() { seconds_ = 0; }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  void allreduce_sum(float* buf, int64_t n) override {
+    timed([&] { inner_->allreduce_sum(buf, n); });
+  }
+  int64_t allreduce_sum_async(float* buf, int64_t n) override {
+    int64_t h = 0;
+    timed([&] { h = inner_->allreduce_sum_async(buf, n); });
+    return h;
+  }
+  void wait(int64_t handle) override {
+    timed([&] { inner_->wait(handle); });
+  }
+  void progress() override {
+    timed([&] { inner_->progress(); });
+  }
+  void allgather(const float* in, float* out, int64_t n) override {
+    timed([&] { inner_->allgather(in, out, n); });
+  }
+  void broadcast(float* buf, int64_t n, int root) override {
+    timed([&] { inner_->broadcast(buf, n, root); });
+  }
+  void broadcast_bytes(std::string& bytes, int root) override {
+    timed([&] { inner_->broadcast_bytes(bytes, root); });
+  }
+  double allreduce_sum(double x) override {
+    double r = 0;
+    timed([&] { r = inner_->allreduce_sum(x); });
+    return r;
+  }
+  int64_t allreduce_sum(int64_t x) override {
+    int64_t r = 0;
+    timed([&] { r = inner_->allreduce_sum(x); });
+    return r;
+  }
+  void barrier() override {
+    timed([&] { inner_->barrier(); });
+  }
+  [[noreturn]] void abort(const std::string& why) override {
+    inner_->abort(why);
+    std::abort();  // not reached: the inner abort does not return
+  }
+
+ private:
+  template <typename F>
+  void timed(F&& f) {
+    Timer t;
+    f();
+    seconds_ += t.seconds();
+  }
+  std::unique_ptr<Communicator> inner_;
+  double seconds_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# mpi_train_test.sh MPIRUN STRATA SOURCE_DIR WORK_DIR PHASE: `strata train` under
+# mpirun against the single-process run of the same recipe (recipes/debug.toml,
+# global batch 8 sequences = 4 x 2 accumulation alone, 2 x 2 x dp 2 in parallel).
+#   curve    dp=2 (2 ranks), and dp=2 x tp=2 with ZeRO-1 (4 ranks): the loss of
+#            each of 20 steps and the final val_loss equal the single run's
+#   layouts  save at dp=2 x tp=2 (ZeRO-1) after 10 steps, resume alone; save alone,
+#            resume at dp=2 x tp=2: steps 11-20 equal the uninterrupted run's
+#   signals  SIGTERM to one rank: every rank stops at the same step, rank 0
+#            saves a checkpoint and the job exits 0; SIGKILL to one rank: the
+#            job ends with an error within a bounded time
+set -u
+mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+export OMP_WAIT_POLICY=PASSIVE
+cd "$src" || exit 1
+work=$work/$phase
+rm -rf "$work"
+mkdir -p "$work"
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+# Common settings; the dataset is prepared once, by the first run, in $work.
+common=(--set data.dataset="$work/data" --set log.interval=1 --set training.grad_accum_steps=2
+  --set lr_scheduler.decay_steps=20 --set log.sample_prompt= --set checkpoint.keep=0)
+train1() {  # run_dir steps [args]: alone, micro-batch 4
+  local dir=$1 steps=$2
+  shift 2
+  "$strata" train recipes/debug.toml "${common[@]}" --set run.dir="$dir" \
+    --set training.steps="$steps" --set training.micro_batch_size=4 "$@" >"$dir.log" 2>&1 ||
+    { cat "$dir.log"; fail "single-process run $dir failed"; }
+}
+trainp() {  # np tp run_dir steps [args]: micro-batch 8 / (2 x dp)
+  local np=$1 tp=$2 dir=$3 steps=$4
+  shift 4
+  local dp=$((np / tp))
+  timeout -k 10 300 "$mpirun" -np "$np" --oversubscribe --bind-to none "$strata" train \
+    recipes/debug.toml "${common[@]}" --set run.dir="$dir" --set training.steps="$steps" \
+    --set parallelism.tp="$tp" --set training.micro_batch_size=$((4 / dp)) "$@" >"$dir.log" 2>&1 ||
+    { cat "$dir.log"; fail "mpirun -np $np (tp $tp) run $dir failed"; }
+}
+losses() {  # metrics.jsonl -> "step loss" lines
+  sed -n 's/.*"loss":\([-0-9.e]*\).*"step":\([0-9]*\).*/\2 \1/p' "$1/metrics.jsonl"
+}
+val_loss() {
+  sed -n 's/.*"val_loss":\([-0-9.e]*\).*/\1/p' "$1/metrics.jsonl" | tail -1
+}
+# compare A B first_step: losses of steps >= first_step agree to 1e-4 (float
+# summation order differs between layouts; a wrong reduction is off by 1e-2+).
+compare() {
+  local a=$1 b=$2 from=$3
+  local n
+  n=$(join <(losses "$a") <(losses "$b") | awk -v from="$from" '$1 >= from' | wc -l)
+  [[ $n -eq $((21 - from)) ]] || fail "expected steps $from-20 in both $a and $b, found $n in common"
+  join <(losses "$a") <(losses "$b") | awk -v from="$from" -v a="$a" -v b="$b" '
+    $1 >= from { d = $2 - $3; if (d < 0) d = -d; if (d > max) max = d
+                 if (d > 1e-4) { printf "step %d: loss %s (%s) vs %s (%s)\n", $1, $2, a, $3, b; bad = 1 } }
+    END { printf "max |loss difference| %.3g over steps %d-20\n", max, from; exit bad }' ||
+    fail "$b does not follow $a"
+  awk -v x="$(val_loss "$a")" -v y="$(val_loss "$b")" 'BEGIN {
+    d = x - y; if (d < 0) d = -d; printf "val_loss %s vs %s\n", x, y; exit !(x != "" && d < 1e-4) }' ||
+    fail "val_loss differs between $a and $b"
+}
+
+case $phase in
+  curve)
+    train1 "$work/single" 20
+    trainp 2 1 "$work/dp2" 20
+    grep -q "parallel: 2 processes (mpi) = dp 2 x tp 1" "$work/dp2.log" || fail "no grid line"
+    grep -q "time per step: .* ms = compute .* ms + communication .* ms" "$work/dp2.log" ||
+      fail "no compute/communication split"
+    compare "$work/single" "$work/dp2" 1
+    trainp 4 2 "$work/dp2tp2" 20 --set parallelism.zero=1
+    grep -q "dp 2 x tp 2.*(ZeRO-1)" "$work/dp2tp2.log" || fail "no ZeRO-1 grid line"
+    compare "$work/single" "$work/dp2tp2" 1
+    ;;
+  layouts)
+    train1 "$work/single" 20
+    # dp2 x tp2 (ZeRO-1) for 10 steps, then alone to 20.
+    trainp 4 2 "$work/a" 10 --set parallelism.zero=1
+    train1 "$work/a" 20
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/a.log" || fail "run a did not resume"
+    compare "$work/single" "$work/a" 11
+    # Alone for 10 steps, then dp2 x tp2 to 20.
+    train1 "$work/b" 10
+    trainp 4 2 "$work/b" 20
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/b.log" || fail "run b did not resume"
+    compare "$work/single" "$work/b" 11
+    # Checkpoints saved by either layout hold the same tensors.
+    "$strata" inspect "$work/a/checkpoints/step_00000010.h5" | grep -q "step: *10" ||
+      fail "inspect of the tp=2 checkpoint"
+    ;;
+  signals)
+    train1 "$work/prep" 1  # prepares the dataset
+    # Alone, SIGINT at arbitrary moments (inside GEMM kernels too): the step
+    # finishes, a checkpoint is saved and the exit status is 130, every time.
+    for i in 1 2 3 4 5 6; do
+      "$strata" train recipes/debug.toml "${common[@]}" --set run.dir="$work/int$i" \
+        --set training.steps=100000 --set training.micro_batch_size=4 >"$work/int$i.log" 2>&1 &
+      job=$!
+      for _ in $(seq 600); do
+        [[ -s $work/int$i/metrics.jsonl ]] && break
+        sleep 0.05
+      done
+      sleep "0.$((RANDOM % 5))"
+      kill -INT "$job"
+      wait "$job"
+      status=$?
+      ((status == 130)) || { cat "$work/int$i.log"; fail "SIGINT alone: exit status $status, not 130"; }
+      ls "$work"/int$i/checkpoints/step_*.h5 >/dev/null 2>&1 || fail "no checkpoint after SIGINT"
+    done
+    echo "SIGINT alone: 6 of 6 stopped cleanly with a checkpoint"
+    # SIGTERM to rank 1 only: both stop at the same step and save.
+    "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml \
+      "${common[@]}" --set run.dir="$work/term" --set training.steps=100000 \
+      --set training.micro_batch_size=2 >"$work/term.log" 2>&1 &
+    job=$!
+    for _ in $(seq 600); do
+      [[ -s $work/term/metrics.jsonl ]] && break
+      sleep 0.1
+    done
+    pids=$(pgrep -f "^$strata train .*run.dir=$work/term") || fail "no rank processes found"
+    kill -TERM "$(tail -1 <<<"$pids")"
+    start=$SECONDS
+    while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 60)); do sleep 0.2; done
+    kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; fail "SIGTERM to one rank: still running after 60 s"; }
+    wait "$job"
+    status=$?
+    # A run stopped by a signal exits 128 + the signal on every rank.
+    ((status == 143)) || { cat "$work/term.log"; fail "SIGTERM to one rank: mpirun exited $status, not 143"; }
+    grep -q "stopped by signal 15 after step" "$work/term.log" || fail "no stop message"
+    grep -q "strata: error" "$work/term.log" && fail "SIGTERM to one rank: an error was reported"
+    ls "$work"/term/checkpoints/step_*.h5 >/dev/null 2>&1 || fail "no checkpoint after SIGTERM"
+    echo "SIGTERM: $(grep -o 'stopped by signal.*' "$work/term.log")"
+    # SIGKILL to rank 1: the job ends with an error, not a hang.
+    "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml \
+      "${common[@]}" --set run.dir="$work/kill" --set training.steps=100000 \
+      --set training.micro_batch_size=2 >"$work/kill.log" 2>&1 &
+    job=$!
+    for _ in $(seq 600); do
+      [[ -s $work/kill/metrics.jsonl ]] && break
+      sleep 0.1
+    done
+    pids=$(pgrep -f "^$strata train .*run.dir=$work/kill") || fail "no rank processes found"
+    kill -KILL "$(tail -1 <<<"$pids")"
+    start=$SECONDS
+    while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 60)); do sleep 0.2; done
+    kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; pkill -KILL -f "run.dir=$work/kill"; fail "SIGKILL to one rank: job still running after 60 s"; }
+    wait "$job" && fail "SIGKILL to one rank: mpirun exited 0"
+    echo "SIGKILL: job ended after $((SECONDS - start)) s"
+    ;;
+  *) fail "unknown phase '$phase'" ;;
+esac
+echo "ok: $phase"
