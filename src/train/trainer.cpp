@@ -655,7 +655,7 @@ void setup(Run& run) {
 
   int64_t n_train = 0;
   for (size_t i = 0; i < mask.size(); ++i)
-    if (mask[i]) n_train += run.model->layout()[int(i)].numel;
+    if (mask[i]) n_train += full_numel(run.model->layout()[int(i)]);
   log::info("model: ", cfg.num_hidden_layers, " layers, hidden ", cfg.hidden_size, ", heads ",
             cfg.num_attention_heads, "/", cfg.num_key_value_heads, ", vocab ", cfg.vocab_size, ", ",
             human_count(double(cfg.num_parameters())), " parameters (",
