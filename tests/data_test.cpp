@@ -474,6 +474,12 @@ TEST(Prepare, ParagraphsSplitIntoDisjointTrainAndVal) {
   EXPECT_EQ(j.at("sources")[0].at("sha256"), sha256_hex(read_bytes(input)));
   EXPECT_EQ(j.at("sources")[0].at("documents"), 60);
   EXPECT_FALSE(fs::exists(o.out_dir + "/meta.json.tmp"));
+  // val.txt: the validation documents as text, in order, blank-line separated.
+  {
+    std::string want;
+    for (const auto& d : val_docs) want += (want.empty() ? "" : "\n\n") + d;
+    EXPECT_EQ(read_bytes(o.out_dir + "/val.txt"), want + "\n");
+  }
 
   // Preparing again into the same directory replaces the old shards.
   const std::string first_dir = o.out_dir;

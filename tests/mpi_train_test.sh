@@ -9,6 +9,8 @@
 #   signals  SIGTERM to one rank: every rank stops at the same step, rank 0
 #            saves a checkpoint and the job exits 0; SIGKILL to one rank: the
 #            job ends with an error within a bounded time
+#   layerskip  layer dropout + early exits: tp=2 follows the single run's curve;
+#            at dp=2 x tp=2 every rank draws the same masks (digests compared)
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -150,6 +152,25 @@ case $phase in
     kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; pkill -KILL -f "run.dir=$work/kill"; fail "SIGKILL to one rank: job still running after 60 s"; }
     wait "$job" && fail "SIGKILL to one rank: mpirun exited 0"
     echo "SIGKILL: job ended after $((SECONDS - start)) s"
+    ;;
+  layerskip)
+    # LayerSkip (layer dropout + early exits): tp=2 draws the masks of the
+    # single run (same samples) and follows its loss curve; at dp=2 x tp=2
+    # every rank prints the same mask digest at every micro-batch.
+    ls=(--set layerskip.p_max=0.5 --set layerskip.e_scale=1.0 --set layerskip.curriculum=rotational
+      --set layerskip.rotation=1 --set layerskip.e_formula=cumulative)
+    train1 "$work/single" 20 "${ls[@]}"
+    trainp 2 2 "$work/tp2" 20 "${ls[@]}"
+    compare "$work/single" "$work/tp2" 1
+    STRATA_DEBUG_LAYERSKIP=1 trainp 4 2 "$work/dp2tp2" 20 "${ls[@]}"
+    grep "^layerskip masks" "$work/dp2tp2.log" >"$work/masks.txt"
+    n=$(wc -l <"$work/masks.txt")
+    ((n == 4 * 20 * 2)) || fail "expected 160 mask lines (4 ranks x 20 steps x 2 micro-batches), got $n"
+    distinct=$(sed 's/rank [0-9]* //' "$work/masks.txt" | sort -u | wc -l)
+    ((distinct == 40)) || fail "ranks drew different masks: $distinct distinct (step, micro-batch, digest) lines, not 40"
+    dropped=$(awk '{ if ($10 < 4) n++ } END { print n + 0 }' "$work/masks.txt")  # 2 layers x 2 samples
+    ((dropped > 0)) || fail "no sample was ever dropped"
+    echo "masks: 4 ranks agree on all 40 micro-batches ($dropped rank-micro-batches dropped samples)"
     ;;
   *) fail "unknown phase '$phase'" ;;
 esac

@@ -253,6 +253,7 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
 
   // Pass 2: tokenise and write.
   int64_t doc_base = 0;
+  std::string val_text;  // the held-out documents as text (val.txt)
   for (size_t f = 0; f < o.inputs.size(); ++f) {
     const std::string& path = o.inputs[f];
     Timer file_timer;
@@ -281,7 +282,9 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
     int64_t file_tokens = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i].empty()) continue;  // only when a document encodes to nothing and no BOS/EOS
-      (is_val(doc_base + int64_t(i)) ? val : train).add(ids[i]);
+      const bool v = is_val(doc_base + int64_t(i));
+      (v ? val : train).add(ids[i]);
+      if (v) val_text += (val_text.empty() ? "" : "\n\n") + docs[i];
       file_tokens += int64_t(ids[i].size());
     }
     doc_base += int64_t(docs.size());
@@ -297,6 +300,10 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
   train.flush();
   val.flush();
 
+  // The validation documents as text, blank-line separated: held-out text
+  // for `strata eval --perplexity`.
+  if (!val_text.empty())
+    write_file_atomic((fs::path(o.out_dir) / "val.txt").string(), val_text + "\n");
   // meta.json last, atomically: a directory with meta.json is a complete dataset.
   const fs::path meta_path = fs::path(o.out_dir) / "meta.json";
   write_file_atomic(meta_path.string(), meta.to_json().dump(2) + "\n");

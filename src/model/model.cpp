@@ -131,6 +131,7 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_att_ = carve(N * Q);
     d_gateup_ = carve(N * 2 * F);
     d_h_ = carve(N * F);
+    d_sub_ = carve(N * C);
     return used;
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
@@ -287,7 +288,109 @@ void Model<T>::mlp_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
 // ---------------------------------------------------------------- executor
 
 template <typename T>
-void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer) {
+void Model<T>::layer_forward(int l, int B, int T_, RunMode mode) {
+  const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C;
+  const int i = 2 * l + 1;  // attention module i, MLP module i + 1
+  switch (plan_.kinds[l]) {
+    case LayerKind::Standard:
+      if (mode == RunMode::All || mode == RunMode::Dense) {
+        attention_forward(l, streams_[i - 1], mod_out_, B, T_);
+        be_->residual_forward(streams_[i], streams_[i - 1], mod_out_, NC);
+        mlp_forward(l, streams_[i], mod_out_, B, T_);
+        be_->residual_forward(streams_[i + 1], streams_[i], mod_out_, NC);
+        if (mode == RunMode::Dense) {  // dropped samples keep their input
+          std::vector<uint8_t> kept(size_t(B), 0);
+          for (int b : kept_[l]) kept[size_t(b)] = 1;
+          const int64_t S = int64_t(T_) * C;
+          for (int b = 0; b < B; ++b)
+            if (!kept[size_t(b)]) be_->copy(streams_[i + 1] + b * S, streams_[i - 1] + b * S, S);
+        }
+      } else if (mode == RunMode::None) {
+        be_->copy(streams_[i], streams_[i - 1], NC);
+        be_->copy(streams_[i + 1], streams_[i - 1], NC);
+      } else {  // Gathered: the layer runs on the kept samples only
+        const int Bk = int(kept_[l].size());
+        const int64_t NCk = int64_t(Bk) * T_ * C;
+        if (sub_x_[size_t(l)].size() < size_t(NC))
+          sub_x_[size_t(l)] = ops::DeviceBuffer<T>(be_.get(), size_t(NC));
+        T* x = sub_x_[size_t(l)].data();
+        gather_samples(l, streams_[i - 1], x, T_);
+        // The mid stream holds the compact sub-batch (first Bk samples).
+        attention_forward(l, x, mod_out_, Bk, T_);
+        be_->residual_forward(streams_[i], x, mod_out_, NCk);
+        mlp_forward(l, streams_[i], mod_out_, Bk, T_);
+        be_->residual_forward(mod_out_, streams_[i], mod_out_, NCk);
+        be_->copy(streams_[i + 1], streams_[i - 1], NC);
+        scatter_samples(l, mod_out_, streams_[i + 1], T_);
+      }
+      break;
+  }
+}
+
+template <typename T>
+void Model<T>::layer_backward(int l, int B, int T_, RunMode mode) {
+  const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C, S = int64_t(T_) * C;
+  const int i = 2 * l + 1;
+  switch (plan_.kinds[l]) {
+    case LayerKind::Standard:
+      // x_i = x_{i-1} + h_i(x_{i-1}): the residual passes the gradient through
+      // unchanged, the module adds its input gradient on top (dmod aliases dx).
+      if (mode == RunMode::All) {
+        mlp_backward(l, streams_[i], dstream_, dstream_, B, T_);
+        attention_backward(l, streams_[i - 1], dstream_, dstream_, B, T_);
+      } else if (mode == RunMode::Dense) {
+        // Dropped samples: the gradient passes unchanged and nothing reaches
+        // the layer (a zero upstream gradient adds zero to every weight).
+        std::vector<uint8_t> kept(size_t(B), 0);
+        for (int b : kept_[l]) kept[size_t(b)] = 1;
+        be_->copy(d_sub_, dstream_, NC);
+        for (int b = 0; b < B; ++b)
+          if (!kept[size_t(b)]) be_->zero(d_sub_ + b * S, S);
+        mlp_backward(l, streams_[i], d_sub_, d_sub_, B, T_);
+        attention_backward(l, streams_[i - 1], d_sub_, d_sub_, B, T_);
+        for (int b = 0; b < B; ++b)
+          if (kept[size_t(b)]) be_->copy(dstream_ + b * S, d_sub_ + b * S, S);
+      } else if (mode == RunMode::Gathered) {
+        const int Bk = int(kept_[l].size());
+        gather_samples(l, dstream_, d_sub_, T_);
+        mlp_backward(l, streams_[i], d_sub_, d_sub_, Bk, T_);
+        attention_backward(l, sub_x_[size_t(l)].data(), d_sub_, d_sub_, Bk, T_);
+        scatter_samples(l, d_sub_, dstream_, T_);
+      }  // None: identity
+      break;
+  }
+}
+
+template <typename T>
+void Model<T>::gather_samples(int l, const T* full, T* compact, int T_) {
+  const int64_t S = int64_t(T_) * cfg_.hidden_size;
+  const auto& kept = kept_[size_t(l)];
+  for (size_t k = 0; k < kept.size(); ++k)
+    be_->copy(compact + int64_t(k) * S, full + int64_t(kept[k]) * S, S);
+}
+
+template <typename T>
+void Model<T>::scatter_samples(int l, const T* compact, T* full, int T_) {
+  const int64_t S = int64_t(T_) * cfg_.hidden_size;
+  const auto& kept = kept_[size_t(l)];
+  for (size_t k = 0; k < kept.size(); ++k)
+    be_->copy(full + int64_t(kept[k]) * S, compact + int64_t(k) * S, S);
+}
+
+template <typename T>
+void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result) {
+  const int64_t N = int64_t(B) * T_;
+  int64_t n_valid = 0;
+  const double sum = be_->head_ce_forward_backward(
+      dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &n_valid,
+      streams_[2 * (l + 1)], param(layout_.final_norm), head_weight(), targets_.data(), N,
+      cfg_.hidden_size, v_local(), cfg_.rms_norm_eps, scale, head_shard());
+  if (result) result->exit_loss_sum[size_t(l)] = sum;
+}
+
+template <typename T>
+void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
+                           const LayerSkipStep* skip) {
   have_forward_ = false;
   if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
   STRATA_CHECK(exit_layer >= 1 && exit_layer <= cfg_.num_hidden_layers, "exit layer ", exit_layer,
@@ -299,42 +402,60 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer)
   be_->embedding_forward(streams_[0], tokens, param(layout_.embed), N, cfg_.hidden_size,
                          cfg_.vocab_size, int64_t(tp_rank()) * v_local(), tp_ ? v_local() : -1);
   tp_allreduce(streams_[0], NC);
+  const int L = cfg_.num_hidden_layers;
+  run_mode_.assign(size_t(L), RunMode::All);
+  kept_.resize(size_t(L));
+  sub_x_.resize(size_t(L));
+  const bool dropping = skip && !skip->keep.empty();
+  if (dropping)
+    STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
+                 " layers, the model has ", L);
   for (int l = 0; l < exit_layer; ++l) {
-    switch (plan_.kinds[l]) {
-      case LayerKind::Standard: {
-        const int i = 2 * l + 1;  // attention module i, MLP module i + 1
-        attention_forward(l, streams_[i - 1], mod_out_, B, T_);
-        be_->residual_forward(streams_[i], streams_[i - 1], mod_out_, NC);
-        mlp_forward(l, streams_[i], mod_out_, B, T_);
-        be_->residual_forward(streams_[i + 1], streams_[i], mod_out_, NC);
-        break;
-      }
+    RunMode mode = RunMode::All;
+    if (dropping) {
+      const auto& k = skip->keep[size_t(l)];
+      STRATA_CHECK(int(k.size()) == B, "layer skip: keep mask of layer ", l, " has ", k.size(),
+                   " entries for a batch of ", B);
+      kept_[size_t(l)].clear();
+      for (int b = 0; b < B; ++b)
+        if (k[size_t(b)]) kept_[size_t(l)].push_back(b);
+      const int Bk = int(kept_[size_t(l)].size());
+      mode = Bk == B                 ? RunMode::All
+             : skip->dense_reference ? RunMode::Dense
+             : Bk == 0               ? RunMode::None
+                                     : RunMode::Gathered;
     }
+    run_mode_[size_t(l)] = mode;
+    layer_forward(l, B, T_, mode);
   }
 }
 
-// Expects dstream_ to hold the gradient of the final stream x_2L.
+// Expects dstream_ to hold the gradient of the final stream x_2L (from the
+// last layer's loss); early-exit losses add theirs on the way down.
 template <typename T>
-void Model<T>::run_backward(const int32_t* tokens, int B, int T_) {
+void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSkipStep* skip,
+                            LossResult* result, double dloss) {
   const int64_t N = int64_t(B) * T_;
   const int L = cfg_.num_hidden_layers;
-  // The final norm and the head (when untied) are done: they end the arena.
-  grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+  // Early exits below the last layer (weight > 0) add to the head's gradients.
+  auto exit_weight = [&](int l) {
+    return skip && !skip->exit_weight.empty() && l < L - 1 ? skip->exit_weight[size_t(l)] : 0.0;
+  };
+  bool exits = false;
+  for (int l = 0; l + 1 < L; ++l) exits |= exit_weight(l) > 0;
+  // The final norm and the head (when untied) end the arena: done now unless
+  // early exits still add to them.
+  if (!exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
   for (int l = L - 1; l >= backward_floor_; --l) {
-    switch (plan_.kinds[l]) {
-      case LayerKind::Standard: {
-        // x_i = x_{i-1} + h_i(x_{i-1}): the residual passes the gradient through
-        // unchanged, the module adds its input gradient on top (dmod aliases dx).
-        const int i = 2 * l + 1;
-        mlp_backward(l, streams_[i], dstream_, dstream_, B, T_);
-        attention_backward(l, streams_[i - 1], dstream_, dstream_, B, T_);
-        break;
-      }
-    }
+    if (exit_weight(l) > 0) exit_loss(l, B, T_, dloss * exit_weight(l), result);
+    layer_backward(l, B, T_, run_mode_[size_t(l)]);
     grad_ready(layout_.layers[l].input_norm, layout_.layers[l].down);
   }
-  for (int l = std::min(backward_floor_, L) - 1; l >= 0; --l)  // frozen layers: nothing changes
+  for (int l = std::min(backward_floor_, L) - 1; l >= 0; --l) {  // frozen layers
+    if (exit_weight(l) > 0) exit_loss(l, B, T_, dloss * exit_weight(l), result);
     grad_ready(layout_.layers[l].input_norm, layout_.layers[l].down);
+  }
+  if (exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
   if (trainable_[layout_.embed])
     be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size,
                             int64_t(tp_rank()) * v_local(), tp_ ? v_local() : -1);
@@ -369,17 +490,30 @@ void Model<T>::backward(double dloss) {
 
 template <typename T>
 LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T_,
-                                      double dloss) {
-  run_forward(tokens, B, T_);
+                                      double dloss, const LayerSkipStep* skip) {
+  const int L = cfg_.num_hidden_layers;
+  if (skip && !skip->exit_weight.empty())
+    STRATA_CHECK(int(skip->exit_weight.size()) == L, "layer skip: exit weights for ",
+                 skip->exit_weight.size(), " layers, the model has ", L);
+  run_forward(tokens, B, T_, -1, skip);
   const int64_t N = int64_t(B) * T_;
   targets_.assign(targets, targets + N);
   be_->zero(dstream_, N * cfg_.hidden_size);
   LossResult r;
+  r.exit_loss_sum.assign(size_t(L), std::nan(""));
+  const double w_last = skip && !skip->exit_weight.empty() ? skip->exit_weight[size_t(L - 1)] : 1.0;
   r.loss_sum = be_->head_ce_forward_backward(
       dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &r.n_valid,
-      streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm), head_weight(), targets, N,
-      cfg_.hidden_size, v_local(), cfg_.rms_norm_eps, dloss, head_shard());
-  run_backward(tokens, B, T_);
+      streams_[2 * L], param(layout_.final_norm), head_weight(), targets, N, cfg_.hidden_size,
+      v_local(), cfg_.rms_norm_eps, dloss * w_last, head_shard());
+  r.exit_loss_sum[size_t(L - 1)] = r.loss_sum;
+  run_backward(tokens, B, T_, skip, &r, dloss);
+  r.objective = 0;
+  for (int l = 0; l < L; ++l) {
+    const double w = skip && !skip->exit_weight.empty() ? skip->exit_weight[size_t(l)]
+                                                          : (l == L - 1 ? 1.0 : 0.0);
+    if (w > 0) r.objective += w * r.exit_loss_sum[size_t(l)];
+  }
   return r;
 }
 

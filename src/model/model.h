@@ -29,9 +29,31 @@
 namespace strata {
 
 struct LossResult {
-  double loss_sum = 0;  // summed token cross-entropy over targets != ignore
+  double loss_sum = 0;  // summed token cross-entropy over targets != ignore (last layer)
   int64_t n_valid = 0;  // number of such targets
   double mean() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
+  // forward_backward with LayerSkip: the objective sum_l w_l * (summed CE at
+  // exit l) whose gradient (times dloss) was taken, and the summed CE of each
+  // exit that was computed (NaN for the others). Without: objective = loss_sum.
+  double objective = 0;
+  std::vector<double> exit_loss_sum;
+};
+
+// One training micro-batch's LayerSkip settings (forward_backward only;
+// evaluation and inference never drop layers).
+struct LayerSkipStep {
+  // keep[l][b] != 0: sample b runs layer l; a dropped sample passes the layer
+  // unchanged (x_{l+1} = x_l, no rescaling). The kept samples are gathered
+  // into a sub-batch, run, and scattered back, so dropped ones cost nothing;
+  // an empty kept set skips the layer. Empty: every sample runs every layer.
+  std::vector<std::vector<uint8_t>> keep;
+  // exit_weight[l]: weight of the cross-entropy of the shared final norm + LM
+  // head applied to the output of layer l (the last entry weights the
+  // ordinary loss). Empty: the last layer only, weight 1.
+  std::vector<double> exit_weight;
+  // Test reference: run every sample through every layer and mask the dropped
+  // ones' outputs and gradients instead of gathering (same results).
+  bool dense_reference = false;
 };
 
 template <typename T>
@@ -91,7 +113,7 @@ class Model {
   void backward(double dloss);
   // forward + backward in one pass; the gradient is that of dloss * loss_sum.
   LossResult forward_backward(const int32_t* tokens, const int32_t* targets, int B, int seq,
-                              double dloss);
+                              double dloss, const LayerSkipStep* skip = nullptr);
   // Logits [B*T, V] into `logits` (backend memory) after running the model.
   void forward_logits(const int32_t* tokens, int B, int seq, T* logits);
 
@@ -117,8 +139,21 @@ class Model {
     T *ln1, *rstd1, *qkv, *att, *lse, *ln2, *rstd2, *gateup, *h;
   };
   void ensure_activations(int B, int seq);
-  void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1);
-  void run_backward(const int32_t* tokens, int B, int seq);
+  void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1,
+                   const LayerSkipStep* skip = nullptr);
+  void run_backward(const int32_t* tokens, int B, int seq, const LayerSkipStep* skip = nullptr,
+                    LossResult* result = nullptr, double dloss = 0);
+  // LayerSkip: how layer l ran in the last forward.
+  enum class RunMode { All, None, Gathered, Dense };
+  void layer_forward(int l, int B, int seq, RunMode mode);
+  void layer_backward(int l, int B, int seq, RunMode mode);
+  // Copies rows (whole samples of seq * C) between a full [B, seq, C] tensor
+  // and a compact one holding the samples of kept_[l] in order.
+  void gather_samples(int l, const T* full, T* compact, int seq);
+  void scatter_samples(int l, const T* compact, T* full, int seq);
+  // The early-exit loss at the output of layer l: CE of the shared head,
+  // gradient (times dloss * weight) added to dstream_ and the head's grads.
+  void exit_loss(int l, int B, int seq, double scale, LossResult* result);
   void attention_forward(int layer, const T* x, T* out, int B, int seq);
   void mlp_forward(int layer, const T* x, T* out, int B, int seq);
   void attention_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
@@ -156,7 +191,12 @@ class Model {
   T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr, *mod_out_ = nullptr;
   // Backward scratch, shared by all layers.
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
-    *d_gateup_ = nullptr, *d_h_ = nullptr;
+    *d_gateup_ = nullptr, *d_h_ = nullptr, *d_sub_ = nullptr;
+  // LayerSkip: per layer, how it ran, the kept samples, and the compact input
+  // of a gathered sub-batch (allocated on first use).
+  std::vector<RunMode> run_mode_;
+  std::vector<std::vector<int>> kept_;
+  std::vector<ops::DeviceBuffer<T>> sub_x_;
   Communicator* tp_ = nullptr;
   ops::VocabShard<T> shard_;
   std::vector<T> tp_scratch_;

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/sha256.h"
 #include "core/signals.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -34,6 +35,7 @@
 #include "io/model_io.h"
 #include "model/model.h"
 #include "train/optimizer.h"
+#include "train/layerskip.h"
 #include "train/schedule.h"
 
 namespace strata {
@@ -110,6 +112,21 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"parallelism.dp", K::Int, "0", "data-parallel degree (0: world size / tp)"},
       {"parallelism.zero", K::Int, "0",
        "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1)"},
+
+      {"layerskip.p_max", K::Float, "0.0",
+       "LayerSkip layer dropout: rate of the last layer at the end of training (0: off)"},
+      {"layerskip.layer_scale", K::String, "\"exp\"",
+       "per-layer dropout scale D(l): exp (2^(l/(L-1)) - 1), linear or const"},
+      {"layerskip.time_scale", K::String, "\"none\"",
+       "dropout scale over training S(t): none (1; continual/fine-tuning) or exp (from scratch)"},
+      {"layerskip.e_scale", K::Float, "0.0",
+       "early-exit loss scale in [0, 1] (0: only the last layer's loss)"},
+      {"layerskip.curriculum", K::String, "\"none\"",
+       "which exits get a loss each step: none (all), rotational or gradual"},
+      {"layerskip.rotation", K::Int, "0", "R of the rotational curriculum: every R-th layer"},
+      {"layerskip.always_last", K::Bool, "true", "the last layer's loss is always on"},
+      {"layerskip.e_formula", K::String, "\"paper\"",
+       "exit scale e(l): paper (as printed: e(0) = 0) or cumulative (every enabled exit weighted)"},
 
       {"checkpoint.interval", K::Int, "0", "save every N steps (0: only at the end)"},
       {"checkpoint.keep", K::Int, "2", "keep the newest K checkpoints (0: all)"},
@@ -313,6 +330,7 @@ struct Run {
   TimedComm* tp = nullptr;  // owned by grid.tp_comm
   TimedComm* dp = nullptr;  // owned by grid.dp_comm
   int zero = 0;
+  LayerSkipConfig layerskip;
   std::vector<int> owner;  // ZeRO-1: the dp rank updating each tensor (-1: frozen)
   bool root() const { return grid.is_root(); }
   int world() const { return grid.world_size; }
@@ -590,6 +608,24 @@ void setup(Run& run) {
     r.fail("training.precision", cat("unknown precision '", precision, "' (fp32 or bf16)"));
   run.model->backend().set_matmul_precision(precision == "bf16" ? ops::MatmulPrecision::BF16
                                                                 : ops::MatmulPrecision::FP32);
+  LayerSkipConfig& ls = run.layerskip;
+  ls.p_max = r.get_float("layerskip.p_max");
+  ls.layer_scale = r.get_string("layerskip.layer_scale");
+  ls.time_scale = r.get_string("layerskip.time_scale");
+  ls.e_scale = r.get_float("layerskip.e_scale");
+  ls.curriculum = r.get_string("layerskip.curriculum");
+  ls.rotation = int(r.get_int("layerskip.rotation"));
+  ls.always_last = r.get_bool("layerskip.always_last");
+  ls.e_formula = r.get_string("layerskip.e_formula");
+  ls.validate(cfg.num_hidden_layers, r.files().back());
+  if (ls.enabled())
+    log::info("layerskip: layer dropout p_max ", ls.p_max, " (", ls.layer_scale, " over layers, ",
+              ls.time_scale, " over time); early exit ",
+              ls.early_exit() ? cat("e_scale ", ls.e_scale, ", curriculum ", ls.curriculum,
+                                    ls.curriculum == "rotational" ? cat(" R=", ls.rotation) : "",
+                                    ls.always_last ? ", last layer always on" : "", ", e(l) ",
+                                    ls.e_formula)
+                              : std::string("off"));
   const int n_tensors = int(run.model->layout().tensors().size());
   if (reader) {
     std::vector<int> all(static_cast<size_t>(n_tensors));
@@ -826,6 +862,13 @@ TrainResult train(const Recipe& recipe) {
     run.dp->progress();
   };
   double window_comm = 0, window_wall = 0, run_comm = 0, run_wall = 0;
+  // LayerSkip: this step's summed CE per exit, and the logging window's means.
+  const LayerSkipConfig& ls = run.layerskip;
+  const int L = run.model->config().num_hidden_layers;
+  std::vector<double> exit_sum(static_cast<size_t>(L), 0.0), window_exit(static_cast<size_t>(L), 0.0);
+  std::vector<int> window_exit_n(size_t(L), 0);
+  std::vector<bool> exit_on(static_cast<size_t>(L), false);
+  const bool debug_masks = std::getenv("STRATA_DEBUG_LAYERSKIP") != nullptr;
   while (run.step < run.steps) {
     Timer step_timer;
     const double comm_before = run.tp->seconds() + run.dp->seconds();
@@ -838,21 +881,52 @@ TrainResult train(const Recipe& recipe) {
     if (dp_sync) n_valid = run.dp->allreduce_sum(n_valid);  // the loss is a global mean
     run.model->zero_grad();
     double loss_sum = 0;
+    std::fill(exit_sum.begin(), exit_sum.end(), 0.0);
+    std::fill(exit_on.begin(), exit_on.end(), false);
     for (size_t i = 0; i < micro.size(); ++i) {
       if (dp_sync)
         run.model->set_grad_ready_hook(i + 1 == micro.size() ? on_grads_ready
                                                              : std::function<void(int64_t, int64_t)>());
       const Batch& b = micro[i];
-      loss_sum += run.model
-                      ->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T,
-                                         n_valid ? 1.0 / double(n_valid) : 0.0)
-                      .loss_sum;
+      LayerSkipStep skip;
+      if (ls.enabled()) {
+        skip.keep = layerskip_keep_masks(ls, L, run.step, run.steps, run.seed, int(i), b.B);
+        skip.exit_weight = layerskip_exit_weights(ls, L, run.step, run.steps);
+        if (debug_masks) {  // for tests: every rank prints a digest of its masks
+          std::string bits;
+          for (const auto& k : skip.keep) bits.append(k.begin(), k.end());
+          std::fprintf(stderr, "layerskip masks: rank %d step %lld micro %zu kept %lld sha %s\n",
+                       run.grid.world_rank, (long long)run.step + 1, i,
+                       (long long)std::count(bits.begin(), bits.end(), 1),
+                       sha256_hex(bits).substr(0, 16).c_str());
+        }
+      }
+      const LossResult res =
+          run.model->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T,
+                                      n_valid ? 1.0 / double(n_valid) : 0.0,
+                                      ls.enabled() ? &skip : nullptr);
+      loss_sum += res.loss_sum;
+      if (ls.early_exit())
+        for (int l = 0; l < L; ++l)
+          if (!std::isnan(res.exit_loss_sum[size_t(l)])) {
+            exit_sum[size_t(l)] += res.exit_loss_sum[size_t(l)];
+            exit_on[size_t(l)] = true;
+          }
     }
     if (dp_sync) {
       for (int64_t h : pending) run.dp->wait(h);
       pending.clear();
       loss_sum = run.dp->allreduce_sum(loss_sum);
+      if (ls.early_exit())
+        for (int l = 0; l < L; ++l)
+          if (exit_on[size_t(l)]) exit_sum[size_t(l)] = run.dp->allreduce_sum(exit_sum[size_t(l)]);
     }
+    if (ls.early_exit())
+      for (int l = 0; l < L; ++l)
+        if (exit_on[size_t(l)] && n_valid) {
+          window_exit[size_t(l)] += exit_sum[size_t(l)] / double(n_valid);
+          ++window_exit_n[size_t(l)];
+        }
     const double loss = n_valid ? loss_sum / double(n_valid) : 0.0;
     STRATA_CHECK(std::isfinite(loss), "training diverged: loss is ", loss, " at step ",
                  run.step + 1, " (lower optimizer.lr or raise lr_scheduler.warmup_steps)");
@@ -897,9 +971,26 @@ TrainResult train(const Recipe& recipe) {
       const double tps = double(window_tokens) / window_timer.seconds();
       const double elapsed = total_timer.seconds();
       const double eta = elapsed / double(run.step - first_step) * double(run.steps - run.step);
-      const std::string comm =
+      std::string comm =
           run.world() > 1 ? cat(" | comm ", int(std::lround(100 * window_comm / window_wall)), "%")
                           : std::string();
+      // Early exits: the window's mean loss at each exit that had one (exit
+      // E = output of layer E, 1-based).
+      nlohmann::json exits = nlohmann::json::object();
+      std::string exit_line;
+      for (int l = 0; l < L; ++l)
+        if (window_exit_n[size_t(l)]) {
+          const double v = window_exit[size_t(l)] / window_exit_n[size_t(l)];
+          exits[std::to_string(l + 1)] = v;
+          char buf[32];
+          std::snprintf(buf, sizeof buf, " %d:%.3f", l + 1, v);
+          exit_line += buf;
+        }
+      // (Printed when an exit below the last layer had a loss.)
+      if (exits.size() > 1 || (exits.size() == 1 && !exits.contains(std::to_string(L))))
+        comm = " | exits" + exit_line + comm;
+      std::fill(window_exit.begin(), window_exit.end(), 0.0);
+      std::fill(window_exit_n.begin(), window_exit_n.end(), 0);
       if (run.root())
         std::fprintf(stderr,
                      "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s%s | %s | "
@@ -909,6 +1000,7 @@ TrainResult train(const Recipe& recipe) {
       m = {{"step", run.step},    {"loss", loss},        {"lr", lr},
            {"grad_norm", gnorm},  {"tokens_per_s", tps}, {"tokens", run.tokens_seen},
            {"elapsed_s", elapsed}};
+      if (!exits.empty()) m["exit_loss"] = exits;
       m["step_s"] = window_wall / window_steps;  // wall time per step, of which
       m["comm_s"] = window_comm / window_steps;  // waiting in collectives
       window_comm = window_wall = 0;
