@@ -10,6 +10,8 @@
 #include "infer/generate.h"
 #include "io/model_io.h"
 
+#include <nlohmann/json.hpp>
+
 namespace strata::cli {
 
 int cmd_generate(int argc, char** argv, int first) {
@@ -24,10 +26,19 @@ int cmd_generate(int argc, char** argv, int first) {
       .option("top-k", "K", "sample from the K most likely tokens (0: all)", "0")
       .option("top-p", "P", "sample from the smallest set with probability >= P", "1")
       .option("seed", "S", "sampling seed", "0")
+      .option("exit-layer", "E", "early exit: run only the first E layers, then the head (0: all)",
+              "0")
+      .option("speculations", "D", "self-speculative decoding: tokens drafted per round", "4")
+      .option("stop", "STR", "stop once the text contains STR (not printed)", "")
       .option("tokenizer", "FILE", "sentencepiece model (default: the checkpoint's)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
       .flag("no-bos", "do not start the sequence with BOS")
-      .flag("ignore-eos", "keep generating after the end-of-sequence token");
+      .flag("ignore-eos", "keep generating after the end-of-sequence token")
+      .flag("self-speculative",
+            "draft with the first --exit-layer layers, verify with the rest (greedy; same text "
+            "as plain decoding)")
+      .flag("no-cache", "recompute the whole sequence for every token (reference path)")
+      .flag("json", "print the text and timings as one JSON object instead");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
@@ -54,28 +65,111 @@ int cmd_generate(int argc, char** argv, int first) {
   g.sampling.seed = uint64_t(args.get_int("seed"));
   g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
 
-  std::fputs(args.get("prompt").c_str(), stdout);
-  std::fflush(stdout);
+  g.exit_layer = args.get_int("exit-layer");
+  if (args.has("self-speculative")) {
+    STRATA_CHECK(g.exit_layer > 0, "strata generate: --self-speculative needs --exit-layer E");
+    g.speculations = args.get_int("speculations");
+    STRATA_CHECK(g.speculations >= 1, "strata generate: --speculations must be >= 1");
+  }
+  const bool json = args.has("json");
+  const std::string stop = args.get("stop");
+  STRATA_CHECK(!args.has("no-cache") || (g.exit_layer == 0 && g.speculations == 0),
+               "strata generate: --no-cache runs the whole model (no --exit-layer)");
+
+  if (!json) {
+    std::fputs(args.get("prompt").c_str(), stdout);
+    std::fflush(stdout);
+  }
   std::vector<int32_t> out;
   std::string shown;
-  Timer timer;
-  generate_simple(*model, ids, g, [&](int32_t t) {
-    if (t == tok.eos_id() && !args.has("ignore-eos")) return;
+  bool stopped = false;
+  // The text of the new tokens as they read after the prompt: decoded together
+  // with the prompt (a word's leading space belongs to its token, and a
+  // decoder drops it at the start of a text), minus the prompt's text.
+  const std::string prompt_text = tok.decode(ids);
+  auto continuation = [&](const std::vector<int32_t>& toks) {
+    std::vector<int32_t> all = ids;
+    all.insert(all.end(), toks.begin(), toks.end());
+    const std::string full = tok.decode(all);
+    return full.compare(0, prompt_text.size(), prompt_text) == 0 ? full.substr(prompt_text.size())
+                                                                  : tok.decode(toks);
+  };
+  // Streams the text; with --stop, holds back what could be the start of the
+  // stop string and ends generation when it appears.
+  auto on_token = [&](int32_t t) {
+    if (stopped || (t == tok.eos_id() && !args.has("ignore-eos"))) return;
     out.push_back(t);
     // Decode the whole continuation and print what is new, so multi-byte
     // characters split over byte-fallback tokens come out whole.
-    const std::string text = tok.decode(out);
-    if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
-      std::fputs(text.c_str() + shown.size(), stdout);
-      std::fflush(stdout);
-      shown = text;
+    std::string text = continuation(out);
+    size_t limit = text.size();
+    if (!stop.empty()) {
+      const size_t at = text.find(stop);
+      if (at != std::string::npos) {
+        limit = at;
+        stopped = true;
+      } else {
+        limit = text.size() >= stop.size() - 1 ? text.size() - (stop.size() - 1) : 0;
+      }
     }
-  });
-  const double s = timer.seconds();
+    if (limit > shown.size() && text.compare(0, shown.size(), shown) == 0) {
+      if (!json) {
+        std::fwrite(text.data() + shown.size(), 1, limit - shown.size(), stdout);
+        std::fflush(stdout);
+      }
+      shown = text.substr(0, limit);
+    }
+  };
+  g.stop_requested = [&] { return stopped; };
+  GenerateStats st;
+  Timer timer;
+  if (args.has("no-cache")) {
+    generate_simple(*model, ids, g, on_token);
+    st.prompt_tokens = int(ids.size());
+    st.new_tokens = int(out.size());
+    st.decode_s = timer.seconds();
+  } else {
+    generate(*model, ids, g, on_token, &st);
+  }
+  if (!stopped && !stop.empty() && shown.size() < continuation(out).size()) {
+    // The end of the text held back for a stop string that never came.
+    const std::string text = continuation(out);
+    if (!json) std::fputs(text.c_str() + shown.size(), stdout);
+    shown = text;
+  }
+  const double total = timer.seconds();
+  const double decode_tps = st.decode_s > 0 ? double(st.new_tokens) / st.decode_s : 0.0;
+  const double prefill_tps = st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0;
+  if (json) {
+    nlohmann::json j = {{"prompt", args.get("prompt")},
+                        {"text", shown},
+                        {"prompt_tokens", st.prompt_tokens},
+                        {"new_tokens", st.new_tokens},
+                        {"prefill_s", st.prefill_s},
+                        {"decode_s", st.decode_s},
+                        {"prefill_tokens_per_s", prefill_tps},
+                        {"decode_tokens_per_s", decode_tps},
+                        {"exit_layer", g.exit_layer},
+                        {"hit_context", st.hit_context}};
+    if (g.speculations) {
+      j["speculations"] = g.speculations;
+      j["acceptance_rate"] = st.acceptance();
+      j["tokens_per_full_pass"] = st.tokens_per_round();
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
   std::fputs("\n", stdout);
   std::fflush(stdout);  // before the summary on stderr, so the two never interleave
-  std::fprintf(stderr, "generated %zu tokens in %.2f s (%.1f tokens/s)\n", out.size(), s,
-               s > 0 ? double(out.size()) / s : 0.0);
+  std::fprintf(stderr, "generated %d tokens in %.2f s: prefill %d tokens at %.0f tokens/s, decode "
+               "%.1f tokens/s%s\n",
+               st.new_tokens, total, st.prompt_tokens, prefill_tps, decode_tps,
+               st.hit_context ? " (stopped at the model's context length)" : "");
+  if (g.speculations)
+    std::fprintf(stderr,
+                 "self-speculative: exit layer %d, %d drafts per round: acceptance %.1f%%, "
+                 "%.2f tokens per full-model pass\n",
+                 g.exit_layer, g.speculations, 100 * st.acceptance(), st.tokens_per_round());
   return 0;
 }
 

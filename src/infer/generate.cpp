@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/timer.h"
+#include "infer/engine.h"
 
 namespace strata {
 
@@ -22,8 +24,134 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
     seq.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
-    if (next == o.eos_id) break;
+    if (next == o.eos_id || (o.stop_requested && o.stop_requested())) break;
   }
+  return out;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+namespace {
+
+int argmax(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
+
+}  // namespace
+
+std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& prompt_in,
+                              const GenerateOptions& o,
+                              const std::function<void(int32_t)>& on_token,
+                              GenerateStats* stats_out) {
+  STRATA_CHECK(!prompt_in.empty(), "generate: the prompt is empty (it needs at least BOS)");
+  const LlamaConfig& c = model.config();
+  const int L = c.num_hidden_layers, V = c.vocab_size, C = c.hidden_size;
+  const int ctx = c.max_position_embeddings;
+  const int E = o.exit_layer > 0 ? o.exit_layer : L;
+  STRATA_CHECK(E >= 1 && E <= L, "exit layer ", o.exit_layer, " is outside 1..", L);
+  const bool spec = o.speculations > 0;
+  if (spec) {
+    STRATA_CHECK(o.exit_layer > 0 && E < L, "self-speculative decoding needs an exit layer below ",
+                 L, " (--exit-layer E)");
+    STRATA_CHECK(o.sampling.temperature == 0,
+                 "self-speculative decoding is greedy only for now (temperature 0)");
+  }
+  GenerateStats st;
+  // The prompt keeps its last ctx - 1 tokens so at least one can be generated.
+  std::vector<int32_t> seq(prompt_in.end() - std::min<ptrdiff_t>(prompt_in.size(), ctx - 1),
+                           prompt_in.end());
+  st.prompt_tokens = int(seq.size());
+  KvEngine eng(model, ctx, spec ? L : E);
+  std::vector<int32_t> out;
+  std::vector<float> x, logits(static_cast<size_t>(V));
+  Timer timer;
+  auto emit = [&](int32_t t) {
+    seq.push_back(t);
+    out.push_back(t);
+    if (on_token) on_token(t);
+    return t == o.eos_id || int(out.size()) >= o.max_new_tokens ||
+           (o.stop_requested && o.stop_requested());
+  };
+  if (o.max_new_tokens <= 0) return out;
+
+  // Prefill: every prompt token through the model (for self-speculation, all
+  // layers), logits of the last position.
+  const int n0 = int(seq.size());
+  x.resize(size_t(n0) * C);
+  eng.embed(seq.data(), n0, x.data());
+  eng.run_layers(x.data(), n0, 0, spec ? L : E);
+  eng.logits(x.data() + size_t(n0 - 1) * C, 1, logits.data());
+  st.prefill_s = timer.seconds();
+  timer.reset();
+  bool done = emit(sample_token(logits.data(), V, o.sampling, seq.size()));
+
+  if (!spec) {
+    while (!done) {
+      if (int(seq.size()) > ctx) {
+        st.hit_context = true;
+        break;
+      }
+      x.resize(size_t(C));
+      eng.embed(&seq.back(), 1, x.data());
+      eng.run_layers(x.data(), 1, 0, E);
+      eng.logits(x.data(), 1, logits.data());
+      done = emit(sample_token(logits.data(), V, o.sampling, seq.size()));
+    }
+  } else {
+    // Invariant at the start of a round: every layer caches all committed
+    // tokens but the last, which no layer has seen yet.
+    const int d_max = o.speculations;
+    std::vector<float> hidden;  // exit-layer states of this round's tokens (the KVQ cache)
+    std::vector<int32_t> drafts;
+    std::vector<float> full_logits;
+    while (!done) {
+      const int n = int(seq.size());
+      // Room: the round processes the last token and up to d drafts.
+      const int room = ctx - (n - 1);
+      if (room < 1) {
+        st.hit_context = true;
+        break;
+      }
+      const int d = std::min(d_max, room - 1);
+      // Draft d tokens greedily with layers [0, E), keeping each processed
+      // token's state at the exit layer.
+      drafts.clear();
+      hidden.assign(size_t(d + 1) * C, 0.f);
+      int32_t cur = seq.back();
+      for (int i = 0; i <= d; ++i) {
+        float* h = hidden.data() + size_t(i) * C;
+        eng.embed(&cur, 1, h);
+        eng.run_layers(h, 1, 0, E);
+        if (i == d) break;  // the last draft only needs its exit state
+        x.assign(h, h + C);
+        eng.logits(x.data(), 1, logits.data());
+        cur = argmax(logits.data(), V);
+        drafts.push_back(cur);
+      }
+      // Verify: the upper layers over the d + 1 exit states in one pass give
+      // the full model's prediction after the last token and after each draft.
+      eng.run_layers(hidden.data(), d + 1, E, L);
+      full_logits.resize(size_t(d + 1) * V);
+      eng.logits(hidden.data(), d + 1, full_logits.data());
+      ++st.rounds;
+      st.drafted += d;
+      int k = 0;
+      while (k < d && argmax(full_logits.data() + size_t(k) * V, V) == drafts[size_t(k)]) ++k;
+      st.accepted += k;
+      // Commit the accepted drafts and the full model's next token.
+      for (int i = 0; i < k && !done; ++i) done = emit(drafts[size_t(i)]);
+      if (!done) done = emit(argmax(full_logits.data() + size_t(k) * V, V));
+      // Keep the cache entries of the last token and the accepted drafts.
+      eng.crop(0, L, std::min(n + k, eng.length(0)));
+      if (int(seq.size()) - 1 != eng.length(0)) {
+        // Stopped inside the accepted drafts (EOS or max tokens): nothing follows.
+        break;
+      }
+    }
+  }
+  st.decode_s = timer.seconds();
+  st.new_tokens = int(out.size());
+  if (stats_out) *stats_out = st;
   return out;
 }
 

@@ -16,7 +16,36 @@ struct GenerateOptions {
   int max_new_tokens = 64;
   SamplingOptions sampling;
   int32_t eos_id = -1;  // stop after emitting this token (-1: never)
+  // Early exit: run layers [0, exit_layer) then the final norm and head
+  // (0: every layer).
+  int exit_layer = 0;
+  // Self-speculative decoding (greedy): draft this many tokens per round with
+  // layers [0, exit_layer), verify them with the rest (0: off).
+  int speculations = 0;
+  // Checked after each token (after on_token): true ends generation (stop strings).
+  std::function<bool()> stop_requested;
 };
+
+struct GenerateStats {
+  int prompt_tokens = 0, new_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+  // Self-speculative decoding: rounds (one pass of the upper layers each),
+  // drafted and accepted draft tokens.
+  int64_t rounds = 0, drafted = 0, accepted = 0;
+  bool hit_context = false;  // stopped at the model's context length
+  double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  double tokens_per_round() const { return rounds ? double(new_tokens) / double(rounds) : 0.0; }
+};
+
+// KV-cache generation: prefill the prompt, then decode token by token (or in
+// self-speculative rounds). Returns the new tokens. A prompt longer than the
+// context keeps its last tokens; generation stops when the context is full
+// (stats->hit_context). Greedy self-speculative output equals greedy plain
+// output; sampling with speculations is not supported yet (an error).
+std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options,
+                              const std::function<void(int32_t)>& on_token = {},
+                              GenerateStats* stats = nullptr);
 
 // Extends `prompt` (token ids, usually starting with BOS) and returns only the
 // new tokens. `on_token` (optional) sees each token as it is chosen. When the

@@ -131,6 +131,10 @@ class Model {
   // Hidden state after layer l (l = 0..L-1), i.e. x_{2(l+1)}.
   const T* hidden_state(int layer) const { return stream(2 * (layer + 1)); }
 
+  // RoPE tables [max_position_embeddings, head_dim / 2] (generation engine).
+  const T* rope_cos() const { return rope_cos_.data(); }
+  const T* rope_sin() const { return rope_sin_.data(); }
+
   // Bytes held by the activation arena for the current (B, T).
   int64_t activation_bytes() const;
 

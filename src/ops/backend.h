@@ -64,6 +64,11 @@ class Backend {
   virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
                                   int B, int T_, int Hq, int Hkv, int D) = 0;
 
+  // Generation only (kernels.h: attention_cached_forward).
+  virtual void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc,
+                                        const T* vc, int n, int pos0, int Hq, int Hkv, int D,
+                                        int max_len) = 0;
+
   virtual void swiglu_forward(T* h, const T* gateup, int64_t N, int F) = 0;
   virtual void swiglu_backward(T* dgateup, const T* dh, const T* gateup, int64_t N, int F) = 0;
 

@@ -67,6 +67,10 @@ class CpuBackend final : public Backend<T> {
                          int D) override {
     cpu::attention_forward(out, lse, qkv, B, T_, Hq, Hkv, D);
   }
+  void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc,
+                                int n, int pos0, int Hq, int Hkv, int D, int max_len) override {
+    cpu::attention_cached_forward(out, q, q_stride, kc, vc, n, pos0, Hq, Hkv, D, max_len);
+  }
   void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
                           int T_, int Hq, int Hkv, int D) override {
     cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T_, Hq, Hkv, D);

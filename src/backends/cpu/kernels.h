@@ -89,6 +89,16 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
                         int T_, int Hq, int Hkv, int D);
 
+// --------------------------------------------------------- attention_cached.cpp
+// Generation: n new queries of one sequence at positions pos0 .. pos0+n-1
+// attend over its KV cache kc, vc [Hkv, max_len, D] (post-RoPE keys), which
+// already holds positions 0 .. pos0+n-1 (the new ones included). Query i of
+// head h is q[i * q_stride + h * D ...]; out[n, Hq*D]. Causal. Inference only
+// (no backward).
+template <typename T>
+void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc,
+                              int n, int pos0, int Hq, int Hkv, int D, int max_len);
+
 // ------------------------------------------------------------------- swiglu.cpp
 // gateup[N,2F] = [gate | up]; h[N,F] = silu(gate) * up.
 template <typename T>

@@ -1,0 +1,56 @@
+// Attention of new queries over a KV cache (generation). Inference only: no
+// backward (nothing is trained through the cache).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+
+namespace strata::cpu {
+
+template <typename T>
+void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc,
+                              int n, int pos0, int Hq, int Hkv, int D, int max_len) {
+  const int group = Hq / Hkv;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const int64_t work = int64_t(n) * Hq;
+#pragma omp parallel
+  {
+    std::vector<double> s(static_cast<size_t>(pos0 + n));
+    std::vector<double> acc(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t w = 0; w < work; ++w) {
+      const int i = int(w / Hq), h = int(w % Hq), kvh = h / group;
+      const T* qi = q + int64_t(i) * q_stride + int64_t(h) * D;
+      const T* K = kc + int64_t(kvh) * max_len * D;
+      const T* V = vc + int64_t(kvh) * max_len * D;
+      const int len = pos0 + i + 1;  // causal: positions 0 .. pos0 + i
+      double m = -INFINITY;
+      for (int j = 0; j < len; ++j) {
+        const T* kj = K + int64_t(j) * D;
+        T dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int d = 0; d < D; ++d) dot += qi[d] * kj[d];
+        s[size_t(j)] = double(dot) * scale;
+        m = std::max(m, s[size_t(j)]);
+      }
+      double z = 0;
+      for (int j = 0; j < len; ++j) z += (s[size_t(j)] = std::exp(s[size_t(j)] - m));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int j = 0; j < len; ++j) {
+        const T* vj = V + int64_t(j) * D;
+        const double p = s[size_t(j)];
+        for (int d = 0; d < D; ++d) acc[size_t(d)] += p * double(vj[d]);
+      }
+      T* o = out + int64_t(i) * Hq * D + int64_t(h) * D;
+      for (int d = 0; d < D; ++d) o[d] = T(acc[size_t(d)] / z);
+    }
+  }
+}
+
+template void attention_cached_forward<float>(float*, const float*, int64_t, const float*,
+                                              const float*, int, int, int, int, int, int);
+template void attention_cached_forward<double>(double*, const double*, int64_t, const double*,
+                                               const double*, int, int, int, int, int, int);
+
+}  // namespace strata::cpu

@@ -1,0 +1,118 @@
+#include "infer/engine.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+KvEngine::KvEngine(Model<float>& model, int max_len, int layers)
+    : m_(model), be_(model.backend()) {
+  const LlamaConfig& c = model.config();
+  STRATA_CHECK(model.tp_size() == 1, "generation runs in one process (tensor parallelism: 1)");
+  layers_ = layers < 0 ? c.num_hidden_layers : layers;
+  STRATA_CHECK(layers_ >= 1 && layers_ <= c.num_hidden_layers, "KV cache for ", layers_,
+               " layers: the model has ", c.num_hidden_layers);
+  max_len_ = max_len;
+  STRATA_CHECK(max_len_ >= 1 && max_len_ <= c.max_position_embeddings, "KV cache of ", max_len_,
+               " positions: the model's context is ", c.max_position_embeddings);
+  for (int l = 0; l < layers_; ++l)
+    STRATA_CHECK(model.plan().kinds[size_t(l)] == LayerKind::Standard,
+                 "generation supports standard layers only");
+  C_ = c.hidden_size;
+  D_ = c.head_dim;
+  Hq_ = c.num_attention_heads;
+  Hkv_ = c.num_key_value_heads;
+  Q_ = Hq_ * D_;
+  QKV_ = (Hq_ + 2 * Hkv_) * D_;
+  F_ = c.intermediate_size;
+  const size_t cache = size_t(layers_) * Hkv_ * max_len_ * D_;
+  k_ = ops::DeviceBuffer<float>(&be_, cache);
+  v_ = ops::DeviceBuffer<float>(&be_, cache);
+  len_.assign(size_t(layers_), 0);
+}
+
+void KvEngine::reset() { std::fill(len_.begin(), len_.end(), 0); }
+
+void KvEngine::crop(int l0, int l1, int len) {
+  for (int l = l0; l < l1; ++l) {
+    STRATA_CHECK(len >= 0 && len <= len_[size_t(l)], "crop of layer ", l, " to ", len,
+                 " positions: it holds ", len_[size_t(l)]);
+    len_[size_t(l)] = len;
+  }
+}
+
+void KvEngine::ensure_scratch(int n) {
+  if (n <= scratch_rows_) return;
+  scratch_rows_ = std::max(n, 16);
+  const size_t N = size_t(scratch_rows_);
+  ln_ = ops::DeviceBuffer<float>(&be_, N * C_);
+  rstd_ = ops::DeviceBuffer<float>(&be_, N);
+  qkv_ = ops::DeviceBuffer<float>(&be_, N * QKV_);
+  att_ = ops::DeviceBuffer<float>(&be_, N * Q_);
+  mod_ = ops::DeviceBuffer<float>(&be_, N * C_);
+  gateup_ = ops::DeviceBuffer<float>(&be_, N * 2 * F_);
+  h_ = ops::DeviceBuffer<float>(&be_, N * F_);
+  xn_ = ops::DeviceBuffer<float>(&be_, N * C_);
+}
+
+void KvEngine::embed(const int32_t* tokens, int n, float* x) {
+  const LlamaConfig& c = m_.config();
+  for (int i = 0; i < n; ++i)
+    STRATA_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i],
+                 " outside the vocabulary (", c.vocab_size, ")");
+  be_.embedding_forward(x, tokens, m_.param(m_.layout().embed), n, C_, c.vocab_size, 0, -1);
+}
+
+void KvEngine::run_layers(float* x, int n, int l0, int l1) {
+  STRATA_CHECK(0 <= l0 && l0 <= l1 && l1 <= layers_, "layers [", l0, ", ", l1,
+               ") outside the cache's [0, ", layers_, ")");
+  if (l0 == l1 || n == 0) return;
+  const int pos0 = len_[size_t(l0)];
+  STRATA_CHECK(pos0 + n <= max_len_, "the sequence would reach ", pos0 + n,
+               " positions; the KV cache holds ", max_len_);
+  ensure_scratch(n);
+  const LlamaConfig& c = m_.config();
+  const ParamLayout& L = m_.layout();
+  const int64_t NC = int64_t(n) * C_;
+  const size_t per_layer = size_t(Hkv_) * max_len_ * D_;
+  for (int l = l0; l < l1; ++l) {
+    STRATA_CHECK(len_[size_t(l)] == pos0, "layer ", l, " holds ", len_[size_t(l)],
+                 " positions, layer ", l0, " ", pos0);
+    const auto& P = L.layers[size_t(l)];
+    // Attention: q, k, v of the new positions; k and v join the cache.
+    be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.input_norm), n, C_,
+                        c.rms_norm_eps);
+    be_.linear_forward(qkv_.data(), ln_.data(), m_.param(P.q),
+                       P.q_bias >= 0 ? m_.param(P.q_bias) : nullptr, n, C_, QKV_);
+    be_.rope_forward(qkv_.data(), m_.rope_cos(), m_.rope_sin(), 1, n, Hq_ + Hkv_, D_, QKV_, pos0);
+    float* K = k_.data() + size_t(l) * per_layer;
+    float* V = v_.data() + size_t(l) * per_layer;
+    for (int i = 0; i < n; ++i) {
+      const float* row = qkv_.data() + int64_t(i) * QKV_;
+      for (int h = 0; h < Hkv_; ++h) {
+        const int64_t at = (int64_t(h) * max_len_ + pos0 + i) * D_;
+        be_.copy(K + at, row + Q_ + int64_t(h) * D_, D_);
+        be_.copy(V + at, row + Q_ + int64_t(Hkv_ + h) * D_, D_);
+      }
+    }
+    be_.attention_cached_forward(att_.data(), qkv_.data(), QKV_, K, V, n, pos0, Hq_, Hkv_, D_,
+                                 max_len_);
+    be_.linear_forward(mod_.data(), att_.data(), m_.param(P.o),
+                       P.o_bias >= 0 ? m_.param(P.o_bias) : nullptr, n, Q_, C_);
+    be_.residual_forward(x, x, mod_.data(), NC);
+    // MLP.
+    be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.post_norm), n, C_,
+                        c.rms_norm_eps);
+    be_.linear_forward(gateup_.data(), ln_.data(), m_.param(P.gate), nullptr, n, C_, 2 * F_);
+    be_.swiglu_forward(h_.data(), gateup_.data(), n, F_);
+    be_.linear_forward(mod_.data(), h_.data(), m_.param(P.down), nullptr, n, F_, C_);
+    be_.residual_forward(x, x, mod_.data(), NC);
+    len_[size_t(l)] = pos0 + n;
+  }
+}
+
+void KvEngine::logits(const float* x, int n, float* out) {
+  ensure_scratch(n);
+  m_.head_rows(x, n, out, xn_.data());
+}
+
+}  // namespace strata
