@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
@@ -14,6 +15,102 @@
 
 namespace strata::cli {
 
+namespace {
+
+// The text of `toks` as it reads after `prompt` (see continuation below).
+std::string text_after(const Tokenizer& tok, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& toks) {
+  const std::string base = tok.decode(prompt);
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), toks.begin(), toks.end());
+  const std::string full = tok.decode(all);
+  return full.compare(0, base.size(), base) == 0 ? full.substr(base.size()) : tok.decode(toks);
+}
+
+GenerateOptions options_from(const Args& args, const Tokenizer& tok) {
+  GenerateOptions g;
+  g.max_new_tokens = args.get_int("max-new-tokens");
+  g.sampling.temperature = args.get_double("temperature");
+  g.sampling.top_k = args.get_int("top-k");
+  g.sampling.top_p = args.get_double("top-p");
+  g.sampling.seed = uint64_t(args.get_int("seed"));
+  g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
+  g.exit_layer = args.get_int("exit-layer");
+  if (args.has("self-speculative")) {
+    STRATA_CHECK(g.exit_layer > 0, "strata generate: --self-speculative needs --exit-layer E");
+    g.speculations = args.get_int("speculations");
+    STRATA_CHECK(g.speculations >= 1, "strata generate: --speculations must be >= 1");
+  }
+  return g;
+}
+
+// --prompts FILE.jsonl: every prompt in one batch; one result per prompt
+// (text blocks, or JSON lines with --json), a summary on stderr.
+int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer& tok) {
+  const std::string path = args.get("prompts");
+  STRATA_CHECK(args.get("prompt").empty(), "strata generate: give --prompt or --prompts, not both");
+  STRATA_CHECK(!args.has("no-cache"), "strata generate: --no-cache takes a single --prompt");
+  const std::string body = read_file(path, "prompts");
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> prompts;
+  size_t at = 0;
+  int line_no = 0;
+  while (at < body.size()) {
+    const size_t nl = body.find('\n', at);
+    const std::string line = body.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    at = nl == std::string::npos ? body.size() : nl + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception&) {
+      fail(cat(path, ":", line_no, ": not valid JSON"));
+    }
+    STRATA_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string(), path, ":",
+                 line_no, ": expected an object with a string \"prompt\"");
+    texts.push_back(j["prompt"].get<std::string>());
+    std::vector<int32_t> ids;
+    if (!args.has("no-bos") && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+    const auto enc = tok.encode(texts.back());
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    STRATA_CHECK(!ids.empty(), path, ":", line_no, ": empty prompt (and --no-bos)");
+    prompts.push_back(std::move(ids));
+  }
+  STRATA_CHECK(!prompts.empty(), path, ": no prompts");
+  const GenerateOptions g = options_from(args, tok);
+  GenerateStats st;
+  Timer timer;
+  const auto outs = generate_batch(model, prompts, g, {}, &st);
+  const double total = timer.seconds();
+  const std::string stop = args.get("stop");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::vector<int32_t> toks = outs[i];
+    if (!toks.empty() && toks.back() == tok.eos_id() && !args.has("ignore-eos")) toks.pop_back();
+    std::string text = text_after(tok, prompts[i], toks);
+    if (!stop.empty() && text.find(stop) != std::string::npos) text.resize(text.find(stop));
+    if (args.has("json")) {
+      std::printf("%s\n", nlohmann::json{{"prompt", texts[i]},
+                                          {"text", text},
+                                          {"new_tokens", outs[i].size()}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("%s%s\n%s", texts[i].c_str(), text.c_str(), i + 1 < outs.size() ? "---\n" : "");
+    }
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "generated %d tokens for %zu prompts in %.2f s: prefill %d tokens at %.0f tokens/s, "
+               "decode %.1f tokens/s\n",
+               st.new_tokens, outs.size(), total, st.prompt_tokens,
+               st.prefill_s > 0 ? st.prompt_tokens / st.prefill_s : 0.0,
+               st.decode_s > 0 ? st.new_tokens / st.decode_s : 0.0);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_generate(int argc, char** argv, int first) {
   Args args(
       "strata generate",
@@ -21,6 +118,8 @@ int cmd_generate(int argc, char** argv, int first) {
       "streamed to stdout; a summary (tokens, tokens/s) goes to stderr.");
   args.option("checkpoint", "FILE", "checkpoint (.h5) to load")
       .option("prompt", "TEXT", "text to continue", "")
+      .option("prompts", "FILE",
+              "JSONL file, one {\"prompt\": TEXT} per line: generated as one batch", "")
       .option("max-new-tokens", "N", "tokens to generate", "64")
       .option("temperature", "T", "sampling temperature (0: greedy)", "0")
       .option("top-k", "K", "sample from the K most likely tokens (0: all)", "0")
@@ -35,8 +134,8 @@ int cmd_generate(int argc, char** argv, int first) {
       .flag("no-bos", "do not start the sequence with BOS")
       .flag("ignore-eos", "keep generating after the end-of-sequence token")
       .flag("self-speculative",
-            "draft with the first --exit-layer layers, verify with the rest (greedy; same text "
-            "as plain decoding)")
+            "draft with the first --exit-layer layers, verify with the rest (greedy: the same "
+            "text as plain decoding; sampling: the same distribution)")
       .flag("no-cache", "recompute the whole sequence for every token (reference path)")
       .flag("json", "print the text and timings as one JSON object instead");
   if (!args.parse(argc, argv, first)) return 0;
@@ -52,25 +151,13 @@ int cmd_generate(int argc, char** argv, int first) {
   const Tokenizer tok = args.has("tokenizer")
                             ? Tokenizer::load(args.get("tokenizer"))
                             : Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
+  if (!args.get("prompts").empty()) return generate_prompts_file(args, *model, tok);
   std::vector<int32_t> ids;
   if (!args.has("no-bos") && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
   const auto enc = tok.encode(args.get("prompt"));
   ids.insert(ids.end(), enc.begin(), enc.end());
 
-  GenerateOptions g;
-  g.max_new_tokens = max_new;
-  g.sampling.temperature = args.get_double("temperature");
-  g.sampling.top_k = args.get_int("top-k");
-  g.sampling.top_p = args.get_double("top-p");
-  g.sampling.seed = uint64_t(args.get_int("seed"));
-  g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
-
-  g.exit_layer = args.get_int("exit-layer");
-  if (args.has("self-speculative")) {
-    STRATA_CHECK(g.exit_layer > 0, "strata generate: --self-speculative needs --exit-layer E");
-    g.speculations = args.get_int("speculations");
-    STRATA_CHECK(g.speculations >= 1, "strata generate: --speculations must be >= 1");
-  }
+  GenerateOptions g = options_from(args, tok);
   const bool json = args.has("json");
   const std::string stop = args.get("stop");
   STRATA_CHECK(!args.has("no-cache") || (g.exit_layer == 0 && g.speculations == 0),

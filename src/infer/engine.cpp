@@ -4,7 +4,7 @@
 
 namespace strata {
 
-KvEngine::KvEngine(Model<float>& model, int max_len, int layers)
+KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
     : m_(model), be_(model.backend()) {
   const LlamaConfig& c = model.config();
   STRATA_CHECK(model.tp_size() == 1, "generation runs in one process (tensor parallelism: 1)");
@@ -24,19 +24,22 @@ KvEngine::KvEngine(Model<float>& model, int max_len, int layers)
   Q_ = Hq_ * D_;
   QKV_ = (Hq_ + 2 * Hkv_) * D_;
   F_ = c.intermediate_size;
-  const size_t cache = size_t(layers_) * Hkv_ * max_len_ * D_;
+  batch_ = batch;
+  STRATA_CHECK(batch_ >= 1, "KV cache for ", batch_, " sequences");
+  const size_t cache = size_t(batch_) * layers_ * Hkv_ * max_len_ * D_;
   k_ = ops::DeviceBuffer<float>(&be_, cache);
   v_ = ops::DeviceBuffer<float>(&be_, cache);
-  len_.assign(size_t(layers_), 0);
+  len_.assign(size_t(batch_) * layers_, 0);
 }
 
 void KvEngine::reset() { std::fill(len_.begin(), len_.end(), 0); }
 
-void KvEngine::crop(int l0, int l1, int len) {
+void KvEngine::crop(int l0, int l1, int len, int seq) {
   for (int l = l0; l < l1; ++l) {
-    STRATA_CHECK(len >= 0 && len <= len_[size_t(l)], "crop of layer ", l, " to ", len,
-                 " positions: it holds ", len_[size_t(l)]);
-    len_[size_t(l)] = len;
+    int& n = len_[size_t(seq * layers_ + l)];
+    STRATA_CHECK(len >= 0 && len <= n, "crop of layer ", l, " to ", len, " positions: it holds ",
+                 n);
+    n = len;
   }
 }
 
@@ -62,52 +65,90 @@ void KvEngine::embed(const int32_t* tokens, int n, float* x) {
   be_.embedding_forward(x, tokens, m_.param(m_.layout().embed), n, C_, c.vocab_size, 0, -1);
 }
 
-void KvEngine::run_layers(float* x, int n, int l0, int l1) {
+void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq) {
   STRATA_CHECK(0 <= l0 && l0 <= l1 && l1 <= layers_, "layers [", l0, ", ", l1,
                ") outside the cache's [0, ", layers_, ")");
+  STRATA_CHECK(seq >= 0 && seq < batch_, "sequence ", seq, " outside the batch of ", batch_);
   if (l0 == l1 || n == 0) return;
-  const int pos0 = len_[size_t(l0)];
+  const int pos0 = length(l0, seq);
   STRATA_CHECK(pos0 + n <= max_len_, "the sequence would reach ", pos0 + n,
                " positions; the KV cache holds ", max_len_);
+  std::vector<int> seqs(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) pos[size_t(i)] = pos0 + i;
+  for (int l = l0; l < l1; ++l) {
+    STRATA_CHECK(length(l, seq) == pos0, "layer ", l, " holds ", length(l, seq),
+                 " positions, layer ", l0, " ", pos0);
+    layer(l, x, n, seqs, pos);
+    len_[size_t(seq * layers_ + l)] = pos0 + n;
+  }
+}
+
+void KvEngine::decode_rows(float* x, const std::vector<int>& seqs, int l0, int l1) {
+  STRATA_CHECK(0 <= l0 && l0 <= l1 && l1 <= layers_, "layers [", l0, ", ", l1,
+               ") outside the cache's [0, ", layers_, ")");
+  const int rows = int(seqs.size());
+  if (l0 == l1 || rows == 0) return;
+  std::vector<int> pos(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    const int s = seqs[size_t(r)];
+    STRATA_CHECK(s >= 0 && s < batch_, "sequence ", s, " outside the batch of ", batch_);
+    for (int q = 0; q < r; ++q)
+      STRATA_CHECK(seqs[size_t(q)] != s, "decode_rows: sequence ", s, " appears twice");
+    pos[size_t(r)] = length(l0, s);
+    STRATA_CHECK(pos[size_t(r)] < max_len_, "sequence ", s, " fills its KV cache (", max_len_,
+                 " positions)");
+  }
+  for (int l = l0; l < l1; ++l) {
+    for (int r = 0; r < rows; ++r)
+      STRATA_CHECK(length(l, seqs[size_t(r)]) == pos[size_t(r)], "layer ", l, " of sequence ",
+                   seqs[size_t(r)], " holds ", length(l, seqs[size_t(r)]), " positions");
+    layer(l, x, rows, seqs, pos);
+    for (int r = 0; r < rows; ++r) ++len_[size_t(seqs[size_t(r)] * layers_ + l)];
+  }
+}
+
+void KvEngine::layer(int l, float* x, int n, const std::vector<int>& seqs,
+                     const std::vector<int>& pos) {
   ensure_scratch(n);
   const LlamaConfig& c = m_.config();
-  const ParamLayout& L = m_.layout();
+  const auto& P = m_.layout().layers[size_t(l)];
   const int64_t NC = int64_t(n) * C_;
-  const size_t per_layer = size_t(Hkv_) * max_len_ * D_;
-  for (int l = l0; l < l1; ++l) {
-    STRATA_CHECK(len_[size_t(l)] == pos0, "layer ", l, " holds ", len_[size_t(l)],
-                 " positions, layer ", l0, " ", pos0);
-    const auto& P = L.layers[size_t(l)];
-    // Attention: q, k, v of the new positions; k and v join the cache.
-    be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.input_norm), n, C_,
-                        c.rms_norm_eps);
-    be_.linear_forward(qkv_.data(), ln_.data(), m_.param(P.q),
-                       P.q_bias >= 0 ? m_.param(P.q_bias) : nullptr, n, C_, QKV_);
-    be_.rope_forward(qkv_.data(), m_.rope_cos(), m_.rope_sin(), 1, n, Hq_ + Hkv_, D_, QKV_, pos0);
-    float* K = k_.data() + size_t(l) * per_layer;
-    float* V = v_.data() + size_t(l) * per_layer;
-    for (int i = 0; i < n; ++i) {
-      const float* row = qkv_.data() + int64_t(i) * QKV_;
+  // Attention: q, k, v of the new positions; k and v join each row's cache.
+  be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.input_norm), n, C_, c.rms_norm_eps);
+  be_.linear_forward(qkv_.data(), ln_.data(), m_.param(P.q),
+                     P.q_bias >= 0 ? m_.param(P.q_bias) : nullptr, n, C_, QKV_);
+  // Rows come in spans of consecutive positions of one sequence: one RoPE
+  // call and one attention call per span.
+  for (int r0 = 0; r0 < n;) {
+    int r1 = r0 + 1;
+    while (r1 < n && seqs[size_t(r1)] == seqs[size_t(r0)] && pos[size_t(r1)] == pos[size_t(r1 - 1)] + 1)
+      ++r1;
+    const int span = r1 - r0, s = seqs[size_t(r0)], p0 = pos[size_t(r0)];
+    float* rows = qkv_.data() + int64_t(r0) * QKV_;
+    be_.rope_forward(rows, m_.rope_cos(), m_.rope_sin(), 1, span, Hq_ + Hkv_, D_, QKV_, p0);
+    float* K = k_cache(l, s);
+    float* V = v_cache(l, s);
+    for (int i = 0; i < span; ++i) {
+      const float* row = rows + int64_t(i) * QKV_;
       for (int h = 0; h < Hkv_; ++h) {
-        const int64_t at = (int64_t(h) * max_len_ + pos0 + i) * D_;
+        const int64_t at = (int64_t(h) * max_len_ + p0 + i) * D_;
         be_.copy(K + at, row + Q_ + int64_t(h) * D_, D_);
         be_.copy(V + at, row + Q_ + int64_t(Hkv_ + h) * D_, D_);
       }
     }
-    be_.attention_cached_forward(att_.data(), qkv_.data(), QKV_, K, V, n, pos0, Hq_, Hkv_, D_,
-                                 max_len_);
-    be_.linear_forward(mod_.data(), att_.data(), m_.param(P.o),
-                       P.o_bias >= 0 ? m_.param(P.o_bias) : nullptr, n, Q_, C_);
-    be_.residual_forward(x, x, mod_.data(), NC);
-    // MLP.
-    be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.post_norm), n, C_,
-                        c.rms_norm_eps);
-    be_.linear_forward(gateup_.data(), ln_.data(), m_.param(P.gate), nullptr, n, C_, 2 * F_);
-    be_.swiglu_forward(h_.data(), gateup_.data(), n, F_);
-    be_.linear_forward(mod_.data(), h_.data(), m_.param(P.down), nullptr, n, F_, C_);
-    be_.residual_forward(x, x, mod_.data(), NC);
-    len_[size_t(l)] = pos0 + n;
+    be_.attention_cached_forward(att_.data() + int64_t(r0) * Q_, rows, QKV_, K, V, span, p0, Hq_,
+                                 Hkv_, D_, max_len_);
+    r0 = r1;
   }
+  be_.linear_forward(mod_.data(), att_.data(), m_.param(P.o),
+                     P.o_bias >= 0 ? m_.param(P.o_bias) : nullptr, n, Q_, C_);
+  be_.residual_forward(x, x, mod_.data(), NC);
+  // MLP.
+  be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.post_norm), n, C_, c.rms_norm_eps);
+  be_.linear_forward(gateup_.data(), ln_.data(), m_.param(P.gate), nullptr, n, C_, 2 * F_);
+  be_.swiglu_forward(h_.data(), gateup_.data(), n, F_);
+  be_.linear_forward(mod_.data(), h_.data(), m_.param(P.down), nullptr, n, F_, C_);
+  be_.residual_forward(x, x, mod_.data(), NC);
 }
 
 void KvEngine::logits(const float* x, int n, float* out) {

@@ -1,7 +1,7 @@
 // The generation engine: incremental forward passes over a preallocated KV
-// cache (one sequence), layer range by layer range, which is what plain
-// decoding, early exit (layers [0, E) only) and self-speculative decoding
-// (draft with [0, E), verify with [E, L)) are built from.
+// cache of `batch` sequences, layer range by layer range, which is what plain
+// decoding, early exit (layers [0, E) only), self-speculative decoding (draft
+// with [0, E), verify with [E, L)) and batched decoding are built from.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +16,15 @@ class KvEngine {
  public:
   // A cache of `max_len` positions (at most the model's context) for layers
   // [0, layers) (default: all).
-  KvEngine(Model<float>& model, int max_len, int layers = -1);
+  KvEngine(Model<float>& model, int max_len, int layers = -1, int batch = 1);
 
   int max_len() const { return max_len_; }
   int layers() const { return layers_; }
-  // Positions cached in layer l.
-  int length(int l) const { return len_[size_t(l)]; }
-  // Drops positions >= len from layers [l0, l1) (rejected drafts).
-  void crop(int l0, int l1, int len);
+  int batch() const { return batch_; }
+  // Positions of sequence `seq` cached in layer l.
+  int length(int l, int seq = 0) const { return len_[size_t(seq * layers_ + l)]; }
+  // Drops positions >= len from layers [l0, l1) of a sequence (rejected drafts).
+  void crop(int l0, int l1, int len, int seq = 0);
   void reset();
 
   // x[n, C] = embeddings of tokens[n] (host memory, like everything here).
@@ -31,18 +32,30 @@ class KvEngine {
   // Runs x[n, C] (the residual stream of n consecutive new positions) through
   // layers [l0, l1), appending their keys and values; all those layers must
   // hold the same number of positions. In place.
-  void run_layers(float* x, int n, int l0, int l1);
+  void run_layers(float* x, int n, int l0, int l1, int seq = 0);
+  // One new position for each of the sequences seqs[r] (r < rows): x[rows, C]
+  // through layers [l0, l1) in one batched pass (GEMMs over all rows; each
+  // row attends over its own cache).
+  void decode_rows(float* x, const std::vector<int>& seqs, int l0, int l1);
   // logits[n, V] = head(final_norm(x[n, C])).
   void logits(const float* x, int n, float* out);
 
  private:
   void ensure_scratch(int n);
+  float* k_cache(int l, int seq) { return k_.data() + cache_offset(l, seq); }
+  float* v_cache(int l, int seq) { return v_.data() + cache_offset(l, seq); }
+  size_t cache_offset(int l, int seq) const {
+    return (size_t(seq) * layers_ + size_t(l)) * size_t(Hkv_) * max_len_ * D_;
+  }
+  // One layer over rows r < rows of x, row r being position pos[r] of
+  // sequence seqs[r]; `spans` groups consecutive rows of one sequence.
+  void layer(int l, float* x, int rows, const std::vector<int>& seqs, const std::vector<int>& pos);
   Model<float>& m_;
   ops::Backend<float>& be_;
-  int max_len_, layers_;
+  int max_len_, layers_, batch_;
   int C_, D_, Hq_, Hkv_, Q_, QKV_, F_;
   std::vector<int> len_;
-  ops::DeviceBuffer<float> k_, v_;  // [layers, Hkv, max_len, D]
+  ops::DeviceBuffer<float> k_, v_;  // [batch, layers, Hkv, max_len, D]
   int scratch_rows_ = 0;
   ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, mod_, gateup_, h_, xn_;
 };

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/philox.h"
 #include "infer/engine.h"
 
 namespace strata {
@@ -53,8 +54,6 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
   if (spec) {
     STRATA_CHECK(o.exit_layer > 0 && E < L, "self-speculative decoding needs an exit layer below ",
                  L, " (--exit-layer E)");
-    STRATA_CHECK(o.sampling.temperature == 0,
-                 "self-speculative decoding is greedy only for now (temperature 0)");
   }
   GenerateStats st;
   // The prompt keeps its last ctx - 1 tokens so at least one can be generated.
@@ -104,6 +103,11 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
     std::vector<float> hidden;  // exit-layer states of this round's tokens (the KVQ cache)
     std::vector<int32_t> drafts;
     std::vector<float> full_logits;
+    const bool sampled = o.sampling.temperature > 0;
+    std::vector<std::vector<double>> q(static_cast<size_t>(d_max));  // draft distributions
+    // Random numbers keyed by (position of the token decided, use).
+    const PhiloxStream rng(o.sampling.seed, /*purpose "SPEC"*/ 0x53504543u, 0);
+    auto draw = [](int position, int use) { return uint64_t(position) * 4 + uint64_t(use); };
     while (!done) {
       const int n = int(seq.size());
       // Room: the round processes the last token and up to d drafts.
@@ -125,7 +129,12 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
         if (i == d) break;  // the last draft only needs its exit state
         x.assign(h, h + C);
         eng.logits(x.data(), 1, logits.data());
-        cur = argmax(logits.data(), V);
+        if (sampled) {  // draft from q, the early exit's (filtered) distribution
+          q[size_t(i)] = token_distribution(logits.data(), V, o.sampling);
+          cur = sample_from(q[size_t(i)], rng.uniform(draw(n + i, 0)));
+        } else {
+          cur = argmax(logits.data(), V);
+        }
         drafts.push_back(cur);
       }
       // Verify: the upper layers over the d + 1 exit states in one pass give
@@ -136,11 +145,38 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
       ++st.rounds;
       st.drafted += d;
       int k = 0;
-      while (k < d && argmax(full_logits.data() + size_t(k) * V, V) == drafts[size_t(k)]) ++k;
+      int32_t next = 0;
+      if (!sampled) {
+        while (k < d && argmax(full_logits.data() + size_t(k) * V, V) == drafts[size_t(k)]) ++k;
+        next = argmax(full_logits.data() + size_t(k) * V, V);
+      } else {
+        // Rejection rule (speculative sampling): accept draft x with
+        // probability min(1, p(x) / q(x)); at the first rejection draw from
+        // max(0, p - q) renormalised; after d acceptances draw from p. The
+        // result is distributed as sampling from the full model.
+        bool rejected = false;
+        for (; k < d; ++k) {
+          const auto p = token_distribution(full_logits.data() + size_t(k) * V, V, o.sampling);
+          const int32_t t = drafts[size_t(k)];
+          const double ratio = q[size_t(k)][size_t(t)] > 0 ? p[size_t(t)] / q[size_t(k)][size_t(t)] : 1.0;
+          if (rng.uniform(draw(n + k, 1)) < ratio) continue;
+          std::vector<double> r(static_cast<size_t>(V));
+          double mass = 0;
+          for (int v = 0; v < V; ++v)
+            mass += r[size_t(v)] = std::max(0.0, p[size_t(v)] - q[size_t(k)][size_t(v)]);
+          next = mass > 0 ? sample_from(r, rng.uniform(draw(n + k, 2)))
+                          : sample_from(p, rng.uniform(draw(n + k, 2)));
+          rejected = true;
+          break;
+        }
+        if (!rejected)
+          next = sample_from(token_distribution(full_logits.data() + size_t(d) * V, V, o.sampling),
+                             rng.uniform(draw(n + d, 3)));
+      }
       st.accepted += k;
       // Commit the accepted drafts and the full model's next token.
       for (int i = 0; i < k && !done; ++i) done = emit(drafts[size_t(i)]);
-      if (!done) done = emit(argmax(full_logits.data() + size_t(k) * V, V));
+      if (!done) done = emit(next);
       // Keep the cache entries of the last token and the accepted drafts.
       eng.crop(0, L, std::min(n + k, eng.length(0)));
       if (int(seq.size()) - 1 != eng.length(0)) {
@@ -153,6 +189,106 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
   st.new_tokens = int(out.size());
   if (stats_out) *stats_out = st;
   return out;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& o_in,
+                                                 const std::function<void(int, int32_t)>& on_token,
+                                                 GenerateStats* stats_out) {
+  const int B = int(prompts.size());
+  std::vector<std::vector<int32_t>> outs(static_cast<size_t>(B));
+  GenerateStats total;
+  GenerateOptions o = o_in;
+  o.stop_requested = nullptr;
+  if (B == 0) {
+    if (stats_out) *stats_out = total;
+    return outs;
+  }
+  if (o.speculations > 0) {
+    for (int i = 0; i < B; ++i) {
+      GenerateStats st;
+      outs[size_t(i)] = generate(model, prompts[size_t(i)], o,
+                                 [&](int32_t t) { if (on_token) on_token(i, t); }, &st);
+      total.prompt_tokens += st.prompt_tokens;
+      total.new_tokens += st.new_tokens;
+      total.prefill_s += st.prefill_s;
+      total.decode_s += st.decode_s;
+      total.rounds += st.rounds;
+      total.drafted += st.drafted;
+      total.accepted += st.accepted;
+      total.hit_context |= st.hit_context;
+    }
+    if (stats_out) *stats_out = total;
+    return outs;
+  }
+  const LlamaConfig& c = model.config();
+  const int L = c.num_hidden_layers, V = c.vocab_size, C = c.hidden_size;
+  const int ctx = c.max_position_embeddings;
+  const int E = o.exit_layer > 0 ? o.exit_layer : L;
+  STRATA_CHECK(E >= 1 && E <= L, "exit layer ", o.exit_layer, " is outside 1..", L);
+  KvEngine eng(model, ctx, E, B);
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
+  std::vector<bool> done(static_cast<size_t>(B), o.max_new_tokens <= 0);
+  std::vector<float> x, logits;
+  auto emit = [&](int i, int32_t t) {
+    seqs[size_t(i)].push_back(t);
+    outs[size_t(i)].push_back(t);
+    if (on_token) on_token(i, t);
+    if (t == o.eos_id || int(outs[size_t(i)].size()) >= o.max_new_tokens) done[size_t(i)] = true;
+  };
+  Timer timer;
+  logits.resize(size_t(V));
+  for (int i = 0; i < B; ++i) {
+    const auto& p = prompts[size_t(i)];
+    STRATA_CHECK(!p.empty(), "generate: prompt ", i + 1, " is empty (it needs at least BOS)");
+    seqs[size_t(i)].assign(p.end() - std::min<ptrdiff_t>(p.size(), ctx - 1), p.end());
+    const int n = int(seqs[size_t(i)].size());
+    total.prompt_tokens += n;
+    if (done[size_t(i)]) continue;
+    x.resize(size_t(n) * C);
+    eng.embed(seqs[size_t(i)].data(), n, x.data());
+    eng.run_layers(x.data(), n, 0, E, i);
+    eng.logits(x.data() + size_t(n - 1) * C, 1, logits.data());
+    emit(i, sample_token(logits.data(), V, o.sampling, seqs[size_t(i)].size()));
+  }
+  total.prefill_s = timer.seconds();
+  timer.reset();
+  std::vector<int> rows;
+  std::vector<int32_t> last;
+  for (;;) {
+    rows.clear();
+    last.clear();
+    for (int i = 0; i < B; ++i) {
+      if (done[size_t(i)]) continue;
+      if (int(seqs[size_t(i)].size()) > ctx) {  // no cache slot left for the last token
+        done[size_t(i)] = true;
+        total.hit_context = true;
+        continue;
+      }
+      rows.push_back(i);
+      last.push_back(seqs[size_t(i)].back());
+    }
+    if (rows.empty()) break;
+    const int R = int(rows.size());
+    x.resize(size_t(R) * C);
+    eng.embed(last.data(), R, x.data());
+    eng.decode_rows(x.data(), rows, 0, E);
+    logits.resize(size_t(R) * V);
+    eng.logits(x.data(), R, logits.data());
+    for (int r = 0; r < R; ++r) {
+      const int i = rows[size_t(r)];
+      emit(i, sample_token(logits.data() + size_t(r) * V, V, o.sampling, seqs[size_t(i)].size()));
+    }
+  }
+  total.decode_s = timer.seconds();
+  for (const auto& out : outs) total.new_tokens += int(out.size());
+  if (stats_out) *stats_out = total;
+  return outs;
 }
 
 }  // namespace strata

@@ -19,8 +19,9 @@ struct GenerateOptions {
   // Early exit: run layers [0, exit_layer) then the final norm and head
   // (0: every layer).
   int exit_layer = 0;
-  // Self-speculative decoding (greedy): draft this many tokens per round with
-  // layers [0, exit_layer), verify them with the rest (0: off).
+  // Self-speculative decoding: draft this many tokens per round with layers
+  // [0, exit_layer), verify them with the rest (0: off). Greedy: the drafts
+  // the full model agrees with; sampling: the rejection rule.
   int speculations = 0;
   // Checked after each token (after on_token): true ends generation (stop strings).
   std::function<bool()> stop_requested;
@@ -41,7 +42,9 @@ struct GenerateStats {
 // self-speculative rounds). Returns the new tokens. A prompt longer than the
 // context keeps its last tokens; generation stops when the context is full
 // (stats->hit_context). Greedy self-speculative output equals greedy plain
-// output; sampling with speculations is not supported yet (an error).
+// output; sampled self-speculative output is distributed as sampling from the
+// full model (speculative sampling's rejection rule), with its own random
+// stream (so not token-equal to plain sampling with the same seed).
 std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& prompt,
                               const GenerateOptions& options,
                               const std::function<void(int32_t)>& on_token = {},
@@ -54,5 +57,16 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
 std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int32_t>& prompt,
                                      const GenerateOptions& options,
                                      const std::function<void(int32_t)>& on_token = {});
+
+// Several prompts of any lengths at once: each is prefilled on its own, then
+// every decode step runs one position of every unfinished sequence in one
+// batched pass. Each sequence's tokens equal generate() on its prompt alone
+// (sampling draws are keyed by position). on_token(i, t) sees token t of
+// prompt i. With speculations, the prompts run one after another.
+// stop_requested is not consulted.
+std::vector<std::vector<int32_t>> generate_batch(
+    Model<float>& model, const std::vector<std::vector<int32_t>>& prompts,
+    const GenerateOptions& options, const std::function<void(int, int32_t)>& on_token = {},
+    GenerateStats* stats = nullptr);
 
 }  // namespace strata

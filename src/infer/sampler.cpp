@@ -41,4 +41,42 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& o, uint6
   return idx[n - 1];
 }
 
+std::vector<double> token_distribution(const float* logits, int V, const SamplingOptions& o) {
+  STRATA_CHECK(o.temperature > 0, "token_distribution: temperature must be > 0");
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  int n = (o.top_k > 0 && o.top_k < V) ? o.top_k : V;
+  std::vector<double> q(static_cast<size_t>(n));
+  const double mx = logits[idx[0]];
+  double z = 0;
+  for (int i = 0; i < n; ++i) z += q[size_t(i)] = std::exp((double(logits[idx[i]]) - mx) / o.temperature);
+  if (o.top_p < 1.0) {
+    double mass = 0;
+    int keep = 0;
+    while (keep < n && mass < o.top_p * z) mass += q[size_t(keep++)];
+    n = std::max(keep, 1);
+    z = mass;
+  }
+  std::vector<double> p(size_t(V), 0.0);
+  for (int i = 0; i < n; ++i) p[size_t(idx[i])] = q[size_t(i)] / z;
+  return p;
+}
+
+int32_t sample_from(const std::vector<double>& p, double u) {
+  double total = 0;
+  for (double x : p) total += x;
+  const double target = u * total;
+  double acc = 0;
+  int32_t last = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    acc += p[i];
+    last = int32_t(i);
+    if (target < acc) return int32_t(i);
+  }
+  return last;
+}
+
 }  // namespace strata

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace strata {
 
@@ -17,5 +18,11 @@ struct SamplingOptions {
 // Picks a token from logits[V]; `draw` indexes the random stream (use the
 // position of the token being generated).
 int32_t sample_token(const float* logits, int V, const SamplingOptions& options, uint64_t draw);
+
+// The distribution sample_token draws from, as probabilities over all V
+// tokens (zero outside the top-k / top-p set). Temperature must be > 0.
+std::vector<double> token_distribution(const float* logits, int V, const SamplingOptions& options);
+// A token drawn from probabilities p (summing to about 1) with uniform u in [0, 1).
+int32_t sample_from(const std::vector<double>& p, double u);
 
 }  // namespace strata
