@@ -20,7 +20,10 @@ struct Command {
 const Command kCommands[] = {
     {"train", "train a model from a TOML recipe (pretraining, continual pretraining, SFT)",
      strata::cli::cmd_train},
-    {"generate", "generate text from a checkpoint", strata::cli::cmd_generate},
+    {"generate",
+     "generate text: KV cache, sampling, batches of prompts, early exit, self-speculative "
+     "decoding",
+     strata::cli::cmd_generate},
     {"eval", "benchmark tasks and perplexity, at the full model or every exit layer",
      strata::cli::cmd_eval},
     {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
@@ -30,7 +33,8 @@ const Command kCommands[] = {
     {"convert", "import models: Hugging Face safetensors or llama2.c -> strata checkpoint",
      strata::cli::cmd_convert},
     {"export", "export a checkpoint as a Hugging Face Llama directory", strata::cli::cmd_export},
-    {"bench", "benchmarks: per-op throughput (bench ops), whole-model step (bench model)",
+    {"bench", "benchmarks: per-op throughput (bench ops), training steps (bench model), generation "
+     "(bench generate)",
      strata::cli::cmd_bench},
     {"info", "build configuration, threads, CPU features, GEMM library, CUDA devices",
      strata::cli::cmd_info},
