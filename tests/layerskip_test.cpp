@@ -171,7 +171,7 @@ TEST(LayerSkipSchedule, MasksAreDeterministicPerLayerAndSample) {
   const auto a = layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64);
   EXPECT_EQ(a, layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64));  // same key, same masks
   EXPECT_NE(a, layerskip_keep_masks(c, 4, 11, 100, 7, 0, 64));  // next step
-  EXPECT_NE(a, layerskip_keep_masks(c, 4, 10, 100, 7, 1, 64));  // next micro-batch
+  EXPECT_NE(a, layerskip_keep_masks(c, 4, 10, 100, 7, 64, 64));  // the next 64 samples
   EXPECT_NE(a[0], a[1]);                                        // layers differ
   // Rate: about half dropped over 4 x 64 draws.
   int kept = 0;
@@ -179,10 +179,12 @@ TEST(LayerSkipSchedule, MasksAreDeterministicPerLayerAndSample) {
     for (uint8_t k : l) kept += k;
   EXPECT_GT(kept, 96);
   EXPECT_LT(kept, 160);
-  // A prefix of a larger micro-batch draws the same masks (sample-keyed).
-  const auto small = layerskip_keep_masks(c, 4, 10, 100, 7, 0, 16);
+  // Keyed by global sample index: any slice of the samples draws the masks
+  // those samples have in the whole batch (a dp rank's share, a micro-batch).
+  const auto slice = layerskip_keep_masks(c, 4, 10, 100, 7, 16, 8);
   for (int l = 0; l < 4; ++l)
-    EXPECT_TRUE(std::equal(small[size_t(l)].begin(), small[size_t(l)].end(), a[size_t(l)].begin()));
+    EXPECT_TRUE(std::equal(slice[size_t(l)].begin(), slice[size_t(l)].end(),
+                           a[size_t(l)].begin() + 16));
   // p = 0 at layer 0 under the exponential scale: never dropped.
   c.layer_scale = "exp";
   const auto first = layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64);

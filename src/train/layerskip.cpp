@@ -102,15 +102,16 @@ std::vector<double> layerskip_exit_weights(const LayerSkipConfig& c, int L, int6
 }
 
 std::vector<std::vector<uint8_t>> layerskip_keep_masks(const LayerSkipConfig& c, int L, int64_t t,
-                                                       int64_t T, uint64_t seed, int micro, int B) {
+                                                       int64_t T, uint64_t seed,
+                                                       int64_t first_sample, int B) {
   std::vector<std::vector<uint8_t>> keep(size_t(L), std::vector<uint8_t>(size_t(B), 1));
   if (!c.dropout()) return keep;
   const auto p = layerskip_drop_rates(c, L, t, T);
-  // Stream (seed, layer dropout, step); number (micro-batch, layer, sample).
+  // Stream (seed, layer dropout, step); number (layer, global sample index).
   const PhiloxStream rng(seed, /*purpose "LSKP"*/ 0x4C534B50u, uint32_t(t));
   for (int l = 0; l < L; ++l)
     for (int b = 0; b < B; ++b) {
-      const uint64_t i = (uint64_t(micro) * uint64_t(L) + uint64_t(l)) * 65536u + uint64_t(b);
+      const uint64_t i = (uint64_t(l) << 40) + uint64_t(first_sample + b);
       keep[size_t(l)][size_t(b)] = rng.uniform(i) >= p[size_t(l)] ? 1 : 0;
     }
   return keep;

@@ -46,11 +46,15 @@ std::vector<double> layerskip_exit_scales(const LayerSkipConfig& c, const std::v
 // when no enabled layer has a positive weight, the last layer gets 1.
 std::vector<double> layerskip_exit_weights(const LayerSkipConfig& c, int L, int64_t t, int64_t T);
 
-// Keep masks for micro-batch `micro` of step t: keep[l][b] = 1 when sample b
-// runs layer l. Bernoulli(1 - p_{l,t}) from the Philox stream keyed by
-// (seed, step, micro-batch, layer, sample index in the micro-batch), so every
-// data- and tensor-parallel rank draws the same masks.
+// Keep masks of B samples of step t: keep[l][b] = 1 when sample
+// first_sample + b runs layer l. Bernoulli(1 - p_{l,t}) from the Philox stream
+// keyed by (seed, step, layer, global sample index), the index of the sample
+// in the step's global batch (micro-batch m of dp rank r with B samples per
+// rank starts at (m * dp + r) * B). Every rank can compute any sample's mask:
+// tensor-parallel ranks (same samples) draw the same masks, and a run at dp=2
+// drops exactly the samples a single process drops.
 std::vector<std::vector<uint8_t>> layerskip_keep_masks(const LayerSkipConfig& c, int L, int64_t t,
-                                                       int64_t T, uint64_t seed, int micro, int B);
+                                                       int64_t T, uint64_t seed,
+                                                       int64_t first_sample, int B);
 
 }  // namespace strata

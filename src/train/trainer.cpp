@@ -890,15 +890,24 @@ TrainResult train(const Recipe& recipe) {
       const Batch& b = micro[i];
       LayerSkipStep skip;
       if (ls.enabled()) {
-        skip.keep = layerskip_keep_masks(ls, L, run.step, run.steps, run.seed, int(i), b.B);
+        // Global sample index: micro-batch i of the step, dp rank, row.
+        const int64_t first = (int64_t(i) * run.grid.dp + run.grid.dp_rank) * b.B;
+        skip.keep = layerskip_keep_masks(ls, L, run.step, run.steps, run.seed, first, b.B);
         skip.exit_weight = layerskip_exit_weights(ls, L, run.step, run.steps);
-        if (debug_masks) {  // for tests: every rank prints a digest of its masks
-          std::string bits;
-          for (const auto& k : skip.keep) bits.append(k.begin(), k.end());
-          std::fprintf(stderr, "layerskip masks: rank %d step %lld micro %zu kept %lld sha %s\n",
-                       run.grid.world_rank, (long long)run.step + 1, i,
-                       (long long)std::count(bits.begin(), bits.end(), 1),
-                       sha256_hex(bits).substr(0, 16).c_str());
+        if (debug_masks) {  // for tests: every rank prints digests of its masks and of
+                            // the whole global micro-batch's (which it can compute too)
+          auto digest = [](const std::vector<std::vector<uint8_t>>& keep) {
+            std::string bits;
+            for (const auto& k : keep) bits.append(k.begin(), k.end());
+            return sha256_hex(bits).substr(0, 16);
+          };
+          const auto global = layerskip_keep_masks(ls, L, run.step, run.steps, run.seed,
+                                                   int64_t(i) * run.grid.dp * b.B,
+                                                   b.B * run.grid.dp);
+          std::fprintf(stderr,
+                       "layerskip masks: rank %d dp %d step %lld micro %zu local %s global %s\n",
+                       run.grid.world_rank, run.grid.dp_rank, (long long)run.step + 1, i,
+                       digest(skip.keep).c_str(), digest(global).c_str());
         }
       }
       const LossResult res =
