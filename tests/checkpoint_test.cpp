@@ -152,28 +152,6 @@ Contents make_contents(uint32_t seed, bool optimizer = true) {
   return c;
 }
 
-// The message of the strata::Error `fn` throws ("" and a test failure if none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected strata::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an error";
-  return "";
-}
-
-// A one-line message that contains each of `parts`.
-void expect_one_line(const std::string& msg, std::initializer_list<std::string> parts) {
-  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  EXPECT_FALSE(msg.empty());
-  for (const auto& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -236,7 +214,8 @@ TEST(Checkpoint, ListGivesDatasetsSortedByNameWithShapes) {
     std::sort(want.begin(), want.end());
     EXPECT_EQ(listed, want) << group;
   }
-  expect_one_line(error_of([&] { r.list("nope/deeper"); }), {dir / "ck.h5", "nope/deeper"});
+  testing::expect_one_line(testing::thrown_message([&] { r.list("nope/deeper"); }),
+                           {dir / "ck.h5", "nope/deeper"});
 }
 
 TEST(Checkpoint, WithoutOptimizerOrTokenizerOrRecipe) {
@@ -251,8 +230,8 @@ TEST(Checkpoint, WithoutOptimizerOrTokenizerOrRecipe) {
   EXPECT_EQ(r.optimizer_step(), 0);
   EXPECT_EQ(r.tokenizer(), "");
   EXPECT_EQ(r.tokenizer_sha256(), "");
-  expect_one_line(error_of([&] { r.list("optimizer/exp_avg"); }),
-                  {dir / "ck.h5", "optimizer/exp_avg"});
+  testing::expect_one_line(testing::thrown_message([&] { r.list("optimizer/exp_avg"); }),
+                           {dir / "ck.h5", "optimizer/exp_avg"});
 }
 
 TEST(Checkpoint, OneMegabyteTexts) {
@@ -284,14 +263,14 @@ TEST(Checkpoint, MissingTensorNamesFileAndTensor) {
   write_checkpoint(dir / "ck.h5", c.data());
   CheckpointReader r(dir / "ck.h5");
   std::vector<float> buf(16);
-  const std::string msg = error_of([&] {
+  const std::string msg = testing::thrown_message([&] {
     r.read("params", {{"model.missing.weight", {16}, buf.data()}});
   });
-  expect_one_line(msg, {dir / "ck.h5", "params/model.missing.weight", "not found"});
-  const std::string msg2 = error_of([&] {
+  testing::expect_one_line(msg, {dir / "ck.h5", "params/model.missing.weight", "not found"});
+  const std::string msg2 = testing::thrown_message([&] {
     r.read("optimizer/exp_avg", {{"model.missing.weight", {16}, buf.data()}});
   });
-  expect_one_line(msg2, {dir / "ck.h5", "optimizer/exp_avg/model.missing.weight"});
+  testing::expect_one_line(msg2, {dir / "ck.h5", "optimizer/exp_avg/model.missing.weight"});
 }
 
 TEST(Checkpoint, ShapeMismatchNamesFileTensorAndShapes) {
@@ -301,15 +280,16 @@ TEST(Checkpoint, ShapeMismatchNamesFileTensorAndShapes) {
   CheckpointReader r(dir / "ck.h5");
   std::vector<float> buf(37 * 16, 7.f);
   // Same element count, transposed: must still be refused.
-  expect_one_line(error_of([&] {
-                    r.read("params", {{"model.embed_tokens.weight", {16, 37}, buf.data()}});
-                  }),
-                  {dir / "ck.h5", "params/model.embed_tokens.weight", "[37, 16]", "[16, 37]"});
+  testing::expect_one_line(
+      testing::thrown_message([&] {
+        r.read("params", {{"model.embed_tokens.weight", {16, 37}, buf.data()}});
+      }),
+      {dir / "ck.h5", "params/model.embed_tokens.weight", "[37, 16]", "[16, 37]"});
   // Wrong rank.
-  expect_one_line(error_of([&] {
-                    r.read("params", {{"model.norm.weight", {1, 16}, buf.data()}});
-                  }),
-                  {dir / "ck.h5", "params/model.norm.weight", "[16]", "[1, 16]"});
+  testing::expect_one_line(testing::thrown_message([&] {
+                             r.read("params", {{"model.norm.weight", {1, 16}, buf.data()}});
+                           }),
+                           {dir / "ck.h5", "params/model.norm.weight", "[16]", "[1, 16]"});
   EXPECT_EQ(buf[0], 7.f) << "a refused read must not touch the buffer";
 }
 
@@ -338,10 +318,10 @@ TEST(Checkpoint, WrongDtypeNamesFileAndTensor) {
   });
   CheckpointReader r(dir / "ck.h5");
   std::vector<float> buf(4);
-  expect_one_line(error_of([&] {
-                    r.read("params", {{"as_double", {4}, buf.data()}});
-                  }),
-                  {dir / "ck.h5", "params/as_double", "float64", "expected float32"});
+  testing::expect_one_line(testing::thrown_message([&] {
+                             r.read("params", {{"as_double", {4}, buf.data()}});
+                           }),
+                           {dir / "ck.h5", "params/as_double", "float64", "expected float32"});
 }
 
 TEST(Checkpoint, CorruptTokenizerIsDetected) {
@@ -356,7 +336,8 @@ TEST(Checkpoint, CorruptTokenizerIsDetected) {
     H5Dclose(d);
   });
   CheckpointReader r(dir / "ck.h5");
-  expect_one_line(error_of([&] { r.tokenizer(); }), {dir / "ck.h5", "tokenizer", "sha256"});
+  testing::expect_one_line(testing::thrown_message([&] { r.tokenizer(); }),
+                           {dir / "ck.h5", "tokenizer", "sha256"});
 }
 
 TEST(Checkpoint, NotACheckpointHdf5File) {
@@ -370,21 +351,24 @@ TEST(Checkpoint, NotACheckpointHdf5File) {
     H5Dclose(d);
     H5Sclose(space);
   });
-  expect_one_line(error_of([&] { CheckpointReader r(path); }),
-                  {path, "not a strata checkpoint", "format"});
+  testing::expect_one_line(testing::thrown_message([&] { CheckpointReader r(path); }),
+                           {path, "not a strata checkpoint", "format"});
 }
 
 TEST(Checkpoint, NonHdf5AndMissingFiles) {
   TempDir dir;
   const std::string text = dir / "notes.h5";
   write_file(text, "this is not an HDF5 file\n");
-  expect_one_line(error_of([&] { CheckpointReader r(text); }), {text, "not an HDF5 file"});
+  testing::expect_one_line(testing::thrown_message([&] { CheckpointReader r(text); }),
+                           {text, "not an HDF5 file"});
   const std::string empty = dir / "empty.h5";
   write_file(empty, "");
-  expect_one_line(error_of([&] { CheckpointReader r(empty); }), {empty});
+  testing::expect_one_line(testing::thrown_message([&] { CheckpointReader r(empty); }), {empty});
   const std::string missing = dir / "missing.h5";
-  expect_one_line(error_of([&] { CheckpointReader r(missing); }), {missing, "no such file"});
-  expect_one_line(error_of([&] { CheckpointReader r(dir.path()); }), {dir.path(), "directory"});
+  testing::expect_one_line(testing::thrown_message([&] { CheckpointReader r(missing); }),
+                           {missing, "no such file"});
+  testing::expect_one_line(testing::thrown_message([&] { CheckpointReader r(dir.path()); }),
+                           {dir.path(), "directory"});
 }
 
 TEST(Checkpoint, TruncatedFile) {
@@ -396,12 +380,12 @@ TEST(Checkpoint, TruncatedFile) {
   for (size_t keep : {bytes.size() - 1, bytes.size() / 2, size_t(100), size_t(8)}) {
     const std::string path = dir / ("cut_" + std::to_string(keep) + ".h5");
     write_file(path, bytes.substr(0, keep));
-    const std::string msg = error_of([&] {
+    const std::string msg = testing::thrown_message([&] {
       CheckpointReader r(path);
       std::vector<Tensor> params = empty_like(c.params);
       r.read("params", refs(params));
     });
-    expect_one_line(msg, {path});
+    testing::expect_one_line(msg, {path});
   }
 }
 
@@ -411,19 +395,21 @@ TEST(Checkpoint, InvalidInputIsRefusedBeforeWriting) {
   {
     Contents c = make_contents(12);
     c.params[1].name = "has/slash";
-    expect_one_line(error_of([&] { write_checkpoint(path, c.data()); }), {path, "has/slash"});
+    testing::expect_one_line(testing::thrown_message([&] { write_checkpoint(path, c.data()); }),
+                             {path, "has/slash"});
   }
   {
     Contents c = make_contents(12);
     CheckpointData d = c.data();
     d.params[2].data = nullptr;
-    expect_one_line(error_of([&] { write_checkpoint(path, d); }),
-                    {path, "params/model.layers.0.self_attn.q_proj.weight"});
+    testing::expect_one_line(testing::thrown_message([&] { write_checkpoint(path, d); }),
+                             {path, "params/model.layers.0.self_attn.q_proj.weight"});
   }
   {
     Contents c = make_contents(12);
     c.exp_avg_sq.pop_back();
-    expect_one_line(error_of([&] { write_checkpoint(path, c.data()); }), {path, "exp_avg_sq"});
+    testing::expect_one_line(testing::thrown_message([&] { write_checkpoint(path, c.data()); }),
+                             {path, "exp_avg_sq"});
   }
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
@@ -434,8 +420,8 @@ TEST(Checkpoint, FailedWriteRemovesTemporaryFile) {
   const std::string path = dir / "ck.h5";
   Contents c = make_contents(13);
   c.params.push_back(c.params[0]);  // duplicate name: HDF5 refuses the second dataset
-  expect_one_line(error_of([&] { write_checkpoint(path, c.data()); }),
-                  {path, "params/model.embed_tokens.weight"});
+  testing::expect_one_line(testing::thrown_message([&] { write_checkpoint(path, c.data()); }),
+                           {path, "params/model.embed_tokens.weight"});
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
@@ -458,8 +444,8 @@ TEST(Checkpoint, SecondWriterIsRefused) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
   Contents c = make_contents(15);
-  expect_one_line(error_of([&] { write_checkpoint(path, c.data()); }),
-                  {path, "another process is writing"});
+  testing::expect_one_line(testing::thrown_message([&] { write_checkpoint(path, c.data()); }),
+                           {path, "another process is writing"});
   EXPECT_TRUE(fs::exists(path + ".tmp")) << "the other writer's file must not be removed";
   ::close(fd);
   write_checkpoint(path, c.data());

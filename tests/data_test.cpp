@@ -22,6 +22,7 @@
 #include "data/sft.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "testing.h"
 
 namespace strata {
 namespace {
@@ -64,27 +65,6 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
 }
-
-// The message of the strata::Error that fn throws ("" if it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-#define EXPECT_ERROR(stmt, ...)                                                      \
-  do {                                                                               \
-    const std::string msg_ = error_of([&] { stmt; });                                \
-    EXPECT_FALSE(msg_.empty()) << #stmt " did not throw strata::Error";              \
-    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;                           \
-    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__}) \
-      EXPECT_NE(msg_.find(part_), std::string::npos)                                 \
-          << "error '" << msg_ << "' does not mention '" << part_ << "'";            \
-  } while (0)
 
 // ~150 KB of Jane Austen: training text for the small tokenizers.
 const std::string& training_text_path() {

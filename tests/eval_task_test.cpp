@@ -26,27 +26,6 @@ void write(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// The message of the strata::Error that fn throws ("" if it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-#define EXPECT_ERROR(stmt, ...)                                                      \
-  do {                                                                               \
-    const std::string msg_ = error_of([&] { stmt; });                                \
-    EXPECT_FALSE(msg_.empty()) << #stmt " did not throw strata::Error";              \
-    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;                           \
-    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__}) \
-      EXPECT_NE(msg_.find(part_), std::string::npos)                                 \
-          << "error '" << msg_ << "' does not mention '" << part_ << "'";            \
-  } while (0)
-
 TaskData load(const std::string& name, int shots = 0, int64_t limit = 0, uint64_t seed = 1234) {
   return load_task(kEval, name, shots, seed, limit);
 }

@@ -18,17 +18,6 @@
 namespace strata {
 namespace {
 
-// Runs f and expects a strata::Error whose message contains `needle`.
-template <typename F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 // ------------------------------------------------------------ schedules
 
 TEST(LayerSkipSchedule, DropRatesL32) {
@@ -194,13 +183,13 @@ TEST(LayerSkipSchedule, MasksAreDeterministicPerLayerAndSample) {
 TEST(LayerSkipSchedule, ValidateNamesTheKey) {
   LayerSkipConfig c;
   c.curriculum = "rotational";
-  expect_error([&] { c.validate(6, "r.toml"); }, "layerskip.rotation");
+  EXPECT_ERROR(c.validate(6, "r.toml"), "layerskip.rotation");
   c.rotation = 2;
   c.layer_scale = "cubic";
-  expect_error([&] { c.validate(6, "r.toml"); }, "r.toml: layerskip.layer_scale");
+  EXPECT_ERROR(c.validate(6, "r.toml"), "r.toml: layerskip.layer_scale");
   c.layer_scale = "exp";
   c.p_max = 1.5;
-  expect_error([&] { c.validate(6, "r.toml"); }, "layerskip.p_max");
+  EXPECT_ERROR(c.validate(6, "r.toml"), "layerskip.p_max");
 }
 
 // ------------------------------------------------------------ the model
@@ -435,10 +424,9 @@ TEST(LayerSkipTrain, WithoutTableTrainsExactlyAsBefore) {
 
 TEST(LayerSkipTrain, BadKeysAreOneLineErrors) {
   const std::string a = tmpdir("bad");
-  expect_error([&] { train(debug_recipe(a, {"layerskip.curriculum=\"spiral\""})); },
-                        "layerskip.curriculum: unknown curriculum 'spiral'");
-  expect_error([&] { train(debug_recipe(a, {"layerskip.rotation=0"})); },
-                        "layerskip.rotation");
+  EXPECT_ERROR(train(debug_recipe(a, {"layerskip.curriculum=\"spiral\""})),
+               "layerskip.curriculum: unknown curriculum 'spiral'");
+  EXPECT_ERROR(train(debug_recipe(a, {"layerskip.rotation=0"})), "layerskip.rotation");
 }
 
 }  // namespace

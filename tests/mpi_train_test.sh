@@ -66,6 +66,31 @@ compare() {
     fail "val_loss differs between $a and $b"
 }
 
+# signal_one_rank SIG name: starts a long 2-rank run in $work/name, sends SIG
+# to its last rank once it trains, and waits (60 s at most) for mpirun to end;
+# sets job (mpirun's pid, for `wait`) and start.
+signal_one_rank() {
+  local sig=$1 name=$2
+  "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml \
+    "${common[@]}" --set run.dir="$work/$name" --set training.steps=100000 \
+    --set training.micro_batch_size=2 >"$work/$name.log" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    [[ -s $work/$name/metrics.jsonl ]] && break
+    sleep 0.1
+  done
+  local pids
+  pids=$(pgrep -f "^$strata train .*run.dir=$work/$name") || fail "no rank processes found"
+  kill -"$sig" "$(tail -1 <<<"$pids")"
+  start=$SECONDS
+  while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 60)); do sleep 0.2; done
+  if kill -0 "$job" 2>/dev/null; then
+    kill -KILL "$job"
+    pkill -KILL -f "run.dir=$work/$name"
+    fail "SIG$sig to one rank: the job is still running after 60 s"
+  fi
+}
+
 case $phase in
   curve)
     train1 "$work/single" 20
@@ -115,19 +140,7 @@ case $phase in
     done
     echo "SIGINT alone: 6 of 6 stopped cleanly with a checkpoint"
     # SIGTERM to rank 1 only: both stop at the same step and save.
-    "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml \
-      "${common[@]}" --set run.dir="$work/term" --set training.steps=100000 \
-      --set training.micro_batch_size=2 >"$work/term.log" 2>&1 &
-    job=$!
-    for _ in $(seq 600); do
-      [[ -s $work/term/metrics.jsonl ]] && break
-      sleep 0.1
-    done
-    pids=$(pgrep -f "^$strata train .*run.dir=$work/term") || fail "no rank processes found"
-    kill -TERM "$(tail -1 <<<"$pids")"
-    start=$SECONDS
-    while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 60)); do sleep 0.2; done
-    kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; fail "SIGTERM to one rank: still running after 60 s"; }
+    signal_one_rank TERM term
     wait "$job"
     status=$?
     # A run stopped by a signal exits 128 + the signal on every rank.
@@ -137,19 +150,7 @@ case $phase in
     ls "$work"/term/checkpoints/step_*.h5 >/dev/null 2>&1 || fail "no checkpoint after SIGTERM"
     echo "SIGTERM: $(grep -o 'stopped by signal.*' "$work/term.log")"
     # SIGKILL to rank 1: the job ends with an error, not a hang.
-    "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml \
-      "${common[@]}" --set run.dir="$work/kill" --set training.steps=100000 \
-      --set training.micro_batch_size=2 >"$work/kill.log" 2>&1 &
-    job=$!
-    for _ in $(seq 600); do
-      [[ -s $work/kill/metrics.jsonl ]] && break
-      sleep 0.1
-    done
-    pids=$(pgrep -f "^$strata train .*run.dir=$work/kill") || fail "no rank processes found"
-    kill -KILL "$(tail -1 <<<"$pids")"
-    start=$SECONDS
-    while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 60)); do sleep 0.2; done
-    kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; pkill -KILL -f "run.dir=$work/kill"; fail "SIGKILL to one rank: job still running after 60 s"; }
+    signal_one_rank KILL kill
     wait "$job" && fail "SIGKILL to one rank: mpirun exited 0"
     echo "SIGKILL: job ended after $((SECONDS - start)) s"
     ;;

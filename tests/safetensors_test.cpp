@@ -35,25 +35,6 @@ using testing::TempDir;
 // Helpers
 // ---------------------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected strata::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an error";
-  return "";
-}
-
-void expect_one_line(const std::string& msg, std::initializer_list<std::string> parts) {
-  EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
-  for (const auto& p : parts)
-    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' missing from: " << msg;
-}
-
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
@@ -426,8 +407,8 @@ TEST(Safetensors, ReadsAHandEncodedFile) {
   EXPECT_EQ(read_all(*f, "a"), (std::vector<float>{1.0f, -0.5f}));
   EXPECT_EQ(read_all(*f, "h"), std::vector<float>{0.333251953125f});
   float out = 0;
-  expect_one_line(error_of([&] { f->read_f32(*f->find("i"), &out); }),
-                  {path, "'i'", "I64", "cannot be read as float32"});
+  testing::expect_one_line(testing::thrown_message([&] { f->read_f32(*f->find("i"), &out); }),
+                           {path, "'i'", "I64", "cannot be read as float32"});
 
   // Through SafetensorsModel (model.safetensors in a directory).
   fs::copy_file(path, dir / "model.safetensors");
@@ -437,7 +418,8 @@ TEST(Safetensors, ReadsAHandEncodedFile) {
   std::vector<float> b(2);
   m.read_f32("b", {2}, b.data());
   EXPECT_EQ(b, (std::vector<float>{1.5f, -2.0f}));
-  expect_one_line(error_of([&] { m.read_f32("i", {1}, &out); }), {"'i'", "I64"});
+  testing::expect_one_line(testing::thrown_message([&] { m.read_f32("i", {1}, &out); }),
+                           {"'i'", "I64"});
 }
 
 // ---------------------------------------------------------------------------
@@ -449,7 +431,7 @@ std::string open_error(const TempDir& dir, const std::string& bytes) {
   static int count = 0;
   const std::string path = dir / ("bad" + std::to_string(count++) + ".safetensors");
   write_bytes(path, bytes);
-  return error_of([&] { SafetensorsFile::open(path); });
+  return testing::thrown_message([&] { SafetensorsFile::open(path); });
 }
 
 TEST(Safetensors, ValidationErrorsNameFileAndField) {
@@ -518,22 +500,24 @@ TEST(Safetensors, ValidationErrorsNameFileAndField) {
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i) + ": " + cases[i].header);
     const std::string msg = open_error(dir, encode(cases[i].header, cases[i].data));
-    expect_one_line(msg, {dir_prefix});
+    testing::expect_one_line(msg, {dir_prefix});
     for (const auto& p : cases[i].parts)
       EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' missing from: " << msg;
   }
   // Framing: too short, header length past the end of the file, absurd.
-  expect_one_line(open_error(dir, "\x01\x02\x03"), {dir_prefix, "3 bytes", "too short"});
-  expect_one_line(open_error(dir, ""), {dir_prefix, "0 bytes", "too short"});
-  expect_one_line(open_error(dir, le64(100) + "{}"),
-                  {dir_prefix, "header length 100", "past the end of the file (10 bytes"});
-  expect_one_line(open_error(dir, le64(uint64_t(1) << 40) + "{}"),
-                  {dir_prefix, "over the 100 MB limit"});
-  expect_one_line(open_error(dir, le64(0xFFFFFFFFFFFFFFFFull)), {dir_prefix, "100 MB"});
+  testing::expect_one_line(open_error(dir, "\x01\x02\x03"), {dir_prefix, "3 bytes", "too short"});
+  testing::expect_one_line(open_error(dir, ""), {dir_prefix, "0 bytes", "too short"});
+  testing::expect_one_line(open_error(dir, le64(100) + "{}"),
+                           {dir_prefix, "header length 100", "past the end of the file (10 bytes"});
+  testing::expect_one_line(open_error(dir, le64(uint64_t(1) << 40) + "{}"),
+                           {dir_prefix, "over the 100 MB limit"});
+  testing::expect_one_line(open_error(dir, le64(0xFFFFFFFFFFFFFFFFull)), {dir_prefix, "100 MB"});
   // Missing file, directory.
-  expect_one_line(error_of([&] { SafetensorsFile::open(dir / "nope.safetensors"); }),
-                  {dir / "nope.safetensors", "no such file"});
-  expect_one_line(error_of([&] { SafetensorsFile::open(dir.path()); }), {dir.path(), "directory"});
+  testing::expect_one_line(
+      testing::thrown_message([&] { SafetensorsFile::open(dir / "nope.safetensors"); }),
+      {dir / "nope.safetensors", "no such file"});
+  testing::expect_one_line(testing::thrown_message([&] { SafetensorsFile::open(dir.path()); }),
+                           {dir.path(), "directory"});
 }
 
 TEST(Safetensors, AcceptsUnknownDtypesEmptyTensorsAndGaps) {
@@ -551,12 +535,14 @@ TEST(Safetensors, AcceptsUnknownDtypesEmptyTensorsAndGaps) {
   EXPECT_EQ(read_all(*f, "x"), std::vector<float>{1.0f});
   EXPECT_TRUE(read_all(*f, "e").empty());
   float out[5];
-  expect_one_line(error_of([&] { f->read_f32(*f->find("q"), out); }), {path, "'q'", "F4"});
+  testing::expect_one_line(testing::thrown_message([&] { f->read_f32(*f->find("q"), out); }),
+                           {path, "'q'", "F4"});
   // A SafeTensorInfo that does not belong to the file is refused, not read.
   SafeTensorInfo foreign = *f->find("x");
   foreign.shape = {100};
   foreign.end = 400;
-  expect_one_line(error_of([&] { f->read_f32(foreign, out); }), {path, "'x'", "do not fit"});
+  testing::expect_one_line(testing::thrown_message([&] { f->read_f32(foreign, out); }),
+                           {path, "'x'", "do not fit"});
 }
 
 TEST(Safetensors, ReadsTheValidatedFileEvenAfterItIsReplaced) {
@@ -599,9 +585,9 @@ TEST(Safetensors, WriterErrorsLeaveThePreviousFile) {
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
-    const std::string msg =
-        error_of([&] { write_safetensors(path, cases[i].ws, cases[i].dtype, cases[i].md); });
-    expect_one_line(msg, {path});
+    const std::string msg = testing::thrown_message(
+        [&] { write_safetensors(path, cases[i].ws, cases[i].dtype, cases[i].md); });
+    testing::expect_one_line(msg, {path});
     for (const auto& p : cases[i].parts)
       EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' missing from: " << msg;
     EXPECT_EQ(read_bytes(path), before);
@@ -609,10 +595,11 @@ TEST(Safetensors, WriterErrorsLeaveThePreviousFile) {
   }
   // A directory in the way of the rename: the temporary is cleaned up.
   fs::create_directories(dir / "occupied.safetensors/inner");
-  expect_one_line(error_of([&] {
-                    write_safetensors(dir / "occupied.safetensors", {{"x", {4}, v.data()}}, "F32");
-                  }),
-                  {"occupied.safetensors", "rename"});
+  testing::expect_one_line(
+      testing::thrown_message([&] {
+        write_safetensors(dir / "occupied.safetensors", {{"x", {4}, v.data()}}, "F32");
+      }),
+      {"occupied.safetensors", "rename"});
   EXPECT_FALSE(fs::exists(dir / "occupied.safetensors.tmp"));
 }
 
@@ -700,13 +687,15 @@ TEST(SafetensorsModel, ShardedWriteAndReadBack) {
 
   // Shape mismatch and unknown names: one line, naming tensor, file, shapes.
   std::vector<float> buf(30);
-  expect_one_line(
-      error_of([&] {
+  testing::expect_one_line(
+      testing::thrown_message([&] {
         model.read_f32("model.layers.0.mlp.down_proj.weight", {10, 3}, buf.data());
       }),
       {s2, "'model.layers.0.mlp.down_proj.weight'", "has shape [3, 10]", "expected [10, 3]"});
-  expect_one_line(error_of([&] { model.read_f32("nope", {1}, buf.data()); }), {index, "'nope'"});
-  expect_one_line(error_of([&] { model.file_of("nope"); }), {index, "'nope'"});
+  testing::expect_one_line(
+      testing::thrown_message([&] { model.read_f32("nope", {1}, buf.data()); }), {index, "'nope'"});
+  testing::expect_one_line(testing::thrown_message([&] { model.file_of("nope"); }),
+                           {index, "'nope'"});
   EXPECT_EQ(model.find("nope"), nullptr);
 
   // BF16 halves the bytes: 20, 20, 60, 10, 10 under a limit of 50 gives
@@ -751,13 +740,16 @@ TEST(SafetensorsModel, ReExportReplacesEarlierFiles) {
   write_safetensors_model(empty.path(), {}, "F32", 100);
   EXPECT_TRUE(SafetensorsModel::open_dir(empty.path()).names().empty());
   // Writer errors come before anything is touched.
-  expect_one_line(error_of([&] { write_safetensors_model(d, m.ws, "F32", 0); }),
-                  {d, "max_shard_bytes"});
+  testing::expect_one_line(
+      testing::thrown_message([&] { write_safetensors_model(d, m.ws, "F32", 0); }),
+      {d, "max_shard_bytes"});
   std::vector<SafeTensorWrite> dup = m.ws;
   dup.push_back(m.ws[0]);
-  expect_one_line(error_of([&] { write_safetensors_model(d, dup, "F32", 100); }),
-                  {d, "'model.embed_tokens.weight'", "twice"});
-  expect_one_line(error_of([&] { write_safetensors_model(d, m.ws, "I8", 100); }), {d, "'I8'"});
+  testing::expect_one_line(
+      testing::thrown_message([&] { write_safetensors_model(d, dup, "F32", 100); }),
+      {d, "'model.embed_tokens.weight'", "twice"});
+  testing::expect_one_line(
+      testing::thrown_message([&] { write_safetensors_model(d, m.ws, "I8", 100); }), {d, "'I8'"});
   EXPECT_EQ(files_in(d).size(), 5u);
   expect_model_reads_back(d, m);
 }
@@ -771,44 +763,48 @@ TEST(SafetensorsModel, IndexErrors) {
   const std::string good = read_bytes(index);
   const auto with_index = [&](const std::string& text) {
     write_bytes(index, text);
-    return error_of([&] { SafetensorsModel::open_dir(d); });
+    return testing::thrown_message([&] { SafetensorsModel::open_dir(d); });
   };
-  expect_one_line(with_index("{\"weight_map\": {"), {index, "not valid JSON"});
-  expect_one_line(with_index("[]"), {index, "not a JSON object"});
-  expect_one_line(with_index("{}"), {index, "missing field 'weight_map'"});
-  expect_one_line(with_index(R"({"weight_map": []})"), {index, "'weight_map'", "not an object"});
-  expect_one_line(with_index(R"({"metadata": 3, "weight_map": {}})"), {index, "'metadata'"});
-  expect_one_line(with_index(R"({"weight_map": {"a": 1}})"), {index, "'a'", "not a string"});
-  expect_one_line(with_index(R"({"weight_map": {"a": "../x.safetensors"}})"),
-                  {index, "'a'", "'../x.safetensors'", "not a file name inside"});
-  expect_one_line(with_index(R"({"weight_map": {"a": "/etc/x.safetensors"}})"),
-                  {index, "'a'", "not a file name inside"});
+  testing::expect_one_line(with_index("{\"weight_map\": {"), {index, "not valid JSON"});
+  testing::expect_one_line(with_index("[]"), {index, "not a JSON object"});
+  testing::expect_one_line(with_index("{}"), {index, "missing field 'weight_map'"});
+  testing::expect_one_line(with_index(R"({"weight_map": []})"),
+                           {index, "'weight_map'", "not an object"});
+  testing::expect_one_line(with_index(R"({"metadata": 3, "weight_map": {}})"),
+                           {index, "'metadata'"});
+  testing::expect_one_line(with_index(R"({"weight_map": {"a": 1}})"),
+                           {index, "'a'", "not a string"});
+  testing::expect_one_line(with_index(R"({"weight_map": {"a": "../x.safetensors"}})"),
+                           {index, "'a'", "'../x.safetensors'", "not a file name inside"});
+  testing::expect_one_line(with_index(R"({"weight_map": {"a": "/etc/x.safetensors"}})"),
+                           {index, "'a'", "not a file name inside"});
   // A name its shard lacks.
   json j = json::parse(good);
   j["weight_map"]["ghost.weight"] = "model-00002-of-00003.safetensors";
-  expect_one_line(
+  testing::expect_one_line(
       with_index(j.dump()),
       {index, "'ghost.weight'", d + "/model-00002-of-00003.safetensors", "has no such tensor"});
   // A shard that does not exist.
   j = json::parse(good);
   j["weight_map"]["model.norm.weight"] = "model-00009-of-00009.safetensors";
-  expect_one_line(with_index(j.dump()), {index, "'model-00009-of-00009.safetensors'",
-                                         "'model.norm.weight'", "no such file"});
+  testing::expect_one_line(with_index(j.dump()), {index, "'model-00009-of-00009.safetensors'",
+                                                  "'model.norm.weight'", "no such file"});
   write_bytes(index, good);
   fs::remove(d + "/model-00003-of-00003.safetensors");
-  expect_one_line(error_of([&] { SafetensorsModel::open_dir(d); }),
-                  {index, "model-00003-of-00003.safetensors", "does not exist"});
+  testing::expect_one_line(testing::thrown_message([&] { SafetensorsModel::open_dir(d); }),
+                           {index, "model-00003-of-00003.safetensors", "does not exist"});
   // A corrupt shard: the shard's own error.
   write_bytes(d + "/model-00003-of-00003.safetensors", "garbage!!");
-  expect_one_line(error_of([&] { SafetensorsModel::open_dir(d); }),
-                  {d + "/model-00003-of-00003.safetensors", "header length"});
+  testing::expect_one_line(testing::thrown_message([&] { SafetensorsModel::open_dir(d); }),
+                           {d + "/model-00003-of-00003.safetensors", "header length"});
   // No model files at all; no directory.
   const std::string empty = dir / "empty";
   fs::create_directories(empty);
-  expect_one_line(error_of([&] { SafetensorsModel::open_dir(empty); }),
-                  {empty, "neither model.safetensors nor model.safetensors.index.json"});
-  expect_one_line(error_of([&] { SafetensorsModel::open_dir(dir / "nope"); }),
-                  {dir / "nope", "no such directory"});
+  testing::expect_one_line(testing::thrown_message([&] { SafetensorsModel::open_dir(empty); }),
+                           {empty, "neither model.safetensors nor model.safetensors.index.json"});
+  testing::expect_one_line(
+      testing::thrown_message([&] { SafetensorsModel::open_dir(dir / "nope"); }),
+      {dir / "nope", "no such directory"});
 }
 
 }  // namespace

@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/philox.h"
 
 namespace strata::testing {
@@ -137,4 +139,52 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
+// ---------------------------------------------------------------- errors
+
+// The message of the strata::Error that fn throws ("" if it throws none).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The message of the strata::Error that fn throws; a test failure when fn
+// throws nothing or another exception.
+inline std::string thrown_message(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected strata::Error, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+// A non-empty one-line message that contains each of `parts`.
+inline void expect_one_line(const std::string& msg, std::initializer_list<std::string> parts) {
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+  EXPECT_FALSE(msg.empty());
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' missing from: " << msg;
+}
+
 }  // namespace strata::testing
+
+// EXPECT_ERROR(stmt, parts...): stmt throws a strata::Error whose message is
+// one line and contains every part.
+#define EXPECT_ERROR(stmt, ...)                                                      \
+  do {                                                                               \
+    const std::string msg_ = ::strata::testing::error_of([&] { stmt; });             \
+    EXPECT_FALSE(msg_.empty()) << #stmt " did not throw strata::Error";              \
+    EXPECT_EQ(msg_.find('\n'), std::string::npos) << msg_;                           \
+    for (const std::string& part_ : std::initializer_list<std::string>{__VA_ARGS__}) \
+      EXPECT_NE(msg_.find(part_), std::string::npos)                                 \
+          << "error '" << msg_ << "' does not mention '" << part_ << "'";            \
+  } while (0)

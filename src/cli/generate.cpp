@@ -17,10 +17,12 @@ namespace strata::cli {
 
 namespace {
 
-// The text of `toks` as it reads after `prompt` (see continuation below).
+// The text of the new tokens `toks` as it reads after `prompt` (whose text is
+// prompt_text): decoded together with the prompt (a word's leading space
+// belongs to its token, and a decoder drops it at the start of a text), minus
+// the prompt's text.
 std::string text_after(const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                       const std::vector<int32_t>& toks) {
-  const std::string base = tok.decode(prompt);
+                       const std::string& base, const std::vector<int32_t>& toks) {
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), toks.begin(), toks.end());
   const std::string full = tok.decode(all);
@@ -87,7 +89,7 @@ int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer
   for (size_t i = 0; i < outs.size(); ++i) {
     std::vector<int32_t> toks = outs[i];
     if (!toks.empty() && toks.back() == tok.eos_id() && !args.has("ignore-eos")) toks.pop_back();
-    std::string text = text_after(tok, prompts[i], toks);
+    std::string text = text_after(tok, prompts[i], tok.decode(prompts[i]), toks);
     if (!stop.empty() && text.find(stop) != std::string::npos) text.resize(text.find(stop));
     if (args.has("json")) {
       std::printf("%s\n", nlohmann::json{{"prompt", texts[i]},
@@ -141,8 +143,9 @@ int cmd_generate(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
-  const int max_new = args.get_int("max-new-tokens");
-  STRATA_CHECK(max_new >= 0, "strata generate: --max-new-tokens must be >= 0");
+  // Options are checked before the model loads.
+  STRATA_CHECK(args.get_int("max-new-tokens") >= 0,
+               "strata generate: --max-new-tokens must be >= 0");
 
   CheckpointInfo info;
   auto model = load_model(args.get("checkpoint"), &info);
@@ -170,16 +173,9 @@ int cmd_generate(int argc, char** argv, int first) {
   std::vector<int32_t> out;
   std::string shown;
   bool stopped = false;
-  // The text of the new tokens as they read after the prompt: decoded together
-  // with the prompt (a word's leading space belongs to its token, and a
-  // decoder drops it at the start of a text), minus the prompt's text.
   const std::string prompt_text = tok.decode(ids);
   auto continuation = [&](const std::vector<int32_t>& toks) {
-    std::vector<int32_t> all = ids;
-    all.insert(all.end(), toks.begin(), toks.end());
-    const std::string full = tok.decode(all);
-    return full.compare(0, prompt_text.size(), prompt_text) == 0 ? full.substr(prompt_text.size())
-                                                                  : tok.decode(toks);
+    return text_after(tok, ids, prompt_text, toks);
   };
   // Streams the text; with --stop, holds back what could be the start of the
   // stop string and ends generation when it appears.

@@ -6,6 +6,12 @@
 
 #include "core/error.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace strata {
 namespace fs = std::filesystem;
 
@@ -40,6 +46,18 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     fs::remove(tmp, ec);
     fail(cat("cannot rename ", tmp, " to ", path, ": ", why));
   }
+}
+
+FileDescriptor::~FileDescriptor() {
+  if (fd >= 0) ::close(fd);
+}
+
+void fsync_directory(const std::string& dir, const std::string& prefix) {
+  FileDescriptor d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) return;  // cannot open the directory for syncing: nothing more to do
+  // EINVAL: the file system does not support syncing directories.
+  if (::fsync(d.fd) != 0 && errno != EINVAL && errno != EROFS)
+    fail(cat(prefix, "cannot sync directory ", dir, ": ", std::strerror(errno)));
 }
 
 }  // namespace strata

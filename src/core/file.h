@@ -14,4 +14,16 @@ std::string read_file(const std::string& path, const std::string& what);
 // file; on failure the temporary is removed.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// A POSIX file descriptor closed on scope exit.
+struct FileDescriptor {
+  int fd = -1;
+  ~FileDescriptor();
+};
+
+// fsyncs directory `dir` so a rename inside it is durable. Where the file
+// system cannot sync directories (EINVAL, EROFS) or the directory cannot be
+// opened, nothing happens; other failures throw "<prefix>cannot sync
+// directory <dir>: <reason>".
+void fsync_directory(const std::string& dir, const std::string& prefix = "");
+
 }  // namespace strata

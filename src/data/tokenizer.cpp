@@ -18,19 +18,13 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/sha256.h"
+#include "core/text.h"
 #include "core/timer.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Sentencepiece status messages can span lines; keep errors one line.
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
-}
 
 // The random seed sentencepiece's trainer uses for sentence sampling and
 // shuffling. Fixed, so a training run is reproducible.

@@ -32,6 +32,8 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/philox.h"
+#include "core/text.h"
+#include "core/toml_kind.h"
 
 namespace strata {
 namespace {
@@ -41,32 +43,6 @@ using json = nlohmann::json;
 
 // Philox purpose word of few-shot sampling ("EVFS").
 constexpr uint32_t kFewshotStream = 0x45564653u;
-
-// Messages are one line by contract; quoted user text may hold line breaks.
-std::string one_line(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-template <typename... Parts>
-[[noreturn]] void raise(const Parts&... parts) {
-  fail(one_line(cat(parts...)));
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
 
 bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -200,7 +176,7 @@ struct Row {
 // A field that must be there: its value, or an error naming the row.
 json need(const Row& row, const std::string& path) {
   json v;
-  if (!lookup(row.fields, path, v)) raise(row.where, ": missing field '", path, "'");
+  if (!lookup(row.fields, path, v)) fail_one_line(row.where, ": missing field '", path, "'");
   return v;
 }
 
@@ -208,7 +184,7 @@ std::string need_text(const Row& row, const std::string& path) {
   const json v = need(row, path);
   std::string s;
   if (!scalar_text(v, s))
-    raise(row.where, ": field '", path, "' is ", json_kind(v), ", expected text");
+    fail_one_line(row.where, ": field '", path, "' is ", json_kind(v), ", expected text");
   return s;
 }
 
@@ -228,18 +204,18 @@ class Template {
         literal += c;
         ++i;
       } else if (c == '}') {
-        raise(at, ": unmatched '}' in template (write '}}' for a literal brace)");
+        fail_one_line(at, ": unmatched '}' in template (write '}}' for a literal brace)");
       } else if (c == '{') {
         const size_t close = source.find('}', i);
         if (close == std::string::npos)
-          raise(at, ": unclosed '{' in template (write '{{' for a literal brace)");
+          fail_one_line(at, ": unclosed '{' in template (write '{{' for a literal brace)");
         Part p;
         p.literal = std::move(literal);
         literal.clear();
         std::string spec = source.substr(i + 1, close - i - 1);
         size_t bar = spec.find('|');
         p.path = spec.substr(0, bar);
-        if (!valid_path(p.path)) raise(at, ": bad field '", p.path, "' in template");
+        if (!valid_path(p.path)) fail_one_line(at, ": bad field '", p.path, "' in template");
         while (bar != std::string::npos) {
           const size_t next = spec.find('|', bar + 1);
           const std::string f =
@@ -249,7 +225,7 @@ class Template {
           } else if (f == "spaces") {
             p.filters.push_back(Filter::Spaces);
           } else {
-            raise(at, ": unknown filter '", f, "' in template (known: strip, spaces)");
+            fail_one_line(at, ": unknown filter '", f, "' in template (known: strip, spaces)");
           }
           bar = next;
         }
@@ -299,11 +275,11 @@ struct ListSpec {
     }
     const json v = need(row, path);
     if (!v.is_array())
-      raise(row.where, ": field '", path, "' is ", json_kind(v), ", expected a list");
+      fail_one_line(row.where, ": field '", path, "' is ", json_kind(v), ", expected a list");
     for (const json& e : v) {
       std::string s;
       if (!scalar_text(e, s))
-        raise(row.where, ": field '", path, "' holds ", json_kind(e), ", expected text");
+        fail_one_line(row.where, ": field '", path, "' holds ", json_kind(e), ", expected text");
       out.push_back(std::move(s));
     }
     return out;
@@ -322,7 +298,7 @@ struct GoldSpec {
       const std::string v = need_text(row, field);
       const auto it = map.find(v);
       if (it == map.end())
-        raise(row.where, ": gold: '", v, "' (field '", field, "') is not in the map");
+        fail_one_line(row.where, ": gold: '", v, "' (field '", field, "') is not in the map");
       return it->second;
     }
     if (!index_in.empty()) {
@@ -331,7 +307,8 @@ struct GoldSpec {
       const std::vector<std::string> keys = list.eval(row);
       const auto it = std::find(keys.begin(), keys.end(), v);
       if (it == keys.end())
-        raise(row.where, ": gold: '", v, "' (field '", field, "') is not in '", index_in, "'");
+        fail_one_line(row.where, ": gold: '", v, "' (field '", field, "') is not in '", index_in,
+                      "'");
       return int(it - keys.begin());
     }
     const json v = need(row, field);
@@ -341,7 +318,8 @@ struct GoldSpec {
     int g = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), g);
     if (s.empty() || ec != std::errc() || end != s.data() + s.size())
-      raise(row.where, ": gold field '", field, "' is ", v.dump(), ", expected an integer index");
+      fail_one_line(row.where, ": gold field '", field, "' is ", v.dump(),
+                    ", expected an integer index");
     return g;
   }
 };
@@ -405,25 +383,6 @@ constexpr KeyInfo kKeys[] = {
     {"detokenize", kPPL},
 };
 
-const char* node_kind(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string:
-      return "a string";
-    case toml::node_type::integer:
-      return "an integer";
-    case toml::node_type::floating_point:
-      return "a float";
-    case toml::node_type::boolean:
-      return "a boolean";
-    case toml::node_type::array:
-      return "an array";
-    case toml::node_type::table:
-      return "a table";
-    default:
-      return "a date or time";
-  }
-}
-
 // Reads one task file's keys with file:line errors.
 class TaskFile {
  public:
@@ -432,7 +391,7 @@ class TaskFile {
     try {
       table_ = toml::parse(std::string_view(text), std::string_view(path));
     } catch (const toml::parse_error& e) {
-      raise(path, ":", e.source().begin.line, ": ", e.description());
+      fail_one_line(path, ":", e.source().begin.line, ": ", e.description());
     }
   }
 
@@ -448,18 +407,18 @@ class TaskFile {
   std::optional<std::string> str(std::string_view key) const {
     const toml::node* n = get(key);
     if (!n) return std::nullopt;
-    if (!n->is_string()) raise(at(key), ": expected a string, got ", node_kind(*n));
+    if (!n->is_string()) fail_one_line(at(key), ": expected a string, got ", toml_kind(*n));
     return n->as_string()->get();
   }
   std::string need_str(std::string_view key) const {
     auto s = str(key);
-    if (!s) raise(path_, ": missing key '", key, "'");
+    if (!s) fail_one_line(path_, ": missing key '", key, "'");
     return *s;
   }
   std::optional<int64_t> integer(std::string_view key) const {
     const toml::node* n = get(key);
     if (!n) return std::nullopt;
-    if (!n->is_integer()) raise(at(key), ": expected an integer, got ", node_kind(*n));
+    if (!n->is_integer()) fail_one_line(at(key), ": expected an integer, got ", toml_kind(*n));
     return n->as_integer()->get();
   }
   // One of `allowed` (listed in the error).
@@ -468,11 +427,11 @@ class TaskFile {
     const std::optional<std::string> s = str(key);
     if (!s) {
       if (fallback.empty())
-        raise(path_, ": missing key '", key, "' (one of ", join(allowed, ", "), ")");
+        fail_one_line(path_, ": missing key '", key, "' (one of ", join(allowed, ", "), ")");
       return fallback;
     }
     if (std::find(allowed.begin(), allowed.end(), *s) == allowed.end())
-      raise(at(key), ": expected one of ", join(allowed, ", "), ", got '", *s, "'");
+      fail_one_line(at(key), ": expected one of ", join(allowed, ", "), ", got '", *s, "'");
     return *s;
   }
   std::vector<std::string> str_list(std::string_view key) const {
@@ -480,10 +439,10 @@ class TaskFile {
     const toml::node* n = get(key);
     if (!n) return out;
     const toml::array* a = n->as_array();
-    if (!a) raise(at(key), ": expected an array of strings, got ", node_kind(*n));
+    if (!a) fail_one_line(at(key), ": expected an array of strings, got ", toml_kind(*n));
     for (const toml::node& e : *a) {
       if (!e.is_string())
-        raise(at(key), ": expected an array of strings, got ", node_kind(e), " in it");
+        fail_one_line(at(key), ": expected an array of strings, got ", toml_kind(e), " in it");
       out.push_back(e.as_string()->get());
     }
     return out;
@@ -515,7 +474,7 @@ std::vector<std::string> resolve_files(const TaskFile& tf, std::string_view key)
   const std::string name = p.filename().string();
   if (name.find('*') == std::string::npos) {
     std::error_code ec;
-    if (!fs::is_regular_file(p, ec)) raise(tf.at(key), ": no such file '", p.string(), "'");
+    if (!fs::is_regular_file(p, ec)) fail_one_line(tf.at(key), ": no such file '", p.string(), "'");
     return {p.string()};
   }
   std::vector<std::string> out;
@@ -523,7 +482,7 @@ std::vector<std::string> resolve_files(const TaskFile& tf, std::string_view key)
   for (fs::directory_iterator it(p.parent_path(), ec), end; !ec && it != end; it.increment(ec))
     if (it->is_regular_file() && glob_match(name, it->path().filename().string()))
       out.push_back((p.parent_path() / it->path().filename()).string());
-  if (out.empty()) raise(tf.at(key), ": no file matches '", p.string(), "'");
+  if (out.empty()) fail_one_line(tf.at(key), ": no file matches '", p.string(), "'");
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -534,10 +493,10 @@ ListSpec list_spec(const TaskFile& tf, std::string_view key) {
   ListSpec spec;
   if (n->is_string()) {
     spec.path = n->as_string()->get();
-    if (!valid_path(spec.path)) raise(at, ": bad field '", spec.path, "'");
+    if (!valid_path(spec.path)) fail_one_line(at, ": bad field '", spec.path, "'");
   } else {
     for (const std::string& s : tf.str_list(key)) spec.items.emplace_back(s, at);
-    if (spec.items.empty()) raise(at, ": empty list");
+    if (spec.items.empty()) fail_one_line(at, ": empty list");
   }
   return spec;
 }
@@ -555,24 +514,26 @@ GoldSpec gold_spec(const TaskFile& tf) {
         g.field = v.as_string()->get();
       } else if (k == "index_in" && v.is_string()) {
         g.index_in = v.as_string()->get();
-        if (!valid_path(g.index_in)) raise(at_k, ": bad field '", g.index_in, "'");
+        if (!valid_path(g.index_in)) fail_one_line(at_k, ": bad field '", g.index_in, "'");
       } else if (k == "map" && v.is_table()) {
         for (const auto& [mk, mv] : *v.as_table()) {
-          if (!mv.is_integer()) raise(at_k, ": map values are choice indices (integers)");
+          if (!mv.is_integer()) fail_one_line(at_k, ": map values are choice indices (integers)");
           g.map[std::string(mk.str())] = int(mv.as_integer()->get());
         }
-        if (g.map.empty()) raise(at_k, ": empty map");
+        if (g.map.empty()) fail_one_line(at_k, ": empty map");
       } else if (k == "field" || k == "index_in" || k == "map") {
-        raise(at_k, ": expected ", k == "map" ? "a table" : "a string", ", got ", node_kind(v));
+        fail_one_line(at_k, ": expected ", k == "map" ? "a table" : "a string", ", got ",
+                      toml_kind(v));
       } else {
-        raise(at_k, ": unknown key (gold takes field, and map or index_in)");
+        fail_one_line(at_k, ": unknown key (gold takes field, and map or index_in)");
       }
     }
-    if (!g.map.empty() && !g.index_in.empty()) raise(at, ": give map or index_in, not both");
+    if (!g.map.empty() && !g.index_in.empty())
+      fail_one_line(at, ": give map or index_in, not both");
   } else {
-    raise(at, ": expected a field name or a table, got ", node_kind(*n));
+    fail_one_line(at, ": expected a field name or a table, got ", toml_kind(*n));
   }
-  if (!valid_path(g.field)) raise(at, ": bad or missing field '", g.field, "'");
+  if (!valid_path(g.field)) fail_one_line(at, ": bad or missing field '", g.field, "'");
   return g;
 }
 
@@ -596,10 +557,11 @@ Config read_config(const std::string& path) {
       size_t best_d = 3;  // suggest only close matches
       for (const KeyInfo& ki : kKeys)
         if (const size_t d = edit_distance(key, ki.name); d < best_d) best = ki.name, best_d = d;
-      raise(tf.at(v), ": unknown key '", key, "'",
-            best.empty() ? std::string() : cat(" (did you mean '", best, "'?)"));
+      fail_one_line(tf.at(v), ": unknown key '", key, "'",
+                    best.empty() ? std::string() : cat(" (did you mean '", best, "'?)"));
     }
-    if (!(info->kinds & bit)) raise(tf.at(v), ": key '", key, "' is not used by ", kind, " tasks");
+    if (!(info->kinds & bit))
+      fail_one_line(tf.at(v), ": key '", key, "' is not used by ", kind, " tasks");
   }
 
   c.summary = tf.need_str("summary");
@@ -611,9 +573,9 @@ Config read_config(const std::string& path) {
              : format == "text" ? Format::Text
                                 : Format::HellaswagOriginal;
   if ((c.format == Format::Text) != (bit == kPPL))
-    raise(tf.at("format"), ": ",
-          bit == kPPL ? "perplexity tasks read format \"text\""
-                      : "format \"text\" is for perplexity tasks");
+    fail_one_line(tf.at("format"), ": ",
+                  bit == kPPL ? "perplexity tasks read format \"text\""
+                              : "format \"text\" is for perplexity tasks");
   c.data_at = tf.at("data");
   c.data = resolve_files(tf, "data");
 
@@ -627,8 +589,8 @@ Config read_config(const std::string& path) {
     c.metrics = bit == kMC ? std::vector<std::string>{"acc", "acc_norm"} : known_metrics;
   for (const std::string& m : c.metrics)
     if (std::find(known_metrics.begin(), known_metrics.end(), m) == known_metrics.end())
-      raise(tf.at("metrics"), ": unknown metric '", m, "' for ", kind,
-            " tasks (known: ", join(known_metrics, ", "), ")");
+      fail_one_line(tf.at("metrics"), ": unknown metric '", m, "' for ", kind,
+                    " tasks (known: ", join(known_metrics, ", "), ")");
 
   if (bit == kPPL) {
     const std::string split =
@@ -639,37 +601,40 @@ Config read_config(const std::string& path) {
                                      : Split::Separator;
     c.separator = tf.str("separator").value_or("");
     if ((c.split == Split::Separator) != !c.separator.empty())
-      raise(tf.at(c.separator.empty() ? "split" : "separator"),
-            ": split = \"separator\" goes with a non-empty separator key");
+      fail_one_line(tf.at(c.separator.empty() ? "split" : "separator"),
+                    ": split = \"separator\" goes with a non-empty separator key");
     c.detokenize_wikitext = tf.choice("detokenize", {"none", "wikitext"}, "none") == "wikitext";
     return c;
   }
 
   const bool labelled = c.format == Format::Piqa;
   for (const char* key : {"labels", "fewshot_labels"})
-    if (tf.get(key) && !labelled) raise(tf.at(key), ": only format \"piqa\" reads a labels file");
+    if (tf.get(key) && !labelled)
+      fail_one_line(tf.at(key), ": only format \"piqa\" reads a labels file");
   if (labelled) c.labels = resolve_files(tf, "labels").at(0);
   if (tf.get("fewshot_data")) {
     c.fewshot_data = resolve_files(tf, "fewshot_data");
     if (labelled) c.fewshot_labels = resolve_files(tf, "fewshot_labels").at(0);
   } else if (tf.get("fewshot_labels")) {
-    raise(tf.at("fewshot_labels"), ": needs fewshot_data");
+    fail_one_line(tf.at("fewshot_labels"), ": needs fewshot_data");
   }
   c.first_n = tf.choice("fewshot_sampler", {"random", "first_n"}, "random") == "first_n";
   const int64_t shots = tf.integer("shots").value_or(0);
-  if (shots < 0 || shots > 1000) raise(tf.at("shots"), ": expected 0..1000, got ", shots);
+  if (shots < 0 || shots > 1000) fail_one_line(tf.at("shots"), ": expected 0..1000, got ", shots);
   c.shots = int(shots);
   c.target_delimiter = tf.str("target_delimiter").value_or(" ");
   c.fewshot_delimiter = tf.str("fewshot_delimiter").value_or("\n\n");
   c.group_by = tf.str("group_by").value_or("");
   if (!c.group_by.empty() && c.group_by != "file" && !valid_path(c.group_by))
-    raise(tf.at("group_by"), ": expected \"file\" or a field, got '", c.group_by, "'");
+    fail_one_line(tf.at("group_by"), ": expected \"file\" or a field, got '", c.group_by, "'");
   if (const toml::node* n = tf.get("strip_prefix")) {
     const toml::table* t = n->as_table();
     if (!t)
-      raise(tf.at("strip_prefix"), ": expected a table {field = \"prefix\"}, got ", node_kind(*n));
+      fail_one_line(tf.at("strip_prefix"), ": expected a table {field = \"prefix\"}, got ",
+                    toml_kind(*n));
     for (const auto& [k, v] : *t) {
-      if (!v.is_string()) raise(tf.at(v), ": strip_prefix.", k.str(), ": expected a string");
+      if (!v.is_string())
+        fail_one_line(tf.at(v), ": strip_prefix.", k.str(), ": expected a string");
       c.strip_prefix.emplace_back(std::string(k.str()), v.as_string()->get());
     }
   }
@@ -678,25 +643,26 @@ Config read_config(const std::string& path) {
   if (auto t = tf.str("target")) c.target = Template(*t, tf.at("target"));
 
   if (bit == kLW) {
-    if (!c.text || !c.target) raise(path, ": last_word tasks need text and target");
+    if (!c.text || !c.target) fail_one_line(path, ": last_word tasks need text and target");
     return c;
   }
   if (tf.get("contexts")) {
     // Partial scoring: one context per choice, one shared continuation.
     if (tf.get("choices") || c.text)
-      raise(tf.at("contexts"), ": contexts replace text and choices (partial scoring)");
-    if (!c.target) raise(tf.at("contexts"), ": contexts need a target (the shared continuation)");
+      fail_one_line(tf.at("contexts"), ": contexts replace text and choices (partial scoring)");
+    if (!c.target)
+      fail_one_line(tf.at("contexts"), ": contexts need a target (the shared continuation)");
     c.contexts = list_spec(tf, "contexts");
   } else {
-    if (!tf.get("choices")) raise(path, ": missing key 'choices'");
-    if (!c.text) raise(path, ": missing key 'text'");
+    if (!tf.get("choices")) fail_one_line(path, ": missing key 'choices'");
+    if (!c.text) fail_one_line(path, ": missing key 'text'");
     if (c.target)
-      raise(tf.at("target"),
-            ": multiple_choice tasks answer with the gold choice; target is "
-            "for contexts or last_word");
+      fail_one_line(tf.at("target"),
+                    ": multiple_choice tasks answer with the gold choice; target is "
+                    "for contexts or last_word");
     c.choices = list_spec(tf, "choices");
   }
-  if (!tf.get("gold")) raise(path, ": missing key 'gold'");
+  if (!tf.get("gold")) fail_one_line(path, ": missing key 'gold'");
   c.gold = gold_spec(tf);
   return c;
 }
@@ -719,10 +685,10 @@ std::vector<Row> read_jsonl(const std::string& path) {
     try {
       r.fields = json::parse(s);
     } catch (const json::parse_error& e) {
-      raise(r.where, ": malformed JSON: ", e.what());
+      fail_one_line(r.where, ": malformed JSON: ", e.what());
     }
     if (!r.fields.is_object())
-      raise(r.where, ": expected a JSON object, got ", r.fields.type_name());
+      fail_one_line(r.where, ": expected a JSON object, got ", r.fields.type_name());
     rows.push_back(std::move(r));
   }
   return rows;
@@ -773,26 +739,26 @@ std::vector<Row> read_csv(const std::string& path) {
       end_record();
       rec_line = ++line;
     } else if (quoted) {
-      raise(path, ":", line, ": unexpected text after a closing quote");
+      fail_one_line(path, ":", line, ": unexpected text after a closing quote");
     } else if (ch == '"') {
-      if (!field.empty()) raise(path, ":", line, ": quote inside an unquoted field");
+      if (!field.empty()) fail_one_line(path, ":", line, ": quote inside an unquoted field");
       in_quotes = quoted = true;
       quote_line = line;
     } else {
       field += ch;
     }
   }
-  if (in_quotes) raise(path, ":", quote_line, ": unterminated quoted field");
+  if (in_quotes) fail_one_line(path, ":", quote_line, ": unterminated quoted field");
   if (!field.empty() || quoted || !rec.empty()) end_record();
 
-  if (records.empty()) raise(path, ": empty CSV file (expected a header)");
+  if (records.empty()) fail_one_line(path, ": empty CSV file (expected a header)");
   const std::vector<std::string>& header = records[0];
   std::vector<Row> rows;
   for (size_t r = 1; r < records.size(); ++r) {
     Row row;
     row.where = cat(path, ":", lines[r]);
     if (records[r].size() != header.size())
-      raise(row.where, ": ", records[r].size(), " fields, the header has ", header.size());
+      fail_one_line(row.where, ": ", records[r].size(), " fields, the header has ", header.size());
     row.fields = json::object();
     for (size_t f = 0; f < header.size(); ++f) row.fields[header[f]] = std::move(records[r][f]);
     rows.push_back(std::move(row));
@@ -814,12 +780,12 @@ void attach_labels(std::vector<Row>& rows, const std::string& labels_path) {
     int v = 0;
     const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec != std::errc() || p != s.data() + s.size())
-      raise(labels_path, ":", line, ": expected an integer label, got '", s, "'");
+      fail_one_line(labels_path, ":", line, ": expected an integer label, got '", s, "'");
     if (n < rows.size()) rows[n].fields["label"] = v;
     ++n;
   }
   if (n != rows.size())
-    raise(labels_path, ": ", n, " labels for ", rows.size(), " examples in the data file");
+    fail_one_line(labels_path, ": ", n, " labels for ", rows.size(), " examples in the data file");
 }
 
 // Python's str.capitalize on ASCII: first letter upper, the rest lower.
@@ -912,11 +878,11 @@ Item make_item(const Config& c, const Row& row) {
   if (c.target) it.target = c.target->render(row);
   if (c.kind == TaskKind::MultipleChoice) {
     it.options = c.contexts ? c.contexts->eval(row) : c.choices->eval(row);
-    if (it.options.empty()) raise(row.where, ": no choices");
+    if (it.options.empty()) fail_one_line(row.where, ": no choices");
     it.gold = c.gold.eval(row);
     if (it.gold < 0 || size_t(it.gold) >= it.options.size())
-      raise(row.where, ": gold ", it.gold, " out of range for ", it.options.size(),
-            c.contexts ? " contexts" : " choices");
+      fail_one_line(row.where, ": gold ", it.gold, " out of range for ", it.options.size(),
+                    c.contexts ? " contexts" : " choices");
   }
   return it;
 }
@@ -1117,7 +1083,8 @@ std::vector<std::string> split_documents(const Config& c, const std::string& pat
 
 std::vector<std::string> list_tasks(const std::string& eval_dir) {
   std::error_code ec;
-  if (!fs::is_directory(eval_dir, ec)) raise("task directory '", eval_dir, "': no such directory");
+  if (!fs::is_directory(eval_dir, ec))
+    fail_one_line("task directory '", eval_dir, "': no such directory");
   std::vector<std::string> names;
   for (fs::directory_iterator it(eval_dir, ec), end; !ec && it != end; it.increment(ec))
     if (it->path().extension() == ".toml" && it->is_regular_file())
@@ -1130,7 +1097,7 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
                    int64_t limit) {
   const std::vector<std::string> known = list_tasks(eval_dir);
   if (std::find(known.begin(), known.end(), name) == known.end())
-    raise("unknown task '", name, "' (", eval_dir, " has: ", join(known, ", "), ")");
+    fail_one_line("unknown task '", name, "' (", eval_dir, " has: ", join(known, ", "), ")");
   const Config c = read_config((fs::path(eval_dir) / (name + ".toml")).string());
 
   TaskData task;
@@ -1152,7 +1119,7 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
 
   std::vector<Item> items;
   for (const Row& r : read_rows(c, c.data, c.labels)) items.push_back(make_item(c, r));
-  if (items.empty()) raise(c.data_at, ": no examples in the data");
+  if (items.empty()) fail_one_line(c.data_at, ": no examples in the data");
   const bool own_pool = c.fewshot_data.empty();
   std::vector<Item> pool_items;
   if (!own_pool)
@@ -1174,8 +1141,9 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
   for (size_t i = 0; i < n && task.shots > 0; ++i) {
     const size_t available = candidates(items[i]).size() - (own_pool ? 1 : 0);
     if (available == 0)
-      raise(c.file, ": no few-shot examples for ", items[i].where,
-            items[i].group.empty() ? std::string() : cat(" (group '", items[i].group, "')"));
+      fail_one_line(
+          c.file, ": no few-shot examples for ", items[i].where,
+          items[i].group.empty() ? std::string() : cat(" (group '", items[i].group, "')"));
     task.shots = std::min(task.shots, int(available));
   }
 

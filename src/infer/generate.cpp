@@ -45,22 +45,25 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
                               const std::function<void(int32_t)>& on_token,
                               GenerateStats* stats_out) {
   STRATA_CHECK(!prompt_in.empty(), "generate: the prompt is empty (it needs at least BOS)");
+  if (o.speculations <= 0)  // plain decoding and early exit: a batch of one
+    return generate_batch(
+        model, {prompt_in}, o,
+        [&](int, int32_t t) {
+          if (on_token) on_token(t);
+        },
+        stats_out)[0];
   const LlamaConfig& c = model.config();
   const int L = c.num_hidden_layers, V = c.vocab_size, C = c.hidden_size;
   const int ctx = c.max_position_embeddings;
-  const int E = o.exit_layer > 0 ? o.exit_layer : L;
-  STRATA_CHECK(E >= 1 && E <= L, "exit layer ", o.exit_layer, " is outside 1..", L);
-  const bool spec = o.speculations > 0;
-  if (spec) {
-    STRATA_CHECK(o.exit_layer > 0 && E < L, "self-speculative decoding needs an exit layer below ",
-                 L, " (--exit-layer E)");
-  }
+  STRATA_CHECK(o.exit_layer > 0 && o.exit_layer < L,
+               "self-speculative decoding needs an exit layer below ", L, " (--exit-layer E)");
+  const int E = o.exit_layer;
   GenerateStats st;
   // The prompt keeps its last ctx - 1 tokens so at least one can be generated.
   std::vector<int32_t> seq(prompt_in.end() - std::min<ptrdiff_t>(prompt_in.size(), ctx - 1),
                            prompt_in.end());
   st.prompt_tokens = int(seq.size());
-  KvEngine eng(model, ctx, spec ? L : E);
+  KvEngine eng(model, ctx, L);
   std::vector<int32_t> out;
   std::vector<float> x, logits(static_cast<size_t>(V));
   Timer timer;
@@ -73,30 +76,17 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
   };
   if (o.max_new_tokens <= 0) return out;
 
-  // Prefill: every prompt token through the model (for self-speculation, all
-  // layers), logits of the last position.
+  // Prefill: every prompt token through every layer, logits of the last position.
   const int n0 = int(seq.size());
   x.resize(size_t(n0) * C);
   eng.embed(seq.data(), n0, x.data());
-  eng.run_layers(x.data(), n0, 0, spec ? L : E);
+  eng.run_layers(x.data(), n0, 0, L);
   eng.logits(x.data() + size_t(n0 - 1) * C, 1, logits.data());
   st.prefill_s = timer.seconds();
   timer.reset();
   bool done = emit(sample_token(logits.data(), V, o.sampling, seq.size()));
 
-  if (!spec) {
-    while (!done) {
-      if (int(seq.size()) > ctx) {
-        st.hit_context = true;
-        break;
-      }
-      x.resize(size_t(C));
-      eng.embed(&seq.back(), 1, x.data());
-      eng.run_layers(x.data(), 1, 0, E);
-      eng.logits(x.data(), 1, logits.data());
-      done = emit(sample_token(logits.data(), V, o.sampling, seq.size()));
-    }
-  } else {
+  {
     // Invariant at the start of a round: every layer caches all committed
     // tokens but the last, which no layer has seen yet.
     const int d_max = o.speculations;
@@ -197,14 +187,12 @@ namespace strata {
 
 std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
                                                  const std::vector<std::vector<int32_t>>& prompts,
-                                                 const GenerateOptions& o_in,
+                                                 const GenerateOptions& o,
                                                  const std::function<void(int, int32_t)>& on_token,
                                                  GenerateStats* stats_out) {
   const int B = int(prompts.size());
   std::vector<std::vector<int32_t>> outs(static_cast<size_t>(B));
   GenerateStats total;
-  GenerateOptions o = o_in;
-  o.stop_requested = nullptr;
   if (B == 0) {
     if (stats_out) *stats_out = total;
     return outs;
@@ -239,7 +227,9 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
     seqs[size_t(i)].push_back(t);
     outs[size_t(i)].push_back(t);
     if (on_token) on_token(i, t);
-    if (t == o.eos_id || int(outs[size_t(i)].size()) >= o.max_new_tokens) done[size_t(i)] = true;
+    if (t == o.eos_id || int(outs[size_t(i)].size()) >= o.max_new_tokens ||
+        (o.stop_requested && o.stop_requested()))
+      done[size_t(i)] = true;
   };
   Timer timer;
   logits.resize(size_t(V));

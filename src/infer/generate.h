@@ -63,7 +63,7 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
 // batched pass. Each sequence's tokens equal generate() on its prompt alone
 // (sampling draws are keyed by position). on_token(i, t) sees token t of
 // prompt i. With speculations, the prompts run one after another.
-// stop_requested is not consulted.
+// stop_requested is checked after each token and ends that token's sequence.
 std::vector<std::vector<int32_t>> generate_batch(
     Model<float>& model, const std::vector<std::vector<int32_t>>& prompts,
     const GenerateOptions& options, const std::function<void(int, int32_t)>& on_token = {},

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/sha256.h"
 
 namespace strata {
@@ -377,22 +378,6 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
   if (!file.close_checked()) fail_h5(tmp, "cannot flush and close the file");
 }
 
-// A file descriptor closed on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-void fsync_dir(const std::string& dir) {
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0) return;  // cannot open the directory for syncing: nothing more to do
-  // EINVAL: the file system does not support syncing directories.
-  if (::fsync(d.fd) != 0 && errno != EINVAL && errno != EROFS)
-    fail(cat("checkpoint: cannot sync directory ", dir, ": ", std::strerror(errno)));
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -422,7 +407,7 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
   const std::string tmp = path + ".tmp";
   // Our own descriptor on the temporary file: an exclusive advisory lock (one
   // writer at a time; ignored where the file system has no locks) and fsync.
-  Fd fd{::open(tmp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
+  FileDescriptor fd{::open(tmp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
   STRATA_CHECK(fd.fd >= 0, "checkpoint ", path, ": cannot create ", tmp, ": ",
                std::strerror(errno));
   if (::flock(fd.fd, LOCK_EX | LOCK_NB) != 0)
@@ -437,7 +422,7 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
     ::unlink(tmp.c_str());  // still ours: we hold the lock
     throw;
   }
-  fsync_dir(dir.string());
+  fsync_directory(dir.string(), "checkpoint: ");
 }
 
 // ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/text.h"
 
 namespace strata {
 namespace {
@@ -66,12 +67,6 @@ std::string name_str(const std::string& s) {
     }
   }
   return out + "'";
-}
-
-std::string one_line(std::string s) {
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
 }
 
 // A JSON value for a message, cut short when long.
@@ -189,21 +184,6 @@ void write_full(int fd, const void* buf, size_t n, const std::string& tmp) {
   }
 }
 
-// A file descriptor closed on scope exit (unless released).
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-void fsync_dir(const std::string& dir) {
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0) return;  // cannot open the directory for syncing: nothing more to do
-  if (::fsync(d.fd) != 0 && errno != EINVAL && errno != EROFS)
-    fail(cat("cannot sync directory ", dir, ": ", std::strerror(errno)));
-}
-
 std::string parent_dir(const std::string& path) {
   const fs::path p(path);
   return p.has_parent_path() ? p.parent_path().string() : std::string(".");
@@ -218,7 +198,7 @@ void write_atomic(const std::string& path, const std::string& where, Fill&& fill
   fs::create_directories(dir, ec);
   STRATA_CHECK(!ec, where, ": cannot create directory ", dir, ": ", ec.message());
   const std::string tmp = path + ".tmp";
-  Fd fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  FileDescriptor fd{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   STRATA_CHECK(fd.fd >= 0, where, ": cannot create ", tmp, ": ", std::strerror(errno));
   try {
     fill(fd.fd, tmp);
@@ -232,7 +212,7 @@ void write_atomic(const std::string& path, const std::string& where, Fill&& fill
     ::unlink(tmp.c_str());
     throw;
   }
-  fsync_dir(dir);
+  fsync_directory(dir);
 }
 
 // ---------------------------------------------------------------------------
@@ -746,7 +726,7 @@ std::vector<std::string> write_safetensors_model(const std::string& dir,
     write_file(single, refs, bytes, dtype, metadata);
     remove_file(d / kIndexFile, where);
     remove_stale_shards(dir, {}, where);
-    fsync_dir(dir);
+    fsync_directory(dir);
     return {single};
   }
 
@@ -799,7 +779,7 @@ std::vector<std::string> write_safetensors_model(const std::string& dir,
   written.push_back(index_path);
   remove_file(d / kSingleFile, where);
   remove_stale_shards(dir, shard_names, where);
-  fsync_dir(dir);
+  fsync_directory(dir);
   return written;
 }
 

@@ -25,40 +25,14 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/text.h"
+#include "core/toml_kind.h"
 
 namespace strata {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Messages are one line by contract (the CLI prints "strata: error: <msg>"),
-// but they quote user text (keys, --set arguments, paths) that may hold line
-// breaks: escape those.
-std::string one_line(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-template <typename... Parts>
-[[noreturn]] void raise(const Parts&... parts) {
-  fail(one_line(cat(parts...)));
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
 
 const char* type_name(KeyType t) {
   switch (t) {
@@ -74,33 +48,6 @@ const char* type_name(KeyType t) {
       return "a list of strings";
   }
   return "?";
-}
-
-// What a TOML value is, in the words of the type errors ("got a string").
-const char* node_kind(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::string:
-      return "a string";
-    case toml::node_type::integer:
-      return "an integer";
-    case toml::node_type::floating_point:
-      return "a float";
-    case toml::node_type::boolean:
-      return "a boolean";
-    case toml::node_type::array:
-      return "an array";
-    case toml::node_type::table:
-      return "a table";
-    case toml::node_type::date:
-      return "a date";
-    case toml::node_type::time:
-      return "a time";
-    case toml::node_type::date_time:
-      return "a date-time";
-    case toml::node_type::none:
-      break;
-  }
-  return "nothing";
 }
 
 // Edit distance with transpositions (optimal string alignment): "stpes" is one
@@ -172,7 +119,8 @@ toml::table parse_document(const std::string& text, const std::string& name) {
   try {
     return toml::parse(std::string_view(text), std::string_view(name));
   } catch (const toml::parse_error& e) {
-    raise(name, ":", e.source().begin.line, ":", e.source().begin.column, ": ", e.description());
+    fail_one_line(name, ":", e.source().begin.line, ":", e.source().begin.column, ": ",
+                  e.description());
   }
 }
 
@@ -311,7 +259,7 @@ namespace {
 
 [[noreturn]] void type_error(const std::string& context, const KeySpec& spec,
                              const std::string& got) {
-  raise(context, ": ", spec.path, ": expected ", type_name(spec.type), ", got ", got);
+  fail_one_line(context, ": ", spec.path, ": expected ", type_name(spec.type), ", got ", got);
 }
 
 // Reads a TOML value as the schema type; `context` ("file:line", "--set '...'")
@@ -337,14 +285,14 @@ Recipe::Impl::Data convert(const toml::node& node, const KeySpec& spec,
         std::vector<std::string> list;
         for (const toml::node& item : *a) {
           auto s = item.value_exact<std::string>();
-          if (!s) type_error(context, spec, cat("an array containing ", node_kind(item)));
+          if (!s) type_error(context, spec, cat("an array containing ", toml_kind(item)));
           list.push_back(*s);
         }
         return list;
       }
       break;
   }
-  type_error(context, spec, node_kind(node));
+  type_error(context, spec, toml_kind(node));
 }
 
 std::string format_value(const Recipe::Impl::Data& data) {
@@ -387,7 +335,7 @@ std::vector<Recipe::Impl::Entry> entries_of(const toml::table& doc) {
 }
 
 const Recipe::Impl& loaded(const std::shared_ptr<const Recipe::Impl>& impl) {
-  if (!impl) raise("Recipe: used before Recipe::load or Recipe::from_string");
+  if (!impl) fail_one_line("Recipe: used before Recipe::load or Recipe::from_string");
   return *impl;
 }
 
@@ -402,17 +350,17 @@ Recipe::Impl::Impl(const std::vector<KeySpec>& keys)
     const size_t dot = spec.path.find('.');
     if (dot == std::string::npos || !is_bare_key(spec.path.substr(0, dot)) ||
         !is_bare_key(spec.path.substr(dot + 1))) {
-      raise("recipe schema: key '", spec.path,
-            "' must be section.key (two bare TOML keys joined by one dot)");
+      fail_one_line("recipe schema: key '", spec.path,
+                    "' must be section.key (two bare TOML keys joined by one dot)");
     }
     if (!index.emplace(spec.path, i).second) {
-      raise("recipe schema: key '", spec.path, "' is declared twice");
+      fail_one_line("recipe schema: key '", spec.path, "' is declared twice");
     }
     if (spec.default_toml.empty()) continue;
     const std::optional<toml::table> parsed = parse_value(spec.default_toml);
     if (!parsed) {
-      raise("recipe schema: the default of '", spec.path,
-            "' is not a TOML value: ", spec.default_toml);
+      fail_one_line("recipe schema: the default of '", spec.path,
+                    "' is not a TOML value: ", spec.default_toml);
     }
     defaults[i] = convert(*parsed->get("v"), spec, "recipe schema default");
   }
@@ -443,35 +391,37 @@ void Recipe::Impl::apply_file(const Source& src, std::vector<const Source*>& cha
     switch (e.kind) {
       case Entry::TopLevel:
         if (e.node->is_array_of_tables()) {
-          raise(at, ": [[", e.key,
-                "]]: arrays of tables are not allowed (a recipe is [section] "
-                "tables of key = value)");
+          fail_one_line(at, ": [[", e.key,
+                        "]]: arrays of tables are not allowed (a recipe is [section] "
+                        "tables of key = value)");
         }
         if (e.key != "base") {
-          raise(at, ": '", e.key,
-                "' is outside any [section] (the only top-level key allowed is 'base')");
+          fail_one_line(at, ": '", e.key,
+                        "' is outside any [section] (the only top-level key allowed is 'base')");
         }
         if (!e.node->is_string()) {
-          raise(at, ": base: expected a string (the path of the base recipe), got ",
-                node_kind(*e.node));
+          fail_one_line(at, ": base: expected a string (the path of the base recipe), got ",
+                        toml_kind(*e.node));
         }
         base.emplace(*e.node->value<std::string>(), e.pos.line);
         break;
       case Entry::EmptySection:
         if (std::none_of(schema.begin(), schema.end(),
                          [&](const KeySpec& k) { return section_part(k.path) == e.section; })) {
-          raise(at, ": unknown section [", e.section, "]");
+          fail_one_line(at, ": unknown section [", e.section, "]");
         }
         break;
       case Entry::InSection: {
         // [a.b] headers, dotted keys (x.y = 1) and inline tables all nest a
         // third level, which the schema cannot name.
         if (e.node->is_table()) {
-          raise(at, ": ", path,
-                ": nested tables are not allowed (a recipe is [section] tables of key = value)");
+          fail_one_line(
+              at, ": ", path,
+              ": nested tables are not allowed (a recipe is [section] tables of key = value)");
         }
         const auto it = index.find(path);
-        if (it == index.end()) raise(at, ": unknown key '", path, "'", suggestion(path, schema));
+        if (it == index.end())
+          fail_one_line(at, ": unknown key '", path, "'", suggestion(path, schema));
         own.emplace_back(it->second, Value{convert(*e.node, schema[it->second], at), at, true});
         break;
       }
@@ -501,10 +451,10 @@ void Recipe::Impl::apply_base(const Source& child, const std::string& base, uint
     std::vector<std::string> names;
     for (const Source* c : chain) names.push_back(c->name);
     names.push_back(src.name);
-    raise(at, ": base recipes form a cycle: ", join(names, " -> "));
+    fail_one_line(at, ": base recipes form a cycle: ", join(names, " -> "));
   }
   if (const std::string why = read_text(src.name, src.text); !why.empty()) {
-    raise(at, ": cannot read base recipe '", src.name, "': ", why);
+    fail_one_line(at, ": cannot read base recipe '", src.name, "': ", why);
   }
   apply_file(src, chain);
 }
@@ -516,12 +466,13 @@ void Recipe::Impl::apply_base(const Source& child, const std::string& base, uint
 void Recipe::Impl::apply_set(const std::string& set) {
   const std::string context = cat("--set '", set, "'");
   const size_t eq = set.find('=');
-  if (eq == std::string::npos) raise(context, ": expected section.key=value");
+  if (eq == std::string::npos) fail_one_line(context, ": expected section.key=value");
   std::string path = set.substr(0, eq);
   path.erase(0, path.find_first_not_of(" \t"));
   path.erase(path.find_last_not_of(" \t") + 1);
   const auto it = index.find(path);
-  if (it == index.end()) raise(context, ": unknown key '", path, "'", suggestion(path, schema));
+  if (it == index.end())
+    fail_one_line(context, ": unknown key '", path, "'", suggestion(path, schema));
   const KeySpec& spec = schema[it->second];
 
   const std::string text = set.substr(eq + 1);
@@ -529,7 +480,7 @@ void Recipe::Impl::apply_set(const std::string& set) {
   if (!parsed || (spec.type == KeyType::String && !parsed->get("v")->is_string())) {
     // A bare string must still be valid UTF-8, or to_toml() would write a
     // recipe that cannot be read back; a quoted copy parses only if it is.
-    if (!parse_value(quote(text))) raise(context, ": the value is not valid UTF-8");
+    if (!parse_value(quote(text))) fail_one_line(context, ": the value is not valid UTF-8");
     parsed.emplace();
     parsed->insert("v", text);
   }
@@ -545,16 +496,16 @@ void Recipe::Impl::finish() {
   }
   if (!missing.empty()) {
     const std::string first = missing.front().substr(1, missing.front().size() - 2);
-    raise(files.front(), ": missing required key", missing.size() > 1 ? "s " : " ",
-          join(missing, ", "), " (set in the recipe or with --set ", first, "=...)");
+    fail_one_line(files.front(), ": missing required key", missing.size() > 1 ? "s " : " ",
+                  join(missing, ", "), " (set in the recipe or with --set ", first, "=...)");
   }
 }
 
 size_t Recipe::Impl::position(const std::string& path, const char* caller) const {
   const auto it = index.find(path);
   if (it == index.end()) {
-    raise("Recipe::", caller, "('", path, "'): not a key of the recipe schema",
-          suggestion(path, schema));
+    fail_one_line("Recipe::", caller, "('", path, "'): not a key of the recipe schema",
+                  suggestion(path, schema));
   }
   return it->second;
 }
@@ -566,12 +517,12 @@ const Recipe::Impl::Value& Recipe::Impl::value(const std::string& path, KeyType 
   const size_t i = position(path, caller);
   const KeyType declared = schema[i].type;
   if (declared != type && !(type == KeyType::Float && declared == KeyType::Int)) {
-    raise("Recipe::", caller, "('", path, "'): the schema declares ", type_name(declared), ", not ",
-          type_name(type));
+    fail_one_line("Recipe::", caller, "('", path, "'): the schema declares ", type_name(declared),
+                  ", not ", type_name(type));
   }
   if (!values[i]) {
-    raise("Recipe::", caller, "('", path, "'): the key has no value (not set in ", files.front(),
-          " and no default)");
+    fail_one_line("Recipe::", caller, "('", path, "'): the key has no value (not set in ",
+                  files.front(), " and no default)");
   }
   return *values[i];
 }
@@ -593,7 +544,7 @@ Recipe Recipe::load(const std::string& path, const std::vector<std::string>& set
   Impl::Source src;
   src.name = path;
   if (const std::string why = read_text(path, src.text); !why.empty()) {
-    raise("cannot read recipe '", path, "': ", why);
+    fail_one_line("cannot read recipe '", path, "': ", why);
   }
   src.dir = fs::path(path).parent_path();
   src.id = file_identity(path);
@@ -659,7 +610,7 @@ void Recipe::fail(const std::string& path, const std::string& message) const {
   const Impl& r = loaded(impl_);
   const auto& v = r.values[r.position(path, "fail")];
   // An unset key has no line to point at; the recipe file is the best place.
-  raise(v ? v->where : r.files.front(), ": ", path, ": ", message);
+  fail_one_line(v ? v->where : r.files.front(), ": ", path, ": ", message);
 }
 
 std::string Recipe::to_toml() const {

@@ -883,6 +883,9 @@ TrainResult train(const Recipe& recipe) {
     double loss_sum = 0;
     std::fill(exit_sum.begin(), exit_sum.end(), 0.0);
     std::fill(exit_on.begin(), exit_on.end(), false);
+    // The step's exit weights (the same for all its micro-batches).
+    const std::vector<double> exit_weight =
+        ls.enabled() ? layerskip_exit_weights(ls, L, run.step, run.steps) : std::vector<double>();
     for (size_t i = 0; i < micro.size(); ++i) {
       if (dp_sync)
         run.model->set_grad_ready_hook(i + 1 == micro.size() ? on_grads_ready
@@ -893,7 +896,7 @@ TrainResult train(const Recipe& recipe) {
         // Global sample index: micro-batch i of the step, dp rank, row.
         const int64_t first = (int64_t(i) * run.grid.dp + run.grid.dp_rank) * b.B;
         skip.keep = layerskip_keep_masks(ls, L, run.step, run.steps, run.seed, first, b.B);
-        skip.exit_weight = layerskip_exit_weights(ls, L, run.step, run.steps);
+        skip.exit_weight = exit_weight;
         if (debug_masks) {  // for tests: every rank prints digests of its masks and of
                             // the whole global micro-batch's (which it can compute too)
           auto digest = [](const std::vector<std::vector<uint8_t>>& keep) {
