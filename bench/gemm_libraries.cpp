@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "core/cpu.h"
 #include "core/timer.h"
 
 namespace {
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   };
   const Model models[] = {{"6L-288 (F=768, V=32000)", 288, 768, 32000},
                           {"12L-768 (F=2048, V=32000)", 768, 2048, 32000}};
+  std::printf("# cpu: %s\n", strata::cpu_summary().c_str());
   std::printf("threads=%d tokens=%ld repeat=%d (GFLOP/s, median)\n", omp_get_max_threads(),
               long(tokens), repeat);
   for (const Model& m : models) {

@@ -31,6 +31,19 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.w
 
 
+def cpu_summary():
+    """The CPU model and the vector instruction sets that matter here."""
+    model, flags = "unknown", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    isa = [x for x in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if x in flags]
+    return f"{model}; {' '.join(isa)}"
+
+
 def rope(x, cos, sin):
     d = x.shape[-1] // 2
     x1, x2 = x[..., :d], x[..., d:]
@@ -97,6 +110,8 @@ def main():
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    print(f"cpu: {cpu_summary()}; torch CPU capability: "
+          f"{torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else 'n/a'}")
     m = MODELS[a.model]
     B = max(1, a.tokens // m["T"])
     torch.manual_seed(0)

@@ -10,12 +10,14 @@ BUILD_DIR=${BUILD_DIR:-build}
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config      # toolchain
-  libdnnl-dev                           # oneDNN: the CPU GEMM library
+  libdnnl-dev                           # oneDNN: the CPU GEMM library (found without its
+                                        # CMake package, which would want OpenCL headers)
   nlohmann-json3-dev                    # JSON (configs, metrics, JSONL data)
   libtomlplusplus-dev                   # TOML recipes
   libsentencepiece-dev                  # tokenizers
   libhdf5-dev hdf5-tools                # checkpoints (h5dump to inspect them)
   libgtest-dev                          # GoogleTest
+  qemu-user                             # tests: the binary on emulated older CPUs (label portability)
   libopenmpi-dev openmpi-bin            # MPI: multi-process training (mpirun) and its tests
 )
 

@@ -85,7 +85,7 @@ TEST(Grad, Rope) {
   expect_gradient(loss, x.data(), int64_t(x.size()), dx.data(), "d x");
 }
 
-void check_attention(int B, int S, int Hq, int Hkv, int D, int64_t samples) {
+void check_attention_at_level(int B, int S, int Hq, int Hkv, int D, int64_t samples) {
   const int64_t QS = int64_t(Hq + 2 * Hkv) * D;
   auto qkv = random_vec<double>(int64_t(B) * S * QS, 12, 1.5);
   auto R = random_vec<double>(int64_t(B) * S * Hq * D, 13);
@@ -102,6 +102,15 @@ void check_attention(int B, int S, int Hq, int Hkv, int D, int64_t samples) {
       loss, qkv.data(), int64_t(qkv.size()), dqkv.data(),
       cat("d qkv (B", B, " T", S, " Hq", Hq, " Hkv", Hkv, " D", D, ")"), 1e-6, 1e-5,
       samples ? testing::sample_indices(int64_t(qkv.size()), samples, 14) : std::vector<int64_t>{});
+}
+
+// At every kernel level the CPU and build have (AVX2, and AVX-512 where present).
+void check_attention(int B, int S, int Hq, int Hkv, int D, int64_t samples) {
+  for (CpuLevel level : testing::cpu_levels()) {
+    SCOPED_TRACE(cpu_level_name(level));
+    testing::ForceCpuLevel force(level);
+    check_attention_at_level(B, S, Hq, Hkv, D, samples);
+  }
 }
 
 TEST(Grad, AttentionMha) { check_attention(2, 5, 2, 2, 4, 0); }

@@ -60,44 +60,92 @@ TYPED_TEST(OpsTest, GemmAllTransposesAlphaBetaLeadingDims) {
       }
 }
 
-// bf16 matmuls: operands rounded to bfloat16, fp32 accumulation. The error
-// against the exact product stays at bf16's precision (8-bit mantissa).
-TEST(Ops, GemmBf16CloseToExactInAllTransposes) {
+// bf16 matmuls: operands rounded to bfloat16, fp32 accumulation, on every
+// path the CPU has (emulated everywhere, native where AVX512-BF16 or AMX is).
+// Against the exact product of the bf16-rounded operands the error is fp32
+// accumulation error only; against the exact product of the fp32 operands it
+// is bf16's precision (8-bit mantissa).
+TEST(Ops, GemmBf16IsTheExactProductOfRoundedOperandsOnEveryPath) {
   const int M = 67, N = 45, K = 130;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (double beta : {0.0, 1.0}) {
-        const int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
-        auto A = random_vec<double>(int64_t(ta ? K : M) * lda, 41);
-        auto B = random_vec<double>(int64_t(tb ? N : K) * ldb, 42);
-        auto C = random_vec<double>(int64_t(M) * ldc, 43);
-        ref::Vec want = C;
-        for (int i = 0; i < M; ++i)
-          for (int j = 0; j < N; ++j) {
-            double acc = 0;
-            for (int k = 0; k < K; ++k)
-              acc +=
-                  (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
-            want[i * ldc + j] = 0.5 * acc + beta * C[i * ldc + j];
-          }
-        auto a = cast_vec<float>(A), b = cast_vec<float>(B), c = cast_vec<float>(C);
-        cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
-        cpu::gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, float(beta), c.data(),
-                         ldc);
-        cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
-        // K random products of two values each rounded by up to 2^-9: the sum's
-        // error is ~sqrt(K) * 2^-8 * |a||b|, about 1% of the result's scale.
-        expect_close(c, want, 2e-2, 0, cat("bf16 gemm ta=", ta, " tb=", tb, " beta=", beta));
-        // And it is not exact: the bf16 path really ran.
-        double diff = 0;
-        for (int i = 0; i < M; ++i)
-          for (int j = 0; j < N; ++j)
-            diff = std::max(diff, std::fabs(double(c[i * ldc + j]) - want[i * ldc + j]));
-        EXPECT_GT(diff, 1e-5);
-        // Padding beyond N in C is untouched.
-        for (int i = 0; i < M; ++i)
-          for (int j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], float(C[i * ldc + j]));
-      }
+  auto bf16 = [](double x) {
+    const float f = float(x);
+    uint16_t h;
+    cpu::float_to_bf16(&h, &f, 1);
+    return double(cpu::bf16_to_float(h));
+  };
+  std::vector<std::vector<float>> results;
+  for (cpu::Bf16Path path : testing::bf16_paths()) {
+    testing::ForceBf16Path force(path);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (double beta : {0.0, 1.0}) {
+          const std::string what = cat("bf16 gemm (", testing::bf16_path_name(path), ") ta=", ta,
+                                       " tb=", tb, " beta=", beta);
+          const int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+          auto A = random_vec<double>(int64_t(ta ? K : M) * lda, 41);
+          auto B = random_vec<double>(int64_t(tb ? N : K) * ldb, 42);
+          auto C = random_vec<double>(int64_t(M) * ldc, 43);
+          ref::Vec want = C, want16 = C, bound(C.size(), 0.0);
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double acc = 0, acc16 = 0, abs16 = 0;
+              for (int k = 0; k < K; ++k) {
+                const double a = ta ? A[k * lda + i] : A[i * lda + k];
+                const double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                acc += a * b;
+                acc16 += bf16(a) * bf16(b);
+                abs16 += std::fabs(bf16(a) * bf16(b));
+              }
+              want[i * ldc + j] = 0.5 * acc + beta * C[i * ldc + j];
+              want16[i * ldc + j] = 0.5 * acc16 + beta * float(C[i * ldc + j]);
+              // fp32 accumulation of K products (and the beta term): K ulps.
+              bound[i * ldc + j] = (K + 2) * 5.96e-8 * (abs16 + std::fabs(C[i * ldc + j]));
+            }
+          auto a = cast_vec<float>(A), b = cast_vec<float>(B), c = cast_vec<float>(C);
+          cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+          cpu::gemm<float>(ta, tb, M, N, K, 0.5f, a.data(), lda, b.data(), ldb, float(beta),
+                           c.data(), ldc);
+          cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
+          // K random products of two values each rounded by up to 2^-9: the sum's
+          // error is ~sqrt(K) * 2^-8 * |a||b|, about 1% of the result's scale.
+          expect_close(c, want, 2e-2, 0, what);
+          double worst = 0, diff = 0;
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              const int64_t at = int64_t(i) * ldc + j;
+              worst = std::max(worst, std::fabs(c[at] - want16[at]) / bound[at]);
+              diff = std::max(diff, std::fabs(double(c[at]) - want[at]));
+            }
+          EXPECT_LE(worst, 1.0) << what << ": not the product of bf16-rounded operands";
+          EXPECT_GT(diff, 1e-5) << what << ": exact, so the bf16 path did not run";
+          // Padding beyond N in C is untouched.
+          for (int i = 0; i < M; ++i)
+            for (int j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], float(C[i * ldc + j]));
+          results.push_back(c);
+        }
+  }
+  // Where both paths exist they agree to fp32 accumulation order.
+  const size_t per_path = 8;
+  for (size_t i = per_path; i < results.size(); ++i)
+    expect_close(results[i], results[i - per_path], 1e-5, 0, "native vs emulated bf16 gemm");
+}
+
+TEST(Ops, MatmulPrecisionNames) {
+  cpu::MatmulPrecision p;
+  ASSERT_TRUE(cpu::parse_matmul_precision("fp32", &p));
+  EXPECT_EQ(p, cpu::MatmulPrecision::FP32);
+  ASSERT_TRUE(cpu::parse_matmul_precision("bf16", &p));
+  EXPECT_EQ(p, cpu::MatmulPrecision::BF16);
+  ASSERT_TRUE(cpu::parse_matmul_precision("auto", &p));
+  // auto is bf16 exactly where bf16 matmuls are native.
+  EXPECT_EQ(p == cpu::MatmulPrecision::BF16, cpu::native_bf16_available());
+  EXPECT_FALSE(cpu::parse_matmul_precision("fp16", &p));
+  EXPECT_NE(cpu::matmul_path(cpu::MatmulPrecision::BF16)
+                .find(cpu::native_bf16_available() ? "native" : "emulated"),
+            std::string::npos);
+  if (!cpu::native_bf16_available()) {
+    EXPECT_THROW(cpu::set_bf16_path(cpu::Bf16Path::Native), Error);
+  }
 }
 
 TEST(Ops, Bf16ConversionRoundsToNearestEven) {
@@ -144,10 +192,11 @@ TYPED_TEST(OpsTest, SmallGemmMatchesNaiveOnEdgeShapes) {
             }
           auto a = cast_vec<T>(A), at = cast_vec<T>(At), b = cast_vec<T>(B);
           auto c = cast_vec<T>(C0), ct = cast_vec<T>(C0);
+          std::vector<T> panel(size_t(cpu::small_gemm_panel_size(K)));
           cpu::small_gemm<T, false>(M, N, K, T(0.5), a.data(), lda, b.data(), ldb, c.data(), ldc,
-                                    acc);
+                                    acc, panel.data());
           cpu::small_gemm<T, true>(M, N, K, T(0.5), at.data(), ldat, b.data(), ldb, ct.data(), ldc,
-                                   acc);
+                                   acc, panel.data());
           // Padding columns beyond N must be untouched.
           for (int i = 0; i < M; ++i)
             for (int j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], T(C0[i * ldc + j]));
@@ -299,12 +348,94 @@ TYPED_TEST(OpsTest, AttentionMatchesFullSoftmaxReference) {
     ref::Vec want_out, want_lse;
     ref::attention(qkv, c.B, c.S, c.Hq, c.Hkv, c.D, want_out, want_lse);
     auto q = cast_vec<T>(qkv);
-    std::vector<T> out(want_out.size()), lse(want_lse.size());
-    cpu::attention_forward<T>(out.data(), lse.data(), q.data(), c.B, c.S, c.Hq, c.Hkv, c.D);
-    const std::string name =
-        cat("attention B", c.B, " T", c.S, " Hq", c.Hq, " Hkv", c.Hkv, " D", c.D);
-    expect_close(out, want_out, 5 * tol<T>(), 0, name + " out");
-    expect_close(lse, want_lse, 5 * tol<T>(), 0, name + " lse");
+    for (CpuLevel level : testing::cpu_levels()) {
+      testing::ForceCpuLevel force(level);
+      std::vector<T> out(want_out.size()), lse(want_lse.size());
+      cpu::attention_forward<T>(out.data(), lse.data(), q.data(), c.B, c.S, c.Hq, c.Hkv, c.D);
+      const std::string name = cat("attention (", cpu_level_name(level), ") B", c.B, " T", c.S,
+                                   " Hq", c.Hq, " Hkv", c.Hkv, " D", c.D);
+      expect_close(out, want_out, 5 * tol<T>(), 0, name + " out");
+      expect_close(lse, want_lse, 5 * tol<T>(), 0, name + " lse");
+    }
+  }
+}
+
+// The AVX-512 kernels give exactly the AVX2 kernels' bits, forward and
+// backward (the same sums in the same order at either width), so a run's
+// numbers do not depend on which of the two the CPU took. On a CPU without
+// AVX-512 this checks the AVX2 kernels are deterministic run to run.
+TEST(Ops, AttentionKernelsGiveTheSameBitsAtEveryLevel) {
+  struct Case {
+    int B, S, Hq, Hkv, D;
+  };
+  for (const Case& c : {Case{2, 130, 4, 2, 48}, Case{1, 33, 6, 2, 6}, Case{1, 200, 2, 1, 64}}) {
+    const int64_t QS = int64_t(c.Hq + 2 * c.Hkv) * c.D, OS = int64_t(c.Hq) * c.D;
+    const auto qkv = cast_vec<float>(random_vec<double>(int64_t(c.B) * c.S * QS, 21, 1.5));
+    const auto dout = cast_vec<float>(random_vec<double>(int64_t(c.B) * c.S * OS, 22));
+    std::vector<std::vector<float>> results;
+    std::vector<CpuLevel> levels = testing::cpu_levels();
+    levels.push_back(levels.back());  // and once more at the highest level
+    for (CpuLevel level : levels) {
+      testing::ForceCpuLevel force(level);
+      std::vector<float> out(size_t(c.B) * c.S * OS), lse(size_t(c.B) * c.Hq * c.S);
+      std::vector<float> dqkv(qkv.size());
+      cpu::attention_forward<float>(out.data(), lse.data(), qkv.data(), c.B, c.S, c.Hq, c.Hkv, c.D);
+      cpu::attention_backward<float>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                                     c.B, c.S, c.Hq, c.Hkv, c.D);
+      out.insert(out.end(), lse.begin(), lse.end());
+      out.insert(out.end(), dqkv.begin(), dqkv.end());
+      results.push_back(out);
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+      ASSERT_EQ(results[i].size(), results[0].size());
+      EXPECT_EQ(std::memcmp(results[i].data(), results[0].data(), results[0].size() * 4), 0)
+          << "attention B" << c.B << " T" << c.S << " D" << c.D << ": " << cpu_level_name(levels[i])
+          << " differs from " << cpu_level_name(levels[0]);
+    }
+  }
+}
+
+// The row kernels behind softmax and cross-entropy: vector lanes and the
+// scalar tail compute the same exp, and sums match a double reference.
+TEST(VecMath, RowKernelsMatchReference) {
+  for (int n : {1, 7, 16, 17, 40, 1000}) {
+    auto x = cast_vec<float>(random_vec<double>(n, 31, 20.0));
+    const float m = cpu::row_max(x.data(), n);
+    EXPECT_EQ(m, *std::max_element(x.begin(), x.end())) << n;
+    std::vector<float> e(size_t(n), 0.0f), s(size_t(n), 0.0f);
+    const float sum = cpu::exp_shift_sum(e.data(), x.data(), n, m);
+    EXPECT_EQ(sum, cpu::exp_shift_sum<float>(nullptr, x.data(), n, m)) << n;
+    cpu::scaled_exp_shift(s.data(), x.data(), n, m, 0.5f);
+    double want = 0;
+    for (int j = 0; j < n; ++j) {
+      EXPECT_EQ(e[j], cpu::exp_approx(x[j] - m)) << "lane and scalar exp differ at " << j;
+      EXPECT_EQ(s[j], 0.5f * e[j]) << j;
+      want += std::exp(double(x[j]) - m);
+    }
+    EXPECT_NEAR(sum, want, 1e-6 * want) << n;
+  }
+  // Extremes clamp instead of overflowing; NaN stays NaN (in lanes and tails).
+  const std::vector<float> v = {-1e30f, -100.0f, 0.0f, 100.0f, 1e30f, std::nanf("")};
+  std::vector<float> x;
+  for (int r = 0; r < 7; ++r) x.insert(x.end(), v.begin(), v.end());
+  std::vector<float> e(x.size());
+  cpu::scaled_exp_shift(e.data(), x.data(), int(x.size()), 0.0f, 1.0f);
+  for (size_t j = 0; j < x.size(); ++j) {
+    switch (j % v.size()) {
+      case 0:
+      case 1:
+        EXPECT_LT(e[j], 1e-37f) << j;
+        break;
+      case 2:
+        EXPECT_EQ(e[j], 1.0f) << j;
+        break;
+      case 3:
+      case 4:
+        EXPECT_TRUE(std::isfinite(e[j]) && e[j] > 1e37f) << j;
+        break;
+      default:
+        EXPECT_TRUE(std::isnan(e[j])) << j;
+    }
   }
 }
 

@@ -5,7 +5,9 @@
 #   tests/run.sh -L unit          # one label (unit, grad)
 #   tests/run.sh -R Attention     # tests matching a regex
 # Environment: BUILD_DIR (default: build), STRATA_SKIP_APT=1 to skip apt.
+# The fresh-machine check (label fresh_machine: a pristine Debian root, about
+# ten minutes, needs root) is left out; run tests/fresh_machine.sh for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup.sh
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure "$@"
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -LE fresh_machine "$@"

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/gemm.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -40,6 +42,49 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// The bf16 matmul paths this CPU runs: always the emulated one, and the
+// native one where the CPU has it (strata's own detection decides).
+inline std::vector<cpu::Bf16Path> bf16_paths() {
+  std::vector<cpu::Bf16Path> p = {cpu::Bf16Path::Emulated};
+  if (cpu::native_bf16_available()) p.push_back(cpu::Bf16Path::Native);
+  return p;
+}
+inline const char* bf16_path_name(cpu::Bf16Path p) {
+  return p == cpu::Bf16Path::Native ? "native" : "emulated";
+}
+
+// Forces a bf16 matmul path for one scope.
+class ForceBf16Path {
+ public:
+  explicit ForceBf16Path(cpu::Bf16Path p) : saved_(cpu::bf16_path()) { cpu::set_bf16_path(p); }
+  ~ForceBf16Path() { cpu::set_bf16_path(saved_); }
+  ForceBf16Path(const ForceBf16Path&) = delete;
+  ForceBf16Path& operator=(const ForceBf16Path&) = delete;
+
+ private:
+  cpu::Bf16Path saved_;
+};
+
+// The kernel levels this CPU and build can run: AVX2 always, AVX-512 where
+// both have it.
+inline std::vector<CpuLevel> cpu_levels() {
+  std::vector<CpuLevel> l = {CpuLevel::Avx2};
+  if (build_has_avx512_kernels() && cpu_features().x86_64_v4()) l.push_back(CpuLevel::Avx512);
+  return l;
+}
+
+// Caps the kernel level for one scope.
+class ForceCpuLevel {
+ public:
+  explicit ForceCpuLevel(CpuLevel l) : saved_(cpu_level()) { set_max_cpu_level(l); }
+  ~ForceCpuLevel() { set_max_cpu_level(saved_); }
+  ForceCpuLevel(const ForceCpuLevel&) = delete;
+  ForceCpuLevel& operator=(const ForceCpuLevel&) = delete;
+
+ private:
+  CpuLevel saved_;
 };
 
 // Uniform in [-scale, scale), reproducible from (seed, stream).

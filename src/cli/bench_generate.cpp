@@ -169,6 +169,7 @@ int bench_generate(int argc, char** argv, int first) {
   const double bound = bw * 1e9 / bytes;
   const Mode& plain = modes.front();
   const double plain_tps = double(plain.tokens) / plain.decode_s;
+  print_bench_machine();
   std::printf("%-28s %12s %12s %10s %12s %9s\n", "mode", "prefill t/s", "decode t/s", "speed-up",
               "acceptance", "tok/pass");
   for (const Mode& m : modes) {
@@ -176,7 +177,8 @@ int bench_generate(int argc, char** argv, int first) {
     std::printf("%-28s %12.0f %12.1f %9.2fx", m.name.c_str(), median(m.prefill), median(m.decode),
                 tps / plain_tps);
     if (m.o.speculations)
-      std::printf(" %11.1f%% %9.2f", 100.0 * double(m.accepted) / double(std::max<int64_t>(1, m.drafted)),
+      std::printf(" %11.1f%% %9.2f",
+                  100.0 * double(m.accepted) / double(std::max<int64_t>(1, m.drafted)),
                   double(m.tokens) / double(std::max<int64_t>(1, m.rounds)));
     std::printf("\n");
     if (m.o.speculations)

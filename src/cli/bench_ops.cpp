@@ -247,6 +247,10 @@ int bench_model(int argc, char** argv, int first) {
     targets[i] = int32_t((i * 104729 + 1) % cfg.vocab_size);
   }
   const int steps = std::max(1, args.get_int("steps"));
+  print_bench_machine();
+  const auto precision = args.has("bf16") ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
+  std::printf("matmuls: %s %s\n", args.has("bf16") ? "bf16," : "fp32,",
+              cpu::matmul_path(precision).c_str());
   std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls\n",
               bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
               num_threads(), args.has("bf16") ? "bf16" : "fp32");
@@ -279,7 +283,8 @@ int cmd_bench(int argc, char** argv, int first) {
   const std::string sub = argv[first];
   if (sub == "model") return bench_model(argc, argv, first + 1);
   if (sub == "generate") return bench_generate(argc, argv, first + 1);
-  STRATA_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub, "' (choose ops, model or generate)");
+  STRATA_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub,
+               "' (choose ops, model or generate)");
   Args args("strata bench ops",
             "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
             "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");
@@ -290,6 +295,8 @@ int cmd_bench(int argc, char** argv, int first) {
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first + 1)) return 0;
   apply_threads(args.get_int("threads"));
+  print_bench_machine();
+  std::printf("matmuls: fp32, %s\n", cpu::matmul_path(cpu::MatmulPrecision::FP32).c_str());
   for (const auto& m : bench_models(args.get("model"), args.get_int("tokens")))
     bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"));
   return 0;

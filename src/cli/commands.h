@@ -19,4 +19,8 @@ int cmd_eval(int argc, char** argv, int first);       // cli/eval_cmd.cpp
 // Applies --threads (0 = keep OMP_NUM_THREADS / all cores).
 void apply_threads(int threads);
 
+// Prints the machine a benchmark runs on: CPU model and instruction sets, the
+// kernel level, the build's -march and the thread count (cli/info.cpp).
+void print_bench_machine();
+
 }  // namespace strata::cli

@@ -3,10 +3,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <string>
+
+#include "backends/cpu/gemm.h"
+#include "core/cpu.h"
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -21,46 +21,10 @@ void apply_threads(int threads) {
   if (threads > 0) set_num_threads(threads);
 }
 
-namespace {
-
-std::string cpu_summary() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line, model = "unknown";
-  std::set<std::string> flags;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0 && model == "unknown")
-      model = line.substr(line.find(':') + 2);
-    if (line.rfind("flags", 0) == 0 && flags.empty()) {
-      std::istringstream ss(line.substr(line.find(':') + 1));
-      std::string w;
-      while (ss >> w) flags.insert(w);
-    }
-  }
-  std::string out = model + "; SIMD:";
-  for (const char* f :
-       {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
-    if (flags.count(f)) out += std::string(" ") + f;
-  return out;
+void print_bench_machine() {
+  std::printf("cpu: %s\nkernels: %s, build -march=%s, %d threads\n", cpu_summary().c_str(),
+              cpu_level_name(cpu_level()), build_arch(), num_threads());
 }
-
-const char* isa_name(dnnl_cpu_isa_t isa) {
-  switch (isa) {
-    case dnnl_cpu_isa_avx2:
-      return "avx2";
-    case dnnl_cpu_isa_avx512_core:
-      return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni:
-      return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16:
-      return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx:
-      return "avx512_core_amx";
-    default:
-      return "other";
-  }
-}
-
-}  // namespace
 
 int cmd_info(int argc, char** argv, int first) {
   Args args("strata info",
@@ -73,15 +37,26 @@ int cmd_info(int argc, char** argv, int first) {
   const char* omp_env = std::getenv("OMP_NUM_THREADS");
   std::printf("strata %s\n", STRATA_VERSION);
 #ifdef NDEBUG
-  std::printf("build:   optimised (NDEBUG)\n");
+  const char* kind = "optimised (NDEBUG)";
 #else
-  std::printf("build:   debug\n");
+  const char* kind = "debug";
 #endif
+  std::printf("build:   %s, -march=%s (%s)\n", kind, build_arch(), build_isa());
   std::printf("threads: %d (OpenMP; OMP_NUM_THREADS=%s)\n", num_threads(),
               omp_env ? omp_env : "unset");
   std::printf("cpu:     %s\n", cpu_summary().c_str());
-  std::printf("gemm:    oneDNN %d.%d.%d, kernels for %s\n", v->major, v->minor, v->patch,
-              isa_name(dnnl_get_effective_cpu_isa()));
+  const CpuLevel level = cpu_level();
+  std::printf("kernels: %s (%s)\n", cpu_level_name(level),
+              build_has_avx512_kernels() && cpu_features().x86_64_v4()
+                  ? "AVX-512 kernels chosen at run time; STRATA_MAX_CPU_ISA=avx2 caps them"
+              : build_has_avx512_kernels() ? "no AVX-512 on this CPU"
+                                           : "this build has one set of kernels");
+  std::printf("gemm:    oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
+  std::printf("matmul fp32: %s\n", cpu::matmul_path(cpu::MatmulPrecision::FP32).c_str());
+  std::printf("matmul bf16: %s\n", cpu::matmul_path(cpu::MatmulPrecision::BF16).c_str());
+  cpu::MatmulPrecision automatic;
+  cpu::parse_matmul_precision("auto", &automatic);
+  std::printf("precision auto: %s\n", automatic == cpu::MatmulPrecision::BF16 ? "bf16" : "fp32");
 #ifdef STRATA_HAVE_CUDA
   const int rt = cuda::runtime_version();
   std::printf("cuda:    backend built (runtime %d.%d); %d device(s) visible\n", rt / 1000,

@@ -34,8 +34,8 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/model.h"
-#include "train/optimizer.h"
 #include "train/layerskip.h"
+#include "train/optimizer.h"
 #include "train/schedule.h"
 
 namespace strata {
@@ -88,7 +88,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"training.grad_accum_steps", K::Int, "1", "micro-batches per optimizer step"},
       {"training.grad_clip", K::Float, "1.0", "max global gradient norm (0: off)"},
       {"training.precision", K::String, "\"fp32\"",
-       "fp32, or bf16 (matmuls in bfloat16, fp32 accumulation and master weights)"},
+       "fp32; bf16 (matmuls in bfloat16, fp32 accumulation and master weights; emulated "
+       "with the same numerics where the CPU has no native bf16); or auto (bf16 where "
+       "native, else fp32)"},
       {"training.trainable", K::StringList, "[]",
        "only these tensors train (globs or layers:A-B; empty: all)"},
       {"training.freeze", K::StringList, "[]", "these tensors do not train (globs or layers:A-B)"},
@@ -603,11 +605,18 @@ void setup(Run& run) {
   } catch (const Error& e) {
     r.fail("parallelism.tp", e.what());
   }
-  const std::string precision = r.get_string("training.precision");
-  if (precision != "fp32" && precision != "bf16")
-    r.fail("training.precision", cat("unknown precision '", precision, "' (fp32 or bf16)"));
-  run.model->backend().set_matmul_precision(precision == "bf16" ? ops::MatmulPrecision::BF16
-                                                                : ops::MatmulPrecision::FP32);
+  std::string precision = r.get_string("training.precision");
+  ops::MatmulPrecision matmul = ops::MatmulPrecision::FP32;
+  if (!cpu::parse_matmul_precision(precision, &matmul))
+    r.fail("training.precision", cat("unknown precision '", precision, "' (fp32, bf16 or auto)"));
+  if (precision == "auto") {
+    // bf16 only where every process has native bf16 matmuls (nodes may differ).
+    const int64_t native = cpu::bf16_path() == cpu::Bf16Path::Native;
+    const int64_t all = run.world() > 1 ? run.grid.world->allreduce_sum(native) : native;
+    matmul = all == run.world() ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
+    precision = cat("auto -> ", matmul == ops::MatmulPrecision::BF16 ? "bf16" : "fp32");
+  }
+  run.model->backend().set_matmul_precision(matmul);
   LayerSkipConfig& ls = run.layerskip;
   ls.p_max = r.get_float("layerskip.p_max");
   ls.layer_scale = r.get_string("layerskip.layer_scale");
@@ -621,11 +630,11 @@ void setup(Run& run) {
   if (ls.enabled())
     log::info("layerskip: layer dropout p_max ", ls.p_max, " (", ls.layer_scale, " over layers, ",
               ls.time_scale, " over time); early exit ",
-              ls.early_exit() ? cat("e_scale ", ls.e_scale, ", curriculum ", ls.curriculum,
-                                    ls.curriculum == "rotational" ? cat(" R=", ls.rotation) : "",
-                                    ls.always_last ? ", last layer always on" : "", ", e(l) ",
-                                    ls.e_formula)
-                              : std::string("off"));
+              ls.early_exit()
+                  ? cat("e_scale ", ls.e_scale, ", curriculum ", ls.curriculum,
+                        ls.curriculum == "rotational" ? cat(" R=", ls.rotation) : "",
+                        ls.always_last ? ", last layer always on" : "", ", e(l) ", ls.e_formula)
+                  : std::string("off"));
   const int n_tensors = int(run.model->layout().tensors().size());
   if (reader) {
     std::vector<int> all(static_cast<size_t>(n_tensors));
@@ -704,9 +713,8 @@ void setup(Run& run) {
     log::info("parallel: ", run.world(), " processes (", run.grid.world->name(), ") = dp ",
               run.grid.dp, " x tp ", run.grid.tp, "; rank 0 holds ",
               human_count(double(run.model->num_params())), " parameters and ",
-              human_count(double(state)), " optimizer moments",
-              run.zero ? " (ZeRO-1)" : "", "; global batch ",
-              int64_t(run.micro_batch) * run.grid.dp * run.accum, " sequences");
+              human_count(double(state)), " optimizer moments", run.zero ? " (ZeRO-1)" : "",
+              "; global batch ", int64_t(run.micro_batch) * run.grid.dp * run.accum, " sequences");
   }
 }
 
@@ -756,7 +764,7 @@ void run_eval_tasks(Run& run, nlohmann::json& record) {
   }
   if (run.root())
     std::fprintf(stderr, "tasks step %lld | %s | %.1fs\n", (long long)run.step, line.c_str(),
-               t.seconds());
+                 t.seconds());
 }
 
 std::string save(Run& run) {
@@ -865,7 +873,8 @@ TrainResult train(const Recipe& recipe) {
   // LayerSkip: this step's summed CE per exit, and the logging window's means.
   const LayerSkipConfig& ls = run.layerskip;
   const int L = run.model->config().num_hidden_layers;
-  std::vector<double> exit_sum(static_cast<size_t>(L), 0.0), window_exit(static_cast<size_t>(L), 0.0);
+  std::vector<double> exit_sum(static_cast<size_t>(L), 0.0),
+      window_exit(static_cast<size_t>(L), 0.0);
   std::vector<int> window_exit_n(size_t(L), 0);
   std::vector<bool> exit_on(static_cast<size_t>(L), false);
   const bool debug_masks = std::getenv("STRATA_DEBUG_LAYERSKIP") != nullptr;
@@ -888,8 +897,8 @@ TrainResult train(const Recipe& recipe) {
         ls.enabled() ? layerskip_exit_weights(ls, L, run.step, run.steps) : std::vector<double>();
     for (size_t i = 0; i < micro.size(); ++i) {
       if (dp_sync)
-        run.model->set_grad_ready_hook(i + 1 == micro.size() ? on_grads_ready
-                                                             : std::function<void(int64_t, int64_t)>());
+        run.model->set_grad_ready_hook(
+            i + 1 == micro.size() ? on_grads_ready : std::function<void(int64_t, int64_t)>());
       const Batch& b = micro[i];
       LayerSkipStep skip;
       if (ls.enabled()) {
@@ -904,19 +913,18 @@ TrainResult train(const Recipe& recipe) {
             for (const auto& k : keep) bits.append(k.begin(), k.end());
             return sha256_hex(bits).substr(0, 16);
           };
-          const auto global = layerskip_keep_masks(ls, L, run.step, run.steps, run.seed,
-                                                   int64_t(i) * run.grid.dp * b.B,
-                                                   b.B * run.grid.dp);
+          const auto global =
+              layerskip_keep_masks(ls, L, run.step, run.steps, run.seed,
+                                   int64_t(i) * run.grid.dp * b.B, b.B * run.grid.dp);
           std::fprintf(stderr,
                        "layerskip masks: rank %d dp %d step %lld micro %zu local %s global %s\n",
                        run.grid.world_rank, run.grid.dp_rank, (long long)run.step + 1, i,
                        digest(skip.keep).c_str(), digest(global).c_str());
         }
       }
-      const LossResult res =
-          run.model->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T,
-                                      n_valid ? 1.0 / double(n_valid) : 0.0,
-                                      ls.enabled() ? &skip : nullptr);
+      const LossResult res = run.model->forward_backward(b.tokens.data(), b.targets.data(), b.B,
+                                                         b.T, n_valid ? 1.0 / double(n_valid) : 0.0,
+                                                         ls.enabled() ? &skip : nullptr);
       loss_sum += res.loss_sum;
       if (ls.early_exit())
         for (int l = 0; l < L; ++l)
@@ -955,8 +963,7 @@ TrainResult train(const Recipe& recipe) {
     window_wall += step_wall;
     run_comm += step_comm;
     run_wall += step_wall;
-    const int64_t step_tokens =
-        int64_t(run.accum) * run.micro_batch * run.grid.dp * run.seq_len;
+    const int64_t step_tokens = int64_t(run.accum) * run.micro_batch * run.grid.dp * run.seq_len;
     run.tokens_seen += step_tokens;
     window_tokens += step_tokens;
     run_tokens += step_tokens;
@@ -970,8 +977,8 @@ TrainResult train(const Recipe& recipe) {
     // times), so they all take part in the final checkpoint.
     int stop_signal = StopScope::signal();
     if (run.world() > 1) {  // high half: ranks with a signal; low half: their signal numbers
-      const int64_t sum = run.grid.world->allreduce_sum(
-          (int64_t(stop_signal != 0) << 32) | int64_t(stop_signal));
+      const int64_t sum =
+          run.grid.world->allreduce_sum((int64_t(stop_signal != 0) << 32) | int64_t(stop_signal));
       const int64_t ranks = sum >> 32;
       stop_signal = ranks ? int((sum & 0xffffffff) / ranks) : 0;
     }
@@ -1008,7 +1015,8 @@ TrainResult train(const Recipe& recipe) {
                      "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s%s | %s | "
                      "ETA %s\n",
                      (long long)run.step, (long long)run.steps, window_loss / window_steps, lr,
-                     gnorm, tps, comm.c_str(), human_time(elapsed).c_str(), human_time(eta).c_str());
+                     gnorm, tps, comm.c_str(), human_time(elapsed).c_str(),
+                     human_time(eta).c_str());
       m = {{"step", run.step},    {"loss", loss},        {"lr", lr},
            {"grad_norm", gnorm},  {"tokens_per_s", tps}, {"tokens", run.tokens_seen},
            {"elapsed_s", elapsed}};
@@ -1027,7 +1035,7 @@ TrainResult train(const Recipe& recipe) {
       result.last_val_loss = val;
       if (run.root())
         std::fprintf(stderr, "eval  step %lld | val_loss %.4f | val_ppl %.2f | %.1fs\n",
-                   (long long)run.step, val, std::exp(val), t.seconds());
+                     (long long)run.step, val, std::exp(val), t.seconds());
       if (m.is_null()) m = {{"step", run.step}, {"loss", loss}, {"lr", lr}};
       m["val_loss"] = val;
       window_timer.reset();  // keep evaluation out of the training throughput

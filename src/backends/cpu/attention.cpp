@@ -1,51 +1,16 @@
-// Causal grouped-query attention on the CPU, memory-efficient.
-//
-// Forward: keys are transposed once per (batch, kv head); then per (batch,
-// query head, tile of kTile query rows): S = Q K^T / sqrt(D) for the tile
-// (kTile x visible keys, in thread scratch), causal softmax in place, O = P V.
-// Only O and the row log-sum-exp are kept.
-//
-// Backward, per (batch, kv head): for every query head of the group and every
-// tile, recompute P from the saved log-sum-exp, then
-//   dP = dO V^T,  dS = P * (dP - rowsum(dO * O)) / sqrt(D),
-//   dQ = dS K,    dK += dS^T Q,    dV += P^T dO.
-// A task owns one kv head, so dK and dV accumulate without races.
-//
-// Trade-off: a tile's whole score row is materialised (kTile x T in scratch per
-// thread, not T x T per head), which keeps the softmax exact and simple; for the
-// sequence lengths a CPU trains on this is a few hundred KiB per thread.
+// Causal grouped-query attention: shape checks, scratch memory and the choice
+// of kernel instruction set (attention_kernel.h). The kernels give the same
+// bits at either width (tests/ops_test.cpp checks it where AVX-512 exists).
 #include <omp.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
+#include "backends/cpu/attention_kernel.h"
 #include "backends/cpu/kernels.h"
-#include "backends/cpu/microgemm.h"
-#include "backends/cpu/vec_math.h"
 #include "backends/cpu/workspace.h"
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace strata::cpu {
 namespace {
-
-constexpr int kTile = 64;
-
-int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
-
-// dst[D][ld] = src[n][stride] transposed (first D columns of each row), in
-// blocks of 16 rows so every store fills a cache line and the rows being read
-// stay in L1.
-template <typename T>
-void transpose_rows(T* dst, int64_t ld, const T* src, int64_t stride, int n, int D) {
-  for (int j0 = 0; j0 < n; j0 += 16) {
-    const int j1 = std::min(n, j0 + 16);
-    for (int c = 0; c < D; ++c) {
-      T* d = dst + int64_t(c) * ld;
-      for (int j = j0; j < j1; ++j) d[j] = src[int64_t(j) * stride + c];
-    }
-  }
-}
 
 void check_shape(int Hq, int Hkv, int D) {
   STRATA_CHECK(Hq > 0 && Hkv > 0 && Hq % Hkv == 0, "attention: ", Hq,
@@ -59,59 +24,15 @@ template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int Hq, int Hkv, int D) {
   check_shape(Hq, Hkv, D);
   struct Tag {};
-  const int64_t QS = int64_t(Hq + 2 * Hkv) * D, OS = int64_t(Hq) * D;
-  const int group = Hq / Hkv;
-  const int ntiles = (T_ + kTile - 1) / kTile;
-  const int64_t ld = padded(T_);
-  // Keys transposed once per (batch, kv head): KT[b][g] is D x T.
-  T* KT_all = workspace<T, 1, Tag>(size_t(B) * Hkv * D * ld);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int g = 0; g < Hkv; ++g)
-      transpose_rows(KT_all + (int64_t(b) * Hkv + g) * D * ld, ld,
-                     qkv + int64_t(b) * T_ * QS + int64_t(Hq + g) * D, QS, T_, D);
-  const int64_t per_thread = int64_t(kTile) * ld;
-  T* scratch = workspace<T, 0, Tag>(size_t(omp_get_max_threads()) * per_thread);
-  const T scale = T(1) / std::sqrt(T(D));
-
-#pragma omp parallel
-  {
-    T* S = scratch + omp_get_thread_num() * per_thread;
-#pragma omp for collapse(3) schedule(dynamic)
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < Hq; ++h)
-        for (int tile = 0; tile < ntiles; ++tile) {
-          const int i0 = tile * kTile, i1 = std::min(T_, i0 + kTile), tq = i1 - i0, nk = i1;
-          const int g = h / group;
-          const T* base = qkv + int64_t(b) * T_ * QS;
-          const T* q = base + int64_t(i0) * QS + int64_t(h) * D;
-          const T* v = base + int64_t(Hq + Hkv + g) * D;
-          const T* KT = KT_all + (int64_t(b) * Hkv + g) * D * ld;
-          small_gemm<T, false>(tq, nk, D, scale, q, QS, KT, ld, S, ld, false);
-          T* lse_row = lse + (int64_t(b) * Hq + h) * T_;
-          for (int r = 0; r < tq; ++r) {
-            T* s = S + int64_t(r) * ld;
-            const int n = i0 + r + 1;  // visible keys 0..i
-            T m = s[0];
-#pragma omp simd reduction(max : m)
-            for (int j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
-            T sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < n; ++j) {
-              const T p = vexp<T>(s[j] - m);
-              s[j] = p;
-              sum += p;
-            }
-            const T inv = T(1) / sum;
-#pragma omp simd
-            for (int j = 0; j < n; ++j) s[j] *= inv;
-            for (int j = n; j < nk; ++j) s[j] = T(0);
-            lse_row[i0 + r] = m + std::log(sum);
-          }
-          T* o = out + (int64_t(b) * T_ + i0) * OS + int64_t(h) * D;
-          small_gemm<T, false>(tq, D, nk, T(1), S, ld, v, QS, o, OS, false);
-        }
-  }
+  T* keys = workspace<T, 1, Tag>(size_t(attention::forward_keys(B, T_, Hkv, D)));
+  const int64_t per_thread = attention::forward_per_thread(T_, D);
+  T* scratch = workspace<T, 0, Tag>(size_t(omp_get_max_threads() * per_thread));
+#ifdef STRATA_AVX512_VARIANT  // the portable build: AVX-512 kernels where the CPU has them
+  if (cpu_level() == CpuLevel::Avx512)
+    return avx512::attention_forward_kernel(out, lse, qkv, B, T_, Hq, Hkv, D, keys, scratch,
+                                            per_thread);
+#endif
+  attention_forward_kernel(out, lse, qkv, B, T_, Hq, Hkv, D, keys, scratch, per_thread);
 }
 
 template <typename T>
@@ -119,77 +40,14 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                         int T_, int Hq, int Hkv, int D) {
   check_shape(Hq, Hkv, D);
   struct Tag {};
-  const int64_t QS = int64_t(Hq + 2 * Hkv) * D, OS = int64_t(Hq) * D;
-  const int group = Hq / Hkv;
-  const int ntiles = (T_ + kTile - 1) / kTile;
-  const int64_t ld = padded(T_);
-  const int64_t per_thread = 2 * int64_t(D) * ld + 2 * int64_t(kTile) * ld + kTile;
-  T* scratch = workspace<T, 0, Tag>(size_t(omp_get_max_threads()) * per_thread);
-  const T scale = T(1) / std::sqrt(T(D));
-
-#pragma omp parallel
-  {
-    T* KT = scratch + omp_get_thread_num() * per_thread;
-    T* VT = KT + int64_t(D) * ld;
-    T* P = VT + int64_t(D) * ld;
-    T* dS = P + int64_t(kTile) * ld;
-    T* Drow = dS + int64_t(kTile) * ld;
-#pragma omp for collapse(2) schedule(dynamic)
-    for (int b = 0; b < B; ++b)
-      for (int g = 0; g < Hkv; ++g) {
-        const T* base = qkv + int64_t(b) * T_ * QS;
-        T* dbase = dqkv + int64_t(b) * T_ * QS;
-        const T* k = base + int64_t(Hq + g) * D;
-        const T* v = base + int64_t(Hq + Hkv + g) * D;
-        T* dk = dbase + int64_t(Hq + g) * D;
-        T* dv = dbase + int64_t(Hq + Hkv + g) * D;
-        for (int j = 0; j < T_; ++j) {
-          std::memset(dk + int64_t(j) * QS, 0, sizeof(T) * D);
-          std::memset(dv + int64_t(j) * QS, 0, sizeof(T) * D);
-        }
-        transpose_rows(KT, ld, k, QS, T_, D);
-        transpose_rows(VT, ld, v, QS, T_, D);
-        for (int h = g * group; h < (g + 1) * group; ++h) {
-          const T* lse_row = lse + (int64_t(b) * Hq + h) * T_;
-          for (int tile = 0; tile < ntiles; ++tile) {
-            const int i0 = tile * kTile, i1 = std::min(T_, i0 + kTile), tq = i1 - i0, nk = i1;
-            const T* q = base + int64_t(i0) * QS + int64_t(h) * D;
-            T* dq = dbase + int64_t(i0) * QS + int64_t(h) * D;
-            const int64_t orow = (int64_t(b) * T_ + i0) * OS + int64_t(h) * D;
-            const T* o = out + orow;
-            const T* dO = dout + orow;
-            // P = softmax(scale * Q K^T), recomputed from the saved lse.
-            small_gemm<T, false>(tq, nk, D, scale, q, QS, KT, ld, P, ld, false);
-            for (int r = 0; r < tq; ++r) {
-              T* p = P + int64_t(r) * ld;
-              const int n = i0 + r + 1;
-              const T l = lse_row[i0 + r];
-#pragma omp simd
-              for (int j = 0; j < n; ++j) p[j] = vexp<T>(p[j] - l);
-              for (int j = n; j < nk; ++j) p[j] = T(0);
-              const T* orr = o + int64_t(r) * OS;
-              const T* dor = dO + int64_t(r) * OS;
-              T d = 0;
-#pragma omp simd reduction(+ : d)
-              for (int c = 0; c < D; ++c) d += orr[c] * dor[c];
-              Drow[r] = d;
-            }
-            // dS = P * (dO V^T - Drow) * scale
-            small_gemm<T, false>(tq, nk, D, T(1), dO, OS, VT, ld, dS, ld, false);
-            for (int r = 0; r < tq; ++r) {
-              T* ds = dS + int64_t(r) * ld;
-              const T* p = P + int64_t(r) * ld;
-              const T d = Drow[r];
-#pragma omp simd
-              for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
-            }
-            small_gemm<T, false>(tq, D, nk, T(1), dS, ld, k, QS, dq, QS, false);
-            small_gemm<T, true>(nk, D, tq, T(1), dS, ld, q, QS, dk, QS, true);
-            small_gemm<T, true>(nk, D, tq, T(1), P, ld, dO, OS, dv, QS, true);
-          }
-        }
-      }
-  }
+  const int64_t per_thread = attention::backward_per_thread(T_, D);
+  T* scratch = workspace<T, 0, Tag>(size_t(omp_get_max_threads() * per_thread));
+#ifdef STRATA_AVX512_VARIANT  // the portable build: AVX-512 kernels where the CPU has them
+  if (cpu_level() == CpuLevel::Avx512)
+    return avx512::attention_backward_kernel(dqkv, dout, qkv, out, lse, B, T_, Hq, Hkv, D, scratch,
+                                             per_thread);
+#endif
+  attention_backward_kernel(dqkv, dout, qkv, out, lse, B, T_, Hq, Hkv, D, scratch, per_thread);
 }
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);

@@ -1,5 +1,6 @@
 #include "backends/cpu/gemm.h"
 
+#include <atomic>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
@@ -7,12 +8,43 @@
 #include <tuple>
 
 #include "backends/cpu/workspace.h"
+#include "core/cpu.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace strata::cpu {
 namespace {
 
 MatmulPrecision g_precision = MatmulPrecision::FP32;
+std::atomic<int> g_bf16_path{-1};  // forced by set_bf16_path; -1: the detected one
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "baseline";
+  }
+}
+
+// What a failed oneDNN call should tell the user: the op, shapes and types,
+// the CPU and what oneDNN runs on it, and what to do.
+std::string gemm_context(const char* op, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  return cat(op, " M=", M, " N=", N, " K=", K, ta ? " A^T" : "", tb ? " B^T" : "", " on ",
+             cpu_summary(), " (oneDNN kernels for ", isa_name(dnnl_get_effective_cpu_isa()), ")");
+}
 
 // bf16 x bf16 -> f32 matmul primitives for compact (ld = row length) operands.
 class Bf16Matmul {
@@ -27,8 +59,14 @@ class Bf16Matmul {
     e.a.set_data_handle(const_cast<uint16_t*>(A));
     e.b.set_data_handle(const_cast<uint16_t*>(B));
     e.c.set_data_handle(C);
-    e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
-    stream_.wait();
+    try {
+      e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+      stream_.wait();
+    } catch (const dnnl::error& err) {
+      fail(cat("bf16 matmul: oneDNN failed (", err.what(), ") for ",
+               gemm_context("bf16 x bf16 -> f32", ta, tb, M, N, K),
+               "; run with training.precision = \"fp32\""));
+    }
   }
 
  private:
@@ -51,9 +89,16 @@ class Bf16Matmul {
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
-    return Entry{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
-                 dnnl::memory(b_md, engine_, nullptr), dnnl::memory(c_md, engine_, nullptr)};
+    try {
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
+      return Entry{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
+                   dnnl::memory(b_md, engine_, nullptr), dnnl::memory(c_md, engine_, nullptr)};
+    } catch (const dnnl::error& e) {
+      fail(cat("bf16 matmul: oneDNN cannot create it (", e.what(), ") for ",
+               gemm_context("bf16 x bf16 -> f32", ta, tb, M, N, K),
+               "; run with training.precision = \"fp32\" or \"auto\", or report this with "
+               "`strata info`"));
+    }
   }
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
@@ -67,11 +112,88 @@ void pack_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int6
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) float_to_bf16_serial(dst + r * cols, src + r * ld, cols);
 }
+// The same into a compact fp32 matrix of bf16-rounded values.
+void pack_bf16_as_float(float* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) round_to_bf16_serial(dst + r * cols, src + r * ld, cols);
+}
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  STRATA_CHECK(st == dnnl_success, "fp32 matmul: oneDNN sgemm failed (status ", int(st), ") for ",
+               gemm_context("f32", ta, tb, M, N, K), " (lda=", lda, " ldb=", ldb, " ldc=", ldc,
+               "); report this with `strata info`");
+}
+
+// Native when the CPU has a bf16 dot product, oneDNN runs its kernels for it
+// (DNNL_MAX_CPU_ISA may hold it back) and creates a bf16 matmul.
+Bf16Path detect_bf16_path() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  const bool onednn_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  if (!cpu_features().native_bf16() || !onednn_bf16) return Bf16Path::Emulated;
+  try {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const dnnl::memory::desc a({16, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+    dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), engine);
+  } catch (const dnnl::error&) {
+    return Bf16Path::Emulated;
+  }
+  return Bf16Path::Native;
+}
 
 }  // namespace
 
-void set_matmul_precision(MatmulPrecision p) { g_precision = p; }
+void set_matmul_precision(MatmulPrecision p) {
+  g_precision = p;
+  static std::atomic<bool> warned{false};
+  if (p == MatmulPrecision::BF16 && bf16_path() == Bf16Path::Emulated && !warned.exchange(true))
+    log::warn("bf16 matmuls: this CPU has no native bf16 matmul (", cpu_features().model,
+              "; needs AVX512-BF16 or AMX-BF16), so they are emulated with the same numerics "
+              "(operands rounded to bf16, fp32 GEMM): a little slower than fp32. Precision "
+              "\"auto\" picks fp32 here.");
+}
 MatmulPrecision matmul_precision() { return g_precision; }
+
+bool native_bf16_available() {
+  static const bool native = detect_bf16_path() == Bf16Path::Native;
+  return native;
+}
+
+Bf16Path bf16_path() {
+  const int forced = g_bf16_path.load();
+  if (forced >= 0) return Bf16Path(forced);
+  return native_bf16_available() ? Bf16Path::Native : Bf16Path::Emulated;
+}
+
+void set_bf16_path(Bf16Path p) {
+  STRATA_CHECK(p == Bf16Path::Emulated || native_bf16_available(),
+               "bf16 matmul: no native bf16 path on ", cpu_summary());
+  g_bf16_path.store(int(p));
+}
+
+bool parse_matmul_precision(const std::string& name, MatmulPrecision* out) {
+  if (name == "fp32")
+    *out = MatmulPrecision::FP32;
+  else if (name == "bf16")
+    *out = MatmulPrecision::BF16;
+  else if (name == "auto")
+    *out = bf16_path() == Bf16Path::Native ? MatmulPrecision::BF16 : MatmulPrecision::FP32;
+  else
+    return false;
+  return true;
+}
+
+std::string matmul_path(MatmulPrecision p) {
+  const char* isa = isa_name(dnnl_get_effective_cpu_isa());
+  if (p == MatmulPrecision::FP32) return cat("oneDNN sgemm, kernels for ", isa);
+  if (bf16_path() == Bf16Path::Native) return cat("native: oneDNN bf16 matmul, kernels for ", isa);
+  return cat("emulated (no AVX512-BF16 or AMX-BF16): operands rounded to bf16, oneDNN sgemm (", isa,
+             "); same numerics, fp32 speed");
+}
 
 float bf16_to_float(uint16_t x) {
   const uint32_t bits = uint32_t(x) << 16;
@@ -92,19 +214,24 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   if (M == 0 || N == 0) return;
   if (g_precision == MatmulPrecision::BF16 && K > 0) {
     struct Tag {};
-    static Bf16Matmul matmul;
     // op(A) is M x K: stored as M x K (ta false) or K x M (ta true); same for B.
-    uint16_t* a = workspace<uint16_t, 0, Tag>(size_t(M * K));
-    uint16_t* b = workspace<uint16_t, 1, Tag>(size_t(K * N));
-    pack_bf16(a, A, ta ? K : M, ta ? M : K, lda);
-    pack_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
-    matmul.run(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
+    if (bf16_path() == Bf16Path::Native) {
+      static Bf16Matmul matmul;
+      uint16_t* a = workspace<uint16_t, 0, Tag>(size_t(M * K));
+      uint16_t* b = workspace<uint16_t, 1, Tag>(size_t(K * N));
+      pack_bf16(a, A, ta ? K : M, ta ? M : K, lda);
+      pack_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
+      matmul.run(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
+      return;
+    }
+    float* a = workspace<float, 0, Tag>(size_t(M * K));
+    float* b = workspace<float, 1, Tag>(size_t(K * N));
+    pack_bf16_as_float(a, A, ta ? K : M, ta ? M : K, lda);
+    pack_bf16_as_float(b, B, tb ? N : K, tb ? K : N, ldb);
+    sgemm(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
     return;
   }
-  const dnnl_status_t st =
-      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  STRATA_CHECK(st == dnnl_success, "oneDNN sgemm failed (status ", int(st), ") for M=", M, " N=", N,
-               " K=", K);
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template <>

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace strata::cpu {
 
@@ -19,23 +20,54 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 // Precision of float GEMMs (double GEMMs are always exact), like PyTorch's
 // autocast for matmuls: FP32, or BF16, where A and B are rounded to bfloat16
 // (round to nearest even) and multiplied with fp32 accumulation and an fp32
-// result, through oneDNN's matmul primitive (created once per shape, cached).
-// Everything that is not a GEMM stays fp32.
+// result. Everything that is not a GEMM stays fp32.
 enum class MatmulPrecision { FP32, BF16 };
 void set_matmul_precision(MatmulPrecision p);
 MatmulPrecision matmul_precision();
+
+// How BF16 GEMMs run on this CPU:
+//   Native:   oneDNN's bf16 matmul (primitives created once per shape), where
+//             the CPU has AVX512-BF16 or AMX-BF16 and oneDNN uses it;
+//   Emulated: operands rounded to bf16 into fp32 buffers, then the fp32 GEMM.
+//             bf16 x bf16 products are exact in fp32, so the numerics are the
+//             same (operands in bf16, fp32 accumulation); the speed is fp32's,
+//             a little less for the rounding pass.
+// Decided on first use; set_bf16_path forces one (tests; Native only where
+// available, else it throws).
+enum class Bf16Path { Native, Emulated };
+Bf16Path bf16_path();
+void set_bf16_path(Bf16Path p);
+bool native_bf16_available();
+
+// Parses "fp32", "bf16" or "auto" (bf16 where the bf16 path is native, fp32
+// otherwise); false for any other text.
+bool parse_matmul_precision(const std::string& name, MatmulPrecision* out);
+// One line on how GEMMs of this precision run here, e.g. "oneDNN sgemm
+// (avx512_core)" or "emulated: operands rounded to bf16, oneDNN sgemm".
+std::string matmul_path(MatmulPrecision p);
+
+// Round-to-nearest-even bfloat16 bits of a float; NaN stays NaN (quiet)
+// instead of carrying into infinity or -0.
+inline uint16_t bf16_bits(float f) {
+  uint32_t x;
+  __builtin_memcpy(&x, &f, 4);
+  const uint16_t rounded = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+  return (x & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((x >> 16) | 0x0040u) : rounded;
+}
 
 // Round-to-nearest-even conversion of n floats to bfloat16 bit patterns
 // (parallel; float_to_bf16_serial is the single-threaded loop).
 void float_to_bf16(uint16_t* dst, const float* src, int64_t n);
 inline void float_to_bf16_serial(uint16_t* dst, const float* src, int64_t n) {
 #pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits(src[i]);
+}
+// The same rounding, kept as floats (the low 16 bits zero).
+inline void round_to_bf16_serial(float* dst, const float* src, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t x;
-    __builtin_memcpy(&x, src + i, 4);
-    const uint16_t rounded = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-    // NaN stays NaN (quiet), instead of carrying into infinity or -0.
-    dst[i] = (x & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((x >> 16) | 0x0040u) : rounded;
+    const uint32_t bits = uint32_t(bf16_bits(src[i])) << 16;
+    __builtin_memcpy(dst + i, &bits, 4);
   }
 }
 float bf16_to_float(uint16_t x);

@@ -46,29 +46,15 @@ void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* tar
         std::memset(l, 0, sizeof(T) * V);
         continue;
       }
-      const T lr = lse[r], k = T(dloss);
-#pragma omp simd
-      for (int j = 0; j < V; ++j) l[j] = k * vexp<T>(l[j] - lr);
+      const T k = T(dloss);
+      scaled_exp_shift(l, l, V, lse[r], k);
       l[y] -= k;
       continue;
     }
-    T m = l[0];
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < V; ++j) m = l[j] > m ? l[j] : m;
+    const T m = row_max(l, V);
     const T ly = valid ? l[y] : T(0);
-    T sum = 0;
-    if (mode == Mode::Forward) {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += vexp<T>(l[j] - m);
-    } else {
-      // Keep exp(l - m) so the gradient needs no second exp.
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) {
-        const T e = vexp<T>(l[j] - m);
-        l[j] = e;
-        sum += e;
-      }
-    }
+    // ForwardBackward keeps exp(l - m) so the gradient needs no second exp.
+    const T sum = exp_shift_sum(mode == Mode::Forward ? nullptr : l, l, V, m);
     const T lr = m + std::log(sum);
     lse[r] = lr;
     nll[r] = valid ? lr - ly : T(0);
@@ -87,20 +73,15 @@ void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* tar
 // The vocab-parallel version of chunk_softmax: local statistics, the
 // shard's combine() across ranks, then the gradient for this rank's columns.
 template <typename T>
-void shard_chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* targets,
-                         T* lse, T* nll, double dloss, const VocabShard<T>& shard, T* target_logit) {
+void shard_chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* targets, T* lse,
+                         T* nll, double dloss, const VocabShard<T>& shard, T* target_logit) {
   auto owned = [&](int32_t y) { return y != kIgnoreIndex && y >= shard.v0 && y < shard.v0 + V; };
   if (mode != Mode::Backward) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* l = logits + r * V;
-      T m = l[0];
-#pragma omp simd reduction(max : m)
-      for (int j = 0; j < V; ++j) m = l[j] > m ? l[j] : m;
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += vexp<T>(l[j] - m);
-      lse[r] = m + std::log(sum);
+      const T m = row_max(l, V);
+      lse[r] = m + std::log(exp_shift_sum<T>(nullptr, l, V, m));
       target_logit[r] = owned(targets[r]) ? l[targets[r] - shard.v0] : T(0);
     }
     shard.combine(lse, target_logit, rows);
@@ -115,9 +96,8 @@ void shard_chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_
       std::memset(l, 0, sizeof(T) * V);
       continue;
     }
-    const T lr = lse[r], k = T(dloss);
-#pragma omp simd
-    for (int j = 0; j < V; ++j) l[j] = k * vexp<T>(l[j] - lr);
+    const T k = T(dloss);
+    scaled_exp_shift(l, l, V, lse[r], k);
     if (owned(targets[r])) l[targets[r] - shard.v0] -= k;
   }
 }
@@ -146,8 +126,8 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
     const T* xr = xn + r0 * C;
     gemm<T>(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
     if (shard)
-      shard_chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0,
-                             dloss, *shard, target_logit);
+      shard_chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss,
+                             *shard, target_logit);
     else
       chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
     if (!grad) continue;

@@ -12,48 +12,25 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+
+#include "backends/cpu/simd.h"
 
 namespace strata::cpu {
+inline namespace STRATA_CPU_ISA_NS {
 
 namespace detail {
 
+constexpr int kVecBytes = simd::kBytes;
 #ifdef __AVX512F__
-constexpr int kVecBytes = 64;
 constexpr int kRows = 8;  // 16 accumulators + 2 B vectors + 1 broadcast of 32 registers
 #else
-constexpr int kVecBytes = 32;
 constexpr int kRows = 6;  // 12 + 2 + 1 of 16 registers
 #endif
 
-// (The attribute must sit on a non-dependent typedef: GCC ignores it on a
-// template alias.)
-typedef float VecF __attribute__((vector_size(kVecBytes)));
-typedef double VecD __attribute__((vector_size(kVecBytes)));
 template <typename T>
-struct VecOf;
-template <>
-struct VecOf<float> {
-  using type = VecF;
-};
-template <>
-struct VecOf<double> {
-  using type = VecD;
-};
-template <typename T>
-using Vec = typename VecOf<T>::type;
-
-template <typename T>
-inline Vec<T> load(const T* p) {
-  Vec<T> v;
-  static_assert(sizeof v == kVecBytes);
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <typename T>
-inline void store(T* p, Vec<T> v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using Vec = simd::Vec<T>;
+using simd::load;
+using simd::store;
 
 // C[MR, NV vectors] block.
 template <typename T, bool TransA, int MR, int NV>
@@ -80,18 +57,23 @@ inline void microkernel(int K, T alpha, const T* A, int64_t lda, const T* B, int
     }
 }
 
+// Rows or columns left over by the micro-kernel. Each element is computed
+// like the micro-kernel computes it (a sum over k from zero, then times
+// alpha), so a result does not depend on which tile it fell in, and hence not
+// on the vector width.
 template <typename T, bool TransA>
 inline void edgekernel(int mr, int nr, int K, T alpha, const T* A, int64_t lda, const T* B,
                        int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  T acc[2 * kVecBytes / sizeof(T)];
   for (int r = 0; r < mr; ++r) {
-    T* c = C + r * ldc;
-    if (!accumulate)
-      for (int v = 0; v < nr; ++v) c[v] = T(0);
+    for (int v = 0; v < nr; ++v) acc[v] = T(0);
     for (int k = 0; k < K; ++k) {
-      const T a = alpha * (TransA ? A[int64_t(k) * lda + r] : A[r * lda + k]);
+      const T a = TransA ? A[int64_t(k) * lda + r] : A[r * lda + k];
       const T* b = B + k * ldb;
-      for (int v = 0; v < nr; ++v) c[v] += a * b[v];
+      for (int v = 0; v < nr; ++v) acc[v] += a * b[v];
     }
+    T* c = C + r * ldc;
+    for (int v = 0; v < nr; ++v) c[v] = accumulate ? c[v] + alpha * acc[v] : alpha * acc[v];
   }
 }
 
@@ -99,42 +81,46 @@ inline void edgekernel(int mr, int nr, int K, T alpha, const T* A, int64_t lda, 
 
 // A column remainder narrower than a vector (e.g. head dimension 8) would
 // otherwise run in the scalar edge kernel for the whole K loop: copy that
-// strip of B into a zero-padded K x L panel, run the vector kernel into a
-// padded tile and keep the first nr columns.
+// strip of B into a zero-padded K x L panel (caller's scratch, at least
+// small_gemm_panel_size(K) elements), run the vector kernel into a padded
+// tile and keep the first nr columns.
 template <typename T, bool TransA>
-void narrow_columns(int M, int nr, int K, T alpha, const T* A, int64_t lda, const T* B,
-                    int64_t ldb, T* C, int64_t ldc, bool accumulate, int& rows_done) {
+void narrow_columns(int M, int nr, int K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+                    T* C, int64_t ldc, bool accumulate, T* panel, int& rows_done) {
   constexpr int L = detail::kVecBytes / sizeof(T), MR = detail::kRows;
-  thread_local std::vector<T> panel;
-  panel.assign(size_t(K) * L, T(0));
   for (int k = 0; k < K; ++k)
-    for (int v = 0; v < nr; ++v) panel[size_t(k) * L + v] = B[int64_t(k) * ldb + v];
+    for (int v = 0; v < L; ++v) panel[int64_t(k) * L + v] = v < nr ? B[int64_t(k) * ldb + v] : T(0);
   T tile[MR * L];
   int i = 0;
   for (; i + MR <= M; i += MR) {
     for (int r = 0; r < MR; ++r)
-      for (int v = 0; v < L; ++v) tile[r * L + v] = accumulate && v < nr ? C[int64_t(i + r) * ldc + v] : T(0);
+      for (int v = 0; v < L; ++v)
+        tile[r * L + v] = accumulate && v < nr ? C[int64_t(i + r) * ldc + v] : T(0);
     const T* a = TransA ? A + i : A + int64_t(i) * lda;
-    detail::microkernel<T, TransA, MR, 1>(K, alpha, a, lda, panel.data(), L, tile, L, accumulate);
+    detail::microkernel<T, TransA, MR, 1>(K, alpha, a, lda, panel, L, tile, L, accumulate);
     for (int r = 0; r < MR; ++r)
       for (int v = 0; v < nr; ++v) C[int64_t(i + r) * ldc + v] = tile[r * L + v];
   }
   rows_done = i;
 }
 
+// Elements of the panel small_gemm may use for a K-long product (any width).
+constexpr int64_t small_gemm_panel_size(int64_t K) { return K * 16; }
+
 template <typename T, bool TransA>
 void small_gemm(int M, int N, int K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
-                T* C, int64_t ldc, bool accumulate) {
+                T* C, int64_t ldc, bool accumulate, T* panel) {
   constexpr int L = detail::kVecBytes / sizeof(T), MR = detail::kRows;
   for (int j = 0; j < N;) {
     const int nr = N - j >= 2 * L ? 2 * L : (N - j >= L ? L : N - j);
     if (nr < L && M >= MR && K >= 16) {
       int done = 0;
-      narrow_columns<T, TransA>(M, nr, K, alpha, A, lda, B + j, ldb, C + j, ldc, accumulate, done);
+      narrow_columns<T, TransA>(M, nr, K, alpha, A, lda, B + j, ldb, C + j, ldc, accumulate, panel,
+                                done);
       if (done < M)
         detail::edgekernel<T, TransA>(M - done, nr, K, alpha,
-                                      TransA ? A + done : A + int64_t(done) * lda, lda, B + j,
-                                      ldb, C + int64_t(done) * ldc + j, ldc, accumulate);
+                                      TransA ? A + done : A + int64_t(done) * lda, lda, B + j, ldb,
+                                      C + int64_t(done) * ldc + j, ldc, accumulate);
       j += nr;
       continue;
     }
@@ -153,4 +139,5 @@ void small_gemm(int M, int N, int K, T alpha, const T* A, int64_t lda, const T* 
   }
 }
 
+}  // namespace STRATA_CPU_ISA_NS
 }  // namespace strata::cpu

@@ -11,8 +11,11 @@ void swiglu_forward(T* h, const T* gateup, int64_t N, int F) {
     const T* g = gateup + n * 2 * F;
     const T* u = g + F;
     T* o = h + n * F;
-#pragma omp simd
-    for (int j = 0; j < F; ++j) o[j] = g[j] * sigmoid<T>(g[j]) * u[j];
+    for_lanes<T>(F, [&](int j, auto lanes) {
+      using V = decltype(lanes);
+      const V gj = simd::load_as<V>(g + j);
+      simd::store(o + j, gj * sigmoid(gj) * simd::load_as<V>(u + j));
+    });
   }
 }
 
@@ -26,12 +29,13 @@ void swiglu_backward(T* dgateup, const T* dh, const T* gateup, int64_t N, int F)
     const T* d = dh + n * F;
     T* dg = dgateup + n * 2 * F;
     T* du = dg + F;
-#pragma omp simd
-    for (int j = 0; j < F; ++j) {
-      const T s = sigmoid<T>(g[j]);
-      du[j] = d[j] * g[j] * s;
-      dg[j] = d[j] * u[j] * s * (T(1) + g[j] * (T(1) - s));
-    }
+    for_lanes<T>(F, [&](int j, auto lanes) {
+      using V = decltype(lanes);
+      const V gj = simd::load_as<V>(g + j), uj = simd::load_as<V>(u + j);
+      const V dj = simd::load_as<V>(d + j), s = sigmoid(gj);
+      simd::store(du + j, dj * gj * s);
+      simd::store(dg + j, dj * uj * s * (T(1) + gj * (T(1) - s)));
+    });
   }
 }
 
