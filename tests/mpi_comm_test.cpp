@@ -10,13 +10,14 @@
 // others wait in.
 //
 // Failure modes, for tests/mpi_kill_test.sh (under mpirun -np 2):
-//   --fail-mode kill|kill_async|abort --fail-rank R
+//   --fail-mode kill|kill_async|abort|mpi_error --fail-rank R
 // rank R kills itself with SIGKILL (or calls Communicator::abort) while the
 // other ranks wait in an allreduce (blocking, or async + progress + wait);
 // the job must end with a non-zero status instead of hanging.
 //
 // Options: --tp N (default: $STRATA_TEST_TP, else 1).
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -334,6 +335,10 @@ int run_failure_mode(const std::string& mode, int victim) {
   if (w.rank() == victim) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the others block
     if (mode == "abort") w.abort("test abort");
+    if (mode == "mpi_error") {  // an MPI call with a rank that does not exist
+      int x = 0;
+      MPI_Send(&x, 1, MPI_INT, w.size() + 5, 0, MPI_COMM_WORLD);
+    }
     std::fprintf(stderr, "rank %d: raising SIGKILL\n", w.rank());
     std::fflush(stderr);
     std::raise(SIGKILL);
@@ -374,7 +379,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [gtest options] [--tp N] "
-                   "[--fail-mode kill|kill_async|abort --fail-rank R]\n",
+                   "[--fail-mode kill|kill_async|abort|mpi_error --fail-rank R]\n",
                    argv[0]);
       return 2;
     }

@@ -5,8 +5,9 @@
 #   kill        rank 1 raises SIGKILL; rank 0 is in a blocking allreduce
 #   kill_async  rank 1 raises SIGKILL; rank 0 is in an async allreduce (progress, wait)
 #   abort       rank 1 calls Communicator::abort("test abort")
+#   mpi_error   rank 1 makes a failing MPI call (a send to a rank that does not exist)
 # Passes when mpirun exits non-zero within the time limit (the job does not
-# hang), and, for abort, the reason and rank were printed.
+# hang), and, for abort and mpi_error, the reason and rank were printed in one line.
 set -u
 mpirun=$1 bin=$2 mode=$3
 limit=${STRATA_KILL_TEST_LIMIT:-60}
@@ -31,6 +32,10 @@ if [[ $status -eq 0 ]]; then
 fi
 if [[ $mode == abort ]] && ! grep -q "strata: error: test abort (rank 1)" <<<"$out"; then
   echo "FAIL: no 'strata: error: test abort (rank 1)' line in the output"
+  exit 1
+fi
+if [[ $mode == mpi_error ]] && ! grep -q "^strata: error: MPI failed on rank 1: .*ending the job$" <<<"$out"; then
+  echo "FAIL: no one-line 'strata: error: MPI failed on rank 1: ...' in the output"
   exit 1
 fi
 if grep -q "returned without rank" <<<"$out"; then

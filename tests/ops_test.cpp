@@ -130,6 +130,18 @@ TEST(Ops, GemmBf16IsTheExactProductOfRoundedOperandsOnEveryPath) {
     expect_close(results[i], results[i - per_path], 1e-5, 0, "native vs emulated bf16 gemm");
 }
 
+// A GEMM the library refuses is one line naming the op, shapes, CPU and
+// oneDNN's kernels, not the library's status alone.
+TEST(Ops, GemmLibraryFailureNamesShapesAndCpu) {
+  std::vector<float> a(64), b(64), c(64);
+  const std::string msg = testing::thrown_message([&] {
+    cpu::gemm<float>(false, false, 4, 4, 8, 1.0f, a.data(), 2 /* lda < K */, b.data(), 4, 0.0f,
+                     c.data(), 4);
+  });
+  testing::expect_one_line(msg, {"fp32 matmul: oneDNN sgemm failed", "M=4 N=4 K=8", "lda=2",
+                                 cpu_features().model, "oneDNN kernels for"});
+}
+
 TEST(Ops, MatmulPrecisionNames) {
   cpu::MatmulPrecision p;
   ASSERT_TRUE(cpu::parse_matmul_precision("fp32", &p));

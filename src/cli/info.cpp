@@ -22,8 +22,8 @@ void apply_threads(int threads) {
 }
 
 void print_bench_machine() {
-  std::printf("cpu: %s\nkernels: %s, build -march=%s, %d threads\n", cpu_summary().c_str(),
-              cpu_level_name(cpu_level()), build_arch(), num_threads());
+  std::printf("cpu: %s\nkernels: %s; build -march=%s; %d threads\n", cpu_summary().c_str(),
+              kernel_summary().c_str(), build_arch(), num_threads());
 }
 
 int cmd_info(int argc, char** argv, int first) {
@@ -45,12 +45,7 @@ int cmd_info(int argc, char** argv, int first) {
   std::printf("threads: %d (OpenMP; OMP_NUM_THREADS=%s)\n", num_threads(),
               omp_env ? omp_env : "unset");
   std::printf("cpu:     %s\n", cpu_summary().c_str());
-  const CpuLevel level = cpu_level();
-  std::printf("kernels: %s (%s)\n", cpu_level_name(level),
-              build_has_avx512_kernels() && cpu_features().x86_64_v4()
-                  ? "AVX-512 kernels chosen at run time; STRATA_MAX_CPU_ISA=avx2 caps them"
-              : build_has_avx512_kernels() ? "no AVX-512 on this CPU"
-                                           : "this build has one set of kernels");
+  std::printf("kernels: %s\n", kernel_summary().c_str());
   std::printf("gemm:    oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
   std::printf("matmul fp32: %s\n", cpu::matmul_path(cpu::MatmulPrecision::FP32).c_str());
   std::printf("matmul bf16: %s\n", cpu::matmul_path(cpu::MatmulPrecision::BF16).c_str());

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "cli/commands.h"
@@ -33,7 +34,8 @@ const Command kCommands[] = {
     {"convert", "import models: Hugging Face safetensors or llama2.c -> strata checkpoint",
      strata::cli::cmd_convert},
     {"export", "export a checkpoint as a Hugging Face Llama directory", strata::cli::cmd_export},
-    {"bench", "benchmarks: per-op throughput (bench ops), training steps (bench model), generation "
+    {"bench",
+     "benchmarks: per-op throughput (bench ops), training steps (bench model), generation "
      "(bench generate)",
      strata::cli::cmd_bench},
     {"info", "build configuration, threads, CPU features, GEMM library, CUDA devices",
@@ -82,6 +84,13 @@ int main(int argc, char** argv) {
       // collective: end them all rather than hang.
       strata::abort_job_if_distributed(e.what());
       std::fprintf(stderr, "strata: error: %s\n", e.what());
+      return 1;
+    } catch (const std::bad_alloc&) {
+      const std::string why =
+          "out of memory: an allocation failed (use a smaller model, micro-batch or sequence "
+          "length, or a machine with more memory)";
+      strata::abort_job_if_distributed(why);
+      std::fprintf(stderr, "strata: error: %s\n", why.c_str());
       return 1;
     } catch (const std::exception& e) {
       strata::abort_job_if_distributed(std::string("internal error: ") + e.what());

@@ -200,6 +200,27 @@ bool build_has_avx512_kernels() {
 #endif
 }
 
+bool build_chooses_kernels() {
+#ifdef STRATA_AVX512_VARIANT
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string kernel_summary() {
+  if (!build_chooses_kernels()) return std::string("built for -march=") + STRATA_BUILD_ARCH;
+  const CpuLevel level = cpu_level();
+  std::string s = cpu_level_name(level);
+  if (level == CpuLevel::Avx512)
+    s += " (chosen at run time; STRATA_MAX_CPU_ISA=avx2 caps it)";
+  else if (cpu_features().x86_64_v4())
+    s += " (capped by STRATA_MAX_CPU_ISA)";
+  else
+    s += " (no AVX-512 on this CPU)";
+  return s;
+}
+
 const char* build_arch() { return STRATA_BUILD_ARCH; }
 const char* build_isa() { return kBuildIsa; }
 

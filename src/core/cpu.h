@@ -46,9 +46,14 @@ enum class CpuLevel { Avx2 = 0, Avx512 = 1 };
 // environment or by set_max_cpu_level (tests).
 CpuLevel cpu_level();
 const char* cpu_level_name(CpuLevel level);
-// Whether this build contains AVX-512 kernel variants (the portable build
-// does; a -march=native build on an AVX2 CPU does not).
+// Whether this build has AVX-512 kernels (the portable build, as a run-time
+// choice; a -march=native build on an AVX-512 CPU, as its only set).
 bool build_has_avx512_kernels();
+// Whether it chooses between kernel sets at run time (the portable build).
+bool build_chooses_kernels();
+// The kernels this process runs, for reports: "avx512 (chosen at run time)",
+// "avx2 (no AVX-512 on this CPU)", "built for -march=native", ...
+std::string kernel_summary();
 void set_max_cpu_level(CpuLevel level);
 
 // The -march the build targets ("x86-64-v3", "native", ...) and the

@@ -1,8 +1,8 @@
 // MpiComm: collectives over an MPI communicator (see comm_mpi.h).
 //
-// Every call runs with MPI_ERRORS_ARE_FATAL (set on the world by make_grid and
-// inherited by duplicates and splits): a failing MPI call ends the whole job,
-// so return codes are not checked here. Counts are int in MPI; larger buffers
+// Every call runs with a fatal error handler (set on the world by make_grid and
+// inherited by duplicates and splits): a failing MPI call prints one line and
+// ends the whole job, so return codes are not checked here. Counts are int in MPI; larger buffers
 // go through several calls of at most max_chunk() elements.
 #include "dist/comm_mpi.h"
 

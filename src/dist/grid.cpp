@@ -39,6 +39,22 @@ long slurm_step_tasks() {
   return env_long("SLURM_NTASKS");
 }
 
+// Error handler of the world (inherited by its duplicates and splits): one
+// line naming the rank and MPI's reason, then the whole job ends.
+void mpi_failure(MPI_Comm* comm, int* code, ...) {
+  char reason[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(*code, reason, &len);
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr,
+               "strata: error: MPI failed on rank %d: %s (a process of the job may have died or "
+               "lost its network; see the other ranks' output); ending the job\n",
+               rank, reason);
+  std::fflush(stderr);
+  MPI_Abort(comm ? *comm : MPI_COMM_WORLD, 1);
+}
+
 void init_mpi_once() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
@@ -49,9 +65,12 @@ void init_mpi_once() {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   }
-  // The default, made explicit: a failing MPI call ends the whole job instead
-  // of returning an error code some rank might ignore while the others wait.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  // A failing MPI call ends the whole job instead of returning an error code
+  // some rank might ignore while the others wait; it says so in one line
+  // (MPI_ERRORS_ARE_FATAL would print MPI's own multi-line report).
+  MPI_Errhandler handler;
+  MPI_Comm_create_errhandler(mpi_failure, &handler);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler);
 }
 
 }  // namespace

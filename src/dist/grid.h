@@ -32,7 +32,7 @@ bool launched_by_mpi();
 // Collective: every rank calls it with the same arguments (it splits the
 // world), and the checks give every rank the same error. MPI is initialised
 // with MPI_THREAD_FUNNELED (only the main thread calls MPI) and
-// MPI_ERRORS_ARE_FATAL on the world. Under MPI the three communicators are
+// a fatal one-line error handler on the world. Under MPI the three communicators are
 // MpiComm ("mpi"; world is a duplicate of MPI_COMM_WORLD); alone, LocalComm.
 ProcessGrid make_grid(int tp, int dp_request);
 

@@ -1,6 +1,6 @@
 // Explicit SIMD for the CPU kernels: GCC/Clang vector extensions at the widest
 // width the translation unit is compiled for (64 bytes with AVX-512, 32 with
-// AVX2). Kernels written with these types vectorise the same way whatever the
+// AVX2, 16 with SSE). Kernels written with these types vectorise the same way whatever the
 // compiler's cost model thinks of a loop, and their vector selects (`c ? a :
 // b` on vectors) never turn into branches.
 #pragma once
@@ -23,10 +23,12 @@ namespace strata::cpu {
 inline namespace STRATA_CPU_ISA_NS {
 namespace simd {
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
 constexpr int kBytes = 64;
-#else
+#elif defined(__AVX__)
 constexpr int kBytes = 32;
+#else
+constexpr int kBytes = 16;  // SSE (a -march older than x86-64-v3)
 #endif
 
 // (The attribute must sit on a non-dependent typedef: GCC ignores it on a
