@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/comm.h"
-#include "dist/comm_mpi.h"
-#include "dist/grid.h"
+#include "parallel/comm.h"
+#include "parallel/comm_mpi.h"
+#include "parallel/grid.h"
 
 namespace strata {
 namespace {

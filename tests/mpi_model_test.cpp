@@ -10,7 +10,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "dist/grid.h"
+#include "parallel/grid.h"
 #include "model/model.h"
 #include "testing.h"
 

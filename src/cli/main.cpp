@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/signals.h"
-#include "dist/grid.h"
+#include "parallel/grid.h"
 
 namespace {
 

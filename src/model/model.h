@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/params.h"
 #include "ops/backend.h"
 

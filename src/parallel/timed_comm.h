@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "core/timer.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 // call. progress() tests the outstanding requests (MPI_Testall), which runs the
 // progress engine; call it between compute steps to overlap communication.
 //
-// Threads: MPI is initialised with MPI_THREAD_FUNNELED (dist/grid.cpp), so
+// Threads: MPI is initialised with MPI_THREAD_FUNNELED (parallel/grid.cpp), so
 // every call on an MpiComm must come from the main thread (never from inside
 // an OpenMP parallel region).
 #pragma once
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace strata {
 

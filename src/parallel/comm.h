@@ -5,7 +5,7 @@
 //   - NcclComm:  NCCL on GPU buffers on its own stream, bootstrapped over MPI
 //                (built when CUDA is found; exercised on a GPU machine).
 // Tensor-parallel and data-parallel groups are sub-communicators of the world
-// (ProcessGrid, dist/grid.h). All buffers here are float32.
+// (ProcessGrid, parallel/grid.h). All buffers here are float32.
 #pragma once
 
 #include <cstdint>

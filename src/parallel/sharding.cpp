@@ -1,4 +1,4 @@
-#include "dist/sharding.h"
+#include "parallel/sharding.h"
 
 #include <algorithm>
 

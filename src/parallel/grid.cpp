@@ -5,7 +5,7 @@
 // (mpirun and srun place consecutive ranks on the same node by default, so a
 // tp group stays inside a node), and a data-parallel group is the ranks with
 // the same tp_rank, one from each tp group.
-#include "dist/grid.h"
+#include "parallel/grid.h"
 
 #include <mpi.h>
 
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "dist/comm_mpi.h"
+#include "parallel/comm_mpi.h"
 
 namespace strata {
 namespace {

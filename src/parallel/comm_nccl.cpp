@@ -1,5 +1,5 @@
 // NcclComm: collectives on device buffers over NCCL (see comm_nccl.h).
-#include "dist/comm_nccl.h"
+#include "parallel/comm_nccl.h"
 
 #include <cstdlib>
 #include <cstring>

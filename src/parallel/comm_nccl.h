@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace strata {
 

@@ -4,7 +4,7 @@
 // inherited by duplicates and splits): a failing MPI call prints one line and
 // ends the whole job, so return codes are not checked here. Counts are int in MPI; larger buffers
 // go through several calls of at most max_chunk() elements.
-#include "dist/comm_mpi.h"
+#include "parallel/comm_mpi.h"
 
 #include <algorithm>
 #include <atomic>

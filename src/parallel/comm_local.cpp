@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace strata {
 namespace {

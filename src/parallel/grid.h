@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace strata {
 

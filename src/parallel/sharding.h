@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/params.h"
 
 namespace strata {
