@@ -47,7 +47,7 @@ inline GoldenResult golden_standard(Model<float>& m, const int32_t* tokens, cons
   struct Acts {
     std::vector<float> ln1, rstd1, qkv, att, lse, ln2, rstd2, gateup, h;
   };
-  std::vector<Acts> A(size_t(L));
+  std::vector<Acts> A(static_cast<size_t>(L));
   std::vector<float> mod = buf(NC);
   const int half = D / 2;
   std::vector<float> cos(size_t(c.max_position_embeddings) * half),

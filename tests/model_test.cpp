@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "golden_standard.h"
 #include "model/model.h"
 #include "testing.h"
 #include "train/optimizer.h"
@@ -62,6 +64,45 @@ Batch make_batch(int B, int T, int V, uint32_t stream) {
 template <typename T>
 std::vector<T> grads_of(Model<T>& m) {
   return std::vector<T>(m.grads(), m.grads() + m.num_params());
+}
+
+// The standard plan gives bitwise the losses and gradients of the golden
+// reference (the pre-v2 executor written out, tests/golden_standard.h), with
+// the fused and the separate head, tied and untied, MHA and GQA, with biases.
+TEST(Model, StandardPlanEqualsGoldenReferenceBitwise) {
+  struct Case {
+    bool tied;
+    int kv;
+    bool bias;
+  };
+  for (const Case& k : {Case{false, 4, true}, Case{true, 2, false}, Case{false, 1, true}})
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(cat("tied ", k.tied, " kv ", k.kv, " bias ", k.bias, " fused ", fused));
+      LlamaConfig c = tiny_config(k.tied, k.kv, k.bias);
+      c.num_hidden_layers = 3;
+      auto m = make_model<float>(c);
+      const Batch b = make_batch(3, 9, c.vocab_size, 31);
+      const double dloss = 1.0 / 26;
+      const auto want = testing::golden_standard(*m, b.tokens.data(), b.targets.data(), b.B, b.T,
+                                                 dloss, fused, nullptr);
+      m->zero_grad();
+      LossResult got;
+      if (fused) {
+        got = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, dloss);
+      } else {
+        got = m->forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+        m->backward(dloss);
+      }
+      EXPECT_EQ(got.n_valid, want.n_valid);
+      EXPECT_EQ(std::memcmp(&got.loss_sum, &want.loss_sum, sizeof(double)), 0)
+          << got.loss_sum << " vs " << want.loss_sum;
+      ASSERT_EQ(size_t(m->num_params()), want.grads.size());
+      for (const auto& t : m->layout().tensors())
+        EXPECT_EQ(std::memcmp(m->grads() + t.offset, want.grads.data() + t.offset,
+                              sizeof(float) * size_t(t.numel)),
+                  0)
+            << t.name << " differs from the golden reference";
+    }
 }
 
 TEST(Model, ForwardBackwardEqualsForwardThenBackward) {

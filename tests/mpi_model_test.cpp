@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
+#include "golden_standard.h"
 #include "parallel/grid.h"
 #include "model/model.h"
 #include "testing.h"
@@ -112,6 +114,47 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
   testing::expect_close(la, lb, 2e-5, 0, "logits");
   testing::expect_close(tp.hidden_state(0), ref.hidden_state(0), int64_t(B) * T * cfg.hidden_size,
                         2e-5, 0, "hidden state after layer 0");
+}
+
+// The standard plan against the golden reference (the pre-v2 executor written
+// out, tests/golden_standard.h) bitwise at this tp, and with data
+// parallelism: each dp rank a different batch, gradients summed over dp.
+TEST_P(TensorParallel, StandardPlanEqualsGoldenReferenceBitwise) {
+  const Case k = GetParam();
+  const LlamaConfig cfg = config(k);
+  Model<float> m(cfg, LayerPlan::standard(2), ops::make_cpu_backend<float>(),
+                 g_grid->tp_comm.get());
+  Model<float> full(cfg, ops::make_cpu_backend<float>());
+  m.init_weights(5);
+  perturb(m, full.layout());
+  const int B = 2, T = 7;
+  const uint32_t stream = 40 + 2 * uint32_t(g_grid->dp_rank);
+  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, stream);
+  auto targets = testing::random_tokens(B * T, cfg.vocab_size, stream + 1);
+  targets[3] = -100;
+  for (bool fused : {true, false}) {
+    auto want = testing::golden_standard(m, tokens.data(), targets.data(), B, T, 1.0 / 13, fused,
+                                         g_grid->tp_comm.get());
+    m.zero_grad();
+    LossResult got;
+    if (fused) {
+      got = m.forward_backward(tokens.data(), targets.data(), B, T, 1.0 / 13);
+    } else {
+      got = m.forward(tokens.data(), targets.data(), B, T);
+      m.backward(1.0 / 13);
+    }
+    EXPECT_EQ(got.n_valid, want.n_valid);
+    EXPECT_EQ(std::memcmp(&got.loss_sum, &want.loss_sum, sizeof(double)), 0)
+        << got.loss_sum << " vs " << want.loss_sum << (fused ? " fused" : " separate");
+    g_grid->dp_comm->allreduce_sum(m.grads(), m.num_params());
+    g_grid->dp_comm->allreduce_sum(want.grads.data(), m.num_params());
+    for (const auto& t : m.layout().tensors())
+      EXPECT_EQ(std::memcmp(m.grad(int(&t - &m.layout().tensors()[0])), want.grads.data() + t.offset,
+                            sizeof(float) * size_t(t.numel)),
+                0)
+          << t.name << " (tp rank " << m.tp_rank() << ", dp rank " << g_grid->dp_rank << ")"
+          << (fused ? " fused" : " separate");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, TensorParallel,
