@@ -113,7 +113,7 @@ TEST(HfRoundTrip, StrataToHfToStrataIsIdentical) {
     for (bool bias : {false, true})
       for (uint64_t shard : {uint64_t(1) << 30, uint64_t(20000)}) {
         TempDir dir;
-        Model<float> m(random_config(tied, bias), ops::make_cpu_backend<float>());
+        Model<float> m(random_config(tied, bias), ops::make_backend<float>());
         m.init_weights(3);
         auto noise = testing::random_vec<float>(m.num_params(), 5, 0.1);
         for (int64_t i = 0; i < m.num_params(); ++i) m.params()[i] += noise[i];
@@ -155,7 +155,7 @@ TEST(HfRoundTrip, HfToStrataToHfKeepsTensors) {
 
 TEST(HfExport, Bf16AndF16Weights) {
   TempDir dir;
-  Model<float> m(random_config(false, false), ops::make_cpu_backend<float>());
+  Model<float> m(random_config(false, false), ops::make_backend<float>());
   m.init_weights(9);
   for (const char* dtype : {"BF16", "F16"}) {
     HfExportOptions o;

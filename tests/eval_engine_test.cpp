@@ -32,7 +32,7 @@ std::unique_ptr<Model<float>> tiny_model(int layers = 3, int max_pos = 48) {
   c.max_position_embeddings = max_pos;
   c.initializer_range = 0.2;
   c.finalize();
-  auto m = std::make_unique<Model<float>>(c, ops::make_cpu_backend<float>());
+  auto m = std::make_unique<Model<float>>(c, ops::make_backend<float>());
   m->init_weights(17);
   return m;
 }

@@ -33,14 +33,14 @@ std::unique_ptr<Model<float>> random_model(int layers, int kv_heads, bool tied, 
   c.attention_bias = bias;
   c.initializer_range = 0.5;  // peaked distributions: greedy choices are clear
   c.finalize();
-  auto m = std::make_unique<Model<float>>(c, ops::make_cpu_backend<float>());
+  auto m = std::make_unique<Model<float>>(c, ops::make_backend<float>());
   m->init_weights(seed);
   return m;
 }
 
 std::unique_ptr<Model<float>> stories260k() {
   const Llama2cModel m = read_llama2c(kSource + "/data/models/stories260K/stories260K.bin");
-  auto model = std::make_unique<Model<float>>(m.config, ops::make_cpu_backend<float>());
+  auto model = std::make_unique<Model<float>>(m.config, ops::make_backend<float>());
   for (const auto& [name, data] : m.tensors)
     std::copy(data.begin(), data.end(), model->param(model->layout().find(name)));
   return model;
@@ -50,7 +50,7 @@ std::unique_ptr<Model<float>> stories260k() {
 std::unique_ptr<Model<float>> truncated(Model<float>& m, int E) {
   LlamaConfig c = m.config();
   c.num_hidden_layers = E;
-  auto t = std::make_unique<Model<float>>(c, ops::make_cpu_backend<float>());
+  auto t = std::make_unique<Model<float>>(c, ops::make_backend<float>());
   for (const auto& info : t->layout().tensors()) {
     const int src = m.layout().find(info.name);
     std::copy(m.param(src), m.param(src) + info.numel, t->param(t->layout().find(info.name)));
@@ -259,7 +259,7 @@ TEST(Generate, SelfSpeculativeSamplingMatchesTheFullModel) {
   c.max_position_embeddings = 16;
   c.initializer_range = 0.6;
   c.finalize();
-  Model<float> m(c, ops::make_cpu_backend<float>());
+  Model<float> m(c, ops::make_backend<float>());
   m.init_weights(4);
   const std::vector<int32_t> prompt = {1, 3, 5};
   const int V = 7;

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
+#include "ops/backend.h"
 #include "reference.h"
 #include "testing.h"
 
@@ -67,6 +68,47 @@ TEST(Grad, Linear) {
   expect_gradient(loss, x.data(), N * IC, dx.data(), "d x");
   expect_gradient(loss, w.data(), OC * IC, dw.data(), "d w");
   expect_gradient(loss, b.data(), OC, db.data(), "d bias");
+}
+
+// A linear layer on views into larger matrices (one shard's block of a full
+// weight), with a bias added by the bias op: what the executor does for
+// shards of full weights.
+TEST(Grad, LinearOnViewsAndBiasAdd) {
+  const auto be = ops::make_backend<double>();
+  const int64_t N = 4;
+  const int IX = 9, OW = 7, c0 = 2, r0 = 1, IC = 5, OC = 3, OX = 6, o0 = 2;
+  auto x = random_vec<double>(N * IX, 81), w = random_vec<double>(OW * IX, 82),
+       b = random_vec<double>(OC, 83), R = random_vec<double>(N * OX, 84);
+  const ops::LinearLd ld{IX, IX, OX};
+  auto loss = [&] {
+    Vec out(N * OX, 0.0);
+    be->linear_forward(out.data() + o0, x.data() + c0, w.data() + r0 * IX + c0, nullptr, N, IC, OC,
+                       ld);
+    be->bias_add_forward(out.data() + o0, b.data(), N, OC, OX);
+    return dot(out, R);
+  };
+  Vec dx(N * IX, 0.0), dw(OW * IX, 0.0), db(OC, 0.0);
+  be->linear_backward(dx.data() + c0, dw.data() + r0 * IX + c0, nullptr, R.data() + o0,
+                      x.data() + c0, w.data() + r0 * IX + c0, N, IC, OC, true, ld);
+  be->bias_add_backward(db.data(), R.data() + o0, N, OC, OX);
+  expect_gradient(loss, x.data(), N * IX, dx.data(), "d x (view)");
+  expect_gradient(loss, w.data(), OW * IX, dw.data(), "d w (view)");
+  expect_gradient(loss, b.data(), OC, db.data(), "d bias");
+}
+
+TEST(Grad, Axpby) {
+  const auto be = ops::make_backend<double>();
+  const int64_t n = 13;
+  auto x = random_vec<double>(n, 85), y = random_vec<double>(n, 86), R = random_vec<double>(n, 87);
+  auto loss = [&] {
+    Vec out(n);
+    be->axpby_forward(out.data(), x.data(), y.data(), n, 0.3, 0.7);
+    return dot(out, R);
+  };
+  Vec dx(n, 0.0), dy(n, 0.0);
+  be->axpby_backward(dx.data(), dy.data(), R.data(), n, 0.3, 0.7);
+  expect_gradient(loss, x.data(), n, dx.data(), "d x");
+  expect_gradient(loss, y.data(), n, dy.data(), "d y");
 }
 
 TEST(Grad, Rope) {

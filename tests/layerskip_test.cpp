@@ -238,7 +238,7 @@ TEST(LayerSkipModel, GatheredEqualsDenseMasked) {
   targets[5] = ops::kIgnoreIndex;
   auto run = [&](bool dense, std::vector<double>* grads, LossResult* res,
                  std::vector<std::vector<double>>* hidden) {
-    Model<double> m(c, ops::make_cpu_backend<double>());
+    Model<double> m(c, ops::make_backend<double>());
     m.init_weights(3);
     perturb_vectors(m);
     LayerSkipStep s = mixed_step(4, B);
@@ -269,7 +269,7 @@ TEST(LayerSkipModel, GatheredEqualsDenseMasked) {
   for (size_t i = 0; i < g_gather.size(); ++i) ASSERT_NEAR(g_gather[i], g_dense[i], 1e-12) << i;
   // Layer 1 dropped every sample: its weights got no gradient; layer 1's output
   // equals its input.
-  Model<double> probe(c, ops::make_cpu_backend<double>());
+  Model<double> probe(c, ops::make_backend<double>());
   const auto& P = probe.layout().layers[1];
   for (int t = P.input_norm; t <= P.down; ++t) {
     const auto& info = probe.layout()[t];
@@ -284,7 +284,7 @@ TEST(LayerSkipModel, DroppedSamplesPassUnchanged) {
   const int B = 4, T = 6;
   auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
   auto targets = testing::random_tokens(B * T, c.vocab_size, 2);
-  Model<double> m(c, ops::make_cpu_backend<double>());
+  Model<double> m(c, ops::make_backend<double>());
   m.init_weights(3);
   LayerSkipStep s = mixed_step(4, B);
   m.zero_grad();
@@ -297,12 +297,12 @@ TEST(LayerSkipModel, DroppedSamplesPassUnchanged) {
   // ... and the kept ones changed.
   EXPECT_NE(m.hidden_state(2)[1 * S], m.hidden_state(1)[1 * S]);
   // Without a LayerSkipStep: the ordinary loss, exactly.
-  Model<double> plain(c, ops::make_cpu_backend<double>());
+  Model<double> plain(c, ops::make_backend<double>());
   plain.init_weights(3);
   plain.zero_grad();
   const LossResult a = plain.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
   LayerSkipStep none;  // empty masks and weights
-  Model<double> same(c, ops::make_cpu_backend<double>());
+  Model<double> same(c, ops::make_backend<double>());
   same.init_weights(3);
   same.zero_grad();
   const LossResult b = same.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &none);
@@ -317,7 +317,7 @@ TEST(LayerSkipModel, GradientCheckWithDropoutAndExits) {
   auto tokens = testing::random_tokens(B * T, c.vocab_size, 4);
   auto targets = testing::random_tokens(B * T, c.vocab_size, 5);
   targets[2] = ops::kIgnoreIndex;
-  Model<double> m(c, ops::make_cpu_backend<double>());
+  Model<double> m(c, ops::make_backend<double>());
   m.init_weights(8);
   perturb_vectors(m);
   const LayerSkipStep s = mixed_step(4, B);
@@ -339,8 +339,8 @@ TEST(LayerSkipModel, FloatGatheredMatchesDouble) {
   const int B = 4, T = 6;
   auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
   auto targets = testing::random_tokens(B * T, c.vocab_size, 2);
-  Model<double> md(c, ops::make_cpu_backend<double>());
-  Model<float> mf(c, ops::make_cpu_backend<float>());
+  Model<double> md(c, ops::make_backend<double>());
+  Model<float> mf(c, ops::make_backend<float>());
   md.init_weights(3);
   mf.init_weights(3);
   const LayerSkipStep s = mixed_step(4, B);

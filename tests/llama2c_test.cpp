@@ -336,7 +336,7 @@ TEST(Llama2c, Errors) {
 
 std::unique_ptr<Model<float>> stories260k() {
   const Llama2cModel m = read_llama2c(kLegacy);
-  auto model = std::make_unique<Model<float>>(m.config, ops::make_cpu_backend<float>());
+  auto model = std::make_unique<Model<float>>(m.config, ops::make_backend<float>());
   for (const auto& [name, data] : m.tensors) {
     const int i = model->layout().find(name);
     EXPECT_GE(i, 0) << name;

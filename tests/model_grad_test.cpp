@@ -35,7 +35,7 @@ TEST_P(ModelGrad, EveryParameterTensor) {
   c.attention_bias = k.bias;
   c.initializer_range = 0.4;
   c.finalize();
-  Model<double> m(c, ops::make_cpu_backend<double>());
+  Model<double> m(c, ops::make_backend<double>());
   m.init_weights(21);
   // Norm weights and biases away from their initial 1 / 0 so nothing is degenerate.
   auto r = testing::random_vec<double>(m.num_params(), 5, 0.3);

@@ -38,7 +38,7 @@ LlamaConfig tiny_config(bool tied, int kv_heads, bool bias = false, int head_dim
 
 template <typename T>
 std::unique_ptr<Model<T>> make_model(const LlamaConfig& c, uint64_t seed = 5) {
-  auto m = std::make_unique<Model<T>>(c, ops::make_cpu_backend<T>());
+  auto m = std::make_unique<Model<T>>(c, ops::make_backend<T>());
   m->init_weights(seed);
   if (c.attention_bias) {  // biases start at zero; give them values so they are exercised
     auto r = testing::random_vec<T>(m->num_params(), 77, 0.2);

@@ -62,9 +62,9 @@ class TensorParallel : public ::testing::TestWithParam<Case> {};
 TEST_P(TensorParallel, MatchesSingleProcessModel) {
   const Case k = GetParam();
   const LlamaConfig cfg = config(k);
-  Model<float> tp(cfg, LayerPlan::standard(2), ops::make_cpu_backend<float>(),
+  Model<float> tp(cfg, LayerPlan::standard(2), ops::make_backend<float>(),
                   g_grid->tp_comm.get());
-  Model<float> ref(cfg, ops::make_cpu_backend<float>());
+  Model<float> ref(cfg, ops::make_backend<float>());
   ASSERT_EQ(tp.tp_size(), g_tp);
   tp.init_weights(5);
   ref.init_weights(5);
@@ -122,9 +122,9 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
 TEST_P(TensorParallel, StandardPlanEqualsGoldenReferenceBitwise) {
   const Case k = GetParam();
   const LlamaConfig cfg = config(k);
-  Model<float> m(cfg, LayerPlan::standard(2), ops::make_cpu_backend<float>(),
+  Model<float> m(cfg, LayerPlan::standard(2), ops::make_backend<float>(),
                  g_grid->tp_comm.get());
-  Model<float> full(cfg, ops::make_cpu_backend<float>());
+  Model<float> full(cfg, ops::make_backend<float>());
   m.init_weights(5);
   perturb(m, full.layout());
   const int B = 2, T = 7;
@@ -168,7 +168,7 @@ TEST(TensorParallelErrors, HeadsMustDivide) {
   LlamaConfig c = config(Case{"x", 4, 4, false, false});
   c.num_key_value_heads = 1;
   c.finalize();
-  EXPECT_THROW(Model<float>(c, LayerPlan::standard(2), ops::make_cpu_backend<float>(),
+  EXPECT_THROW(Model<float>(c, LayerPlan::standard(2), ops::make_backend<float>(),
                             g_grid->tp_comm.get()),
                Error);
 }

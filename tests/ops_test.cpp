@@ -11,6 +11,7 @@
 #include "backends/cpu/microgemm.h"
 #include "backends/cpu/vec_math.h"
 #include "core/error.h"
+#include "ops/backend.h"
 #include "reference.h"
 #include "testing.h"
 
@@ -143,16 +144,18 @@ TEST(Ops, GemmLibraryFailureNamesShapesAndCpu) {
 }
 
 TEST(Ops, MatmulPrecisionNames) {
-  cpu::MatmulPrecision p;
-  ASSERT_TRUE(cpu::parse_matmul_precision("fp32", &p));
-  EXPECT_EQ(p, cpu::MatmulPrecision::FP32);
-  ASSERT_TRUE(cpu::parse_matmul_precision("bf16", &p));
-  EXPECT_EQ(p, cpu::MatmulPrecision::BF16);
-  ASSERT_TRUE(cpu::parse_matmul_precision("auto", &p));
+  const auto be = ops::make_backend<float>();
+  ops::MatmulPrecision p;
+  ASSERT_TRUE(ops::parse_matmul_precision("fp32", be->native_bf16(), &p));
+  EXPECT_EQ(p, ops::MatmulPrecision::FP32);
+  ASSERT_TRUE(ops::parse_matmul_precision("bf16", be->native_bf16(), &p));
+  EXPECT_EQ(p, ops::MatmulPrecision::BF16);
+  ASSERT_TRUE(ops::parse_matmul_precision("auto", be->native_bf16(), &p));
   // auto is bf16 exactly where bf16 matmuls are native.
-  EXPECT_EQ(p == cpu::MatmulPrecision::BF16, cpu::native_bf16_available());
-  EXPECT_FALSE(cpu::parse_matmul_precision("fp16", &p));
-  EXPECT_NE(cpu::matmul_path(cpu::MatmulPrecision::BF16)
+  EXPECT_EQ(p == ops::MatmulPrecision::BF16, cpu::native_bf16_available());
+  EXPECT_EQ(be->native_bf16(), cpu::native_bf16_available());
+  EXPECT_FALSE(ops::parse_matmul_precision("fp16", true, &p));
+  EXPECT_NE(be->matmul_path(ops::MatmulPrecision::BF16)
                 .find(cpu::native_bf16_available() ? "native" : "emulated"),
             std::string::npos);
   if (!cpu::native_bf16_available()) {
@@ -314,6 +317,103 @@ TYPED_TEST(OpsTest, LinearBackwardAccumulateFlagAndNullGradients) {
   cpu::linear_backward<T>(dx3.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), N, IC, OC,
                           false);
   expect_close(dx3, dx1, 0, 0, "dx overwrite");
+}
+
+// A linear layer on views: x columns [c0, c0 + IC) of a wider activation, the
+// block rows [r0, r0 + OC) x columns [c0, c0 + IC) of a full weight (one
+// shard of it), out into columns of a wider output; through the backend, as
+// the executor calls it. Equal to the same op on compact copies, and nothing
+// outside the views is touched.
+TYPED_TEST(OpsTest, LinearOnViewsEqualsLinearOnCompactCopies) {
+  using T = TypeParam;
+  const auto be = ops::make_backend<T>();
+  const int64_t N = 11;
+  const int IX = 40, OW = 30, c0 = 7, r0 = 5, IC = 19, OC = 13, OX = 25, o0 = 4;
+  auto xf = cast_vec<T>(random_vec<double>(N * IX, 61)),
+       wf = cast_vec<T>(random_vec<double>(OW * IX, 62));
+  auto b = cast_vec<T>(random_vec<double>(OC, 63));
+  std::vector<T> xc(N * IC), wc(OC * IC);
+  for (int64_t n = 0; n < N; ++n)
+    for (int i = 0; i < IC; ++i) xc[n * IC + i] = xf[n * IX + c0 + i];
+  for (int o = 0; o < OC; ++o)
+    for (int i = 0; i < IC; ++i) wc[o * IC + i] = wf[(r0 + o) * IX + c0 + i];
+  const ops::LinearLd ld{IX, IX, OX};
+  const T* xv = xf.data() + c0;
+  const T* wv = wf.data() + int64_t(r0) * IX + c0;
+  // Forward.
+  std::vector<T> outc(N * OC), outf(N * OX, T(7));
+  be->linear_forward(outc.data(), xc.data(), wc.data(), b.data(), N, IC, OC);
+  be->linear_forward(outf.data() + o0, xv, wv, b.data(), N, IC, OC, ld);
+  for (int64_t n = 0; n < N; ++n)
+    for (int j = 0; j < OX; ++j) {
+      const T got = outf[n * OX + j];
+      if (j < o0 || j >= o0 + OC)
+        ASSERT_EQ(got, T(7)) << "output outside the view was written";
+      else
+        EXPECT_NEAR(double(got), double(outc[n * OC + j - o0]),
+                    1e-5 * (1 + std::fabs(double(got))));
+    }
+  // Backward: dx into the activation view (accumulating), dw into the weight view.
+  auto dyc = cast_vec<T>(random_vec<double>(N * OC, 64));
+  std::vector<T> dyf(N * OX, T(0));
+  for (int64_t n = 0; n < N; ++n)
+    for (int j = 0; j < OC; ++j) dyf[n * OX + o0 + j] = dyc[n * OC + j];
+  std::vector<T> dxc(N * IC, T(1)), dwc(OC * IC, T(0)), dbc(OC, T(0));
+  std::vector<T> dxf(N * IX, T(1)), dwf(OW * IX, T(0)), dbf(OC, T(0));
+  be->linear_backward(dxc.data(), dwc.data(), dbc.data(), dyc.data(), xc.data(), wc.data(), N, IC,
+                      OC, true);
+  be->linear_backward(dxf.data() + c0, dwf.data() + int64_t(r0) * IX + c0, dbf.data(),
+                      dyf.data() + o0, xv, wv, N, IC, OC, true, ld);
+  auto near = [](T a, T b) {
+    return std::fabs(double(a) - double(b)) <= 1e-5 * (1 + std::fabs(double(b)));
+  };
+  for (int64_t n = 0; n < N; ++n)
+    for (int i = 0; i < IX; ++i) {
+      const bool in = i >= c0 && i < c0 + IC;
+      ASSERT_TRUE(in ? near(dxf[n * IX + i], dxc[n * IC + i - c0]) : dxf[n * IX + i] == T(1))
+          << "dx[" << n << "," << i << "]";
+    }
+  for (int o = 0; o < OW; ++o)
+    for (int i = 0; i < IX; ++i) {
+      const bool in = o >= r0 && o < r0 + OC && i >= c0 && i < c0 + IC;
+      ASSERT_TRUE(in ? near(dwf[o * IX + i], dwc[(o - r0) * IC + i - c0]) : dwf[o * IX + i] == T(0))
+          << "dw[" << o << "," << i << "]";
+    }
+  for (int j = 0; j < OC; ++j) EXPECT_TRUE(near(dbf[j], dbc[j])) << "dbias " << j;
+}
+
+// Bias add and axpby through the backend, against the definitions.
+TYPED_TEST(OpsTest, BiasAddAndAxpbyMatchTheirDefinitions) {
+  using T = TypeParam;
+  const auto be = ops::make_backend<T>();
+  const int64_t N = 9;
+  const int OC = 6, ld = 10;
+  auto out = cast_vec<T>(random_vec<double>(N * ld, 71)),
+       bias = cast_vec<T>(random_vec<double>(OC, 72));
+  const auto before = out;
+  be->bias_add_forward(out.data(), bias.data(), N, OC, ld);
+  for (int64_t n = 0; n < N; ++n)
+    for (int j = 0; j < ld; ++j)
+      EXPECT_EQ(out[n * ld + j], j < OC ? T(before[n * ld + j] + bias[j]) : before[n * ld + j]);
+  std::vector<T> db(OC, T(1));
+  be->bias_add_backward(db.data(), before.data(), N, OC, ld);
+  for (int j = 0; j < OC; ++j) {
+    double want = 1;
+    for (int64_t n = 0; n < N; ++n) want += double(before[n * ld + j]);
+    EXPECT_NEAR(double(db[j]), want, 1e-5 * (1 + std::fabs(want)));
+  }
+  const int64_t n = 37;
+  auto x = cast_vec<T>(random_vec<double>(n, 73)), y = cast_vec<T>(random_vec<double>(n, 74));
+  std::vector<T> z(n);
+  be->axpby_forward(z.data(), x.data(), y.data(), n, 0.25, -1.5);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[i], T(0.25) * x[i] + T(-1.5) * y[i]);
+  std::vector<T> dx(n, T(2)), dy(n, T(3));
+  be->axpby_backward(dx.data(), dy.data(), z.data(), n, 0.25, -1.5);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(dx[i], T(2) + T(0.25) * z[i]);
+    EXPECT_EQ(dy[i], T(3) + T(-1.5) * z[i]);
+  }
+  be->axpby_backward(nullptr, dy.data(), z.data(), n, 1.0, 1.0);  // a null gradient is skipped
 }
 
 // --------------------------------------------------------------------- rope

@@ -147,7 +147,7 @@ TEST(Freezing, FrozenTensorsGetNoGradientNoStateNoUpdate) {
   c.num_attention_heads = 2;
   c.max_position_embeddings = 16;
   c.finalize();
-  Model<float> m(c, ops::make_cpu_backend<float>());
+  Model<float> m(c, ops::make_backend<float>());
   m.init_weights(3);
   std::vector<std::string> names;
   for (const auto& t : m.layout().tensors()) names.push_back(t.name);
@@ -332,7 +332,7 @@ TEST(Generate, GreedyIsDeterministicAndStopsAtEos) {
   c.max_position_embeddings = 12;
   c.initializer_range = 0.5;
   c.finalize();
-  Model<float> m(c, ops::make_cpu_backend<float>());
+  Model<float> m(c, ops::make_backend<float>());
   m.init_weights(4);
   GenerateOptions g;
   g.max_new_tokens = 20;  // runs past the 12-position window

@@ -2,15 +2,14 @@
 // the shapes of real models, and of a whole training step. Benchmarks are
 // commands that print numbers (never timed tests).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernels.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "core/arena.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/threads.h"
@@ -42,10 +41,13 @@ std::vector<BenchModel> bench_models(const std::string& which, int tokens) {
   return out;
 }
 
-void fill(float* p, int64_t n, uint32_t stream, float scale) {
+// Uniform values in [-scale, scale) into backend memory.
+void fill(ops::Backend<float>& be, float* p, int64_t n, uint32_t stream, float scale) {
   const PhiloxStream rng(1234, 7, stream);
+  std::vector<float> host(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = float(rng.uniform(uint64_t(i)) * 2 - 1) * scale;
+  for (int64_t i = 0; i < n; ++i) host[size_t(i)] = float(rng.uniform(uint64_t(i)) * 2 - 1) * scale;
+  be.from_host(p, host.data(), n);
 }
 
 double median_seconds(const std::function<void()>& fn, int repeat) {
@@ -90,11 +92,16 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
               m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(D), m.V, m.B, m.T, long(N), num_threads());
   std::printf("%-18s %-9s %-28s %12s %9s\n", "op", "pass", "shape", "time", "rate");
 
+  // Every op runs through the backend interface, as the model calls it.
+  const auto backend = ops::make_backend<float>();
+  ops::Backend<float>& be = *backend;
+  using Buf = ops::DeviceBuffer<float>;
   const int64_t big = std::max({N * 2 * F, N * QKV, V * C, 2 * F * C});
-  Buffer<float> x(big), y(big), w(big), dw(big), dx(big), dy(big), aux(big);
-  fill(x.data(), big, 1, 1.0f);
-  fill(w.data(), big, 2, 0.05f);
-  fill(dy.data(), big, 3, 1.0f);
+  Buf x(&be, big), y(&be, big), w(&be, big), dw(&be, big), dx(&be, big), dy(&be, big),
+      aux(&be, big);
+  fill(be, x.data(), big, 1, 1.0f);
+  fill(be, w.data(), big, 2, 0.05f);
+  fill(be, dy.data(), big, 3, 1.0f);
   const float sz = sizeof(float);
   auto want = [&](const std::string& op) {
     return filter.empty() || op.find(filter) != std::string::npos;
@@ -115,85 +122,96 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
     const std::string shape = dims({N, l.in}) + " -> " + std::to_string(l.out);
     const double fl = 2.0 * N * l.in * l.out;
     run(l.name, "fwd", shape, fl, true, [&] {
-      cpu::linear_forward<float>(y.data(), x.data(), w.data(), nullptr, N, int(l.in), int(l.out));
+      be.linear_forward(y.data(), x.data(), w.data(), nullptr, N, int(l.in), int(l.out));
     });
     run(l.name, "bwd", shape, 2 * fl, true, [&] {
-      cpu::linear_backward<float>(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N,
-                                  int(l.in), int(l.out), false);
+      be.linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, int(l.in),
+                         int(l.out), false);
     });
   }
 
-  Buffer<float> rstd(N), wn(C);
-  for (int64_t i = 0; i < C; ++i) wn[i] = 1.0f;
+  Buf rstd(&be, N), wn(&be, C);
+  const std::vector<float> ones(size_t(C), 1.0f);
+  be.from_host(wn.data(), ones.data(), C);
   run("rmsnorm", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
-      [&] { cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), wn.data(), N, int(C), 1e-5); });
+      [&] { be.rmsnorm_forward(y.data(), rstd.data(), x.data(), wn.data(), N, int(C), 1e-5); });
   run("rmsnorm", "bwd", dims({N, C}), 3.0 * N * C * sz, false, [&] {
-    cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), wn.data(), rstd.data(), N,
-                          int(C));
+    be.rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), wn.data(), rstd.data(), N,
+                        int(C));
   });
 
-  Buffer<float> cos(int64_t(m.T) * D / 2), sin(int64_t(m.T) * D / 2);
-  cpu::rope_table(cos.data(), sin.data(), m.T, int(D), 10000.0);
+  Buf cos(&be, int64_t(m.T) * D / 2), sin(&be, int64_t(m.T) * D / 2);
+  std::vector<double> inv_freq(size_t(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0, -2.0 * i / D);
+  be.rope_table(cos.data(), sin.data(), m.T, int(D), inv_freq.data());
   const double rope_bytes = 2.0 * N * (m.H + m.Hkv) * D * sz;
   run("rope", "fwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
-    cpu::rope_forward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
+    be.rope_forward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
   });
   run("rope", "bwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
-    cpu::rope_backward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
+    be.rope_backward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
   });
 
   // Causal attention: each of its matrix products covers T(T+1)/2 score entries.
   const double pairs = double(m.B) * m.H * (double(m.T) * (m.T + 1) / 2);
-  Buffer<float> lse(int64_t(m.B) * m.H * m.T);
-  fill(x.data(), N * QKV, 4, 0.5f);
+  Buf lse(&be, int64_t(m.B) * m.H * m.T);
+  fill(be, x.data(), N * QKV, 4, 0.5f);
   const std::string ashape = dims({m.B, m.T, m.H, D}) + " kv" + std::to_string(m.Hkv);
-  run("attention", "fwd", ashape, 4.0 * pairs * D, true, [&] {
-    cpu::attention_forward(y.data(), lse.data(), x.data(), m.B, m.T, m.H, m.Hkv, int(D));
-  });
+  run("attention", "fwd", ashape, 4.0 * pairs * D, true,
+      [&] { be.attention_forward(y.data(), lse.data(), x.data(), m.B, m.T, m.H, m.Hkv, int(D)); });
   run("attention", "bwd", ashape, 10.0 * pairs * D, true, [&] {
-    cpu::attention_backward(dx.data(), dy.data(), x.data(), y.data(), lse.data(), m.B, m.T, m.H,
-                            m.Hkv, int(D));
+    be.attention_backward(dx.data(), dy.data(), x.data(), y.data(), lse.data(), m.B, m.T, m.H,
+                          m.Hkv, int(D));
   });
 
   run("swiglu", "fwd", dims({N, F}), 3.0 * N * F * sz, false,
-      [&] { cpu::swiglu_forward(y.data(), x.data(), N, int(F)); });
+      [&] { be.swiglu_forward(y.data(), x.data(), N, int(F)); });
   run("swiglu", "bwd", dims({N, F}), 5.0 * N * F * sz, false,
-      [&] { cpu::swiglu_backward(dx.data(), dy.data(), x.data(), N, int(F)); });
+      [&] { be.swiglu_backward(dx.data(), dy.data(), x.data(), N, int(F)); });
 
   run("residual", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
-      [&] { cpu::residual_forward(y.data(), x.data(), aux.data(), N * C); });
+      [&] { be.residual_forward(y.data(), x.data(), aux.data(), N * C); });
+
+  run("bias add", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
+      [&] { be.bias_add_forward(y.data(), wn.data(), N, int(C)); });
+  run("bias add", "bwd", dims({N, C}), 1.0 * N * C * sz, false,
+      [&] { be.bias_add_backward(dw.data(), dy.data(), N, int(C)); });
+  run("axpby", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
+      [&] { be.axpby_forward(y.data(), x.data(), aux.data(), N * C, 0.5, 0.5); });
 
   std::vector<int32_t> tokens(N);
   for (int64_t i = 0; i < N; ++i) tokens[i] = int32_t((i * 7919) % V);
   run("embedding", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
-      [&] { cpu::embedding_forward(y.data(), tokens.data(), w.data(), N, int(C), int(V)); });
+      [&] { be.embedding_forward(y.data(), tokens.data(), w.data(), N, int(C), int(V)); });
   run("embedding", "bwd", dims({N, C}), 3.0 * N * C * sz, false,
-      [&] { cpu::embedding_backward(dw.data(), tokens.data(), dy.data(), N, int(C)); });
+      [&] { be.embedding_backward(dw.data(), tokens.data(), dy.data(), N, int(C)); });
 
   // Fused final norm + LM head + cross-entropy: forward is one GEMM, the fused
   // forward+backward three.
-  Buffer<float> xn(N * C);
-  fill(x.data(), N * C, 5, 1.0f);
+  Buf xn(&be, N * C);
+  fill(be, x.data(), N * C, 5, 1.0f);
   const std::string hshape = dims({N, C}) + " -> " + std::to_string(V);
   run("head+ce", "fwd", hshape, 2.0 * N * C * V, true, [&] {
-    cpu::head_ce_forward(xn.data(), rstd.data(), lse.data(), (float*)nullptr, nullptr, x.data(),
-                         wn.data(), w.data(), tokens.data(), N, int(C), int(V), 1e-5);
+    int64_t n_valid = 0;
+    be.head_ce_forward(xn.data(), rstd.data(), lse.data(), nullptr, &n_valid, x.data(), wn.data(),
+                       w.data(), tokens.data(), N, int(C), int(V), 1e-5);
   });
   run("head+ce", "fwd+bwd", hshape, 6.0 * N * C * V, true, [&] {
-    cpu::head_ce_forward_backward(dx.data(), dw.data() + V * C, dw.data(), xn.data(), rstd.data(),
-                                  nullptr, x.data(), wn.data(), w.data(), tokens.data(), N, int(C),
-                                  int(V), 1e-5, 1.0 / double(N));
+    int64_t n_valid = 0;
+    be.head_ce_forward_backward(dx.data(), dw.data() + V * C, dw.data(), xn.data(), rstd.data(),
+                                &n_valid, x.data(), wn.data(), w.data(), tokens.data(), N, int(C),
+                                int(V), 1e-5, 1.0 / double(N));
   });
 
   // AdamW over a tensor the size of the 2F x C MLP weight: reads p, g, m, v and
   // writes p, m, v.
   const int64_t P = 2 * F * C;
-  Buffer<float> mom(P), var(P);
-  cpu::AdamWStep st;
+  Buf mom(&be, P), var(&be, P);
+  ops::AdamWStep st;
   st.lr = 1e-4;
   st.weight_decay = 0.1;
   run("adamw", "step", dims({P}), 7.0 * P * sz, false,
-      [&] { cpu::adamw_update(w.data(), dy.data(), mom.data(), var.data(), P, st); });
+      [&] { be.adamw_update(w.data(), dy.data(), mom.data(), var.data(), P, st); });
 }
 
 // FLOPs of one training step (forward + backward): 6 per parameter per token for
@@ -237,7 +255,7 @@ int bench_model(int argc, char** argv, int first) {
   cfg.max_position_embeddings = bm.T;
   cfg.tie_word_embeddings = args.has("tied");
   cfg.finalize();
-  Model<float> model(cfg, ops::make_cpu_backend<float>());
+  Model<float> model(cfg, ops::make_backend<float>());
   model.init_weights(1);
   if (args.has("bf16")) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const int64_t N = int64_t(bm.B) * bm.T;
@@ -250,7 +268,7 @@ int bench_model(int argc, char** argv, int first) {
   print_bench_machine();
   const auto precision = args.has("bf16") ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
   std::printf("matmuls: %s %s\n", args.has("bf16") ? "bf16," : "fp32,",
-              cpu::matmul_path(precision).c_str());
+              model.backend().matmul_path(precision).c_str());
   std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls\n",
               bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
               num_threads(), args.has("bf16") ? "bf16" : "fp32");
@@ -296,7 +314,8 @@ int cmd_bench(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first + 1)) return 0;
   apply_threads(args.get_int("threads"));
   print_bench_machine();
-  std::printf("matmuls: fp32, %s\n", cpu::matmul_path(cpu::MatmulPrecision::FP32).c_str());
+  std::printf("matmuls: fp32, %s\n",
+              ops::make_backend<float>()->matmul_path(ops::MatmulPrecision::FP32).c_str());
   for (const auto& m : bench_models(args.get("model"), args.get_int("tokens")))
     bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"));
   return 0;

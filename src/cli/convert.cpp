@@ -89,7 +89,7 @@ int convert_llama2c(int argc, char** argv, int first) {
       .option("tokenizer", "FILE", "sentencepiece model of the same vocabulary (tok512.model ...)");
   if (!args.parse(argc, argv, first)) return 0;
   const Llama2cModel src = read_llama2c(args.get("model.bin"));
-  Model<float> model(src.config, ops::make_cpu_backend<float>());
+  Model<float> model(src.config, ops::make_backend<float>());
   for (const auto& [name, data] : src.tensors) {
     const int i = model.layout().find(name);
     STRATA_CHECK(i >= 0 && size_t(model.layout()[i].numel) == data.size(), args.get("model.bin"),

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "backends/cpu/gemm.h"
+#include "ops/backend.h"
 #include "core/cpu.h"
 
 #include "cli/args.h"
@@ -47,11 +47,10 @@ int cmd_info(int argc, char** argv, int first) {
   std::printf("cpu:     %s\n", cpu_summary().c_str());
   std::printf("kernels: %s\n", kernel_summary().c_str());
   std::printf("gemm:    oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
-  std::printf("matmul fp32: %s\n", cpu::matmul_path(cpu::MatmulPrecision::FP32).c_str());
-  std::printf("matmul bf16: %s\n", cpu::matmul_path(cpu::MatmulPrecision::BF16).c_str());
-  cpu::MatmulPrecision automatic;
-  cpu::parse_matmul_precision("auto", &automatic);
-  std::printf("precision auto: %s\n", automatic == cpu::MatmulPrecision::BF16 ? "bf16" : "fp32");
+  const auto backend = ops::make_backend<float>();
+  std::printf("matmul fp32: %s\n", backend->matmul_path(ops::MatmulPrecision::FP32).c_str());
+  std::printf("matmul bf16: %s\n", backend->matmul_path(ops::MatmulPrecision::BF16).c_str());
+  std::printf("precision auto: %s\n", backend->native_bf16() ? "bf16" : "fp32");
 #ifdef STRATA_HAVE_CUDA
   const int rt = cuda::runtime_version();
   std::printf("cuda:    backend built (runtime %d.%d); %d device(s) visible\n", rt / 1000,

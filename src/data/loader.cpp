@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "backends/cpu/kernels.h"
+#include "ops/types.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/row_loader.h"
@@ -14,7 +14,7 @@ namespace strata {
 
 int64_t Batch::count_targets() const {
   int64_t n = 0;
-  for (const int32_t t : targets) n += t != cpu::kIgnoreIndex;
+  for (const int32_t t : targets) n += t != ops::kIgnoreIndex;
   return n;
 }
 

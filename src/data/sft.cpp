@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "backends/cpu/kernels.h"
+#include "ops/types.h"
 #include "core/error.h"
 #include "data/row_loader.h"
 
@@ -95,7 +95,7 @@ class SftRowLoader final : public detail::RowLoader {
     for (int t = 0; t < seq_len_; ++t) {
       tokens[t] = t < n ? ex.tokens[size_t(t)] : pad_;
       targets[t] =
-          t + 1 < n && ex.loss[size_t(t) + 1] ? ex.tokens[size_t(t) + 1] : cpu::kIgnoreIndex;
+          t + 1 < n && ex.loss[size_t(t) + 1] ? ex.tokens[size_t(t) + 1] : ops::kIgnoreIndex;
     }
   }
 
@@ -149,7 +149,7 @@ class SftPackedLoader final : public detail::RowLoader {
     const size_t start = size_t(index) * size_t(seq_len_);
     for (size_t t = 0; t < size_t(seq_len_); ++t) {
       tokens[t] = s.tokens[start + t];
-      targets[t] = s.loss[start + t + 1] ? s.tokens[start + t + 1] : cpu::kIgnoreIndex;
+      targets[t] = s.loss[start + t + 1] ? s.tokens[start + t + 1] : ops::kIgnoreIndex;
     }
   }
 

@@ -29,7 +29,7 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
   const LlamaConfig cfg = LlamaConfig::from_json(j, config_path);
   const SafetensorsModel weights = SafetensorsModel::open_dir(dir);
 
-  auto model = std::make_unique<Model<float>>(cfg, ops::make_cpu_backend<float>());
+  auto model = std::make_unique<Model<float>>(cfg, ops::make_backend<float>());
   const ParamLayout& layout = model->layout();
   std::set<std::string> used;
   for (size_t i = 0; i < layout.tensors().size(); ++i) {

@@ -36,7 +36,7 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
   const CheckpointReader reader(path);
   CheckpointInfo info = read_checkpoint_info(reader);
   auto model =
-      std::make_unique<Model<float>>(info.config, info.plan, ops::make_cpu_backend<float>());
+      std::make_unique<Model<float>>(info.config, info.plan, ops::make_backend<float>());
   reader.read("params", param_refs(*model));
   if (info_out) *info_out = std::move(info);
   return model;

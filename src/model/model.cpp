@@ -27,16 +27,12 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
-  const int half = cfg_.head_dim / 2;
-  const size_t table = size_t(cfg_.max_position_embeddings) * half;
-  std::vector<T> cos(table), sin(table);
-  const std::vector<double> inv_freq = cfg_.rope_inv_freq();
-  cpu::rope_table<T>(cos.data(), sin.data(), cfg_.max_position_embeddings, cfg_.head_dim,
-                     inv_freq.data());
+  const size_t table = size_t(cfg_.max_position_embeddings) * (cfg_.head_dim / 2);
   rope_cos_ = ops::DeviceBuffer<T>(be_.get(), table);
   rope_sin_ = ops::DeviceBuffer<T>(be_.get(), table);
-  be_->from_host(rope_cos_.data(), cos.data(), int64_t(table));
-  be_->from_host(rope_sin_.data(), sin.data(), int64_t(table));
+  const std::vector<double> inv_freq = cfg_.rope_inv_freq();
+  be_->rope_table(rope_cos_.data(), rope_sin_.data(), cfg_.max_position_embeddings, cfg_.head_dim,
+                  inv_freq.data());
 }
 
 template <typename T>

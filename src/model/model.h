@@ -5,7 +5,7 @@
 // x_0..x_2L and what each op saves for backward; backward() walks the same plan
 // in reverse and produces the gradient of every parameter.
 //
-//   Model<float> m(cfg, ops::make_cpu_backend<float>());
+//   Model<float> m(cfg, ops::make_backend<float>());
 //   m.init_weights(seed);
 //   m.zero_grad();
 //   auto r = m.forward(tokens, targets, B, T);      // r.loss_sum, r.n_valid

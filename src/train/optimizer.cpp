@@ -37,7 +37,7 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
           be_.sum_squares(grads + tensors[i].offset, tensors[i].numel);
   if (tp_) split = tp_->allreduce_sum(split);
   const double norm = std::sqrt(split + replicated);
-  const double clip = cfg_.grad_clip > 0 ? cpu::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
+  const double clip = cfg_.grad_clip > 0 ? ops::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
   ++step_;
   ops::AdamWStep s;
   s.lr = lr;

@@ -600,18 +600,18 @@ void setup(Run& run) {
     r.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
   try {
-    run.model = std::make_unique<Model<float>>(cfg, plan, ops::make_cpu_backend<float>(),
+    run.model = std::make_unique<Model<float>>(cfg, plan, ops::make_backend<float>(),
                                                run.grid.tp > 1 ? run.tp : nullptr);
   } catch (const Error& e) {
     r.fail("parallelism.tp", e.what());
   }
   std::string precision = r.get_string("training.precision");
   ops::MatmulPrecision matmul = ops::MatmulPrecision::FP32;
-  if (!cpu::parse_matmul_precision(precision, &matmul))
+  if (!ops::parse_matmul_precision(precision, run.model->backend().native_bf16(), &matmul))
     r.fail("training.precision", cat("unknown precision '", precision, "' (fp32, bf16 or auto)"));
   if (precision == "auto") {
     // bf16 only where every process has native bf16 matmuls (nodes may differ).
-    const int64_t native = cpu::bf16_path() == cpu::Bf16Path::Native;
+    const int64_t native = run.model->backend().native_bf16();
     const int64_t all = run.world() > 1 ? run.grid.world->allreduce_sum(native) : native;
     matmul = all == run.world() ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
     precision = cat("auto -> ", matmul == ops::MatmulPrecision::BF16 ? "bf16" : "fp32");

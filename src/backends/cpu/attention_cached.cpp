@@ -9,8 +9,8 @@
 namespace strata::cpu {
 
 template <typename T>
-void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc,
-                              int n, int pos0, int Hq, int Hkv, int D, int max_len) {
+void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc, int n,
+                              int pos0, int Hq, int Hkv, int D, int max_len) {
   const int group = Hq / Hkv;
   const double scale = 1.0 / std::sqrt(double(D));
   const int64_t work = int64_t(n) * Hq;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
 #include "core/arena.h"
+#include "core/error.h"
 #include "ops/backend.h"
 
 namespace strata::ops {
@@ -28,8 +30,14 @@ class CpuBackend final : public Backend<T> {
       std::memcpy(dst + i, src + i, sizeof(T) * size_t(std::min<int64_t>(4096, n - i)));
   }
   void to_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
-  void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
   void from_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
+  bool is_host() const override { return true; }
+  void* stream() const override { return nullptr; }
+  void synchronize() override {}  // every call has finished when it returns
+
+  void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
+  bool native_bf16() const override { return cpu::native_bf16_available(); }
+  std::string matmul_path(MatmulPrecision p) const override { return cpu::matmul_path(p); }
 
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C, int V,
                          int64_t v0, int V_local) override {
@@ -47,13 +55,28 @@ class CpuBackend final : public Backend<T> {
                         int64_t N, int C) override {
     cpu::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
   }
-  void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, int IC,
-                      int OC) override {
-    cpu::linear_forward(out, x, w, bias, N, IC, OC);
+  void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, int IC, int OC,
+                      const LinearLd& ld) override {
+    cpu::linear_forward(out, x, w, bias, N, IC, OC, ld);
   }
   void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T* w, int64_t N,
-                       int IC, int OC, bool accumulate_dx) override {
-    cpu::linear_backward(dx, dw, dbias, dout, x, w, N, IC, OC, accumulate_dx);
+                       int IC, int OC, bool accumulate_dx, const LinearLd& ld) override {
+    cpu::linear_backward(dx, dw, dbias, dout, x, w, N, IC, OC, accumulate_dx, ld);
+  }
+  void bias_add_forward(T* out, const T* bias, int64_t N, int OC, int64_t ld) override {
+    cpu::bias_add_forward(out, bias, N, OC, ld);
+  }
+  void bias_add_backward(T* dbias, const T* dout, int64_t N, int OC, int64_t ld) override {
+    cpu::bias_add_backward(dbias, dout, N, OC, ld);
+  }
+  void axpby_forward(T* out, const T* x, const T* y, int64_t n, double a, double b) override {
+    cpu::axpby_forward(out, x, y, n, a, b);
+  }
+  void axpby_backward(T* dx, T* dy, const T* dout, int64_t n, double a, double b) override {
+    cpu::axpby_backward(dx, dy, dout, n, a, b);
+  }
+  void rope_table(T* cos, T* sin, int max_pos, int D, const double* inv_freq) override {
+    cpu::rope_table(cos, sin, max_pos, D, inv_freq);
   }
   void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D,
                     int64_t row_stride, int pos0) override {
@@ -94,9 +117,8 @@ class CpuBackend final : public Backend<T> {
                                 eps, shard);
   }
   void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                        const T* lse, const T* wn, const T* wout, const int32_t* targets,
-                        int64_t N, int C, int V, double dloss,
-                        const VocabShard<T>* shard) override {
+                        const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                        int C, int V, double dloss, const VocabShard<T>* shard) override {
     cpu::head_ce_backward(dx, dwn, dwout, x, xn, rstd, lse, wn, wout, targets, N, C, V, dloss,
                           shard);
   }
@@ -104,8 +126,8 @@ class CpuBackend final : public Backend<T> {
                                   const T* x, const T* wn, const T* wout, const int32_t* targets,
                                   int64_t N, int C, int V, double eps, double dloss,
                                   const VocabShard<T>* shard) override {
-    return cpu::head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets,
-                                         N, C, V, eps, dloss, shard);
+    return cpu::head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets, N,
+                                         C, V, eps, dloss, shard);
   }
   void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N,
                    int C, int V, double eps) override {
@@ -127,11 +149,12 @@ class CpuBackend final : public Backend<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Backend<T>> make_cpu_backend() {
+std::unique_ptr<Backend<T>> make_backend(const std::string& name) {
+  STRATA_CHECK(name == "cpu", "unknown backend '", name, "' (this build has: cpu)");
   return std::make_unique<CpuBackend<T>>();
 }
 
-template std::unique_ptr<Backend<float>> make_cpu_backend<float>();
-template std::unique_ptr<Backend<double>> make_cpu_backend<double>();
+template std::unique_ptr<Backend<float>> make_backend<float>(const std::string&);
+template std::unique_ptr<Backend<double>> make_backend<double>(const std::string&);
 
 }  // namespace strata::ops

@@ -27,8 +27,8 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, i
 }
 
 template <typename T>
-void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C,
-                        int64_t v0, int V_local) {
+void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C, int64_t v0,
+                        int V_local) {
   // Each thread owns a contiguous channel range of every row: no races, and the
   // summation order over tokens is fixed, so the result is deterministic.
 #pragma omp parallel

@@ -175,18 +175,6 @@ void set_bf16_path(Bf16Path p) {
   g_bf16_path.store(int(p));
 }
 
-bool parse_matmul_precision(const std::string& name, MatmulPrecision* out) {
-  if (name == "fp32")
-    *out = MatmulPrecision::FP32;
-  else if (name == "bf16")
-    *out = MatmulPrecision::BF16;
-  else if (name == "auto")
-    *out = bf16_path() == Bf16Path::Native ? MatmulPrecision::BF16 : MatmulPrecision::FP32;
-  else
-    return false;
-  return true;
-}
-
 std::string matmul_path(MatmulPrecision p) {
   const char* isa = isa_name(dnnl_get_effective_cpu_isa());
   if (p == MatmulPrecision::FP32) return cat("oneDNN sgemm, kernels for ", isa);

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/types.h"
+
 namespace strata::cpu {
 
 template <typename T>
@@ -21,7 +23,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 // autocast for matmuls: FP32, or BF16, where A and B are rounded to bfloat16
 // (round to nearest even) and multiplied with fp32 accumulation and an fp32
 // result. Everything that is not a GEMM stays fp32.
-enum class MatmulPrecision { FP32, BF16 };
+using MatmulPrecision = ops::MatmulPrecision;
 void set_matmul_precision(MatmulPrecision p);
 MatmulPrecision matmul_precision();
 
@@ -39,9 +41,6 @@ Bf16Path bf16_path();
 void set_bf16_path(Bf16Path p);
 bool native_bf16_available();
 
-// Parses "fp32", "bf16" or "auto" (bf16 where the bf16 path is native, fp32
-// otherwise); false for any other text.
-bool parse_matmul_precision(const std::string& name, MatmulPrecision* out);
 // One line on how GEMMs of this precision run here, e.g. "oneDNN sgemm
 // (avx512_core)" or "emulated: operands rounded to bf16, oneDNN sgemm".
 std::string matmul_path(MatmulPrecision p);

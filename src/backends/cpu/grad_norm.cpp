@@ -18,11 +18,6 @@ void scale_inplace(T* x, int64_t n, double s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= k;
 }
 
-double clip_coefficient(double total_norm, double max_norm) {
-  if (max_norm <= 0) return 1.0;
-  return std::min(1.0, max_norm / (total_norm + 1e-6));
-}
-
 template double sum_squares<float>(const float*, int64_t);
 template double sum_squares<double>(const double*, int64_t);
 template void scale_inplace<float>(float*, int64_t, double);

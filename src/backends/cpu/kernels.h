@@ -1,24 +1,25 @@
 // CPU kernels: one forward and one hand-written backward per op, one file per
-// op (backends/cpu/<op>.cpp). Every kernel is a template instantiated for
-// float (the fast path) and double (used by the finite-difference gradient
-// checks in tests/). Threads: OpenMP, one pool.
-//
-// Conventions
-//   N = B*T tokens, C = hidden size, rows are row-major and contiguous.
-//   Parameter gradients always ACCUMULATE (+=), so micro-batches and shared
-//   weights (tied embeddings, the head shared by early exits) just add up.
-//   Activation gradients are documented per kernel as "=" (overwrite) or "+=".
-//   A null gradient pointer means "not needed" (frozen parameter): that part of
-//   the backward is skipped.
+// op (backends/cpu/<op>.cpp), behind ops::Backend (cpu_backend.cpp). The
+// contract (shapes, layouts, accumulation rules, null gradients) is
+// ops/backend.h; the comments here repeat the shapes for readers of the CPU
+// code and add what is CPU-specific (determinism, threads). Every kernel is a
+// template instantiated for float (the fast path) and double (used by the
+// finite-difference gradient checks in tests/). Threads: OpenMP, one pool.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
+#include "ops/types.h"
+
 namespace strata::cpu {
 
-// Targets equal to this are ignored by the cross-entropy (as in PyTorch / HF).
-constexpr int32_t kIgnoreIndex = -100;
+// The contract's types (ops/types.h).
+using ops::AdamWStep;
+using ops::clip_coefficient;
+using ops::kIgnoreIndex;
+using ops::LinearLd;
+using ops::VocabShard;
 
 // ---------------------------------------------------------------- embedding.cpp
 // out[N,C] = wte[tokens[n], :]. Throws strata::Error if a token is outside [0,V).
@@ -46,13 +47,32 @@ void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const
 // ------------------------------------------------------------------- linear.cpp
 // out[N,OC] = x[N,IC] * w[OC,IC]^T (+ bias[OC]); bias may be null.
 // w may be several weights stored back to back (fused QKV, fused gate/up).
+// ld: leading dimensions for views into larger matrices (default compact).
 template <typename T>
-void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, int IC, int OC);
+void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, int IC, int OC,
+                    const LinearLd& ld = {});
 // dx[N,IC] = dout*w (or += when accumulate_dx); dw[OC,IC] += dout^T*x;
-// dbias[OC] += column sums of dout. Any of dx, dw, dbias may be null.
+// dbias[OC] += column sums of dout. Any of dx, dw, dbias may be null. dx and x
+// share ld.x, dw and w ld.w, dout ld.out.
 template <typename T>
 void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T* w, int64_t N,
-                     int IC, int OC, bool accumulate_dx);
+                     int IC, int OC, bool accumulate_dx, const LinearLd& ld = {});
+
+// --------------------------------------------------------------------- bias.cpp
+// out[n, j] += bias[j] for N rows of OC (rows ld apart; 0: OC).
+template <typename T>
+void bias_add_forward(T* out, const T* bias, int64_t N, int OC, int64_t ld = 0);
+// dbias[j] += sum_n dout[n, j] (per-thread partials combined in thread order).
+template <typename T>
+void bias_add_backward(T* dbias, const T* dout, int64_t N, int OC, int64_t ld = 0);
+
+// -------------------------------------------------------------------- axpby.cpp
+// out[n] = a x[n] + b y[n] (out may alias x or y).
+template <typename T>
+void axpby_forward(T* out, const T* x, const T* y, int64_t n, double a, double b);
+// dx += a dout, dy += b dout (either may be null; neither may alias dout).
+template <typename T>
+void axpby_backward(T* dx, T* dy, const T* dout, int64_t n, double a, double b);
 
 // --------------------------------------------------------------------- rope.cpp
 // Rotary tables, rotate-half (Hugging Face) layout: cos/sin[max_pos, D/2] with
@@ -96,8 +116,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
 // head h is q[i * q_stride + h * D ...]; out[n, Hq*D]. Causal. Inference only
 // (no backward).
 template <typename T>
-void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc,
-                              int n, int pos0, int Hq, int Hkv, int D, int max_len);
+void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc, int n,
+                              int pos0, int Hq, int Hkv, int D, int max_len);
 
 // ------------------------------------------------------------------- swiglu.cpp
 // gateup[N,2F] = [gate | up]; h[N,F] = silu(gate) * up.
@@ -116,18 +136,7 @@ template <typename T>
 void residual_backward(T* da, T* db, const T* dout, int64_t n);
 
 // ------------------------------------------------------------------ head_ce.cpp
-// Vocab-parallel head (tensor parallelism): this rank's wout holds rows
-// [v0, v0 + V) of the full vocabulary. After each chunk's local logits,
-// `combine` turns per-row local log-sum-exp and local target logit (0 when
-// another rank owns the target) into the global ones (in place), and
-// `reduce` sums dxn[N*C] over the ranks before the norm's backward. With a
-// shard no rank ever holds the full logits.
-template <typename T>
-struct VocabShard {
-  int64_t v0 = 0;
-  std::function<void(T* lse, T* target_logit, int64_t rows)> combine;
-  std::function<void(T* dxn, int64_t n)> reduce;
-};
+// With a VocabShard (ops/types.h): the vocab-parallel head.
 
 // Fused final RMSNorm + LM head + cross-entropy over N tokens, processed in
 // chunks of rows so the [N,V] logits are never materialised.
@@ -169,10 +178,6 @@ template <typename T>
 void mse_backward(T* da, T* db, const T* a, const T* b, int64_t n, double dloss);
 
 // -------------------------------------------------------------------- adamw.cpp
-struct AdamWStep {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
-  int64_t step = 1;  // 1-based step number, for bias correction
-};
 // Decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW:
 //   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
@@ -186,7 +191,5 @@ template <typename T>
 double sum_squares(const T* x, int64_t n);
 template <typename T>
 void scale_inplace(T* x, int64_t n, double s);
-// Clip factor as torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)).
-double clip_coefficient(double total_norm, double max_norm);
 
 }  // namespace strata::cpu

@@ -1,0 +1,69 @@
+// Types of the op contract, shared by every backend and by the code that calls
+// ops (model, optimizer, data). Backends include this file; it includes no
+// backend.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace strata::ops {
+
+// Targets equal to this are ignored by the cross-entropy (as in PyTorch / HF).
+constexpr int32_t kIgnoreIndex = -100;
+
+// Precision of the matmuls of the linear layers and the LM head: FP32, or BF16
+// (operands rounded to bfloat16, fp32 accumulation and result; everything that
+// is not a GEMM stays fp32).
+enum class MatmulPrecision { FP32, BF16 };
+
+// "fp32", "bf16" or "auto" (bf16 where `native_bf16`, else fp32); false for
+// any other text.
+inline bool parse_matmul_precision(const std::string& name, bool native_bf16,
+                                   MatmulPrecision* out) {
+  if (name == "fp32")
+    *out = MatmulPrecision::FP32;
+  else if (name == "bf16")
+    *out = MatmulPrecision::BF16;
+  else if (name == "auto")
+    *out = native_bf16 ? MatmulPrecision::BF16 : MatmulPrecision::FP32;
+  else
+    return false;
+  return true;
+}
+
+// One AdamW step's hyperparameters.
+struct AdamWStep {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based step number, for bias correction
+};
+
+// Clip factor as torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)).
+inline double clip_coefficient(double total_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+// Vocab-parallel head (tensor parallelism): this rank's wout holds rows
+// [v0, v0 + V) of the full vocabulary. After each chunk's local logits,
+// `combine` turns per-row local log-sum-exp and local target logit (0 when
+// another rank owns the target) into the global ones (in place), and
+// `reduce` sums dxn[N*C] over the ranks before the norm's backward. With a
+// shard no rank ever holds the full logits.
+template <typename T>
+struct VocabShard {
+  int64_t v0 = 0;
+  std::function<void(T* lse, T* target_logit, int64_t rows)> combine;
+  std::function<void(T* dxn, int64_t n)> reduce;
+};
+
+// Leading dimensions of a linear layer's operands, for views into larger
+// matrices (e.g. the columns of one shard of a full weight): x rows are ldx
+// apart, w rows ldw apart, out (and dout) rows ldout apart. 0 means compact
+// (IC, IC and OC).
+struct LinearLd {
+  int64_t x = 0, w = 0, out = 0;
+};
+
+}  // namespace strata::ops
