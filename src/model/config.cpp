@@ -136,11 +136,10 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains(rope_key) && !j[rope_key].is_null()) {
     const auto& rs = j[rope_key];
     STRATA_CHECK(rs.is_object(), where, ": ", rope_key, " must be an object or null");
-    const std::string type = rs.contains("rope_type")
-                                 ? rs["rope_type"].get<std::string>()
-                                 : rs.value("type", std::string("default"));
-    STRATA_CHECK(type == "llama3" || type == "linear" || type == "default", where, ": ",
-                 rope_key, " type '", type, "' is not supported (llama3, linear)");
+    const std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
+                                                      : rs.value("type", std::string("default"));
+    STRATA_CHECK(type == "llama3" || type == "linear" || type == "default", where, ": ", rope_key,
+                 " type '", type, "' is not supported (llama3, linear)");
     if (type != "default") {
       c.rope_scaling.type = type;
       auto num = [&](const char* key, double& out, bool required) {
@@ -178,7 +177,8 @@ nlohmann::json LlamaConfig::to_json() const {
             {"low_freq_factor", rope_scaling.low_freq_factor},
             {"high_freq_factor", rope_scaling.high_freq_factor},
             {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
-  return nlohmann::json{{"rope_scaling", rope},{"architectures", {"LlamaForCausalLM"}},
+  return nlohmann::json{{"rope_scaling", rope},
+                        {"architectures", {"LlamaForCausalLM"}},
                         {"model_type", "llama"},
                         {"hidden_act", "silu"},
                         {"vocab_size", vocab_size},

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "model/unit.h"
 
 namespace strata {
 
@@ -17,13 +18,13 @@ template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp)
     : cfg_(cfg),
-      plan_(plan),
       layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0),
+      dims_(LayerDims::of(cfg_, tp ? tp->size() : 1)),
       be_(std::move(backend)),
-      tp_(tp && tp->size() > 1 ? tp : nullptr) {
-  STRATA_CHECK(plan_.num_layers() == cfg_.num_hidden_layers, "layer plan has ", plan_.num_layers(),
-               " layers, model has ", cfg_.num_hidden_layers);
-  STRATA_CHECK((!tp_ || std::is_same_v<T, float>), "tensor parallelism runs float models only");
+      tp_(tp) {
+  set_plan(plan);
+  STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
+               "tensor parallelism runs float models only");
   params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
@@ -33,6 +34,47 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   const std::vector<double> inv_freq = cfg_.rope_inv_freq();
   be_->rope_table(rope_cos_.data(), rope_sin_.data(), cfg_.max_position_embeddings, cfg_.head_dim,
                   inv_freq.data());
+}
+
+template <typename T>
+void Model<T>::set_plan(const LayerPlan& plan) {
+  STRATA_CHECK(plan.num_layers() == cfg_.num_hidden_layers, "layer plan '", plan.to_string(),
+               "' has ", plan.num_layers(), " layers, the model has ", cfg_.num_hidden_layers);
+  plan_ = plan;
+  units_ = plan_.units();
+  have_forward_ = false;
+  set_trainable(trainable_.empty() ? std::vector<bool>(layout_.tensors().size(), true)
+                                   : trainable_);
+}
+
+template <typename T>
+LayerTensors<T> Model<T>::layer_params(int l) {
+  const auto& P = layout_.layers[size_t(l)];
+  LayerTensors<T> w;
+  w.input_norm = param(P.input_norm);
+  w.qkv = param(P.q);  // q, k, v (and their biases) are contiguous
+  w.qkv_bias = P.q_bias >= 0 ? param(P.q_bias) : nullptr;
+  w.o = param(P.o);
+  w.o_bias = P.o_bias >= 0 ? param(P.o_bias) : nullptr;
+  w.post_norm = param(P.post_norm);
+  w.gateup = param(P.gate);  // gate|up contiguous
+  w.down = param(P.down);
+  return w;
+}
+
+template <typename T>
+LayerTensors<T> Model<T>::layer_grads(int l) {
+  const auto& P = layout_.layers[size_t(l)];
+  LayerTensors<T> g;
+  g.input_norm = grad_if({P.input_norm});
+  g.qkv = grad_if({P.q, P.k, P.v});
+  g.qkv_bias = P.q_bias >= 0 ? grad_if({P.q_bias, P.k_bias, P.v_bias}) : nullptr;
+  g.o = grad_if({P.o});
+  g.o_bias = P.o_bias >= 0 ? grad_if({P.o_bias}) : nullptr;
+  g.post_norm = grad_if({P.post_norm});
+  g.gateup = grad_if({P.gate, P.up});
+  g.down = grad_if({P.down});
+  return g;
 }
 
 template <typename T>
@@ -75,6 +117,8 @@ void Model<T>::set_trainable(const std::vector<bool>& trainable) {
     if (trainable_[i] && layout_[int(i)].layer >= 0)
       backward_floor_ = std::min(backward_floor_, layout_[int(i)].layer);
   if (trainable_[layout_.embed]) backward_floor_ = 0;
+  for (const PlanUnit& u : units_)  // backward runs whole units
+    if (backward_floor_ > u.first && backward_floor_ < u.end()) backward_floor_ = u.first;
 }
 
 template <typename T>
@@ -91,9 +135,9 @@ void Model<T>::ensure_activations(int B, int T_) {
   STRATA_CHECK(T_ <= cfg_.max_position_embeddings, "sequence length ", T_,
                " exceeds max_position_embeddings ", cfg_.max_position_embeddings);
   if (B == batch_ && T_ == seq_) return;
-  const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size, F = f_local();
-  const int L = cfg_.num_hidden_layers, Hq = hq_local();
-  const int64_t QKV = qkv_local(), Q = q_local();
+  const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size, F = dims_.F;
+  const int L = cfg_.num_hidden_layers, Hq = dims_.Hq;
+  const int64_t QKV = dims_.QKV(), Q = dims_.Q();
   // Carves every activation tensor out of `base` (64-byte aligned) and returns
   // the elements used. Run once with base = nullptr to size the arena.
   auto carve_all = [&](T* base) {
@@ -107,20 +151,22 @@ void Model<T>::ensure_activations(int B, int T_) {
     for (auto& s : streams_) s = carve(N * C);
     layer_acts_.resize(L);
     for (auto& a : layer_acts_) {
-      a.ln1 = carve(N * C);
-      a.rstd1 = carve(N);
-      a.qkv = carve(N * QKV);
-      a.att = carve(N * Q);
-      a.lse = carve(int64_t(B) * Hq * T_);
-      a.ln2 = carve(N * C);
-      a.rstd2 = carve(N);
-      a.gateup = carve(N * 2 * F);
-      a.h = carve(N * F);
+      a.attn.ln = carve(N * C);
+      a.attn.rstd = carve(N);
+      a.attn.qkv = carve(N * QKV);
+      a.attn.att = carve(N * Q);
+      a.attn.lse = carve(int64_t(B) * Hq * T_);
+      a.mlp.ln = carve(N * C);
+      a.mlp.rstd = carve(N);
+      a.mlp.gateup = carve(N * 2 * F);
+      a.mlp.h = carve(N * F);
     }
     lnf_ = carve(N * C);
     rstdf_ = carve(N);
     lsef_ = carve(N);
-    mod_out_ = carve(N * C);
+    attn_out_ = carve(N * C);
+    mlp_out_ = carve(N * C);
+    sub_out_ = carve(N * C);
     dstream_ = carve(N * C);
     d_ln_ = carve(N * C);
     d_qkv_ = carve(N * QKV);
@@ -155,25 +201,19 @@ const T* Model<T>::stream(int i) const {
 // ------------------------------------------------------- tensor parallelism
 
 template <typename T>
-void Model<T>::tp_allreduce(T* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (tp_) tp_->allreduce_sum(buf, n);
-  }
-}
-
-template <typename T>
 const ops::VocabShard<T>* Model<T>::head_shard() {
   if constexpr (!std::is_same_v<T, float>) {
     return nullptr;
   } else {
-    if (!tp_) return nullptr;
+    if (!tp_.active()) return nullptr;
     const int P = tp_size();
+    Communicator* tp = tp_.comm();
     shard_.v0 = int64_t(tp_rank()) * v_local();
     // Global log-sum-exp of a row = log sum over ranks of exp(local lse):
     // gather every rank's local values; the target logit lives on one rank.
-    shard_.combine = [this, P](T* lse, T* target, int64_t rows) {
+    shard_.combine = [this, P, tp](T* lse, T* target, int64_t rows) {
       tp_scratch_.resize(size_t(rows) * P);
-      tp_->allgather(lse, tp_scratch_.data(), rows);
+      tp->allgather(lse, tp_scratch_.data(), rows);
       for (int64_t r = 0; r < rows; ++r) {
         T m = tp_scratch_[r];
         for (int p = 1; p < P; ++p) m = std::max(m, tp_scratch_[size_t(p) * rows + r]);
@@ -181,9 +221,9 @@ const ops::VocabShard<T>* Model<T>::head_shard() {
         for (int p = 0; p < P; ++p) z += std::exp(double(tp_scratch_[size_t(p) * rows + r] - m));
         lse[r] = T(double(m) + std::log(z));
       }
-      tp_->allreduce_sum(target, rows);
+      tp->allreduce_sum(target, rows);
     };
-    shard_.reduce = [this](T* dxn, int64_t n) { tp_->allreduce_sum(dxn, n); };
+    shard_.reduce = [tp](T* dxn, int64_t n) { tp->allreduce_sum(dxn, n); };
     return &shard_;
   }
 }
@@ -193,7 +233,7 @@ void Model<T>::gather_vocab(const T* local, int64_t rows, T* full) {
   if constexpr (std::is_same_v<T, float>) {
     const int P = tp_size(), Vl = v_local(), V = cfg_.vocab_size;
     tp_scratch_.resize(size_t(rows) * V);
-    tp_->allgather(local, tp_scratch_.data(), rows * Vl);  // [P][rows][Vl]
+    tp_.comm()->allgather(local, tp_scratch_.data(), rows * Vl);  // [P][rows][Vl]
     for (int p = 0; p < P; ++p)
       for (int64_t r = 0; r < rows; ++r)
         std::copy_n(tp_scratch_.data() + (size_t(p) * rows + r) * Vl, Vl,
@@ -208,153 +248,178 @@ void Model<T>::grad_ready(int first_tensor, int last_tensor) {
   grad_ready_(a.offset, b.offset + b.numel - a.offset);
 }
 
-// ---------------------------------------------------------------- modules
-
-template <typename T>
-void Model<T>::attention_forward(int l, const T* x, T* out, int B, int T_) {
-  const auto& P = layout_.layers[l];
-  auto& A = layer_acts_[l];
-  const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = hq_local(), Hkv = hkv_local(),
-            QKV = qkv_local(), Q = q_local();
-  be_->rmsnorm_forward(A.ln1, A.rstd1, x, param(P.input_norm), N, C, cfg_.rms_norm_eps);
-  // q, k, v weights (and biases) are contiguous: one GEMM for all three.
-  be_->linear_forward(A.qkv, A.ln1, param(P.q), P.q_bias >= 0 ? param(P.q_bias) : nullptr, N, C,
-                      QKV);
-  // q heads and k heads are adjacent in each row: rotate Hq + Hkv heads at once.
-  be_->rope_forward(A.qkv, rope_cos_.data(), rope_sin_.data(), B, T_, Hq + Hkv, D, QKV, 0);
-  be_->attention_forward(A.att, A.lse, A.qkv, B, T_, Hq, Hkv, D);
-  // Row-parallel output: partial sums, reduced over the tp group; the
-  // replicated bias is added by one rank only.
-  const T* bias = P.o_bias >= 0 && tp_rank() == 0 ? param(P.o_bias) : nullptr;
-  be_->linear_forward(out, A.att, param(P.o), bias, N, Q, C);
-  tp_allreduce(out, N * C);
-}
-
-template <typename T>
-void Model<T>::mlp_forward(int l, const T* x, T* out, int B, int T_) {
-  const auto& P = layout_.layers[l];
-  auto& A = layer_acts_[l];
-  const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, F = f_local();
-  be_->rmsnorm_forward(A.ln2, A.rstd2, x, param(P.post_norm), N, C, cfg_.rms_norm_eps);
-  be_->linear_forward(A.gateup, A.ln2, param(P.gate), nullptr, N, C, 2 * F);  // gate|up fused
-  be_->swiglu_forward(A.h, A.gateup, N, F);
-  be_->linear_forward(out, A.h, param(P.down), nullptr, N, F, C);
-  tp_allreduce(out, N * C);
-}
-
-// dmod: gradient of the module output (read before dx is written, so it may
-// alias dx). dx: gradient of the module input, accumulated (+=). Under tensor
-// parallelism dmod is replicated (the conjugate of the forward all-reduce is
-// the identity) and the partial input gradient of the column-parallel
-// projection is all-reduced.
-template <typename T>
-void Model<T>::attention_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
-  const auto& P = layout_.layers[l];
-  auto& A = layer_acts_[l];
-  const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, D = cfg_.head_dim, Hq = hq_local(), Hkv = hkv_local(),
-            QKV = qkv_local(), Q = q_local();
-  be_->linear_backward(d_att_, grad_if({P.o}), P.o_bias >= 0 ? grad_if({P.o_bias}) : nullptr, dmod,
-                       A.att, param(P.o), N, Q, C, false);
-  be_->attention_backward(d_qkv_, d_att_, A.qkv, A.att, A.lse, B, T_, Hq, Hkv, D);
-  be_->rope_backward(d_qkv_, rope_cos_.data(), rope_sin_.data(), B, T_, Hq + Hkv, D, QKV, 0);
-  be_->linear_backward(d_ln_, grad_if({P.q, P.k, P.v}),
-                       P.q_bias >= 0 ? grad_if({P.q_bias, P.k_bias, P.v_bias}) : nullptr, d_qkv_,
-                       A.ln1, param(P.q), N, C, QKV, false);
-  tp_allreduce(d_ln_, N * C);
-  be_->rmsnorm_backward(dx, grad_if({P.input_norm}), d_ln_, x, param(P.input_norm), A.rstd1, N, C);
-}
-
-template <typename T>
-void Model<T>::mlp_backward(int l, const T* x, T* dmod, T* dx, int B, int T_) {
-  const auto& P = layout_.layers[l];
-  auto& A = layer_acts_[l];
-  const int64_t N = int64_t(B) * T_;
-  const int C = cfg_.hidden_size, F = f_local();
-  be_->linear_backward(d_h_, grad_if({P.down}), nullptr, dmod, A.h, param(P.down), N, F, C, false);
-  be_->swiglu_backward(d_gateup_, d_h_, A.gateup, N, F);
-  be_->linear_backward(d_ln_, grad_if({P.gate, P.up}), nullptr, d_gateup_, A.ln2, param(P.gate), N,
-                       C, 2 * F, false);
-  tp_allreduce(d_ln_, N * C);
-  be_->rmsnorm_backward(dx, grad_if({P.post_norm}), d_ln_, x, param(P.post_norm), A.rstd2, N, C);
-}
-
 // ---------------------------------------------------------------- executor
 
+// One pass of the training/evaluation executor over `B` samples: the kinds'
+// view of the streams x_0..x_2L (with some remapped to compact sub-batch
+// buffers for LayerSkip), the modules with the sequence attention (saving
+// what backward needs), and the tp reductions.
 template <typename T>
-void Model<T>::layer_forward(int l, int B, int T_, RunMode mode) {
-  const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C;
-  const int i = 2 * l + 1;  // attention module i, MLP module i + 1
-  switch (plan_.kinds[l]) {
-    case LayerKind::Standard:
-      if (mode == RunMode::All || mode == RunMode::Dense) {
-        attention_forward(l, streams_[i - 1], mod_out_, B, T_);
-        be_->residual_forward(streams_[i], streams_[i - 1], mod_out_, NC);
-        mlp_forward(l, streams_[i], mod_out_, B, T_);
-        be_->residual_forward(streams_[i + 1], streams_[i], mod_out_, NC);
-        if (mode == RunMode::Dense) {  // dropped samples keep their input
-          std::vector<uint8_t> kept(size_t(B), 0);
-          for (int b : kept_[l]) kept[size_t(b)] = 1;
-          const int64_t S = int64_t(T_) * C;
-          for (int b = 0; b < B; ++b)
-            if (!kept[size_t(b)]) be_->copy(streams_[i + 1] + b * S, streams_[i - 1] + b * S, S);
-        }
-      } else if (mode == RunMode::None) {
-        be_->copy(streams_[i], streams_[i - 1], NC);
-        be_->copy(streams_[i + 1], streams_[i - 1], NC);
-      } else {  // Gathered: the layer runs on the kept samples only
-        const int Bk = int(kept_[l].size());
-        const int64_t NCk = int64_t(Bk) * T_ * C;
-        if (sub_x_[size_t(l)].size() < size_t(NC))
-          sub_x_[size_t(l)] = ops::DeviceBuffer<T>(be_.get(), size_t(NC));
-        T* x = sub_x_[size_t(l)].data();
-        gather_samples(l, streams_[i - 1], x, T_);
-        // The mid stream holds the compact sub-batch (first Bk samples).
-        attention_forward(l, x, mod_out_, Bk, T_);
-        be_->residual_forward(streams_[i], x, mod_out_, NCk);
-        mlp_forward(l, streams_[i], mod_out_, Bk, T_);
-        be_->residual_forward(mod_out_, streams_[i], mod_out_, NCk);
-        be_->copy(streams_[i + 1], streams_[i - 1], NC);
-        scatter_samples(l, mod_out_, streams_[i + 1], T_);
-      }
-      break;
+class Model<T>::ForwardPass final : public UnitForward<T> {
+ public:
+  ForwardPass(Model& m, int B, int seq) : m_(m), B_(B), seq_(seq) {}
+  // Stream i reads and writes `p` instead (a compact sub-batch).
+  void remap(int i, T* p) { remap_.push_back({i, p}); }
+
+  T* stream(int i) override {
+    for (const auto& [j, p] : remap_)
+      if (j == i) return p;
+    return m_.streams_[size_t(i)];
   }
+  T* module_out(int slot) override {
+    STRATA_CHECK(slot == 0 || slot == 1, "module output slot ", slot, " does not exist");
+    return slot == 0 ? m_.attn_out_ : m_.mlp_out_;
+  }
+  void attention(int l, const T* x, T* out) override {
+    const LayerDims& d = m_.dims_;
+    const AttentionActs<T>& a = m_.layer_acts_[size_t(l)].attn;
+    attention_partial<T>(*m_.be_, d, m_.layer_params(l), x, out, rows(), a, [&](T* qkv, T* att) {
+      // q heads and k heads are adjacent in each row: rotate Hq + Hkv heads at once.
+      m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), B_, seq_, d.Hq + d.Hkv,
+                           d.D, d.QKV(), 0);
+      m_.be_->attention_forward(att, a.lse, qkv, B_, seq_, d.Hq, d.Hkv, d.D);
+    });
+  }
+  void mlp(int l, const T* x, T* out) override {
+    mlp_partial<T>(*m_.be_, m_.dims_, m_.layer_params(l), x, out, rows(),
+                   m_.layer_acts_[size_t(l)].mlp);
+  }
+  void add_o_bias(int l, T* out) override {
+    const LayerTensors<T> w = m_.layer_params(l);
+    if (w.o_bias && m_.tp_rank() == 0) m_.be_->bias_add_forward(out, w.o_bias, rows(), m_.dims_.C);
+  }
+  void reduce_from_tp(T* buf) override { m_.tp_.allreduce(buf, rows() * m_.dims_.C); }
+  int64_t reduce_from_tp_async(T* buf) override {
+    return m_.tp_.allreduce_async(buf, rows() * m_.dims_.C);
+  }
+  void wait(int64_t handle) override { m_.tp_.wait(handle); }
+  void residual(T* out, const T* a, const T* b) override {
+    m_.be_->residual_forward(out, a, b, rows() * m_.dims_.C);
+  }
+  void copy(T* dst, const T* src) override {
+    if (dst != src) m_.be_->copy(dst, src, rows() * m_.dims_.C);
+  }
+
+ private:
+  int64_t rows() const { return int64_t(B_) * seq_; }
+  Model& m_;
+  int B_, seq_;
+  std::vector<std::pair<int, T*>> remap_;
+};
+
+// The backward of a training pass over `B` samples (the running gradient may
+// be a compact sub-batch buffer for LayerSkip).
+template <typename T>
+class Model<T>::BackwardPass final : public UnitBackward<T> {
+ public:
+  BackwardPass(Model& m, int B, int seq, T* grad) : m_(m), B_(B), seq_(seq), grad_(grad) {}
+  void remap(int i, T* p) { remap_.push_back({i, p}); }
+
+  T* stream(int i) override {
+    for (const auto& [j, p] : remap_)
+      if (j == i) return p;
+    return m_.streams_[size_t(i)];
+  }
+  T* grad() override { return grad_; }
+  T* d_ln() override { return m_.d_ln_; }
+  void attention_backward(int l, const T* dout, T* d_ln) override {
+    attention_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout,
+                                  d_ln, B_, seq_, m_.layer_acts_[size_t(l)].attn,
+                                  m_.rope_cos_.data(), m_.rope_sin_.data(), m_.d_att_, m_.d_qkv_);
+  }
+  void mlp_backward(int l, const T* dout, T* d_ln) override {
+    mlp_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout, d_ln,
+                            rows(), m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
+  }
+  void attention_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
+    m_.be_->rmsnorm_backward(dx, m_.layer_grads(l).input_norm, d_ln, x,
+                             m_.layer_params(l).input_norm, m_.layer_acts_[size_t(l)].attn.rstd,
+                             rows(), m_.dims_.C);
+  }
+  void mlp_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
+    m_.be_->rmsnorm_backward(dx, m_.layer_grads(l).post_norm, d_ln, x, m_.layer_params(l).post_norm,
+                             m_.layer_acts_[size_t(l)].mlp.rstd, rows(), m_.dims_.C);
+  }
+  void o_bias_backward(int l, const T* dout) override {
+    T* g = m_.layer_grads(l).o_bias;
+    if (g) m_.be_->bias_add_backward(g, dout, rows(), m_.dims_.C);
+  }
+  void copy_to_tp(T* grad) override { m_.tp_.allreduce(grad, rows() * m_.dims_.C); }
+
+ private:
+  int64_t rows() const { return int64_t(B_) * seq_; }
+  Model& m_;
+  int B_, seq_;
+  T* grad_;
+  std::vector<std::pair<int, T*>> remap_;
+};
+
+// A unit under LayerSkip: all samples, none (the unit is the identity), the
+// kept samples gathered into a sub-batch, or (test reference) all samples
+// with the dropped ones' outputs and gradients masked.
+template <typename T>
+void Model<T>::unit_forward_mode(const PlanUnit& u, int B, int T_, RunMode mode) {
+  const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C, S = int64_t(T_) * C;
+  const int in = 2 * u.first, out = 2 * u.end();  // the unit reads x_in, writes x_in+1..x_out
+  if (mode == RunMode::All || mode == RunMode::Dense) {
+    ForwardPass f(*this, B, T_);
+    unit_forward<T>(f, u);
+    if (mode == RunMode::Dense) {  // dropped samples keep their input
+      std::vector<uint8_t> kept(size_t(B), 0);
+      for (int b : kept_[size_t(u.first)]) kept[size_t(b)] = 1;
+      for (int b = 0; b < B; ++b)
+        if (!kept[size_t(b)])
+          be_->copy(streams_[size_t(out)] + b * S, streams_[size_t(in)] + b * S, S);
+    }
+    return;
+  }
+  if (mode == RunMode::None) {
+    for (int i = in + 1; i <= out; ++i) be_->copy(streams_[size_t(i)], streams_[size_t(in)], NC);
+    return;
+  }
+  // Gathered: the unit runs on the kept samples only. Its input is gathered
+  // into sub_x_ and its inner streams hold the compact sub-batch (first Bk
+  // samples; kept for backward); its output is scattered over a copy of the
+  // input.
+  const int Bk = int(kept_[size_t(u.first)].size());
+  if (sub_x_[size_t(u.first)].size() < size_t(NC))
+    sub_x_[size_t(u.first)] = ops::DeviceBuffer<T>(be_.get(), size_t(NC));
+  T* x = sub_x_[size_t(u.first)].data();
+  gather_samples(u.first, streams_[size_t(in)], x, T_);
+  ForwardPass f(*this, Bk, T_);
+  f.remap(in, x);
+  f.remap(out, sub_out_);
+  unit_forward<T>(f, u);
+  be_->copy(streams_[size_t(out)], streams_[size_t(in)], NC);
+  scatter_samples(u.first, sub_out_, streams_[size_t(out)], T_);
 }
 
 template <typename T>
-void Model<T>::layer_backward(int l, int B, int T_, RunMode mode) {
+void Model<T>::unit_backward_mode(const PlanUnit& u, int B, int T_, RunMode mode) {
   const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C, S = int64_t(T_) * C;
-  const int i = 2 * l + 1;
-  switch (plan_.kinds[l]) {
-    case LayerKind::Standard:
-      // x_i = x_{i-1} + h_i(x_{i-1}): the residual passes the gradient through
-      // unchanged, the module adds its input gradient on top (dmod aliases dx).
-      if (mode == RunMode::All) {
-        mlp_backward(l, streams_[i], dstream_, dstream_, B, T_);
-        attention_backward(l, streams_[i - 1], dstream_, dstream_, B, T_);
-      } else if (mode == RunMode::Dense) {
-        // Dropped samples: the gradient passes unchanged and nothing reaches
-        // the layer (a zero upstream gradient adds zero to every weight).
-        std::vector<uint8_t> kept(size_t(B), 0);
-        for (int b : kept_[l]) kept[size_t(b)] = 1;
-        be_->copy(d_sub_, dstream_, NC);
-        for (int b = 0; b < B; ++b)
-          if (!kept[size_t(b)]) be_->zero(d_sub_ + b * S, S);
-        mlp_backward(l, streams_[i], d_sub_, d_sub_, B, T_);
-        attention_backward(l, streams_[i - 1], d_sub_, d_sub_, B, T_);
-        for (int b = 0; b < B; ++b)
-          if (kept[size_t(b)]) be_->copy(dstream_ + b * S, d_sub_ + b * S, S);
-      } else if (mode == RunMode::Gathered) {
-        const int Bk = int(kept_[l].size());
-        gather_samples(l, dstream_, d_sub_, T_);
-        mlp_backward(l, streams_[i], d_sub_, d_sub_, Bk, T_);
-        attention_backward(l, sub_x_[size_t(l)].data(), d_sub_, d_sub_, Bk, T_);
-        scatter_samples(l, d_sub_, dstream_, T_);
-      }  // None: identity
-      break;
-  }
+  if (mode == RunMode::All) {
+    BackwardPass b(*this, B, T_, dstream_);
+    unit_backward<T>(b, u);
+  } else if (mode == RunMode::Dense) {
+    // Dropped samples: the gradient passes unchanged and nothing reaches the
+    // unit (a zero upstream gradient adds zero to every weight).
+    std::vector<uint8_t> kept(size_t(B), 0);
+    for (int b : kept_[size_t(u.first)]) kept[size_t(b)] = 1;
+    be_->copy(d_sub_, dstream_, NC);
+    for (int b = 0; b < B; ++b)
+      if (!kept[size_t(b)]) be_->zero(d_sub_ + b * S, S);
+    BackwardPass b(*this, B, T_, d_sub_);
+    unit_backward<T>(b, u);
+    for (int s = 0; s < B; ++s)
+      if (kept[size_t(s)]) be_->copy(dstream_ + s * S, d_sub_ + s * S, S);
+  } else if (mode == RunMode::Gathered) {
+    const int Bk = int(kept_[size_t(u.first)].size());
+    gather_samples(u.first, dstream_, d_sub_, T_);
+    BackwardPass b(*this, Bk, T_, d_sub_);
+    b.remap(2 * u.first, sub_x_[size_t(u.first)].data());
+    unit_backward<T>(b, u);
+    scatter_samples(u.first, d_sub_, dstream_, T_);
+  }  // None: identity
 }
 
 template <typename T>
@@ -385,19 +450,23 @@ void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result)
 }
 
 template <typename T>
+void Model<T>::embed(const int32_t* tokens, int64_t n, T* x) {
+  // Vocab-parallel embedding: each rank looks up its own rows, zeros elsewhere.
+  be_->embedding_forward(x, tokens, param(layout_.embed), n, cfg_.hidden_size, cfg_.vocab_size,
+                         int64_t(tp_rank()) * v_local(), tp_.active() ? v_local() : -1);
+  tp_.allreduce(x, n * cfg_.hidden_size);
+}
+
+template <typename T>
 void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                            const LayerSkipStep* skip) {
   have_forward_ = false;
   if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
-  STRATA_CHECK(exit_layer >= 1 && exit_layer <= cfg_.num_hidden_layers, "exit layer ", exit_layer,
-               " is outside 1..", cfg_.num_hidden_layers);
+  plan_.check_exit(exit_layer, "exit layer");
   ensure_activations(B, T_);
-  const int64_t N = int64_t(B) * T_, NC = N * cfg_.hidden_size;
+  const int64_t N = int64_t(B) * T_;
   tokens_.assign(tokens, tokens + N);
-  // Vocab-parallel embedding: each rank looks up its own rows, zeros elsewhere.
-  be_->embedding_forward(streams_[0], tokens, param(layout_.embed), N, cfg_.hidden_size,
-                         cfg_.vocab_size, int64_t(tp_rank()) * v_local(), tp_ ? v_local() : -1);
-  tp_allreduce(streams_[0], NC);
+  embed(tokens, N, streams_[0]);
   const int L = cfg_.num_hidden_layers;
   run_mode_.assign(size_t(L), RunMode::All);
   kept_.resize(size_t(L));
@@ -406,23 +475,27 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
   if (dropping)
     STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
                  " layers, the model has ", L);
-  for (int l = 0; l < exit_layer; ++l) {
+  for (const PlanUnit& u : units_) {
+    if (u.end() > exit_layer) break;
     RunMode mode = RunMode::All;
-    if (dropping) {
-      const auto& k = skip->keep[size_t(l)];
-      STRATA_CHECK(int(k.size()) == B, "layer skip: keep mask of layer ", l, " has ", k.size(),
-                   " entries for a batch of ", B);
-      kept_[size_t(l)].clear();
+    if (dropping) {  // a unit is dropped as a whole: its layers share one mask
+      const auto& k = skip->keep[size_t(u.first)];
+      STRATA_CHECK(int(k.size()) == B, "layer skip: keep mask of layer ", u.first, " has ",
+                   k.size(), " entries for a batch of ", B);
+      for (int l = u.first + 1; l < u.end(); ++l)
+        STRATA_CHECK(skip->keep[size_t(l)] == k, "layer skip: layers ", u.first, " and ", l,
+                     " form one unit but have different keep masks");
+      kept_[size_t(u.first)].clear();
       for (int b = 0; b < B; ++b)
-        if (k[size_t(b)]) kept_[size_t(l)].push_back(b);
-      const int Bk = int(kept_[size_t(l)].size());
+        if (k[size_t(b)]) kept_[size_t(u.first)].push_back(b);
+      const int Bk = int(kept_[size_t(u.first)].size());
       mode = Bk == B                 ? RunMode::All
              : skip->dense_reference ? RunMode::Dense
              : Bk == 0               ? RunMode::None
                                      : RunMode::Gathered;
     }
-    run_mode_[size_t(l)] = mode;
-    layer_forward(l, B, T_, mode);
+    for (int l = u.first; l < u.end(); ++l) run_mode_[size_t(l)] = mode;
+    unit_forward_mode(u, B, T_, mode);
   }
 }
 
@@ -438,23 +511,25 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
     return skip && !skip->exit_weight.empty() && l < L - 1 ? skip->exit_weight[size_t(l)] : 0.0;
   };
   bool exits = false;
-  for (int l = 0; l + 1 < L; ++l) exits |= exit_weight(l) > 0;
+  for (int l = 0; l + 1 < L; ++l)
+    if (exit_weight(l) > 0) {
+      plan_.check_exit(l + 1, "an early-exit loss after layer");
+      exits = true;
+    }
   // The final norm and the head (when untied) end the arena: done now unless
   // early exits still add to them.
   if (!exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
-  for (int l = L - 1; l >= backward_floor_; --l) {
-    if (exit_weight(l) > 0) exit_loss(l, B, T_, dloss * exit_weight(l), result);
-    layer_backward(l, B, T_, run_mode_[size_t(l)]);
-    grad_ready(layout_.layers[l].input_norm, layout_.layers[l].down);
-  }
-  for (int l = std::min(backward_floor_, L) - 1; l >= 0; --l) {  // frozen layers
-    if (exit_weight(l) > 0) exit_loss(l, B, T_, dloss * exit_weight(l), result);
-    grad_ready(layout_.layers[l].input_norm, layout_.layers[l].down);
+  for (auto u = units_.rbegin(); u != units_.rend(); ++u) {
+    const int last = u->end() - 1;
+    if (exit_weight(last) > 0) exit_loss(last, B, T_, dloss * exit_weight(last), result);
+    if (u->first >= backward_floor_)  // below it every layer is frozen
+      unit_backward_mode(*u, B, T_, run_mode_[size_t(u->first)]);
+    grad_ready(layout_.layers[size_t(u->first)].input_norm, layout_.layers[size_t(last)].down);
   }
   if (exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
   if (trainable_[layout_.embed])
     be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size,
-                            int64_t(tp_rank()) * v_local(), tp_ ? v_local() : -1);
+                            int64_t(tp_rank()) * v_local(), tp_.active() ? v_local() : -1);
   grad_ready(layout_.embed, layout_.embed);
 }
 
@@ -507,7 +582,7 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
   r.objective = 0;
   for (int l = 0; l < L; ++l) {
     const double w = skip && !skip->exit_weight.empty() ? skip->exit_weight[size_t(l)]
-                                                          : (l == L - 1 ? 1.0 : 0.0);
+                                                        : (l == L - 1 ? 1.0 : 0.0);
     if (w > 0) r.objective += w * r.exit_loss_sum[size_t(l)];
   }
   return r;
@@ -526,7 +601,7 @@ void Model<T>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_lay
 
 template <typename T>
 void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
-  if (!tp_) {
+  if (!tp_.active()) {
     be_->head_logits(logits, xn_scratch, x, param(layout_.final_norm), head_weight(), n,
                      cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
     return;

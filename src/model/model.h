@@ -20,11 +20,13 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/comm.h"
 #include "model/config.h"
+#include "model/modules.h"
 #include "model/params.h"
 #include "model/plan.h"
+#include "model/tp_region.h"
 #include "ops/backend.h"
+#include "parallel/comm.h"
 
 namespace strata {
 
@@ -72,6 +74,9 @@ class Model {
 
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
+  // Runs the same weights under another plan (a conversion is a plan on
+  // trained weights: the parameter layout does not depend on the plan).
+  void set_plan(const LayerPlan& plan);
   const ParamLayout& layout() const { return layout_; }
   ops::Backend<T>& backend() { return *be_; }
 
@@ -79,8 +84,12 @@ class Model {
   T* params() { return params_.data(); }
   T* grads() { return grads_.data(); }
   int64_t num_params() const { return layout_.total(); }  // this rank's elements
-  int tp_size() const { return tp_ ? tp_->size() : 1; }
-  int tp_rank() const { return tp_ ? tp_->rank() : 0; }
+  int tp_size() const { return tp_.size(); }
+  int tp_rank() const { return tp_.rank(); }
+  Communicator* tp_comm() const { return tp_.comm(); }
+  // This rank's sizes of a layer, and one layer's parameter tensors.
+  const LayerDims& dims() const { return dims_; }
+  LayerTensors<T> layer_params(int layer);
 
   // Called during backward as soon as the gradients of a contiguous range of
   // the arena are final for this micro-batch (per layer, then the head and
@@ -124,6 +133,8 @@ class Model {
   // Final norm + LM head on n rows of a stream (e.g. gathered from
   // hidden_state(E-1)): logits[n, V]. `xn_scratch` holds n * hidden_size.
   void head_rows(const T* x, int64_t n, T* logits, T* xn_scratch);
+  // Embedding of n tokens (vocab-parallel under tp, summed over the group).
+  void embed(const int32_t* tokens, int64_t n, T* x);
 
   // The residual stream x_i (i = 0..2L) of the last forward, [B*T, C]:
   // x_{2l} is the input of layer l, x_{2L} the input of the final norm.
@@ -139,18 +150,21 @@ class Model {
   int64_t activation_bytes() const;
 
  private:
+  class ForwardPass;   // UnitForward for training and evaluation (model.cpp)
+  class BackwardPass;  // UnitBackward for training
   struct LayerActs {
-    T *ln1, *rstd1, *qkv, *att, *lse, *ln2, *rstd2, *gateup, *h;
+    AttentionActs<T> attn;
+    MlpActs<T> mlp;
   };
   void ensure_activations(int B, int seq);
   void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1,
                    const LayerSkipStep* skip = nullptr);
   void run_backward(const int32_t* tokens, int B, int seq, const LayerSkipStep* skip = nullptr,
                     LossResult* result = nullptr, double dloss = 0);
-  // LayerSkip: how layer l ran in the last forward.
+  // LayerSkip: how a unit ran in the last forward.
   enum class RunMode { All, None, Gathered, Dense };
-  void layer_forward(int l, int B, int seq, RunMode mode);
-  void layer_backward(int l, int B, int seq, RunMode mode);
+  void unit_forward_mode(const PlanUnit& u, int B, int seq, RunMode mode);
+  void unit_backward_mode(const PlanUnit& u, int B, int seq, RunMode mode);
   // Copies rows (whole samples of seq * C) between a full [B, seq, C] tensor
   // and a compact one holding the samples of kept_[l] in order.
   void gather_samples(int l, const T* full, T* compact, int seq);
@@ -158,22 +172,14 @@ class Model {
   // The early-exit loss at the output of layer l: CE of the shared head,
   // gradient (times dloss * weight) added to dstream_ and the head's grads.
   void exit_loss(int l, int B, int seq, double scale, LossResult* result);
-  void attention_forward(int layer, const T* x, T* out, int B, int seq);
-  void mlp_forward(int layer, const T* x, T* out, int B, int seq);
-  void attention_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
-  void mlp_backward(int layer, const T* x, T* dmod, T* dx, int B, int seq);
   int head_index() const { return layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed; }
-  // Tensor-parallel helpers (no-ops without a tp group).
-  void tp_allreduce(T* buf, int64_t n);
+  // Gradient tensors of a layer (null where frozen: a fused q|k|v or gate|up
+  // gradient exists when any member is trainable).
+  LayerTensors<T> layer_grads(int layer);
+  // Tensor-parallel helpers of the head (no-ops without a tp group).
   const ops::VocabShard<T>* head_shard();
   void gather_vocab(const T* local, int64_t rows, T* full);  // [rows, V/tp] -> [rows, V]
   void grad_ready(int first_tensor, int last_tensor);
-  // Local (this rank's) sizes.
-  int hq_local() const { return cfg_.num_attention_heads / tp_size(); }
-  int hkv_local() const { return cfg_.num_key_value_heads / tp_size(); }
-  int q_local() const { return hq_local() * cfg_.head_dim; }
-  int qkv_local() const { return (hq_local() + 2 * hkv_local()) * cfg_.head_dim; }
-  int f_local() const { return cfg_.intermediate_size / tp_size(); }
   int v_local() const { return cfg_.vocab_size / tp_size(); }
   T* head_weight() { return param(head_index()); }
   // Gradient slot of tensor i, or nullptr when none of `group` is trainable
@@ -182,7 +188,9 @@ class Model {
 
   LlamaConfig cfg_;
   LayerPlan plan_;
+  std::vector<PlanUnit> units_;
   ParamLayout layout_;
+  LayerDims dims_;
   std::unique_ptr<ops::Backend<T>> be_;
   ops::DeviceBuffer<T> params_, grads_;
   ops::DeviceBuffer<T> rope_cos_, rope_sin_;
@@ -192,16 +200,18 @@ class Model {
   ops::DeviceBuffer<T> acts_;
   std::vector<T*> streams_;  // 2L + 1 pointers into acts_
   std::vector<LayerActs> layer_acts_;
-  T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr, *mod_out_ = nullptr;
+  T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr;
+  T *attn_out_ = nullptr, *mlp_out_ = nullptr;  // module outputs (one per module of a step)
+  T* sub_out_ = nullptr;                        // a gathered unit's compact output
   // Backward scratch, shared by all layers.
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
     *d_gateup_ = nullptr, *d_h_ = nullptr, *d_sub_ = nullptr;
-  // LayerSkip: per layer, how it ran, the kept samples, and the compact input
-  // of a gathered sub-batch (allocated on first use).
+  // LayerSkip: per layer, how its unit ran, the kept samples, and the compact
+  // input of a gathered sub-batch (allocated on first use).
   std::vector<RunMode> run_mode_;
   std::vector<std::vector<int>> kept_;
   std::vector<ops::DeviceBuffer<T>> sub_x_;
-  Communicator* tp_ = nullptr;
+  TpRegion<T> tp_;
   ops::VocabShard<T> shard_;
   std::vector<T> tp_scratch_;
   std::function<void(int64_t, int64_t)> grad_ready_;

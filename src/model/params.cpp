@@ -66,7 +66,7 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
 int64_t ParamLayout::full_index(int t, int64_t i) const {
   const ParamInfo& p = tensors_[t];
   if (p.split_dim < 0) return i;
-  if (p.split_dim == 0) return int64_t(tp_rank_) * p.numel + i;  // a block of rows
+  if (p.split_dim == 0) return int64_t(tp_rank_) * p.numel + i;     // a block of rows
   const int64_t cols = p.shape[1], row = i / cols, col = i % cols;  // a block of columns
   return row * p.full_shape[1] + int64_t(tp_rank_) * cols + col;
 }

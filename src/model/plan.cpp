@@ -1,56 +1,115 @@
 #include "model/plan.h"
 
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace strata {
 
-const char* layer_kind_name(LayerKind k) {
-  switch (k) {
-    case LayerKind::Standard:
-      return "standard";
-  }
-  return "?";
+const std::vector<KindInfo>& kind_table() {
+  static const std::vector<KindInfo> table = {
+      {"standard", LayerKind::Standard, 1, {}, "x + h(x) per module (the Llama layer)"},
+      {"skip", LayerKind::Skip, 1, {}, "the layer is bypassed (pruned)"},
+  };
+  return table;
 }
 
-namespace {
-LayerKind parse_kind(const std::string& s) {
-  if (s == "standard") return LayerKind::Standard;
-  fail(cat("layer plan: unknown layer kind '", s, "' (known: standard)"));
+const KindInfo& kind_info(LayerKind k) {
+  for (const KindInfo& info : kind_table())
+    if (info.kind == k) return info;
+  fail("layer plan: kind without a table entry");
 }
+
+const char* layer_kind_name(LayerKind k) { return kind_info(k).name; }
+
+namespace {
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
+
+std::string known_kinds() {
+  std::vector<std::string> names;
+  for (const KindInfo& k : kind_table()) names.push_back(k.name);
+  return join(names, ", ");
+}
+
 }  // namespace
 
 LayerPlan LayerPlan::standard(int num_layers) {
-  return LayerPlan{std::vector<LayerKind>(num_layers, LayerKind::Standard)};
+  LayerPlan p;
+  p.kinds.assign(size_t(num_layers), LayerKind::Standard);
+  return p;
 }
 
 LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
+  const std::string where = cat("layer plan '", text, "'");
   LayerPlan plan;
-  std::stringstream ss(text);
+  const size_t semi = text.find(';');
+  const std::string layers = text.substr(0, semi);
+  std::stringstream ss(layers);
   std::string item;
   while (std::getline(ss, item, ',')) {
     item = trim(item);
-    STRATA_CHECK(!item.empty(), "layer plan '", text, "': empty entry");
-    int count = 1;
+    STRATA_CHECK(!item.empty(), where, ": empty entry");
+    long count = 1;
     const auto star = item.find('*');
     if (star != std::string::npos) {
       const std::string n = trim(item.substr(star + 1));
-      STRATA_CHECK(!n.empty() && n.find_first_not_of("0123456789") == std::string::npos,
-                   "layer plan '", text, "': bad repeat count '", n, "'");
-      count = std::stoi(n);
+      STRATA_CHECK(
+          !n.empty() && n.size() <= 6 && n.find_first_not_of("0123456789") == std::string::npos,
+          where, ": bad repeat count '", n, "' (a positive whole number)");
+      count = std::stol(n);
+      STRATA_CHECK(count >= 1, where, ": repeat count of '", item, "' must be at least 1");
       item = trim(item.substr(0, star));
     }
-    const LayerKind k = parse_kind(item);
-    plan.kinds.insert(plan.kinds.end(), count, k);
+    const KindInfo* info = nullptr;
+    for (const KindInfo& k : kind_table())
+      if (item == k.name) info = &k;
+    STRATA_CHECK(info, where, ": unknown layer kind '", item, "' (known: ", known_kinds(), ")");
+    STRATA_CHECK(plan.kinds.size() + size_t(count) <= 100000, where, ": too many layers");
+    plan.kinds.insert(plan.kinds.end(), size_t(count), info->kind);
   }
-  STRATA_CHECK(plan.num_layers() == num_layers, "layer plan '", text, "' has ", plan.num_layers(),
+  STRATA_CHECK(!layers.empty() || num_layers == 0, where, ": no layers");
+  STRATA_CHECK(plan.num_layers() == num_layers, where, " has ", plan.num_layers(),
                " layers but the model has ", num_layers);
+  // Units: a run of a kind with units of n layers must hold whole units.
+  for (size_t l = 0; l < plan.kinds.size();) {
+    size_t e = l;
+    while (e < plan.kinds.size() && plan.kinds[e] == plan.kinds[l]) ++e;
+    const KindInfo& info = kind_info(plan.kinds[l]);
+    STRATA_CHECK((e - l) % size_t(info.unit_size) == 0, where, ": the run of ", e - l, " ",
+                 info.name, " layers from layer ", l, " is not a whole number of ", info.name,
+                 " units (", info.unit_size, " layers each)");
+    l = e;
+  }
+  if (semi != std::string::npos) {
+    std::set<std::string> seen;
+    std::stringstream os(text.substr(semi + 1));
+    while (std::getline(os, item, ';')) {
+      item = trim(item);
+      STRATA_CHECK(!item.empty(), where, ": empty option");
+      const size_t eq = item.find('=');
+      STRATA_CHECK(eq != std::string::npos, where, ": option '", item, "' is not key=value");
+      const std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
+      STRATA_CHECK(!key.empty() && !value.empty(), where, ": option '", item,
+                   "' needs a key and a value");
+      STRATA_CHECK(seen.insert(key).second, where, ": option '", key, "' given twice");
+      const KindInfo* owner = nullptr;
+      for (const KindInfo& k : kind_table())
+        for (const char* o : k.options)
+          if (key == o) owner = &k;
+      STRATA_CHECK(owner, where, ": unknown option '", key, "'");
+      bool used = false;
+      for (LayerKind k : plan.kinds) used |= k == owner->kind;
+      STRATA_CHECK(used, where, ": option '", key, "' belongs to ", owner->name,
+                   " layers and the plan has none");
+      plan.options.emplace_back(key, value);
+    }
+  }
   return plan;
 }
 
@@ -64,7 +123,44 @@ std::string LayerPlan::to_string() const {
     if (j - i > 1) out += "*" + std::to_string(j - i);
     i = j;
   }
+  for (const auto& [k, v] : options) out += ";" + k + "=" + v;
   return out;
+}
+
+std::vector<PlanUnit> LayerPlan::units() const {
+  std::vector<PlanUnit> u;
+  for (int l = 0; l < num_layers();) {
+    const int size = kind_info(kinds[size_t(l)]).unit_size;
+    u.push_back(PlanUnit{kinds[size_t(l)], l, size});
+    l += size;
+  }
+  return u;
+}
+
+bool LayerPlan::unit_boundary(int E) const {
+  if (E < 0 || E > num_layers()) return false;
+  for (const PlanUnit& u : units())
+    if (E > u.first && E < u.end()) return false;
+  return true;
+}
+
+void LayerPlan::check_exit(int E, const std::string& what) const {
+  STRATA_CHECK(E >= 1 && E <= num_layers(), what, " ", E, " is outside 1..", num_layers());
+  STRATA_CHECK(unit_boundary(E), what, " ", E, " falls inside a unit of plan '", to_string(),
+               "' (exits are allowed only between units)");
+}
+
+bool LayerPlan::plain() const {
+  if (!options.empty()) return false;
+  for (LayerKind k : kinds)
+    if (k != LayerKind::Standard) return false;
+  return true;
+}
+
+const std::string* LayerPlan::option(const std::string& key) const {
+  for (const auto& [k, v] : options)
+    if (k == key) return &v;
+  return nullptr;
 }
 
 }  // namespace strata

@@ -1,29 +1,66 @@
 // The layer plan: how the residual-stream executor runs each decoder layer.
 // Module i = 1..2L (odd: attention, even: MLP), x_0 = embedding output.
 //   standard: x_i = x_{i-1} + h_i(x_{i-1})
-// The LayerSkip, Ladder, SPD and Layer-Parallel kinds are added to this plan
-// (DESIGN.md, "The layer plan and the residual-stream executor"); a plan made
-// only of standard layers is the plain Llama model.
+//   skip:     the layer is bypassed: x_{2l+2} = x_{2l} (its weights stay in
+//             the checkpoint and get no gradient)
+// The layers are grouped into units, the steps the executor takes: a unit is
+// one layer, or (for kinds that couple layers) a pair. Early exits happen only
+// at unit boundaries. Options after ';' apply to the whole plan
+// ("standard*4,spd*28;spd_degree=8"); each belongs to a kind and is refused
+// when no layer of that kind is in the plan. The Ladder, Layer-Parallel and
+// SPD kinds are added as entries of kind_table() (plan.cpp) and files under
+// model/kinds/ (DESIGN.md, "The layer plan and the residual-stream executor").
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
 
-enum class LayerKind { Standard };
+enum class LayerKind { Standard, Skip };
 
-struct LayerPlan {
-  std::vector<LayerKind> kinds;  // one per decoder layer
+// What the plan knows of a kind.
+struct KindInfo {
+  const char* name;
+  LayerKind kind;
+  int unit_size;                     // layers per unit
+  std::vector<const char*> options;  // plan options this kind reads
+  const char* summary;
+};
+const std::vector<KindInfo>& kind_table();
+const KindInfo& kind_info(LayerKind k);
+const char* layer_kind_name(LayerKind k);
 
-  static LayerPlan standard(int num_layers);
-  // Text form: one token per layer separated by commas ("standard,standard"),
-  // or "<kind>*<n>" runs ("standard*6"). Throws strata::Error on bad input.
-  static LayerPlan parse(const std::string& text, int num_layers);
-  std::string to_string() const;  // compact run-length form
-  int num_layers() const { return static_cast<int>(kinds.size()); }
+// A step of the executor: `size` consecutive layers from `first`, one kind.
+struct PlanUnit {
+  LayerKind kind;
+  int first = 0, size = 1;
+  int end() const { return first + size; }
 };
 
-const char* layer_kind_name(LayerKind k);
+struct LayerPlan {
+  std::vector<LayerKind> kinds;                              // one per decoder layer
+  std::vector<std::pair<std::string, std::string>> options;  // in the order written
+
+  static LayerPlan standard(int num_layers);
+  // Text form: comma-separated entries "<kind>" or "<kind>*<n>", then
+  // optionally ";key=value;key=value". Throws strata::Error with one line
+  // naming the problem (unknown kind or option, bad count, layer total).
+  static LayerPlan parse(const std::string& text, int num_layers);
+  std::string to_string() const;  // run-length form, options included
+  int num_layers() const { return static_cast<int>(kinds.size()); }
+
+  std::vector<PlanUnit> units() const;
+  // Whether E (0..L) falls between units: the executor can stop after E
+  // layers (early exit, self-speculative drafts, LayerSkip exit losses).
+  bool unit_boundary(int E) const;
+  // Throws a one-line error naming `what` when exit layer E is not allowed.
+  void check_exit(int E, const std::string& what) const;
+  // Every layer standard and no options: the plain Llama model (HF export).
+  bool plain() const;
+  // The value of an option, or nullptr.
+  const std::string* option(const std::string& key) const;
+};
 
 }  // namespace strata

@@ -1,0 +1,31 @@
+// Dispatch of a plan unit to its kind's code.
+#include "model/kinds/kinds.h"
+
+namespace strata {
+
+template <typename T>
+void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
+  switch (u.kind) {
+    case LayerKind::Standard:
+      return kinds::standard_forward(f, u);
+    case LayerKind::Skip:
+      return kinds::skip_forward(f, u);
+  }
+}
+
+template <typename T>
+void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
+  switch (u.kind) {
+    case LayerKind::Standard:
+      return kinds::standard_backward(b, u);
+    case LayerKind::Skip:
+      return kinds::skip_backward(b, u);
+  }
+}
+
+template void unit_forward<float>(UnitForward<float>&, const PlanUnit&);
+template void unit_forward<double>(UnitForward<double>&, const PlanUnit&);
+template void unit_backward<float>(UnitBackward<float>&, const PlanUnit&);
+template void unit_backward<double>(UnitBackward<double>&, const PlanUnit&);
+
+}  // namespace strata

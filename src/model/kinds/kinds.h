@@ -1,0 +1,23 @@
+// The layer kinds, one file each. Adding a kind: a table entry in
+// model/plan.cpp, its file here with <kind>_forward / <kind>_backward, and a
+// case in kinds.cpp.
+#pragma once
+
+#include "model/unit.h"
+
+namespace strata::kinds {
+
+// standard.cpp: x_i = x_{i-1} + reduce_from_tp(h_i(x_{i-1})), o_proj bias
+// added on one rank before the reduction.
+template <typename T>
+void standard_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void standard_backward(UnitBackward<T>& b, const PlanUnit& u);
+
+// skip.cpp: the layer is bypassed.
+template <typename T>
+void skip_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void skip_backward(UnitBackward<T>& b, const PlanUnit& u);
+
+}  // namespace strata::kinds

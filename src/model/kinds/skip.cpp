@@ -1,0 +1,22 @@
+// A pruned layer: both of its streams are the layer's input, and the gradient
+// passes through unchanged. Its weights stay in the model and get no gradient.
+#include "model/kinds/kinds.h"
+
+namespace strata::kinds {
+
+template <typename T>
+void skip_forward(UnitForward<T>& f, const PlanUnit& u) {
+  const int i = 2 * u.first + 1;
+  f.copy(f.stream(i), f.stream(i - 1));
+  f.copy(f.stream(i + 1), f.stream(i - 1));
+}
+
+template <typename T>
+void skip_backward(UnitBackward<T>&, const PlanUnit&) {}
+
+template void skip_forward<float>(UnitForward<float>&, const PlanUnit&);
+template void skip_forward<double>(UnitForward<double>&, const PlanUnit&);
+template void skip_backward<float>(UnitBackward<float>&, const PlanUnit&);
+template void skip_backward<double>(UnitBackward<double>&, const PlanUnit&);
+
+}  // namespace strata::kinds

@@ -1,0 +1,81 @@
+// The two modules of a decoder layer as partial sums: attention (input norm,
+// fused q|k|v, RoPE, attention, o_proj) and MLP (post-attention norm, fused
+// gate|up, SwiGLU, down_proj). Under tensor parallelism each rank holds its
+// heads and its slice of the MLP, and what a module returns is this rank's
+// partial sum of the module's output: no reduction, no o_proj bias, no
+// residual. Those belong to the executor and the layer kind (model/unit.h),
+// which is what lets Ladder, SPD and Layer Parallelism move them.
+//
+// Training, evaluation and generation run these same functions: the attention
+// core (what happens between q|k|v and o_proj) is the causal attention over
+// the sequence for training, and the KV-cache attention for generation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/backend.h"
+
+namespace strata {
+
+// This rank's sizes of a layer.
+struct LayerDims {
+  int C = 0, D = 0, Hq = 0, Hkv = 0, F = 0;
+  double eps = 0;
+  int Q() const { return Hq * D; }
+  int QKV() const { return (Hq + 2 * Hkv) * D; }
+  static LayerDims of(const LlamaConfig& c, int tp_size);
+};
+
+// Pointers to one layer's tensors (parameters, or their gradients: null where
+// a tensor is frozen or absent).
+template <typename T>
+struct LayerTensors {
+  T *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *o = nullptr, *o_bias = nullptr,
+    *post_norm = nullptr, *gateup = nullptr, *down = nullptr;
+};
+
+// What the attention module keeps for its backward (training) or uses as
+// scratch (generation): ln[N,C], rstd[N], qkv[N,QKV], att[N,Q] and, for the
+// sequence attention, lse[B,Hq,T].
+template <typename T>
+struct AttentionActs {
+  T *ln = nullptr, *rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
+};
+// The MLP's: ln[N,C], rstd[N], gateup[N,2F], h[N,F].
+template <typename T>
+struct MlpActs {
+  T *ln = nullptr, *rstd = nullptr, *gateup = nullptr, *h = nullptr;
+};
+
+// Turns qkv[N, QKV] into att[N, Q]: RoPE on q and k, then attention.
+template <typename T>
+using AttentionCore = std::function<void(T* qkv, T* att)>;
+
+// out[N, C] = this rank's partial attention output of x[N, C].
+template <typename T>
+void attention_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
+                       const T* x, T* out, int64_t N, const AttentionActs<T>& a,
+                       const AttentionCore<T>& core);
+// out[N, C] = this rank's partial MLP output of x[N, C].
+template <typename T>
+void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w, const T* x,
+                 T* out, int64_t N, const MlpActs<T>& a);
+
+// Backward of attention_partial up to its input norm: from dout[N, C] (the
+// gradient of the partial output, replicated over tp) to d_ln[N, C], this
+// rank's partial gradient of the normed input (overwritten); weight gradients
+// accumulate into g. The causal sequence attention (training only).
+template <typename T>
+void attention_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
+                                const LayerTensors<T>& g, const T* dout, T* d_ln, int B, int seq,
+                                const AttentionActs<T>& a, const T* rope_cos, const T* rope_sin,
+                                T* d_att, T* d_qkv);
+template <typename T>
+void mlp_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
+                          const LayerTensors<T>& g, const T* dout, T* d_ln, int64_t N,
+                          const MlpActs<T>& a, T* d_h, T* d_gateup);
+
+}  // namespace strata

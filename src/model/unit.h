@@ -1,0 +1,78 @@
+// What a layer kind sees of the executor. A kind (model/kinds/<kind>.cpp) is
+// the rule of one plan unit: which stream each module reads, where the
+// tensor-parallel reductions happen, where the o_proj bias goes and how the
+// residual adds up, forward and backward. It is written once against these
+// interfaces; the executor implements them for training and evaluation
+// (Model: the sequence attention, every stream kept, LayerSkip sub-batches)
+// and for generation (KvEngine: the KV-cache attention, streams in a ring).
+//
+// Streams: x_0 is the embedding output; module i = 1..2L (attention 2l+1, MLP
+// 2l+2 of layer l) produces x_i. Tensor parallelism uses the conjugate pairs
+// of Megatron-LM, named the same way:
+//   reduce_from_tp: all-reduce forward (row-parallel outputs), identity backward
+//   copy_to_tp:     identity forward (column-parallel inputs), all-reduce backward
+// Alone (tp = 1) every reduction is a no-op.
+#pragma once
+
+#include <cstdint>
+
+#include "model/plan.h"
+
+namespace strata {
+
+// One forward pass over rows() rows of hidden_size values per stream.
+template <typename T>
+class UnitForward {
+ public:
+  virtual ~UnitForward() = default;
+  virtual T* stream(int i) = 0;
+  // A buffer of rows x C for the output of a module (slot 0: attention, 1: MLP;
+  // a kind may use more slots to keep several outputs in flight).
+  virtual T* module_out(int slot) = 0;
+  // This rank's partial output of a module of `layer` applied to x.
+  virtual void attention(int layer, const T* x, T* partial) = 0;
+  virtual void mlp(int layer, const T* x, T* partial) = 0;
+  // Adds layer's o_proj bias (if the model has one) on one rank of the tp group.
+  virtual void add_o_bias(int layer, T* partial) = 0;
+  // reduce_from_tp forward: sum of the partials over the tp group, in place.
+  virtual void reduce_from_tp(T* buf) = 0;
+  // The same, started asynchronously; wait(handle) before reading buf.
+  virtual int64_t reduce_from_tp_async(T* buf) = 0;
+  virtual void wait(int64_t handle) = 0;
+  // out = a + b (out may alias either); copy of a whole stream.
+  virtual void residual(T* out, const T* a, const T* b) = 0;
+  virtual void copy(T* dst, const T* src) = 0;
+};
+
+// The backward of a training pass, walking units from the last to the first.
+template <typename T>
+class UnitBackward {
+ public:
+  virtual ~UnitBackward() = default;
+  // The forward's streams.
+  virtual T* stream(int i) = 0;
+  // The running gradient: dL/dx of the unit's output stream on entry, of its
+  // input stream on return.
+  virtual T* grad() = 0;
+  // Scratch for the partial gradient of a module's normed input (rows x C).
+  virtual T* d_ln() = 0;
+  // From dout (gradient of the module's output) to this rank's partial d_ln;
+  // weight gradients accumulate.
+  virtual void attention_backward(int layer, const T* dout, T* d_ln) = 0;
+  virtual void mlp_backward(int layer, const T* dout, T* d_ln) = 0;
+  // dx += the input norm's backward of d_ln (x: the module's input stream).
+  virtual void attention_norm_backward(int layer, const T* x, const T* d_ln, T* dx) = 0;
+  virtual void mlp_norm_backward(int layer, const T* x, const T* d_ln, T* dx) = 0;
+  // The o_proj bias gradient from the gradient of the reduced module output.
+  virtual void o_bias_backward(int layer, const T* dout) = 0;
+  // copy_to_tp backward: sum over the tp group, in place.
+  virtual void copy_to_tp(T* grad) = 0;
+};
+
+// The kinds' code (model/kinds/*.cpp), dispatched on the unit's kind.
+template <typename T>
+void unit_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void unit_backward(UnitBackward<T>& b, const PlanUnit& u);
+
+}  // namespace strata
