@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"
+#include "testing.h"
 
 namespace strata {
 namespace {
@@ -86,11 +87,45 @@ TEST(LayerPlan, ParseAndPrint) {
   const LayerPlan p = LayerPlan::parse("standard*3, standard", 4);
   EXPECT_EQ(p.num_layers(), 4);
   EXPECT_EQ(p.to_string(), "standard*4");
+  EXPECT_TRUE(p.plain());
   EXPECT_EQ(LayerPlan::standard(1).to_string(), "standard");
-  EXPECT_THROW(LayerPlan::parse("standard*3", 4), Error);
-  EXPECT_THROW(LayerPlan::parse("ladder*4", 4), Error);
-  EXPECT_THROW(LayerPlan::parse("standard*x", 1), Error);
-  EXPECT_THROW(LayerPlan::parse("standard,,standard", 2), Error);
+  const LayerPlan q = LayerPlan::parse("standard*2,skip,standard", 4);
+  EXPECT_EQ(q.to_string(), "standard*2,skip,standard");
+  EXPECT_FALSE(q.plain());
+  EXPECT_EQ(q.kinds[2], LayerKind::Skip);
+  EXPECT_EQ(LayerPlan::parse(q.to_string(), 4).kinds, q.kinds);  // round trip
+}
+
+TEST(LayerPlan, UnitsAndExits) {
+  const LayerPlan p = LayerPlan::parse("skip,standard*2", 3);
+  const auto u = p.units();
+  ASSERT_EQ(u.size(), 3u);
+  EXPECT_EQ(u[0].kind, LayerKind::Skip);
+  EXPECT_EQ(u[0].first, 0);
+  EXPECT_EQ(u[2].first, 2);
+  EXPECT_EQ(u[2].size, 1);
+  for (int e = 0; e <= 3; ++e) EXPECT_TRUE(p.unit_boundary(e)) << e;
+  EXPECT_FALSE(p.unit_boundary(4));
+  p.check_exit(2, "exit layer");
+  EXPECT_ERROR(p.check_exit(0, "exit layer"), "exit layer 0 is outside 1..3");
+  EXPECT_ERROR(p.check_exit(4, "exit layer"), "exit layer 4 is outside 1..3");
+}
+
+TEST(LayerPlan, OneLineErrors) {
+  EXPECT_ERROR(LayerPlan::parse("standard*3", 4), "layer plan 'standard*3' has 3 layers",
+               "the model has 4");
+  EXPECT_ERROR(LayerPlan::parse("ladder*4", 4), "unknown layer kind 'ladder'",
+               "known: standard, skip");
+  EXPECT_ERROR(LayerPlan::parse("standard*x", 1), "bad repeat count 'x'");
+  EXPECT_ERROR(LayerPlan::parse("standard*0,standard", 1), "repeat count of 'standard*0'");
+  EXPECT_ERROR(LayerPlan::parse("standard,,standard", 2), "empty entry");
+  EXPECT_ERROR(LayerPlan::parse("", 2), "no layers");
+  EXPECT_ERROR(LayerPlan::parse("standard*2;", 2), "empty option");
+  EXPECT_ERROR(LayerPlan::parse("standard*2;spd_degree", 2),
+               "option 'spd_degree' is not key=value");
+  EXPECT_ERROR(LayerPlan::parse("standard*2;spd_degree=", 2), "needs a key and a value");
+  EXPECT_ERROR(LayerPlan::parse("standard*2;frobnicate=1", 2), "unknown option 'frobnicate'");
+  EXPECT_ERROR(LayerPlan::parse("standard*99999999", 2), "bad repeat count");
 }
 
 nlohmann::json tiny_config_json() {

@@ -1,7 +1,8 @@
 // Whole-model gradient check in double precision: every parameter tensor of a
 // tiny Llama (tied and untied head, MHA and GQA, with and without attention
 // biases, a head dimension unrelated to hidden_size / heads) against central
-// finite differences of the loss, entry by entry.
+// finite differences of the loss, entry by entry; and with a plan that skips
+// a layer (whose gradients must then be zero, which the check also confirms).
 #include <gtest/gtest.h>
 
 #include "model/model.h"
@@ -16,6 +17,8 @@ struct Case {
   int kv_heads;
   bool bias;
   int head_dim;
+  const char* plan = "";  // default: all standard
+  int layers = 2;
 };
 
 class ModelGrad : public ::testing::TestWithParam<Case> {};
@@ -26,7 +29,7 @@ TEST_P(ModelGrad, EveryParameterTensor) {
   c.vocab_size = 23;
   c.hidden_size = 16;
   c.intermediate_size = 20;
-  c.num_hidden_layers = 2;
+  c.num_hidden_layers = k.layers;
   c.num_attention_heads = 4;
   c.num_key_value_heads = k.kv_heads;
   c.head_dim = k.head_dim;
@@ -35,7 +38,9 @@ TEST_P(ModelGrad, EveryParameterTensor) {
   c.attention_bias = k.bias;
   c.initializer_range = 0.4;
   c.finalize();
-  Model<double> m(c, ops::make_backend<double>());
+  const LayerPlan plan = *k.plan ? LayerPlan::parse(k.plan, c.num_hidden_layers)
+                                 : LayerPlan::standard(c.num_hidden_layers);
+  Model<double> m(c, plan, ops::make_backend<double>());
   m.init_weights(21);
   // Norm weights and biases away from their initial 1 / 0 so nothing is degenerate.
   auto r = testing::random_vec<double>(m.num_params(), 5, 0.3);
@@ -60,12 +65,13 @@ TEST_P(ModelGrad, EveryParameterTensor) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, ModelGrad,
-                         ::testing::Values(Case{"untied_mha", false, 4, false, 0},
-                                           Case{"tied_gqa", true, 2, false, 0},
-                                           Case{"tied_mha", true, 4, false, 0},
-                                           Case{"untied_mqa_bias_hd6", false, 1, true, 6}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Configs, ModelGrad,
+    ::testing::Values(Case{"untied_mha", false, 4, false, 0}, Case{"tied_gqa", true, 2, false, 0},
+                      Case{"tied_mha", true, 4, false, 0},
+                      Case{"untied_mqa_bias_hd6", false, 1, true, 6},
+                      Case{"skip_middle_bias", false, 2, true, 0, "standard,skip,standard", 3}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace strata

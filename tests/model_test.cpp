@@ -9,7 +9,9 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "golden_standard.h"
+#include "infer/generate.h"
 #include "model/model.h"
+#include "model_surgery.h"
 #include "testing.h"
 #include "train/optimizer.h"
 
@@ -103,6 +105,53 @@ TEST(Model, StandardPlanEqualsGoldenReferenceBitwise) {
                   0)
             << t.name << " differs from the golden reference";
     }
+}
+
+// A skipped layer is the model without that layer, bitwise: loss and every
+// gradient in training (the skipped layer's gradients stay zero), logits in
+// evaluation, tokens in generation (plain, early exit, self-speculative).
+TEST(Model, SkippedLayerEqualsRemovedLayerBitwise) {
+  LlamaConfig c = tiny_config(false, 2, true);
+  c.num_hidden_layers = 4;
+  auto m = make_model<float>(c);
+  m->set_plan(LayerPlan::parse("standard,skip,standard*2", 4));
+  auto r = testing::without_layer(*m, 1);
+  const Batch b = make_batch(2, 9, c.vocab_size, 41);
+  m->zero_grad();
+  r->zero_grad();
+  const LossResult lm = m->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 0.1);
+  const LossResult lr = r->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T, 0.1);
+  EXPECT_EQ(std::memcmp(&lm.loss_sum, &lr.loss_sum, sizeof(double)), 0);
+  size_t compared = 0;
+  for (size_t t = 0; t < m->layout().tensors().size(); ++t) {
+    const ParamInfo& p = m->layout()[int(t)];
+    const float* g = m->grad(int(t));
+    if (p.layer == 1) {
+      for (int64_t i = 0; i < p.numel; ++i) ASSERT_EQ(g[i], 0.0f) << p.name;
+      continue;
+    }
+    for (size_t u = 0; u < r->layout().tensors().size(); ++u)
+      if (r->layout()[int(u)].name == testing::layer_renamed(p.name, 1)) {
+        EXPECT_EQ(std::memcmp(g, r->grad(int(u)), sizeof(float) * size_t(p.numel)), 0) << p.name;
+        ++compared;
+      }
+  }
+  EXPECT_EQ(compared, r->layout().tensors().size());
+  std::vector<float> a(size_t(b.B) * b.T * c.vocab_size), z(a.size());
+  m->forward_logits(b.tokens.data(), b.B, b.T, a.data());
+  r->forward_logits(b.tokens.data(), b.B, b.T, z.data());
+  EXPECT_EQ(std::memcmp(a.data(), z.data(), a.size() * sizeof(float)), 0) << "logits";
+  GenerateOptions g;
+  g.max_new_tokens = 12;
+  const std::vector<int32_t> prompt = {1, 5, 7, 2};
+  EXPECT_EQ(generate(*m, prompt, g), generate(*r, prompt, g));
+  g.exit_layer = 2;  // after the skip: layers [0, 2) of m are layer 0 of r
+  GenerateOptions h = g;
+  h.exit_layer = 1;
+  EXPECT_EQ(generate(*m, prompt, g), generate(*r, prompt, h));
+  g.exit_layer = 3;
+  g.speculations = 3;
+  EXPECT_EQ(generate(*m, prompt, g), generate(*r, prompt, GenerateOptions{12}));
 }
 
 TEST(Model, ForwardBackwardEqualsForwardThenBackward) {

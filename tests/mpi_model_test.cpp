@@ -11,9 +11,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "counting_comm.h"
 #include "golden_standard.h"
-#include "parallel/grid.h"
+#include "infer/generate.h"
 #include "model/model.h"
+#include "model_surgery.h"
+#include "parallel/grid.h"
 #include "testing.h"
 
 namespace strata {
@@ -62,8 +65,7 @@ class TensorParallel : public ::testing::TestWithParam<Case> {};
 TEST_P(TensorParallel, MatchesSingleProcessModel) {
   const Case k = GetParam();
   const LlamaConfig cfg = config(k);
-  Model<float> tp(cfg, LayerPlan::standard(2), ops::make_backend<float>(),
-                  g_grid->tp_comm.get());
+  Model<float> tp(cfg, LayerPlan::standard(2), ops::make_backend<float>(), g_grid->tp_comm.get());
   Model<float> ref(cfg, ops::make_backend<float>());
   ASSERT_EQ(tp.tp_size(), g_tp);
   tp.init_weights(5);
@@ -122,8 +124,7 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
 TEST_P(TensorParallel, StandardPlanEqualsGoldenReferenceBitwise) {
   const Case k = GetParam();
   const LlamaConfig cfg = config(k);
-  Model<float> m(cfg, LayerPlan::standard(2), ops::make_backend<float>(),
-                 g_grid->tp_comm.get());
+  Model<float> m(cfg, LayerPlan::standard(2), ops::make_backend<float>(), g_grid->tp_comm.get());
   Model<float> full(cfg, ops::make_backend<float>());
   m.init_weights(5);
   perturb(m, full.layout());
@@ -149,8 +150,8 @@ TEST_P(TensorParallel, StandardPlanEqualsGoldenReferenceBitwise) {
     g_grid->dp_comm->allreduce_sum(m.grads(), m.num_params());
     g_grid->dp_comm->allreduce_sum(want.grads.data(), m.num_params());
     for (const auto& t : m.layout().tensors())
-      EXPECT_EQ(std::memcmp(m.grad(int(&t - &m.layout().tensors()[0])), want.grads.data() + t.offset,
-                            sizeof(float) * size_t(t.numel)),
+      EXPECT_EQ(std::memcmp(m.grad(int(&t - &m.layout().tensors()[0])),
+                            want.grads.data() + t.offset, sizeof(float) * size_t(t.numel)),
                 0)
           << t.name << " (tp rank " << m.tp_rank() << ", dp rank " << g_grid->dp_rank << ")"
           << (fused ? " fused" : " separate");
@@ -163,14 +164,112 @@ INSTANTIATE_TEST_SUITE_P(Configs, TensorParallel,
                                            Case{"gqa_bias", 8, 4, false, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Which collectives a training step and an evaluation pass issue, counted on
+// the tp group: the embedding's all-reduce, one reduce_from_tp per module
+// forward and one copy_to_tp per module backward (none for a skipped layer),
+// and the vocab-parallel head's (lse all-gather, target and dxn all-reduces).
+// All synchronous for these kinds.
+TEST(TensorParallelExecutor, CollectivesPerStep) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
+  testing::CountingComm counter(*g_grid->tp_comm);
+  for (const char* text : {"standard,standard", "standard,skip", "skip,skip"}) {
+    SCOPED_TRACE(text);
+    const LayerPlan plan = LayerPlan::parse(text, 2);
+    int modules = 0;
+    for (LayerKind k : plan.kinds) modules += k == LayerKind::Standard ? 2 : 0;
+    Model<float> m(cfg, plan, ops::make_backend<float>(), &counter);
+    m.init_weights(5);
+    const int B = 2, T = 7;
+    auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
+    auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
+    counter.reset();
+    m.zero_grad();
+    m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+    EXPECT_EQ(counter.counts().allreduce, 1 + modules + modules + 2);
+    EXPECT_EQ(counter.counts().allgather, 1);
+    EXPECT_EQ(counter.counts().allreduce_async, 0);
+    EXPECT_EQ(counter.counts().wait, 0);
+    counter.reset();
+    m.forward(tokens.data(), targets.data(), B, T);
+    EXPECT_EQ(counter.counts().allreduce, 1 + modules + 1);
+    EXPECT_EQ(counter.counts().allgather, 1);
+  }
+}
+
+// A skipped layer at this tp is the tp model without that layer, bitwise.
+TEST(TensorParallelExecutor, SkippedLayerEqualsRemovedLayerBitwise) {
+  LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
+  cfg.num_hidden_layers = 3;
+  Model<float> m(cfg, LayerPlan::parse("standard,skip,standard", 3), ops::make_backend<float>(),
+                 g_grid->tp_comm.get());
+  Model<float> full(cfg, ops::make_backend<float>());
+  m.init_weights(5);
+  perturb(m, full.layout());
+  auto r = testing::without_layer(m, 1, g_grid->tp_comm.get());
+  const int B = 2, T = 7;
+  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 53);
+  auto targets = testing::random_tokens(B * T, cfg.vocab_size, 54);
+  m.zero_grad();
+  r->zero_grad();
+  const LossResult a = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+  const LossResult b = r->forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+  EXPECT_EQ(std::memcmp(&a.loss_sum, &b.loss_sum, sizeof(double)), 0);
+  for (size_t t = 0; t < m.layout().tensors().size(); ++t) {
+    const std::string name = testing::layer_renamed(m.layout()[int(t)].name, 1);
+    for (size_t u = 0; !name.empty() && u < r->layout().tensors().size(); ++u)
+      if (r->layout()[int(u)].name == name)
+        EXPECT_EQ(std::memcmp(m.grad(int(t)), r->grad(int(u)),
+                              sizeof(float) * size_t(m.layout()[int(t)].numel)),
+                  0)
+            << name;
+  }
+  GenerateOptions g;
+  g.max_new_tokens = 10;
+  EXPECT_EQ(generate(m, {1, 2, 3}, g), generate(*r, {1, 2, 3}, g));
+}
+
+// Generation over the tp group gives the single-process model's tokens:
+// greedy, sampled, early exit, self-speculative (greedy and sampled), batches.
+TEST(TensorParallelExecutor, GenerationEqualsSingleProcess) {
+  for (const char* text : {"standard,standard", "skip,standard"}) {
+    SCOPED_TRACE(text);
+    const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
+    const LayerPlan plan = LayerPlan::parse(text, 2);
+    Model<float> tp(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
+    Model<float> ref(cfg, plan, ops::make_backend<float>());
+    tp.init_weights(7);
+    ref.init_weights(7);
+    perturb(tp, ref.layout());
+    perturb(ref, ref.layout());
+    const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+    GenerateOptions g;
+    g.max_new_tokens = 9;
+    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "greedy";
+    g.sampling.temperature = 0.9;
+    g.sampling.seed = 11;
+    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "sampled";
+    g.exit_layer = 1;
+    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "early exit";
+    g.speculations = 3;
+    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "self-speculative, sampled";
+    g.sampling.temperature = 0;
+    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "self-speculative, greedy";
+    GenerateOptions batch;
+    batch.max_new_tokens = 6;
+    const std::vector<std::vector<int32_t>> prompts = {{1, 2}, {7, 7, 7, 8}};
+    EXPECT_EQ(generate_batch(tp, prompts, batch), generate_batch(ref, prompts, batch)) << "batch";
+  }
+}
+
 TEST(TensorParallelErrors, HeadsMustDivide) {
   if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
   LlamaConfig c = config(Case{"x", 4, 4, false, false});
   c.num_key_value_heads = 1;
   c.finalize();
-  EXPECT_THROW(Model<float>(c, LayerPlan::standard(2), ops::make_backend<float>(),
-                            g_grid->tp_comm.get()),
-               Error);
+  EXPECT_THROW(
+      Model<float>(c, LayerPlan::standard(2), ops::make_backend<float>(), g_grid->tp_comm.get()),
+      Error);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_args.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/timer.h"
@@ -70,8 +71,8 @@ int bench_generate(int argc, char** argv, int first) {
             "tokens per full-model pass and speed-up over plain decoding on the same prompts). "
             "Decode is compared with the bound set by reading every weight once per token at "
             "the measured memory bandwidth.");
-  args.option("checkpoint", "FILE", "checkpoint (.h5)")
-      .option("prompts", "FILE", "one prompt per line (default: six novel openings)", "")
+  add_model_options(args);
+  args.option("prompts", "FILE", "one prompt per line (default: six novel openings)", "")
       .option("max-new-tokens", "N", "tokens generated per prompt", "128")
       .option("repeat", "R", "repetitions per prompt", "3")
       .option("exit-layer", "E", "also measure early exit and self-speculation at layer E", "0")
@@ -81,8 +82,9 @@ int bench_generate(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata bench generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
-  CheckpointInfo info;
-  auto model = load_model(args.get("checkpoint"), &info);
+  LoadedModel lm = load_model_from_args(args, "strata bench generate");
+  Model<float>* model = lm.model.get();
+  const CheckpointInfo& info = lm.info;
   STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
   const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
   std::vector<std::string> prompts;
@@ -103,6 +105,7 @@ int bench_generate(int argc, char** argv, int first) {
   const int E = args.get_int("exit-layer");
   const int L = model->config().num_hidden_layers;
   STRATA_CHECK(E >= 0 && E < L, "strata bench generate: --exit-layer must be in 1..", L - 1);
+  if (E > 0) model->plan().check_exit(E, "strata bench generate: --exit-layer");
   STRATA_CHECK(!args.has("self-speculative") || E > 0,
                "strata bench generate: --self-speculative needs --exit-layer E");
   const int repeat = std::max(1, args.get_int("repeat"));

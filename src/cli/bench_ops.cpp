@@ -238,6 +238,7 @@ int bench_model(int argc, char** argv, int first) {
       .option("steps", "S", "timed steps", "5")
       .flag("bf16", "bf16 matmuls with fp32 accumulation (training.precision = \"bf16\")")
       .flag("tied", "tie the embedding and the LM head")
+      .option("plan", "TEXT", "layer plan (default: all standard)", "")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
@@ -255,7 +256,10 @@ int bench_model(int argc, char** argv, int first) {
   cfg.max_position_embeddings = bm.T;
   cfg.tie_word_embeddings = args.has("tied");
   cfg.finalize();
-  Model<float> model(cfg, ops::make_backend<float>());
+  const LayerPlan plan = args.get("plan").empty()
+                             ? LayerPlan::standard(cfg.num_hidden_layers)
+                             : LayerPlan::parse(args.get("plan"), cfg.num_hidden_layers);
+  Model<float> model(cfg, plan, ops::make_backend<float>());
   model.init_weights(1);
   if (args.has("bf16")) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const int64_t N = int64_t(bm.B) * bm.T;
@@ -269,9 +273,9 @@ int bench_model(int argc, char** argv, int first) {
   const auto precision = args.has("bf16") ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
   std::printf("matmuls: %s %s\n", args.has("bf16") ? "bf16," : "fp32,",
               model.backend().matmul_path(precision).c_str());
-  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls\n",
+  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls, plan %s\n",
               bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
-              num_threads(), args.has("bf16") ? "bf16" : "fp32");
+              num_threads(), args.has("bf16") ? "bf16" : "fp32", plan.to_string().c_str());
   auto step = [&] {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));

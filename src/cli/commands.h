@@ -7,14 +7,14 @@ namespace strata::cli {
 int cmd_info(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
 int bench_generate(int argc, char** argv, int first);  // cli/bench_generate.cpp
-int cmd_train(int argc, char** argv, int first);      // cli/train.cpp
-int cmd_generate(int argc, char** argv, int first);   // cli/generate.cpp
-int cmd_inspect(int argc, char** argv, int first);    // cli/inspect.cpp
-int cmd_tokenizer(int argc, char** argv, int first);  // cli/tokenizer_cmd.cpp
-int cmd_data(int argc, char** argv, int first);       // cli/data_cmd.cpp
-int cmd_convert(int argc, char** argv, int first);    // cli/convert.cpp
-int cmd_export(int argc, char** argv, int first);     // cli/convert.cpp
-int cmd_eval(int argc, char** argv, int first);       // cli/eval_cmd.cpp
+int cmd_train(int argc, char** argv, int first);       // cli/train.cpp
+int cmd_generate(int argc, char** argv, int first);    // cli/generate.cpp
+int cmd_inspect(int argc, char** argv, int first);     // cli/inspect.cpp
+int cmd_tokenizer(int argc, char** argv, int first);   // cli/tokenizer_cmd.cpp
+int cmd_data(int argc, char** argv, int first);        // cli/data_cmd.cpp
+int cmd_convert(int argc, char** argv, int first);     // cli/convert.cpp
+int cmd_export(int argc, char** argv, int first);      // cli/convert.cpp
+int cmd_eval(int argc, char** argv, int first);        // cli/eval_cmd.cpp
 
 // Applies --threads (0 = keep OMP_NUM_THREADS / all cores).
 void apply_threads(int threads);

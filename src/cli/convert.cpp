@@ -27,13 +27,21 @@ uint64_t parse_size(const std::string& s) {
   }
   const std::string unit = s.substr(used);
   double k = 1;
-  if (unit == "KB" || unit == "kB") k = 1e3;
-  else if (unit == "MB") k = 1e6;
-  else if (unit == "GB") k = 1e9;
-  else if (unit == "KiB") k = 1024.0;
-  else if (unit == "MiB") k = 1024.0 * 1024;
-  else if (unit == "GiB") k = 1024.0 * 1024 * 1024;
-  else STRATA_CHECK(unit.empty() || unit == "B", "bad size unit in '", s, "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  if (unit == "KB" || unit == "kB")
+    k = 1e3;
+  else if (unit == "MB")
+    k = 1e6;
+  else if (unit == "GB")
+    k = 1e9;
+  else if (unit == "KiB")
+    k = 1024.0;
+  else if (unit == "MiB")
+    k = 1024.0 * 1024;
+  else if (unit == "GiB")
+    k = 1024.0 * 1024 * 1024;
+  else
+    STRATA_CHECK(unit.empty() || unit == "B", "bad size unit in '", s,
+                 "' (B, KB, MB, GB, KiB, MiB, GiB)");
   STRATA_CHECK(v > 0, "size must be positive, got '", s, "'");
   return uint64_t(v * k);
 }
@@ -42,12 +50,13 @@ uint64_t parse_size(const std::string& s) {
 std::string tokenizer_for(const std::string& path, const std::string& fallback_bytes,
                           const LlamaConfig& cfg, const std::string& source) {
   if (path.empty() && fallback_bytes.empty()) {
-    log::warn(source, ": no tokenizer; the checkpoint will not be able to encode text "
-                      "(pass --tokenizer tok.model)");
+    log::warn(source,
+              ": no tokenizer; the checkpoint will not be able to encode text "
+              "(pass --tokenizer tok.model)");
     return "";
   }
-  const Tokenizer tok = path.empty() ? Tokenizer::from_bytes(fallback_bytes, source)
-                                     : Tokenizer::load(path);
+  const Tokenizer tok =
+      path.empty() ? Tokenizer::from_bytes(fallback_bytes, source) : Tokenizer::load(path);
   STRATA_CHECK(tok.vocab_size() <= cfg.vocab_size, tok.name(), ": the tokenizer has ",
                tok.vocab_size(), " pieces but the model's vocabulary is ", cfg.vocab_size);
   return tok.model_bytes();
@@ -67,7 +76,8 @@ int convert_hf(int argc, char** argv, int first) {
             "sharded index, F32/F16/BF16, tokenizer.model) into a strata checkpoint.");
   args.positional("dir", "Hugging Face model directory")
       .positional("out.h5", "strata checkpoint to write")
-      .option("tokenizer", "FILE", "sentencepiece model (default: the directory's tokenizer.model)");
+      .option("tokenizer", "FILE",
+              "sentencepiece model (default: the directory's tokenizer.model)");
   if (!args.parse(argc, argv, first)) return 0;
   HfImportInfo info;
   auto model = import_hf(args.get("dir"), &info);
@@ -96,7 +106,8 @@ int convert_llama2c(int argc, char** argv, int first) {
                  ": internal error mapping tensor ", name);
     std::copy(data.begin(), data.end(), model.param(i));
   }
-  const std::string tok = tokenizer_for(args.get("tokenizer"), "", src.config, args.get("model.bin"));
+  const std::string tok =
+      tokenizer_for(args.get("tokenizer"), "", src.config, args.get("model.bin"));
   save_model(args.get("out.h5"), model, tok,
              {{"step", 0},
               {"tokens_seen", 0},
@@ -113,7 +124,8 @@ int cmd_convert(int argc, char** argv, int first) {
       "  hf <dir> <out.h5>                  Hugging Face Llama directory -> strata checkpoint\n"
       "  llama2c <model.bin> <out.h5>       llama2.c model file -> strata checkpoint\n\n"
       "see strata convert <hf|llama2c> --help; the reverse is strata export hf\n";
-  STRATA_CHECK(first < argc, "strata convert: which format? (hf or llama2c; see strata convert --help)");
+  STRATA_CHECK(first < argc,
+               "strata convert: which format? (hf or llama2c; see strata convert --help)");
   const std::string sub = argv[first];
   if (sub == "--help" || sub == "-h") {
     std::fputs(usage.c_str(), stdout);
@@ -128,8 +140,10 @@ int cmd_export(int argc, char** argv, int first) {
   STRATA_CHECK(first < argc, "strata export: which format? (hf; see strata export hf --help)");
   const std::string sub = argv[first];
   if (sub == "--help" || sub == "-h") {
-    std::fputs("usage: strata export hf <ckpt.h5> <dir> [options]\n\n"
-               "see strata export hf --help\n", stdout);
+    std::fputs(
+        "usage: strata export hf <ckpt.h5> <dir> [options]\n\n"
+        "see strata export hf --help\n",
+        stdout);
     return 0;
   }
   STRATA_CHECK(sub == "hf", "strata export: unknown format '", sub, "' (hf)");
@@ -140,15 +154,16 @@ int cmd_export(int argc, char** argv, int first) {
   args.positional("ckpt.h5", "strata checkpoint")
       .positional("dir", "output directory")
       .option("dtype", "TYPE", "weight dtype: f32, bf16 or f16", "f32")
-      .option("max-shard-size", "SIZE", "shard the weights above this size (e.g. 5GB, 200MB)", "5GB");
+      .option("max-shard-size", "SIZE", "shard the weights above this size (e.g. 5GB, 200MB)",
+              "5GB");
   if (!args.parse(argc, argv, first + 1)) return 0;
   std::string dtype = args.get("dtype");
   for (char& ch : dtype) ch = char(std::toupper(static_cast<unsigned char>(ch)));
   HfExportOptions o;
   o.dtype = dtype;
   o.max_shard_bytes = parse_size(args.get("max-shard-size"));
-  STRATA_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16", "strata export hf: unknown dtype '",
-               dtype, "' (f32, bf16 or f16)");
+  STRATA_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16",
+               "strata export hf: unknown dtype '", dtype, "' (f32, bf16 or f16)");
   CheckpointInfo info;
   auto model = load_model(args.get("ckpt.h5"), &info);
   export_hf(*model, info.tokenizer, args.get("dir"), o);

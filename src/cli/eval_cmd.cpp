@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_args.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/timer.h"
@@ -43,9 +44,11 @@ std::string fmt(double v) {
   return buf;
 }
 
-void print_table(const std::vector<std::vector<TaskResult>>& results, const std::vector<int>& exits) {
+void print_table(const std::vector<std::vector<TaskResult>>& results,
+                 const std::vector<int>& exits) {
   if (exits.size() == 1) {
-    std::printf("%-16s %-18s %10s %10s %7s %6s\n", "task", "metric", "value", "stderr", "n", "shots");
+    std::printf("%-16s %-18s %10s %10s %7s %6s\n", "task", "metric", "value", "stderr", "n",
+                "shots");
     for (const TaskResult& t : results[0]) {
       bool first = true;
       for (const Metric& m : t.metrics) {
@@ -78,16 +81,18 @@ int cmd_eval(int argc, char** argv, int first) {
             "Evaluates a checkpoint on benchmark tasks (eval/*.toml, lm-evaluation-harness "
             "semantics: acc, acc_norm, perplexities, with standard errors) or the perplexity of "
             "a text file, at the full model or at exit layers. Prints a table; --out writes JSON.");
-  args.option("checkpoint", "FILE", "checkpoint (.h5) to evaluate")
-      .option("tasks", "LIST", "comma-separated task names, or all (see eval/README.md)")
+  add_model_options(args);
+  args.option("tasks", "LIST", "comma-separated task names, or all (see eval/README.md)")
       .option("perplexity", "FILE", "token perplexity of a text file instead of tasks")
       .option("shots", "N", "few-shot examples (default: each task's own)", "-1")
       .option("limit", "N", "only the first N examples or documents of each task (0: all)", "0")
       .option("batch-size", "N", "sequences per forward pass (results do not depend on it)", "8")
       .option("exit-layer", "E", "evaluate after layer E (1..L), or all for every exit", "")
       .option("seed", "S", "seed of the few-shot sampling", "1234")
-      .option("window", "W", "perplexity: tokens per window, inputs plus the last target "
-                             "(default: the model's context + 1)", "0")
+      .option("window", "W",
+              "perplexity: tokens per window, inputs plus the last target "
+              "(default: the model's context + 1)",
+              "0")
       .option("stride", "S", "perplexity: window step (default: window - 1)", "0")
       .option("eval-dir", "DIR", "task definitions", default_eval_dir())
       .option("out", "FILE", "write the results as JSON")
@@ -105,22 +110,27 @@ int cmd_eval(int argc, char** argv, int first) {
       if (t != "all" && std::find(known.begin(), known.end(), t) == known.end()) {
         std::string list;
         for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-        fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"), "/ has: ", list, ")"));
+        fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"), "/ has: ", list,
+                 ")"));
       }
   }
 
-  CheckpointInfo info;
-  auto model = load_model(args.get("checkpoint"), &info);
+  LoadedModel lm = load_model_from_args(args, "strata eval");
+  Model<float>* model = lm.model.get();
+  const CheckpointInfo& info = lm.info;
+  const bool progress = !args.has("quiet") && lm.root();
   STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
   const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
   if (args.has("bf16")) model->backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const int L = model->config().num_hidden_layers;
   std::vector<int> exits;
   const std::string exit_arg = args.get("exit-layer");
-  if (exit_arg == "all") {
-    for (int e = 1; e <= L; ++e) exits.push_back(e);
+  if (exit_arg == "all") {  // every exit the plan allows (unit boundaries)
+    for (int e = 1; e <= L; ++e)
+      if (info.plan.unit_boundary(e)) exits.push_back(e);
   } else if (!exit_arg.empty()) {
     exits.push_back(args.get_int("exit-layer"));
+    info.plan.check_exit(exits.back(), "strata eval: --exit-layer");
   } else {
     exits.push_back(L);
   }
@@ -133,9 +143,9 @@ int cmd_eval(int argc, char** argv, int first) {
                         {"batch_size", args.get_int("batch-size")}};
   Timer timer;
   if (args.has("perplexity")) {
-    const auto r = file_perplexity(*model, tok, args.get("perplexity"), args.get_int("window"),
-                                   args.get_int("stride"), args.get_int("batch-size"), exits,
-                                   !args.has("quiet"));
+    const auto r =
+        file_perplexity(*model, tok, args.get("perplexity"), args.get_int("window"),
+                        args.get_int("stride"), args.get_int("batch-size"), exits, progress);
     std::printf("%-8s %10s %10s %10s %12s %12s\n", "exit", "ppl", "nll", "tokens", "word_ppl",
                 "bits/byte");
     for (size_t e = 0; e < exits.size(); ++e)
@@ -146,7 +156,8 @@ int cmd_eval(int argc, char** argv, int first) {
     out.update(r.back().to_json());
     if (exits.size() > 1) {
       out["per_exit"] = nlohmann::json::object();
-      for (size_t e = 0; e < exits.size(); ++e) out["per_exit"][std::to_string(exits[e])] = r[e].to_json();
+      for (size_t e = 0; e < exits.size(); ++e)
+        out["per_exit"][std::to_string(exits[e])] = r[e].to_json();
     }
   } else {
     EvalOptions o;
@@ -159,7 +170,7 @@ int cmd_eval(int argc, char** argv, int first) {
     o.eval_dir = args.get("eval-dir");
     o.window = args.get_int("window");
     o.stride = args.get_int("stride");
-    o.progress = !args.has("quiet");
+    o.progress = progress;
     const auto results = evaluate_tasks(*model, tok, o);
     print_table(results, exits);
     out["seed"] = o.seed;
@@ -178,7 +189,7 @@ int cmd_eval(int argc, char** argv, int first) {
     }
   }
   out["seconds"] = timer.seconds();
-  if (args.has("out")) write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  if (args.has("out") && lm.root()) write_file_atomic(args.get("out"), out.dump(2) + "\n");
   return 0;
 }
 

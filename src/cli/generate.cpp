@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_args.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/timer.h"
@@ -48,7 +49,7 @@ GenerateOptions options_from(const Args& args, const Tokenizer& tok) {
 
 // --prompts FILE.jsonl: every prompt in one batch; one result per prompt
 // (text blocks, or JSON lines with --json), a summary on stderr.
-int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer& tok) {
+int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer& tok, bool root) {
   const std::string path = args.get("prompts");
   STRATA_CHECK(args.get("prompt").empty(), "strata generate: give --prompt or --prompts, not both");
   STRATA_CHECK(!args.has("no-cache"), "strata generate: --no-cache takes a single --prompt");
@@ -92,22 +93,24 @@ int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer
     std::string text = text_after(tok, prompts[i], tok.decode(prompts[i]), toks);
     if (!stop.empty() && text.find(stop) != std::string::npos) text.resize(text.find(stop));
     if (args.has("json")) {
-      std::printf("%s\n", nlohmann::json{{"prompt", texts[i]},
-                                          {"text", text},
-                                          {"new_tokens", outs[i].size()}}
-                              .dump()
-                              .c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::json{{"prompt", texts[i]}, {"text", text}, {"new_tokens", outs[i].size()}}
+              .dump()
+              .c_str());
     } else {
       std::printf("%s%s\n%s", texts[i].c_str(), text.c_str(), i + 1 < outs.size() ? "---\n" : "");
     }
   }
   std::fflush(stdout);
-  std::fprintf(stderr,
-               "generated %d tokens for %zu prompts in %.2f s: prefill %d tokens at %.0f tokens/s, "
-               "decode %.1f tokens/s\n",
-               st.new_tokens, outs.size(), total, st.prompt_tokens,
-               st.prefill_s > 0 ? st.prompt_tokens / st.prefill_s : 0.0,
-               st.decode_s > 0 ? st.new_tokens / st.decode_s : 0.0);
+  if (root)
+    std::fprintf(
+        stderr,
+        "generated %d tokens for %zu prompts in %.2f s: prefill %d tokens at %.0f tokens/s, "
+        "decode %.1f tokens/s\n",
+        st.new_tokens, outs.size(), total, st.prompt_tokens,
+        st.prefill_s > 0 ? st.prompt_tokens / st.prefill_s : 0.0,
+        st.decode_s > 0 ? st.new_tokens / st.decode_s : 0.0);
   return 0;
 }
 
@@ -118,8 +121,8 @@ int cmd_generate(int argc, char** argv, int first) {
       "strata generate",
       "Continues a prompt with a trained model. Temperature 0 is greedy decoding. The text is "
       "streamed to stdout; a summary (tokens, tokens/s) goes to stderr.");
-  args.option("checkpoint", "FILE", "checkpoint (.h5) to load")
-      .option("prompt", "TEXT", "text to continue", "")
+  add_model_options(args);
+  args.option("prompt", "TEXT", "text to continue", "")
       .option("prompts", "FILE",
               "JSONL file, one {\"prompt\": TEXT} per line: generated as one batch", "")
       .option("max-new-tokens", "N", "tokens to generate", "64")
@@ -147,14 +150,15 @@ int cmd_generate(int argc, char** argv, int first) {
   STRATA_CHECK(args.get_int("max-new-tokens") >= 0,
                "strata generate: --max-new-tokens must be >= 0");
 
-  CheckpointInfo info;
-  auto model = load_model(args.get("checkpoint"), &info);
+  LoadedModel lm = load_model_from_args(args, "strata generate");
+  Model<float>* model = lm.model.get();
+  const CheckpointInfo& info = lm.info;
   STRATA_CHECK(args.has("tokenizer") || !info.tokenizer.empty(), args.get("checkpoint"),
                ": has no tokenizer; pass --tokenizer");
   const Tokenizer tok = args.has("tokenizer")
                             ? Tokenizer::load(args.get("tokenizer"))
                             : Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
-  if (!args.get("prompts").empty()) return generate_prompts_file(args, *model, tok);
+  if (!args.get("prompts").empty()) return generate_prompts_file(args, *model, tok, lm.root());
   std::vector<int32_t> ids;
   if (!args.has("no-bos") && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
   const auto enc = tok.encode(args.get("prompt"));
@@ -224,16 +228,11 @@ int cmd_generate(int argc, char** argv, int first) {
   const double decode_tps = st.decode_s > 0 ? double(st.new_tokens) / st.decode_s : 0.0;
   const double prefill_tps = st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0;
   if (json) {
-    nlohmann::json j = {{"prompt", args.get("prompt")},
-                        {"text", shown},
-                        {"prompt_tokens", st.prompt_tokens},
-                        {"new_tokens", st.new_tokens},
-                        {"prefill_s", st.prefill_s},
-                        {"decode_s", st.decode_s},
-                        {"prefill_tokens_per_s", prefill_tps},
-                        {"decode_tokens_per_s", decode_tps},
-                        {"exit_layer", g.exit_layer},
-                        {"hit_context", st.hit_context}};
+    nlohmann::json j = {{"prompt", args.get("prompt")},        {"text", shown},
+                        {"prompt_tokens", st.prompt_tokens},   {"new_tokens", st.new_tokens},
+                        {"prefill_s", st.prefill_s},           {"decode_s", st.decode_s},
+                        {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
+                        {"exit_layer", g.exit_layer},          {"hit_context", st.hit_context}};
     if (g.speculations) {
       j["speculations"] = g.speculations;
       j["acceptance_rate"] = st.acceptance();
@@ -244,7 +243,9 @@ int cmd_generate(int argc, char** argv, int first) {
   }
   std::fputs("\n", stdout);
   std::fflush(stdout);  // before the summary on stderr, so the two never interleave
-  std::fprintf(stderr, "generated %d tokens in %.2f s: prefill %d tokens at %.0f tokens/s, decode "
+  if (!lm.root()) return 0;
+  std::fprintf(stderr,
+               "generated %d tokens in %.2f s: prefill %d tokens at %.0f tokens/s, decode "
                "%.1f tokens/s%s\n",
                st.new_tokens, total, st.prompt_tokens, prefill_tps, decode_tps,
                st.hit_context ? " (stopped at the model's context length)" : "");

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "ops/backend.h"
 #include "core/cpu.h"
+#include "ops/backend.h"
 
 #include "cli/args.h"
 #include "cli/commands.h"

@@ -1,32 +1,103 @@
 #include "infer/engine.h"
 
 #include "core/error.h"
+#include "model/unit.h"
 
 namespace strata {
 
+// One pass of rows through units of the plan: the kinds' view of generation.
+// Streams live in a ring of two buffers (x_i in x for even i, in odd_ for odd
+// i), so a layer starts and ends in the caller's x; the attention core is the
+// KV-cache attention of each row's sequence.
+class KvEngine::Pass final : public UnitForward<float> {
+ public:
+  Pass(KvEngine& e, float* x, int rows, const std::vector<int>& seqs, const std::vector<int>& pos)
+      : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), tp_(e.m_.tp_comm()) {}
+
+  float* stream(int i) override { return i % 2 == 0 ? x_ : e_.odd_.data(); }
+  float* module_out(int slot) override {
+    STRATA_CHECK(slot == 0 || slot == 1, "module output slot ", slot, " does not exist");
+    return slot == 0 ? e_.attn_out_.data() : e_.mlp_out_.data();
+  }
+  void attention(int l, const float* x, float* out) override {
+    const LayerDims& d = e_.d_;
+    const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
+                                 nullptr};
+    attention_partial<float>(e_.be_, d, e_.m_.layer_params(l), x, out, rows_, a,
+                             [&](float* qkv, float* att) { cached_core(l, qkv, att); });
+  }
+  void mlp(int l, const float* x, float* out) override {
+    const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
+    mlp_partial<float>(e_.be_, e_.d_, e_.m_.layer_params(l), x, out, rows_, a);
+  }
+  void add_o_bias(int l, float* out) override {
+    const LayerTensors<float> w = e_.m_.layer_params(l);
+    if (w.o_bias && tp_.rank() == 0) e_.be_.bias_add_forward(out, w.o_bias, rows_, e_.d_.C);
+  }
+  void reduce_from_tp(float* buf) override { tp_.allreduce(buf, n()); }
+  int64_t reduce_from_tp_async(float* buf) override { return tp_.allreduce_async(buf, n()); }
+  void wait(int64_t handle) override { tp_.wait(handle); }
+  void residual(float* out, const float* a, const float* b) override {
+    e_.be_.residual_forward(out, a, b, n());
+  }
+  void copy(float* dst, const float* src) override {
+    if (dst != src) e_.be_.copy(dst, src, n());
+  }
+
+ private:
+  int64_t n() const { return int64_t(rows_) * e_.d_.C; }
+  // Rows come in spans of consecutive positions of one sequence: one RoPE
+  // call and one attention call per span, after its keys and values join the
+  // sequence's cache.
+  void cached_core(int l, float* qkv, float* att) {
+    const LayerDims& d = e_.d_;
+    const int QKV = d.QKV(), Q = d.Q();
+    for (int r0 = 0; r0 < rows_;) {
+      int r1 = r0 + 1;
+      while (r1 < rows_ && seqs_[size_t(r1)] == seqs_[size_t(r0)] &&
+             pos_[size_t(r1)] == pos_[size_t(r1 - 1)] + 1)
+        ++r1;
+      const int span = r1 - r0, s = seqs_[size_t(r0)], p0 = pos_[size_t(r0)];
+      float* rows = qkv + int64_t(r0) * QKV;
+      e_.be_.rope_forward(rows, e_.m_.rope_cos(), e_.m_.rope_sin(), 1, span, d.Hq + d.Hkv, d.D, QKV,
+                          p0);
+      float* K = e_.k_cache(l, s);
+      float* V = e_.v_cache(l, s);
+      for (int i = 0; i < span; ++i) {
+        const float* row = rows + int64_t(i) * QKV;
+        for (int h = 0; h < d.Hkv; ++h) {
+          const int64_t at = (int64_t(h) * e_.max_len_ + p0 + i) * d.D;
+          e_.be_.copy(K + at, row + Q + int64_t(h) * d.D, d.D);
+          e_.be_.copy(V + at, row + Q + int64_t(d.Hkv + h) * d.D, d.D);
+        }
+      }
+      e_.be_.attention_cached_forward(att + int64_t(r0) * Q, rows, QKV, K, V, span, p0, d.Hq, d.Hkv,
+                                      d.D, e_.max_len_);
+      r0 = r1;
+    }
+  }
+
+  KvEngine& e_;
+  float* x_;
+  int rows_;
+  const std::vector<int>& seqs_;
+  const std::vector<int>& pos_;
+  TpRegion<float> tp_;
+};
+
 KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
-    : m_(model), be_(model.backend()) {
+    : m_(model), be_(model.backend()), d_(model.dims()) {
   const LlamaConfig& c = model.config();
-  STRATA_CHECK(model.tp_size() == 1, "generation runs in one process (tensor parallelism: 1)");
   layers_ = layers < 0 ? c.num_hidden_layers : layers;
   STRATA_CHECK(layers_ >= 1 && layers_ <= c.num_hidden_layers, "KV cache for ", layers_,
                " layers: the model has ", c.num_hidden_layers);
+  model.plan().check_exit(layers_, "a KV cache for layers [0, E) with E =");
   max_len_ = max_len;
   STRATA_CHECK(max_len_ >= 1 && max_len_ <= c.max_position_embeddings, "KV cache of ", max_len_,
                " positions: the model's context is ", c.max_position_embeddings);
-  for (int l = 0; l < layers_; ++l)
-    STRATA_CHECK(model.plan().kinds[size_t(l)] == LayerKind::Standard,
-                 "generation supports standard layers only");
-  C_ = c.hidden_size;
-  D_ = c.head_dim;
-  Hq_ = c.num_attention_heads;
-  Hkv_ = c.num_key_value_heads;
-  Q_ = Hq_ * D_;
-  QKV_ = (Hq_ + 2 * Hkv_) * D_;
-  F_ = c.intermediate_size;
   batch_ = batch;
   STRATA_CHECK(batch_ >= 1, "KV cache for ", batch_, " sequences");
-  const size_t cache = size_t(batch_) * layers_ * Hkv_ * max_len_ * D_;
+  const size_t cache = size_t(batch_) * layers_ * d_.Hkv * max_len_ * d_.D;
   k_ = ops::DeviceBuffer<float>(&be_, cache);
   v_ = ops::DeviceBuffer<float>(&be_, cache);
   len_.assign(size_t(batch_) * layers_, 0);
@@ -46,15 +117,17 @@ void KvEngine::crop(int l0, int l1, int len, int seq) {
 void KvEngine::ensure_scratch(int n) {
   if (n <= scratch_rows_) return;
   scratch_rows_ = std::max(n, 16);
-  const size_t N = size_t(scratch_rows_);
-  ln_ = ops::DeviceBuffer<float>(&be_, N * C_);
+  const size_t N = size_t(scratch_rows_), C = size_t(d_.C);
+  ln_ = ops::DeviceBuffer<float>(&be_, N * C);
   rstd_ = ops::DeviceBuffer<float>(&be_, N);
-  qkv_ = ops::DeviceBuffer<float>(&be_, N * QKV_);
-  att_ = ops::DeviceBuffer<float>(&be_, N * Q_);
-  mod_ = ops::DeviceBuffer<float>(&be_, N * C_);
-  gateup_ = ops::DeviceBuffer<float>(&be_, N * 2 * F_);
-  h_ = ops::DeviceBuffer<float>(&be_, N * F_);
-  xn_ = ops::DeviceBuffer<float>(&be_, N * C_);
+  qkv_ = ops::DeviceBuffer<float>(&be_, N * d_.QKV());
+  att_ = ops::DeviceBuffer<float>(&be_, N * d_.Q());
+  attn_out_ = ops::DeviceBuffer<float>(&be_, N * C);
+  mlp_out_ = ops::DeviceBuffer<float>(&be_, N * C);
+  gateup_ = ops::DeviceBuffer<float>(&be_, N * 2 * d_.F);
+  h_ = ops::DeviceBuffer<float>(&be_, N * d_.F);
+  xn_ = ops::DeviceBuffer<float>(&be_, N * C);
+  odd_ = ops::DeviceBuffer<float>(&be_, N * C);
 }
 
 void KvEngine::embed(const int32_t* tokens, int n, float* x) {
@@ -62,30 +135,42 @@ void KvEngine::embed(const int32_t* tokens, int n, float* x) {
   for (int i = 0; i < n; ++i)
     STRATA_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i],
                  " outside the vocabulary (", c.vocab_size, ")");
-  be_.embedding_forward(x, tokens, m_.param(m_.layout().embed), n, C_, c.vocab_size, 0, -1);
+  m_.embed(tokens, n, x);
+}
+
+void KvEngine::check_range(int l0, int l1) const {
+  STRATA_CHECK(0 <= l0 && l0 <= l1 && l1 <= layers_, "layers [", l0, ", ", l1,
+               ") outside the cache's [0, ", layers_, ")");
+  STRATA_CHECK(m_.plan().unit_boundary(l0) && m_.plan().unit_boundary(l1), "layers [", l0, ", ", l1,
+               ") cut a unit of plan '", m_.plan().to_string(), "'");
+}
+
+void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
+                         const std::vector<int>& pos) {
+  ensure_scratch(rows);
+  Pass pass(*this, x, rows, seqs, pos);
+  for (const PlanUnit& u : m_.plan().units())
+    if (u.first >= l0 && u.end() <= l1) unit_forward<float>(pass, u);
 }
 
 void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq) {
-  STRATA_CHECK(0 <= l0 && l0 <= l1 && l1 <= layers_, "layers [", l0, ", ", l1,
-               ") outside the cache's [0, ", layers_, ")");
+  check_range(l0, l1);
   STRATA_CHECK(seq >= 0 && seq < batch_, "sequence ", seq, " outside the batch of ", batch_);
   if (l0 == l1 || n == 0) return;
   const int pos0 = length(l0, seq);
   STRATA_CHECK(pos0 + n <= max_len_, "the sequence would reach ", pos0 + n,
                " positions; the KV cache holds ", max_len_);
-  std::vector<int> seqs(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) pos[size_t(i)] = pos0 + i;
-  for (int l = l0; l < l1; ++l) {
+  for (int l = l0; l < l1; ++l)
     STRATA_CHECK(length(l, seq) == pos0, "layer ", l, " holds ", length(l, seq),
                  " positions, layer ", l0, " ", pos0);
-    layer(l, x, n, seqs, pos);
-    len_[size_t(seq * layers_ + l)] = pos0 + n;
-  }
+  std::vector<int> seqs(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) pos[size_t(i)] = pos0 + i;
+  run_units(x, n, l0, l1, seqs, pos);
+  for (int l = l0; l < l1; ++l) len_[size_t(seq * layers_ + l)] = pos0 + n;
 }
 
 void KvEngine::decode_rows(float* x, const std::vector<int>& seqs, int l0, int l1) {
-  STRATA_CHECK(0 <= l0 && l0 <= l1 && l1 <= layers_, "layers [", l0, ", ", l1,
-               ") outside the cache's [0, ", layers_, ")");
+  check_range(l0, l1);
   const int rows = int(seqs.size());
   if (l0 == l1 || rows == 0) return;
   std::vector<int> pos(static_cast<size_t>(rows));
@@ -97,58 +182,13 @@ void KvEngine::decode_rows(float* x, const std::vector<int>& seqs, int l0, int l
     pos[size_t(r)] = length(l0, s);
     STRATA_CHECK(pos[size_t(r)] < max_len_, "sequence ", s, " fills its KV cache (", max_len_,
                  " positions)");
+    for (int l = l0; l < l1; ++l)
+      STRATA_CHECK(length(l, s) == pos[size_t(r)], "layer ", l, " of sequence ", s, " holds ",
+                   length(l, s), " positions");
   }
-  for (int l = l0; l < l1; ++l) {
-    for (int r = 0; r < rows; ++r)
-      STRATA_CHECK(length(l, seqs[size_t(r)]) == pos[size_t(r)], "layer ", l, " of sequence ",
-                   seqs[size_t(r)], " holds ", length(l, seqs[size_t(r)]), " positions");
-    layer(l, x, rows, seqs, pos);
-    for (int r = 0; r < rows; ++r) ++len_[size_t(seqs[size_t(r)] * layers_ + l)];
-  }
-}
-
-void KvEngine::layer(int l, float* x, int n, const std::vector<int>& seqs,
-                     const std::vector<int>& pos) {
-  ensure_scratch(n);
-  const LlamaConfig& c = m_.config();
-  const auto& P = m_.layout().layers[size_t(l)];
-  const int64_t NC = int64_t(n) * C_;
-  // Attention: q, k, v of the new positions; k and v join each row's cache.
-  be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.input_norm), n, C_, c.rms_norm_eps);
-  be_.linear_forward(qkv_.data(), ln_.data(), m_.param(P.q),
-                     P.q_bias >= 0 ? m_.param(P.q_bias) : nullptr, n, C_, QKV_);
-  // Rows come in spans of consecutive positions of one sequence: one RoPE
-  // call and one attention call per span.
-  for (int r0 = 0; r0 < n;) {
-    int r1 = r0 + 1;
-    while (r1 < n && seqs[size_t(r1)] == seqs[size_t(r0)] && pos[size_t(r1)] == pos[size_t(r1 - 1)] + 1)
-      ++r1;
-    const int span = r1 - r0, s = seqs[size_t(r0)], p0 = pos[size_t(r0)];
-    float* rows = qkv_.data() + int64_t(r0) * QKV_;
-    be_.rope_forward(rows, m_.rope_cos(), m_.rope_sin(), 1, span, Hq_ + Hkv_, D_, QKV_, p0);
-    float* K = k_cache(l, s);
-    float* V = v_cache(l, s);
-    for (int i = 0; i < span; ++i) {
-      const float* row = rows + int64_t(i) * QKV_;
-      for (int h = 0; h < Hkv_; ++h) {
-        const int64_t at = (int64_t(h) * max_len_ + p0 + i) * D_;
-        be_.copy(K + at, row + Q_ + int64_t(h) * D_, D_);
-        be_.copy(V + at, row + Q_ + int64_t(Hkv_ + h) * D_, D_);
-      }
-    }
-    be_.attention_cached_forward(att_.data() + int64_t(r0) * Q_, rows, QKV_, K, V, span, p0, Hq_,
-                                 Hkv_, D_, max_len_);
-    r0 = r1;
-  }
-  be_.linear_forward(mod_.data(), att_.data(), m_.param(P.o),
-                     P.o_bias >= 0 ? m_.param(P.o_bias) : nullptr, n, Q_, C_);
-  be_.residual_forward(x, x, mod_.data(), NC);
-  // MLP.
-  be_.rmsnorm_forward(ln_.data(), rstd_.data(), x, m_.param(P.post_norm), n, C_, c.rms_norm_eps);
-  be_.linear_forward(gateup_.data(), ln_.data(), m_.param(P.gate), nullptr, n, C_, 2 * F_);
-  be_.swiglu_forward(h_.data(), gateup_.data(), n, F_);
-  be_.linear_forward(mod_.data(), h_.data(), m_.param(P.down), nullptr, n, F_, C_);
-  be_.residual_forward(x, x, mod_.data(), NC);
+  run_units(x, rows, l0, l1, seqs, pos);
+  for (int r = 0; r < rows; ++r)
+    for (int l = l0; l < l1; ++l) ++len_[size_t(seqs[size_t(r)] * layers_ + l)];
 }
 
 void KvEngine::logits(const float* x, int n, float* out) {

@@ -2,6 +2,13 @@
 // cache of `batch` sequences, layer range by layer range, which is what plain
 // decoding, early exit (layers [0, E) only), self-speculative decoding (draft
 // with [0, E), verify with [E, L)) and batched decoding are built from.
+//
+// It runs the model's own layer path: each plan unit's kind (model/kinds/)
+// over the modules of model/modules.h, with the KV-cache attention as the
+// attention core; under tensor parallelism (a model built with a tp group)
+// each rank holds its heads' cache and the kinds' reductions run over the
+// group, so every rank computes the same tokens. Layer ranges must start and
+// end at unit boundaries of the plan.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +34,8 @@ class KvEngine {
   void crop(int l0, int l1, int len, int seq = 0);
   void reset();
 
-  // x[n, C] = embeddings of tokens[n] (host memory, like everything here).
+  // x[n, C] = embeddings of tokens[n] (x: backend memory, host on the CPU;
+  // tokens: host).
   void embed(const int32_t* tokens, int n, float* x);
   // Runs x[n, C] (the residual stream of n consecutive new positions) through
   // layers [l0, l1), appending their keys and values; all those layers must
@@ -41,23 +49,26 @@ class KvEngine {
   void logits(const float* x, int n, float* out);
 
  private:
+  class Pass;  // UnitForward over the KV cache (engine.cpp)
   void ensure_scratch(int n);
   float* k_cache(int l, int seq) { return k_.data() + cache_offset(l, seq); }
   float* v_cache(int l, int seq) { return v_.data() + cache_offset(l, seq); }
   size_t cache_offset(int l, int seq) const {
-    return (size_t(seq) * layers_ + size_t(l)) * size_t(Hkv_) * max_len_ * D_;
+    return (size_t(seq) * layers_ + size_t(l)) * size_t(d_.Hkv) * max_len_ * d_.D;
   }
-  // One layer over rows r < rows of x, row r being position pos[r] of
-  // sequence seqs[r]; `spans` groups consecutive rows of one sequence.
-  void layer(int l, float* x, int rows, const std::vector<int>& seqs, const std::vector<int>& pos);
+  // Runs the units of layers [l0, l1) over rows r < rows of x, row r being
+  // position pos[r] of sequence seqs[r].
+  void run_units(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
+                 const std::vector<int>& pos);
+  void check_range(int l0, int l1) const;
   Model<float>& m_;
   ops::Backend<float>& be_;
+  LayerDims d_;  // this rank's sizes
   int max_len_, layers_, batch_;
-  int C_, D_, Hq_, Hkv_, Q_, QKV_, F_;
   std::vector<int> len_;
   ops::DeviceBuffer<float> k_, v_;  // [batch, layers, Hkv, max_len, D]
   int scratch_rows_ = 0;
-  ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, mod_, gateup_, h_, xn_;
+  ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, attn_out_, mlp_out_, gateup_, h_, xn_, odd_;
 };
 
 }  // namespace strata

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/timer.h"
 #include "core/philox.h"
+#include "core/timer.h"
 #include "infer/engine.h"
 
 namespace strata {
@@ -57,6 +57,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
   const int ctx = c.max_position_embeddings;
   STRATA_CHECK(o.exit_layer > 0 && o.exit_layer < L,
                "self-speculative decoding needs an exit layer below ", L, " (--exit-layer E)");
+  model.plan().check_exit(o.exit_layer, "self-speculative decoding: exit layer");
   const int E = o.exit_layer;
   GenerateStats st;
   // The prompt keeps its last ctx - 1 tokens so at least one can be generated.
@@ -148,7 +149,8 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
         for (; k < d; ++k) {
           const auto p = token_distribution(full_logits.data() + size_t(k) * V, V, o.sampling);
           const int32_t t = drafts[size_t(k)];
-          const double ratio = q[size_t(k)][size_t(t)] > 0 ? p[size_t(t)] / q[size_t(k)][size_t(t)] : 1.0;
+          const double ratio =
+              q[size_t(k)][size_t(t)] > 0 ? p[size_t(t)] / q[size_t(k)][size_t(t)] : 1.0;
           if (rng.uniform(draw(n + k, 1)) < ratio) continue;
           std::vector<double> r(static_cast<size_t>(V));
           double mass = 0;
@@ -200,8 +202,12 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
   if (o.speculations > 0) {
     for (int i = 0; i < B; ++i) {
       GenerateStats st;
-      outs[size_t(i)] = generate(model, prompts[size_t(i)], o,
-                                 [&](int32_t t) { if (on_token) on_token(i, t); }, &st);
+      outs[size_t(i)] = generate(
+          model, prompts[size_t(i)], o,
+          [&](int32_t t) {
+            if (on_token) on_token(i, t);
+          },
+          &st);
       total.prompt_tokens += st.prompt_tokens;
       total.new_tokens += st.new_tokens;
       total.prefill_s += st.prefill_s;
@@ -218,7 +224,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
   const int L = c.num_hidden_layers, V = c.vocab_size, C = c.hidden_size;
   const int ctx = c.max_position_embeddings;
   const int E = o.exit_layer > 0 ? o.exit_layer : L;
-  STRATA_CHECK(E >= 1 && E <= L, "exit layer ", o.exit_layer, " is outside 1..", L);
+  model.plan().check_exit(E, "exit layer");
   KvEngine eng(model, ctx, E, B);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
   std::vector<bool> done(static_cast<size_t>(B), o.max_new_tokens <= 0);

@@ -61,11 +61,9 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
 void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const std::string& dir,
                const HfExportOptions& o) {
   const LayerPlan& plan = model.plan();
-  for (int l = 0; l < plan.num_layers(); ++l)
-    STRATA_CHECK(plan.kinds[l] == LayerKind::Standard, "export hf: layer ", l, " is '",
-                 layer_kind_name(plan.kinds[l]),
-                 "'; a Hugging Face Llama runs every layer as a standard one, so this model "
-                 "would compute something else there");
+  STRATA_CHECK(plan.plain(), "export hf: the model runs plan '", plan.to_string(),
+               "'; a Hugging Face Llama runs every layer as a standard one, so it would compute "
+               "something else (export a checkpoint with a standard plan)");
   STRATA_CHECK(o.dtype == "F32" || o.dtype == "BF16" || o.dtype == "F16",
                "export hf: unknown dtype '", o.dtype, "' (F32, BF16 or F16)");
   fs::create_directories(dir);

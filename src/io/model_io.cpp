@@ -1,6 +1,7 @@
 #include "io/model_io.h"
 
 #include "ops/backend.h"
+#include "parallel/sharding.h"
 
 namespace strata {
 
@@ -26,18 +27,40 @@ CheckpointInfo read_checkpoint_info(const CheckpointReader& reader) {
   CheckpointInfo info;
   info.config = LlamaConfig::from_json(reader.config(), reader.path() + " (config)");
   info.plan = LayerPlan::parse(reader.plan(), info.config.num_hidden_layers);
+  info.saved_plan = info.plan.to_string();
   info.recipe = reader.recipe();
   info.state = reader.state();
   info.tokenizer = reader.tokenizer();
   return info;
 }
 
-std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info_out) {
+void read_tensor_parts(const CheckpointReader& reader, const std::string& group,
+                       const ParamLayout& layout, const std::vector<int>& tensors,
+                       const std::function<float*(int)>& dst) {
+  if (layout.tp() == 1) {
+    std::vector<TensorRef> refs;
+    for (int t : tensors) refs.push_back(TensorRef{layout[t].name, layout[t].shape, dst(t)});
+    reader.read(group, refs);
+    return;
+  }
+  std::vector<float> full;
+  for (int t : tensors) {
+    full.resize(size_t(full_numel(layout[t])));
+    reader.read(group, {TensorRef{layout[t].name, layout[t].full_shape, full.data()}});
+    slice_full_tensor(layout, t, full.data(), dst(t));
+  }
+}
+
+std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info_out,
+                                         const LoadOptions& o) {
   const CheckpointReader reader(path);
   CheckpointInfo info = read_checkpoint_info(reader);
+  if (!o.plan.empty()) info.plan = LayerPlan::parse(o.plan, info.config.num_hidden_layers);
   auto model =
-      std::make_unique<Model<float>>(info.config, info.plan, ops::make_backend<float>());
-  reader.read("params", param_refs(*model));
+      std::make_unique<Model<float>>(info.config, info.plan, ops::make_backend<float>(), o.tp);
+  std::vector<int> all(model->layout().tensors().size());
+  for (size_t t = 0; t < all.size(); ++t) all[t] = int(t);
+  read_tensor_parts(reader, "params", model->layout(), all, [&](int t) { return model->param(t); });
   if (info_out) *info_out = std::move(info);
   return model;
 }

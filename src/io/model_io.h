@@ -2,6 +2,7 @@
 // and loading a ready-to-run model from a checkpoint file.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +23,8 @@ std::vector<TensorRef> moment_refs(Model<float>& model, AdamW<float>& opt, bool 
 
 struct CheckpointInfo {
   LlamaConfig config;
-  LayerPlan plan;
+  LayerPlan plan;          // the plan the model runs (load_model: LoadOptions::plan if given)
+  std::string saved_plan;  // the plan stored in the checkpoint
   std::string recipe;
   nlohmann::json state;
   std::string tokenizer;  // sentencepiece model bytes ("" when absent)
@@ -30,8 +32,20 @@ struct CheckpointInfo {
 
 // Reads config, plan, recipe, state and tokenizer bytes.
 CheckpointInfo read_checkpoint_info(const CheckpointReader& reader);
-// Builds a CPU float model from a checkpoint and loads its parameters.
-std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info = nullptr);
+
+// Reads tensors of checkpoint group `group` (full tensors, whatever layout
+// saved them) into this rank's parts of `layout` at dst(t).
+void read_tensor_parts(const CheckpointReader& reader, const std::string& group,
+                       const ParamLayout& layout, const std::vector<int>& tensors,
+                       const std::function<float*(int)>& dst);
+
+struct LoadOptions {
+  std::string plan;            // run under this plan ("": the checkpoint's)
+  Communicator* tp = nullptr;  // a tensor-parallel group: load this rank's parts
+};
+// Builds a float model from a checkpoint and loads its parameters.
+std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info = nullptr,
+                                         const LoadOptions& options = {});
 
 // Writes a checkpoint with the model's config, plan and parameters, the given
 // tokenizer bytes and state, and no optimizer state (converted models).

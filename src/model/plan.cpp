@@ -88,9 +88,10 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
   }
   if (semi != std::string::npos) {
     std::set<std::string> seen;
-    std::stringstream os(text.substr(semi + 1));
-    while (std::getline(os, item, ';')) {
-      item = trim(item);
+    for (size_t at = semi + 1;;) {
+      const size_t next = text.find(';', at);
+      item = trim(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      at = next + 1;
       STRATA_CHECK(!item.empty(), where, ": empty option");
       const size_t eq = item.find('=');
       STRATA_CHECK(eq != std::string::npos, where, ": option '", item, "' is not key=value");
@@ -108,6 +109,7 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
       STRATA_CHECK(used, where, ": option '", key, "' belongs to ", owner->name,
                    " layers and the plan has none");
       plan.options.emplace_back(key, value);
+      if (next == std::string::npos) break;
     }
   }
   return plan;

@@ -26,14 +26,14 @@
 #include "data/sft.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
-#include "parallel/grid.h"
-#include "parallel/sharding.h"
-#include "parallel/timed_comm.h"
 #include "eval/evaluate.h"
 #include "infer/generate.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/model.h"
+#include "parallel/grid.h"
+#include "parallel/sharding.h"
+#include "parallel/timed_comm.h"
 #include "train/layerskip.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -54,7 +54,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"model.init_from", K::String, "\"\"",
        "start from this checkpoint's config, weights, tokenizer"},
       {"model.config", K::String, "\"\"", "Hugging Face config.json with the model shape"},
-      {"model.plan", K::String, "\"\"", "layer plan, e.g. \"standard*6\" (default: all standard)"},
+      {"model.plan", K::String, "\"\"",
+       "layer plan, e.g. \"standard*4,skip,standard\" (default: all standard; with init_from: "
+       "run the checkpoint's weights under this plan)"},
       {"model.vocab_size", K::Int, "", "vocabulary size (default: the tokenizer's)"},
       {"model.hidden_size", K::Int, "", "model width"},
       {"model.intermediate_size", K::Int, "", "MLP width"},
@@ -471,23 +473,10 @@ void setup_grid(Run& run) {
   if (!run.root()) log::set_level(log::Level::Error);
 }
 
-// Reads tensors `tensors` of checkpoint group `group` (full tensors, whatever
-// layout saved them) into this rank's parts at dst(t).
+// Reads tensors `tensors` of checkpoint group `group` into this rank's parts.
 void read_parts(const Run& run, const CheckpointReader& reader, const std::string& group,
                 const std::vector<int>& tensors, const std::function<float*(int)>& dst) {
-  const ParamLayout& L = run.model->layout();
-  if (L.tp() == 1) {
-    std::vector<TensorRef> refs;
-    for (int t : tensors) refs.push_back(TensorRef{L[t].name, L[t].shape, dst(t)});
-    reader.read(group, refs);
-    return;
-  }
-  std::vector<float> full;
-  for (int t : tensors) {
-    full.resize(size_t(full_numel(L[t])));
-    reader.read(group, {TensorRef{L[t].name, L[t].full_shape, full.data()}});
-    slice_full_tensor(L, t, full.data(), dst(t));
-  }
+  read_tensor_parts(reader, group, run.model->layout(), tensors, dst);
 }
 
 // ZeRO-1: each trainable tensor's optimizer state lives on one data-parallel
@@ -582,16 +571,33 @@ void setup(Run& run) {
   if (reader) {
     cfg = info.config;
     plan = info.plan;
+    // A new plan on the weights of another run is how a model is converted
+    // (init_from); a resumed run keeps its own checkpoint's plan.
+    const bool new_plan = resume.empty() && !r.get_string("model.plan").empty();
+    if (new_plan) {
+      try {
+        plan = LayerPlan::parse(r.get_string("model.plan"), cfg.num_hidden_layers);
+      } catch (const Error& e) {
+        r.fail("model.plan", e.what());
+      }
+      log::info("plan: ", plan.to_string(), " on the weights of ", source, " (trained as ",
+                info.plan.to_string(), ")");
+    }
     std::string ignored;
     for (const KeySpec& k : train_recipe_schema())
-      if (k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" && r.given(k.path))
+      if (k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
+          !(new_plan && k.path == "model.plan") && r.given(k.path))
         ignored += (ignored.empty() ? "" : ", ") + k.path;
     if (!ignored.empty()) log::warn("the model comes from ", source, "; ignoring ", ignored);
   } else {
     cfg = model_config_from_recipe(r, run.tokenizer.get(), run.seq_len);
-    plan = r.get_string("model.plan").empty()
-               ? LayerPlan::standard(cfg.num_hidden_layers)
-               : LayerPlan::parse(r.get_string("model.plan"), cfg.num_hidden_layers);
+    try {
+      plan = r.get_string("model.plan").empty()
+                 ? LayerPlan::standard(cfg.num_hidden_layers)
+                 : LayerPlan::parse(r.get_string("model.plan"), cfg.num_hidden_layers);
+    } catch (const Error& e) {
+      r.fail("model.plan", e.what());
+    }
   }
   if (run.seq_len > cfg.max_position_embeddings)
     r.fail("training.seq_len", cat(run.seq_len, " exceeds the model's max_position_embeddings (",

@@ -1,0 +1,51 @@
+#include "cli/model_args.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata::cli {
+
+void add_model_options(Args& args) {
+  args.option("checkpoint", "FILE", "checkpoint (.h5) to load")
+      .option("plan", "TEXT",
+              "run the weights under this layer plan instead of the checkpoint's (e.g. "
+              "\"standard*4,skip,standard\"; see strata train --help-recipe, model.plan)",
+              "")
+      .option("tp", "N",
+              "tensor-parallel degree: under mpirun with N processes, each holds 1/N of every "
+              "split tensor",
+              "1");
+}
+
+LoadedModel load_model_from_args(const Args& args, const std::string& command) {
+  STRATA_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
+  const int tp = args.get_int("tp");
+  STRATA_CHECK(tp >= 1, command, ": --tp must be at least 1, got ", tp);
+  LoadedModel m;
+  m.grid = make_grid(tp, 0);
+  STRATA_CHECK(m.grid.dp == 1, command, " runs one model over a tensor-parallel group: start it ",
+               "with as many processes as --tp (mpirun -np ", tp, " ... --tp ", tp,
+               "); this job has ", m.grid.world_size, " process(es) for --tp ", tp);
+  if (!m.root()) {  // one rank speaks for the group
+    log::set_level(log::Level::Error);
+    STRATA_CHECK(std::freopen("/dev/null", "w", stdout), command, ": cannot silence rank ",
+                 m.grid.world_rank, "'s output");
+  }
+  LoadOptions o;
+  o.plan = args.get("plan");
+  o.tp = m.grid.tp > 1 ? m.grid.tp_comm.get() : nullptr;
+  try {
+    m.model = load_model(args.get("checkpoint"), &m.info, o);
+  } catch (const Error& e) {
+    if (o.plan.empty()) throw;
+    fail(cat(command, " --plan: ", e.what()));
+  }
+  if (!o.plan.empty())
+    log::info("plan: ", m.info.plan.to_string(), " (", args.get("checkpoint"), " was saved with ",
+              m.info.saved_plan, ")");
+  return m;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,30 @@
+// The model that eval, generate and bench generate run: a checkpoint,
+// optionally under another layer plan (--plan), alone or over a
+// tensor-parallel group of processes started by mpirun (--tp N, with N
+// processes). Every rank of the group computes the same results; rank 0
+// prints them (the others' stdout goes nowhere and they log only errors).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/args.h"
+#include "io/model_io.h"
+#include "parallel/grid.h"
+
+namespace strata::cli {
+
+// --checkpoint FILE, --plan TEXT, --tp N.
+void add_model_options(Args& args);
+
+struct LoadedModel {
+  ProcessGrid grid;
+  CheckpointInfo info;  // info.plan: the plan the model runs
+  std::unique_ptr<Model<float>> model;
+  bool root() const { return grid.is_root(); }
+};
+
+// Loads the model the options name; `command` prefixes errors ("strata eval").
+LoadedModel load_model_from_args(const Args& args, const std::string& command);
+
+}  // namespace strata::cli

@@ -1,0 +1,72 @@
+// A communicator that forwards to another and counts the collectives that
+// pass through it: which ones run, how many, sync or async, and on how many
+// elements. Tests use it to prove which reductions an executor plan issues.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "parallel/comm.h"
+
+namespace strata::testing {
+
+class CountingComm : public Communicator {
+ public:
+  explicit CountingComm(Communicator& inner) : inner_(inner) {}
+  struct Counts {
+    int allreduce = 0, allreduce_async = 0, wait = 0, allgather = 0, broadcast = 0, scalar = 0;
+    int64_t allreduce_elements = 0;
+  };
+  const Counts& counts() const { return c_; }
+  void reset() { c_ = Counts{}; }
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string name() const override { return "counting(" + inner_.name() + ")"; }
+  void allreduce_sum(float* buf, int64_t n) override {
+    ++c_.allreduce;
+    c_.allreduce_elements += n;
+    inner_.allreduce_sum(buf, n);
+  }
+  int64_t allreduce_sum_async(float* buf, int64_t n) override {
+    ++c_.allreduce_async;
+    c_.allreduce_elements += n;
+    return inner_.allreduce_sum_async(buf, n);
+  }
+  void wait(int64_t handle) override {
+    ++c_.wait;
+    inner_.wait(handle);
+  }
+  void progress() override { inner_.progress(); }
+  void allgather(const float* in, float* out, int64_t n) override {
+    ++c_.allgather;
+    inner_.allgather(in, out, n);
+  }
+  void broadcast(float* buf, int64_t n, int root) override {
+    ++c_.broadcast;
+    inner_.broadcast(buf, n, root);
+  }
+  void broadcast_bytes(std::string& bytes, int root) override {
+    ++c_.broadcast;
+    inner_.broadcast_bytes(bytes, root);
+  }
+  double allreduce_sum(double x) override {
+    ++c_.scalar;
+    return inner_.allreduce_sum(x);
+  }
+  int64_t allreduce_sum(int64_t x) override {
+    ++c_.scalar;
+    return inner_.allreduce_sum(x);
+  }
+  void barrier() override { inner_.barrier(); }
+  [[noreturn]] void abort(const std::string& why) override {
+    inner_.abort(why);
+    std::abort();
+  }
+
+ private:
+  Communicator& inner_;
+  Counts c_;
+};
+
+}  // namespace strata::testing

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# mpi_infer_test.sh MPIRUN STRATA CHECKPOINT TEXT: generation and evaluation
+# under `mpirun -np 2 ... --tp 2` against the single process, through the CLI
+# as a user runs them: the same tokens (greedy, sampled, early exit,
+# self-speculative, a skip plan) and the same perplexity (to 1e-6 relative).
+set -u
+mpirun=$1 strata=$2 ckpt=$3 text=$4
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+tp2() { "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" "$@" --tp 2; }
+fail=0
+for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--exit-layer 3" \
+            "--exit-layer 3 --self-speculative --speculations 3" \
+            "--exit-layer 3 --self-speculative --temperature 0.9 --seed 5" \
+            "--plan standard*2,skip,standard*2"; do
+  # shellcheck disable=SC2086
+  one=$("$strata" generate --checkpoint "$ckpt" --prompt "Once upon a time" --max-new-tokens 40 $opts 2>/dev/null)
+  # shellcheck disable=SC2086
+  two=$(tp2 generate --checkpoint "$ckpt" --prompt "Once upon a time" --max-new-tokens 40 $opts 2>/dev/null)
+  if [[ -z $one || $one != "$two" ]]; then
+    echo "FAIL generate $opts: tp 1 gave '$one', tp 2 gave '$two'"
+    fail=1
+  else
+    echo "ok generate $opts"
+  fi
+done
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$strata" eval --checkpoint "$ckpt" --perplexity "$text" --quiet --out "$dir/one.json" >/dev/null || fail=1
+tp2 eval --checkpoint "$ckpt" --perplexity "$text" --quiet --out "$dir/two.json" >/dev/null || fail=1
+ppl() { grep -o '"ppl": *[0-9.e+-]*' "$1" | head -1 | sed 's/.*: *//'; }
+a=$(ppl "$dir/one.json") b=$(ppl "$dir/two.json")
+if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }'; then
+  echo "ok eval perplexity: tp 1 $a, tp 2 $b"
+else
+  echo "FAIL eval perplexity: tp 1 '$a', tp 2 '$b'"
+  fail=1
+fi
+exit $fail
