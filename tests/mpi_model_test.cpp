@@ -218,11 +218,12 @@ TEST(TensorParallelExecutor, SkippedLayerEqualsRemovedLayerBitwise) {
   for (size_t t = 0; t < m.layout().tensors().size(); ++t) {
     const std::string name = testing::layer_renamed(m.layout()[int(t)].name, 1);
     for (size_t u = 0; !name.empty() && u < r->layout().tensors().size(); ++u)
-      if (r->layout()[int(u)].name == name)
+      if (r->layout()[int(u)].name == name) {
         EXPECT_EQ(std::memcmp(m.grad(int(t)), r->grad(int(u)),
                               sizeof(float) * size_t(m.layout()[int(t)].numel)),
                   0)
             << name;
+      }
   }
   GenerateOptions g;
   g.max_new_tokens = 10;
