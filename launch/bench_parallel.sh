@@ -12,8 +12,9 @@ batch 16 x 256 tokens) for N steps (default 12) at each layout, every layout
 with the same global batch (micro-batch 16 / dp per rank) and all the cores
 of this machine shared among the ranks, and prints one row per layout: the
 mean time per step (steps 3..N), the part spent waiting in collectives
-(communication not hidden behind compute) and the rest (compute), and the
-throughput. Layouts default to "1x1 2x1 1x2 2x2" (dp x tp). Extra options
+(communication not hidden behind compute) and the rest (compute), of the
+former the tail of the data-parallel gradient all-reduces still running after
+backward (grad wait), and the throughput. Layouts default to "1x1 2x1 1x2 2x2" (dp x tp). Extra options
 after -- go to every `strata train`.
 
 The first two steps (warm-up) are left out of the means. Runs go to
@@ -47,8 +48,8 @@ common=(--set training.steps="$steps" --set log.interval=1 --set eval.interval=0
   --set eval.batches=0 --set checkpoint.interval=0 --set checkpoint.final=false
   --set checkpoint.resume=none --set log.sample_prompt= "$@")
 
-printf '%-8s %6s %8s %12s %16s %16s %10s\n' layout ranks threads "step (ms)" "compute (ms)" \
-  "comm (ms)" "tok/s"
+printf '%-8s %6s %8s %12s %16s %16s %16s %10s\n' layout ranks threads "step (ms)" "compute (ms)" \
+  "comm (ms)" "grad wait (ms)" "tok/s"
 for layout in $layouts; do
   dp=${layout%x*} tp=${layout#*x}
   np=$((dp * tp))
@@ -64,6 +65,7 @@ for layout in $layouts; do
   else
     policy=()
     ((np > cores)) && policy=(-x OMP_WAIT_POLICY=PASSIVE)
+    [[ -n ${STRATA_PROGRESS_POLLS:-} ]] && policy+=(-x STRATA_PROGRESS_POLLS)
     OMP_NUM_THREADS=$threads mpirun -np "$np" --oversubscribe --bind-to none -x OMP_NUM_THREADS \
       "${policy[@]}" "$bin" train "$recipe" "${args[@]}" >"$log" 2>&1 || { cat "$log"; exit 1; }
   fi
@@ -73,10 +75,11 @@ for layout in $layouts; do
       if (step < 3) next
       s = $0; sub(/.*"step_s":/, "", s); s += 0
       c = $0; if (c ~ /"comm_s":/) { sub(/.*"comm_s":/, "", c); c += 0 } else c = 0
+      w = $0; if (w ~ /"grad_wait_s":/) { sub(/.*"grad_wait_s":/, "", w); w += 0 } else w = 0
       t = $0; sub(/.*"tokens_per_s":/, "", t); t += 0
-      n++; S += s; C += c; T += t }
+      n++; S += s; C += c; W += w; T += t }
     END { if (!n) { print "no steps recorded"; exit 1 }
-          printf "%-8s %6d %8d %12.1f %16.1f %16.1f %10.0f\n", layout, np, threads,
-                 1e3 * S / n, 1e3 * (S - C) / n, 1e3 * C / n, T / n }' "$dir/metrics.jsonl"
+          printf "%-8s %6d %8d %12.1f %16.1f %16.1f %16.1f %10.0f\n", layout, np, threads,
+                 1e3 * S / n, 1e3 * (S - C) / n, 1e3 * C / n, 1e3 * W / n, T / n }' "$dir/metrics.jsonl"
   rm -rf "$dir" "$log"
 done

@@ -753,5 +753,30 @@ TEST(Ops, GlobalNormClipping) {
   EXPECT_DOUBLE_EQ(cpu::clip_coefficient(norm, 0.0), 1.0);  // disabled
 }
 
+// The backend's scalar accumulators: sums of squares add up on the backend and
+// are read once.
+TEST(Ops, SumSquaresAccumulatesIntoBackendScalars) {
+  auto be = ops::make_backend<float>();
+  std::vector<float> a = {3.0f, 4.0f}, b = {1.0f, 2.0f, 2.0f};
+  ops::DeviceBuffer<float> da(be.get(), 2), db(be.get(), 3);
+  be->from_host(da.data(), a.data(), 2);
+  be->from_host(db.data(), b.data(), 3);
+  double* acc = be->alloc_scalars(2);
+  double host[2] = {-1, -1};
+  be->read_scalars(host, acc, 2);
+  EXPECT_EQ(host[0], 0.0);  // allocated zeroed
+  EXPECT_EQ(host[1], 0.0);
+  be->sum_squares(acc, da.data(), 2);
+  be->sum_squares(acc, db.data(), 3);
+  be->sum_squares(acc + 1, db.data(), 3);
+  be->read_scalars(host, acc, 2);
+  EXPECT_DOUBLE_EQ(host[0], 25.0 + 9.0);
+  EXPECT_DOUBLE_EQ(host[1], 9.0);
+  be->zero_scalars(acc, 2);
+  be->read_scalars(host, acc, 2);
+  EXPECT_EQ(host[0], 0.0);
+  be->free_scalars(acc);
+}
+
 }  // namespace
 }  // namespace strata

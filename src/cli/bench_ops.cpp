@@ -291,13 +291,15 @@ int bench_model(int argc, char** argv, int first) {
 
 int cmd_bench(int argc, char** argv, int first) {
   const std::string usage =
-      "usage: strata bench <ops|model|generate> [options]\n\n"
+      "usage: strata bench <ops|model|generate|comm> [options]\n\n"
       "  ops       per-op GFLOP/s or GB/s on the shapes of a 6L-288 and a 12L-768 model\n"
       "  model     whole training steps: ms/step, tokens/s, GFLOP/s\n"
-      "  generate  prefill/decode tokens/s, early exit, self-speculative decoding\n\n"
-      "see strata bench <ops|model|generate> --help\n";
+      "  generate  prefill/decode tokens/s, early exit, self-speculative decoding\n"
+      "  comm      (under mpirun) all-reduce time exposed behind compute, with and without "
+      "progress polls\n\n"
+      "see strata bench <ops|model|generate|comm> --help\n";
   STRATA_CHECK(first < argc,
-               "strata bench: which benchmark? (ops, model or generate; see strata bench --help)");
+               "strata bench: which benchmark? (ops, model, generate or comm; see strata bench --help)");
   if (std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
     std::fputs(usage.c_str(), stdout);
     return 0;
@@ -305,8 +307,9 @@ int cmd_bench(int argc, char** argv, int first) {
   const std::string sub = argv[first];
   if (sub == "model") return bench_model(argc, argv, first + 1);
   if (sub == "generate") return bench_generate(argc, argv, first + 1);
+  if (sub == "comm") return bench_comm(argc, argv, first + 1);
   STRATA_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub,
-               "' (choose ops, model or generate)");
+               "' (choose ops, model, generate or comm)");
   Args args("strata bench ops",
             "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
             "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");

@@ -7,6 +7,7 @@ namespace strata::cli {
 int cmd_info(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
 int bench_generate(int argc, char** argv, int first);  // cli/bench_generate.cpp
+int bench_comm(int argc, char** argv, int first);      // cli/bench_comm.cpp
 int cmd_train(int argc, char** argv, int first);       // cli/train.cpp
 int cmd_generate(int argc, char** argv, int first);    // cli/generate.cpp
 int cmd_inspect(int argc, char** argv, int first);     // cli/inspect.cpp

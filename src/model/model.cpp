@@ -326,10 +326,12 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     attention_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout,
                                   d_ln, B_, seq_, m_.layer_acts_[size_t(l)].attn,
                                   m_.rope_cos_.data(), m_.rope_sin_.data(), m_.d_att_, m_.d_qkv_);
+    m_.progress();
   }
   void mlp_backward(int l, const T* dout, T* d_ln) override {
     mlp_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout, d_ln,
                             rows(), m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
+    m_.progress();
   }
   void attention_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
     m_.be_->rmsnorm_backward(dx, m_.layer_grads(l).input_norm, d_ln, x,

@@ -98,6 +98,11 @@ class Model {
   void set_grad_ready_hook(std::function<void(int64_t offset, int64_t n)> hook) {
     grad_ready_ = std::move(hook);
   }
+  // Called between the kernels of backward (after each module and norm):
+  // communicators with outstanding async collectives (the data-parallel
+  // gradient all-reduces) advance them there, since on the CPU nothing else
+  // drives MPI's progress while compute runs.
+  void set_progress_hook(std::function<void()> hook) { progress_ = std::move(hook); }
   T* param(int index) { return params_.data() + layout_[index].offset; }
   T* grad(int index) { return grads_.data() + layout_[index].offset; }
 
@@ -215,6 +220,11 @@ class Model {
   ops::VocabShard<T> shard_;
   std::vector<T> tp_scratch_;
   std::function<void(int64_t, int64_t)> grad_ready_;
+  std::function<void()> progress_;
+  void progress() {
+    tp_.progress();
+    if (progress_) progress_();
+  }
   std::vector<bool> trainable_;
   int backward_floor_ = 0;                 // lowest layer backward must visit
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs

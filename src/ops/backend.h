@@ -17,7 +17,10 @@
 //   targets are host memory).
 //   Calls are ordered on the backend's stream; results are visible to the host
 //   after synchronize() (a no-op on the CPU). Ops that return a scalar to the
-//   host (the cross-entropy's loss, sum_squares, mse_forward) synchronize.
+//   host (the cross-entropy's loss, mse_forward) synchronize: one read per
+//   loss term and step. Reductions that only feed a later decision (the
+//   squares of the gradients for the global norm) add into scalar
+//   accumulators in backend memory instead, read once per step.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +53,13 @@ class Backend {
   virtual void* stream() const = 0;
   // Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
+  // Scalar accumulators: n doubles in backend memory (zeroed), added to on the
+  // stream by reductions such as sum_squares; read_scalars synchronizes and
+  // copies them to the host, so a step pays one round trip for all of them.
+  virtual double* alloc_scalars(int n) = 0;
+  virtual void free_scalars(double* p) = 0;
+  virtual void zero_scalars(double* p, int n) = 0;
+  virtual void read_scalars(double* host_dst, const double* p, int n) = 0;
 
   // ------------------------------------------------------------------ matmuls
   // Matmul precision of the linear layers and the LM head (FP32, or BF16 with
@@ -186,9 +196,10 @@ class Backend {
   //   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
   //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
   virtual void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) = 0;
-  // Sum of squares (accumulated in double, deterministic for a thread count),
-  // and in-place scaling, for global-norm gradient clipping.
-  virtual double sum_squares(const T* x, int64_t n) = 0;
+  // *acc += sum of squares of x[n] (acc: a scalar accumulator; accumulated in
+  // double, deterministic for a thread count), and in-place scaling, for
+  // global-norm gradient clipping.
+  virtual void sum_squares(double* acc, const T* x, int64_t n) = 0;
   virtual void scale_inplace(T* x, int64_t n, double s) = 0;
 };
 

@@ -19,7 +19,11 @@ class TimedComm : public Communicator {
   explicit TimedComm(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
 
   double seconds() const { return seconds_; }
-  void reset() { seconds_ = 0; }
+  // Of which: in wait() (the tail of async collectives still running when
+  // their result is needed) and in progress() (polls that advance them).
+  double wait_seconds() const { return wait_seconds_; }
+  double progress_seconds() const { return progress_seconds_; }
+  void reset() { seconds_ = wait_seconds_ = progress_seconds_ = 0; }
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -33,10 +37,14 @@ class TimedComm : public Communicator {
     return h;
   }
   void wait(int64_t handle) override {
+    const double before = seconds_;
     timed([&] { inner_->wait(handle); });
+    wait_seconds_ += seconds_ - before;
   }
   void progress() override {
+    const double before = seconds_;
     timed([&] { inner_->progress(); });
+    progress_seconds_ += seconds_ - before;
   }
   void allgather(const float* in, float* out, int64_t n) override {
     timed([&] { inner_->allgather(in, out, n); });
@@ -73,7 +81,7 @@ class TimedComm : public Communicator {
     seconds_ += t.seconds();
   }
   std::unique_ptr<Communicator> inner_;
-  double seconds_ = 0;
+  double seconds_ = 0, wait_seconds_ = 0, progress_seconds_ = 0;
 };
 
 }  // namespace strata

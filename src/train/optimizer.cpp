@@ -25,16 +25,22 @@ AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfi
     }
   m_ = ops::DeviceBuffer<T>(&be, size_t(total));
   v_ = ops::DeviceBuffer<T>(&be, size_t(total));
+  squares_ = {be.alloc_scalars(2), [&be](double* p) { be.free_scalars(p); }};
 }
 
 template <typename T>
 double AdamW<T>::step(T* params, T* grads, double lr) {
   const auto& tensors = layout_.tensors();
-  double split = 0, replicated = 0;
+  double* acc = squares_.get();  // [split, replicated]
+  be_.zero_scalars(acc, 2);
   for (size_t i = 0; i < tensors.size(); ++i)
     if (trainable_[i])
-      (tensors[i].split_dim >= 0 ? split : replicated) +=
-          be_.sum_squares(grads + tensors[i].offset, tensors[i].numel);
+      be_.sum_squares(acc + (tensors[i].split_dim >= 0 ? 0 : 1), grads + tensors[i].offset,
+                      tensors[i].numel);
+  double squares[2];
+  be_.read_scalars(squares, acc, 2);  // the step's one host read of the norm
+  double split = squares[0];
+  const double replicated = squares[1];
   if (tp_) split = tp_->allreduce_sum(split);
   const double norm = std::sqrt(split + replicated);
   const double clip = cfg_.grad_clip > 0 ? ops::clip_coefficient(norm, cfg_.grad_clip) : 1.0;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -59,6 +61,9 @@ class AdamW {
   std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 without state
   Communicator* tp_ = nullptr;
   ops::DeviceBuffer<T> m_, v_;
+  // Two scalar accumulators in backend memory (squares of the split and of
+  // the replicated gradients), read once per step.
+  std::unique_ptr<double, std::function<void(double*)>> squares_;
   int64_t step_ = 0;
 };
 

@@ -871,11 +871,18 @@ TrainResult train(const Recipe& recipe) {
   // backward; the step waits for them before the optimizer.
   const bool dp_sync = run.grid.dp > 1;
   std::vector<int64_t> pending;
+  // The outstanding all-reduces advance between the kernels of backward: with
+  // one thread per rank (MPI_THREAD_FUNNELED) nothing else drives them while
+  // compute runs. STRATA_PROGRESS_POLLS=0 turns the polls off (to measure them).
+  const char* polls_env = std::getenv("STRATA_PROGRESS_POLLS");
+  const bool polls = !(polls_env && std::string(polls_env) == "0");
+  if (dp_sync && polls) run.model->set_progress_hook([&] { run.dp->progress(); });
   const std::function<void(int64_t, int64_t)> on_grads_ready = [&](int64_t offset, int64_t n) {
     pending.push_back(run.dp->allreduce_sum_async(run.model->grads() + offset, n));
-    run.dp->progress();
+    if (polls) run.dp->progress();
   };
   double window_comm = 0, window_wall = 0, run_comm = 0, run_wall = 0;
+  double window_grad_wait = 0, window_poll = 0;  // parts of window_comm (dp all-reduces)
   // LayerSkip: this step's summed CE per exit, and the logging window's means.
   const LayerSkipConfig& ls = run.layerskip;
   const int L = run.model->config().num_hidden_layers;
@@ -884,9 +891,14 @@ TrainResult train(const Recipe& recipe) {
   std::vector<int> window_exit_n(size_t(L), 0);
   std::vector<bool> exit_on(static_cast<size_t>(L), false);
   const bool debug_masks = std::getenv("STRATA_DEBUG_LAYERSKIP") != nullptr;
+  // STRATA_DEBUG_DP_WAIT: a barrier before the gradient waits, and per rank and
+  // step the time in it (the ranks' imbalance), the waits after it (the
+  // all-reduces' own tail) and the polls (README, "Cost of communication").
+  const bool debug_dp_wait = std::getenv("STRATA_DEBUG_DP_WAIT") != nullptr;
   while (run.step < run.steps) {
     Timer step_timer;
     const double comm_before = run.tp->seconds() + run.dp->seconds();
+    const double wait_before = run.dp->wait_seconds(), poll_before = run.dp->progress_seconds();
     const double lr = run.schedule.at(run.step);
     int64_t n_valid = 0;
     for (auto& b : micro) {
@@ -940,6 +952,19 @@ TrainResult train(const Recipe& recipe) {
           }
     }
     if (dp_sync) {
+      if (debug_dp_wait) {  // separate rank imbalance from the all-reduces' own tail
+        const double wait0 = run.dp->wait_seconds();
+        Timer bt;
+        run.dp->barrier();
+        const double imbalance = bt.seconds();
+        for (int64_t h : pending) run.dp->wait(h);
+        std::fprintf(stderr,
+                     "dp wait: rank %d step %lld | imbalance %.1f ms | all-reduce tail %.1f ms | "
+                     "polls %.1f ms\n",
+                     run.grid.dp_rank, (long long)run.step + 1, 1e3 * imbalance,
+                     1e3 * (run.dp->wait_seconds() - wait0),
+                     1e3 * (run.dp->progress_seconds() - poll_before));
+      }
       for (int64_t h : pending) run.dp->wait(h);
       pending.clear();
       loss_sum = run.dp->allreduce_sum(loss_sum);
@@ -966,6 +991,8 @@ TrainResult train(const Recipe& recipe) {
     const double step_comm = run.tp->seconds() + run.dp->seconds() - comm_before;
     const double step_wall = step_timer.seconds();
     window_comm += step_comm;
+    window_grad_wait += run.dp->wait_seconds() - wait_before;
+    window_poll += run.dp->progress_seconds() - poll_before;
     window_wall += step_wall;
     run_comm += step_comm;
     run_wall += step_wall;
@@ -1029,7 +1056,11 @@ TrainResult train(const Recipe& recipe) {
       if (!exits.empty()) m["exit_loss"] = exits;
       m["step_s"] = window_wall / window_steps;  // wall time per step, of which
       m["comm_s"] = window_comm / window_steps;  // waiting in collectives
-      window_comm = window_wall = 0;
+      if (dp_sync) {  // of which: the gradient all-reduces' tail after backward, and polls
+        m["grad_wait_s"] = window_grad_wait / window_steps;
+        m["poll_s"] = window_poll / window_steps;
+      }
+      window_comm = window_wall = window_grad_wait = window_poll = 0;
       window_tokens = 0;
       window_loss = 0;
       window_steps = 0;

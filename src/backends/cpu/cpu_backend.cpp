@@ -34,6 +34,12 @@ class CpuBackend final : public Backend<T> {
   bool is_host() const override { return true; }
   void* stream() const override { return nullptr; }
   void synchronize() override {}  // every call has finished when it returns
+  double* alloc_scalars(int n) override {
+    return static_cast<double*>(aligned_alloc_zeroed(size_t(n) * sizeof(double)));
+  }
+  void free_scalars(double* p) override { aligned_free(p); }
+  void zero_scalars(double* p, int n) override { std::fill(p, p + n, 0.0); }
+  void read_scalars(double* dst, const double* p, int n) override { std::copy(p, p + n, dst); }
 
   void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
   bool native_bf16() const override { return cpu::native_bf16_available(); }
@@ -142,7 +148,7 @@ class CpuBackend final : public Backend<T> {
   void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) override {
     cpu::adamw_update(p, g, m, v, n, s);
   }
-  double sum_squares(const T* x, int64_t n) override { return cpu::sum_squares(x, n); }
+  void sum_squares(double* acc, const T* x, int64_t n) override { *acc += cpu::sum_squares(x, n); }
   void scale_inplace(T* x, int64_t n, double s) override { cpu::scale_inplace(x, n, s); }
 };
 
