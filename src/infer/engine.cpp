@@ -25,10 +25,12 @@ class KvEngine::Pass final : public UnitForward<float> {
                                  nullptr};
     attention_partial<float>(e_.be_, d, e_.m_.layer_params(l), x, out, rows_, a,
                              [&](float* qkv, float* att) { cached_core(l, qkv, att); });
+    tp_.progress();  // outstanding async reductions advance between modules
   }
   void mlp(int l, const float* x, float* out) override {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     mlp_partial<float>(e_.be_, e_.d_, e_.m_.layer_params(l), x, out, rows_, a);
+    tp_.progress();
   }
   void add_o_bias(int l, float* out) override {
     const LayerTensors<float> w = e_.m_.layer_params(l);

@@ -279,10 +279,12 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
                            d.D, d.QKV(), 0);
       m_.be_->attention_forward(att, a.lse, qkv, B_, seq_, d.Hq, d.Hkv, d.D);
     });
+    m_.progress();
   }
   void mlp(int l, const T* x, T* out) override {
     mlp_partial<T>(*m_.be_, m_.dims_, m_.layer_params(l), x, out, rows(),
                    m_.layer_acts_[size_t(l)].mlp);
+    m_.progress();
   }
   void add_o_bias(int l, T* out) override {
     const LayerTensors<T> w = m_.layer_params(l);
@@ -347,6 +349,10 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     if (g) m_.be_->bias_add_backward(g, dout, rows(), m_.dims_.C);
   }
   void copy_to_tp(T* grad) override { m_.tp_.allreduce(grad, rows() * m_.dims_.C); }
+  int64_t copy_to_tp_async(T* grad) override {
+    return m_.tp_.allreduce_async(grad, rows() * m_.dims_.C);
+  }
+  void wait(int64_t handle) override { m_.tp_.wait(handle); }
 
  private:
   int64_t rows() const { return int64_t(B_) * seq_; }

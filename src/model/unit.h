@@ -11,7 +11,8 @@
 // of Megatron-LM, named the same way:
 //   reduce_from_tp: all-reduce forward (row-parallel outputs), identity backward
 //   copy_to_tp:     identity forward (column-parallel inputs), all-reduce backward
-// Alone (tp = 1) every reduction is a no-op.
+// Alone (tp = 1) every reduction is a no-op. Outstanding async reductions
+// progress between the module calls (the executor polls after each module).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,9 @@ class UnitBackward {
   virtual void o_bias_backward(int layer, const T* dout) = 0;
   // copy_to_tp backward: sum over the tp group, in place.
   virtual void copy_to_tp(T* grad) = 0;
+  // The same, started asynchronously; wait(handle) before reading grad.
+  virtual int64_t copy_to_tp_async(T* grad) = 0;
+  virtual void wait(int64_t handle) = 0;
 };
 
 // The kinds' code (model/kinds/*.cpp), dispatched on the unit's kind.
