@@ -51,8 +51,7 @@ int bench_comm(int argc, char** argv, int first) {
   args.option("sizes", "LIST", "all-reduce sizes in MiB, comma-separated", "1,4,16,28")
       .option("compute-ms", "MS", "compute per trial in milliseconds", "100")
       .option("repeat", "R", "trials per case (the median is printed)", "5")
-      .option("threads", "N", "OpenMP threads per process (0: OMP_NUM_THREADS or all cores)",
-              "0");
+      .option("threads", "N", "OpenMP threads per process (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first)) return 0;
   const std::vector<double> sizes = parse_sizes(args.get("sizes"));
   const double compute_target = args.get_double("compute-ms") / 1e3;

@@ -20,8 +20,8 @@ void LayerSkipConfig::validate(int L, const std::string& where) const {
   if (curriculum != "none" && curriculum != "rotational" && curriculum != "gradual")
     bad("curriculum", cat("unknown curriculum '", curriculum, "' (none, rotational or gradual)"));
   if (curriculum == "rotational" && (rotation < 1 || rotation > L))
-    bad("rotation", cat("the rotational curriculum needs 1 <= rotation <= num_hidden_layers (",
-                        L, "), got ", rotation));
+    bad("rotation", cat("the rotational curriculum needs 1 <= rotation <= num_hidden_layers (", L,
+                        "), got ", rotation));
   if (e_formula != "paper" && e_formula != "cumulative")
     bad("e_formula", cat("unknown formula '", e_formula, "' (paper or cumulative)"));
 }
@@ -42,7 +42,8 @@ std::vector<double> layerskip_drop_rates(const LayerSkipConfig& c, int L, int64_
   std::vector<double> p(size_t(L), 0.0);
   if (!c.dropout()) return p;
   const double s = layerskip_time_scale(c.time_scale, t, T);
-  for (int l = 0; l < L; ++l) p[size_t(l)] = s * layerskip_layer_scale(c.layer_scale, l, L) * c.p_max;
+  for (int l = 0; l < L; ++l)
+    p[size_t(l)] = s * layerskip_layer_scale(c.layer_scale, l, L) * c.p_max;
   return p;
 }
 

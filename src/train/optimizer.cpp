@@ -13,8 +13,8 @@ AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfi
   const size_t n = layout.tensors().size();
   if (trainable.empty()) trainable.assign(n, true);
   if (owned.empty()) owned.assign(n, true);
-  STRATA_CHECK(trainable.size() == n && owned.size() == n, "AdamW: masks have ",
-               trainable.size(), "/", owned.size(), " entries for ", n, " tensors");
+  STRATA_CHECK(trainable.size() == n && owned.size() == n, "AdamW: masks have ", trainable.size(),
+               "/", owned.size(), " entries for ", n, " tensors");
   trainable_ = trainable;
   offset_.assign(n, -1);
   int64_t total = 0;

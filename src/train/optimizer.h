@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/comm.h"
 #include "model/params.h"
 #include "ops/backend.h"
+#include "parallel/comm.h"
 
 namespace strata {
 

@@ -1,0 +1,163 @@
+// `strata train`: validation, benchmark tasks, checkpoints and metrics (run.h).
+
+#include <fnmatch.h>
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/sha256.h"
+#include "core/signals.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "data/sft.h"
+#include "data/shards.h"
+#include "data/tokenizer.h"
+#include "eval/evaluate.h"
+#include "infer/generate.h"
+#include "io/checkpoint.h"
+#include "io/model_io.h"
+#include "model/model.h"
+#include "parallel/grid.h"
+#include "parallel/sharding.h"
+#include "parallel/timed_comm.h"
+#include "train/layerskip.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+#include "train/run.h"
+
+namespace strata::train_internal {
+
+double evaluate(Run& run, int batches) {
+  if (!run.make_val_loader || batches <= 0) return -1;
+  auto loader = run.make_val_loader();
+  // Each data-parallel rank scores its slice of every global batch.
+  const int64_t available = loader->rows_per_epoch() / (int64_t(run.micro_batch) * run.grid.dp);
+  const int n = int(std::max<int64_t>(1, std::min<int64_t>(batches, available)));
+  Batch b;
+  double sum = 0;
+  int64_t count = 0;
+  for (int i = 0; i < n; ++i) {
+    loader->next(run.micro_batch, b, run.grid.dp_rank, run.grid.dp);
+    const LossResult res = run.model->forward(b.tokens.data(), b.targets.data(), b.B, b.T);
+    sum += res.loss_sum;
+    count += res.n_valid;
+  }
+  if (run.grid.dp > 1) {
+    sum = run.dp->allreduce_sum(sum);
+    count = run.dp->allreduce_sum(count);
+  }
+  return count ? sum / double(count) : -1;
+}
+
+// Benchmark tasks during training ([eval] tasks): one line per task on
+// stderr, "eval/<task>/<metric>" entries in the metrics record.
+void run_eval_tasks(Run& run, nlohmann::json& record) {
+  STRATA_CHECK(run.tokenizer, "eval.tasks needs a tokenizer");
+  EvalOptions o;
+  o.tasks = run.r.get_strings("eval.tasks");
+  o.limit = run.r.get_int("eval.task_limit");
+  o.shots = int(run.r.get_int("eval.task_shots"));
+  o.eval_dir = run.r.get_string("eval.task_dir");
+  o.batch_size = run.micro_batch;
+  o.seed = run.seed;
+  o.progress = false;
+  Timer t;
+  const auto results = evaluate_tasks(*run.model, *run.tokenizer, o);
+  std::string line;
+  for (const TaskResult& tr : results.back()) {
+    line += (line.empty() ? "" : " | ") + tr.task;
+    for (const Metric& mt : tr.metrics) {
+      record["eval/" + tr.task + "/" + mt.name] = mt.value;
+      line += cat(" ", mt.name, " ", mt.value);
+    }
+  }
+  if (run.root())
+    std::fprintf(stderr, "tasks step %lld | %s | %.1fs\n", (long long)run.step, line.c_str(),
+                 t.seconds());
+}
+
+std::string save(Run& run) {
+  CheckpointData d;
+  d.config = run.model->config().to_json();
+  d.plan = run.model->plan().to_string();
+  d.recipe = run.r.to_toml();
+  d.state = {{"step", run.step},
+             {"tokens_seen", run.tokens_seen},
+             {"loader", run.train_loader->state()},
+             {"run_name", run.r.get_string("run.name")},
+             {"seed", run.seed}};
+  if (run.tokenizer) d.tokenizer = run.tokenizer->model_bytes();
+  d.optimizer_step = run.opt->steps_taken();
+  const std::string path = checkpoint_path(run.dir, run.step);
+  if (run.world() == 1) {
+    d.params = param_refs(*run.model);
+    d.exp_avg = moment_refs(*run.model, *run.opt, false);
+    d.exp_avg_sq = moment_refs(*run.model, *run.opt, true);
+    write_checkpoint(path, d);
+    prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+    return path;
+  }
+  // Checkpoints hold full tensors: the tensor-parallel group of data-parallel
+  // rank 0 assembles them (moments first from their ZeRO-1 owners), and world
+  // rank 0, a member of it, writes the file.
+  const ParamLayout& L = run.model->layout();
+  const bool assemble = run.grid.dp_rank == 0;
+  std::vector<std::vector<float>> store;  // the full tensors (moved vectors keep their data)
+  auto full = [&](int t, const float* part) {
+    std::vector<float> f(size_t(full_numel(L[t])));
+    gather_full_tensor(L, t, part, f.data(), *run.tp);
+    store.push_back(std::move(f));
+    return TensorRef{L[t].name, L[t].full_shape, store.back().data()};
+  };
+  const int n = int(L.tensors().size());
+  if (assemble)
+    for (int t = 0; t < n; ++t) d.params.push_back(full(t, run.model->param(t)));
+  std::vector<float> m, v;
+  for (int t = 0; t < n; ++t) {
+    if (run.owner[size_t(t)] < 0) continue;  // frozen: no optimizer state
+    const ParamInfo& p = L[t];
+    m.assign(size_t(p.numel), 0.f);
+    v.assign(size_t(p.numel), 0.f);
+    if (run.opt->has_state(t)) {
+      run.model->backend().to_host(m.data(), run.opt->exp_avg(t), p.numel);
+      run.model->backend().to_host(v.data(), run.opt->exp_avg_sq(t), p.numel);
+    }
+    if (run.zero && run.grid.dp > 1) {
+      run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
+      run.dp->broadcast(v.data(), p.numel, run.owner[size_t(t)]);
+    }
+    if (assemble) {
+      d.exp_avg.push_back(full(t, m.data()));
+      d.exp_avg_sq.push_back(full(t, v.data()));
+    }
+  }
+  if (run.root()) {
+    write_checkpoint(path, d);
+    prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+  }
+  run.grid.world->barrier();  // the file is complete before any rank goes on
+  return path;
+}
+
+void append_metrics(const Run& run, const nlohmann::json& j) {
+  if (!run.root()) return;
+  std::ofstream f(run.metrics_path, std::ios::app);
+  f << j.dump() << "\n";
+}
+
+}  // namespace strata::train_internal
