@@ -1,7 +1,7 @@
 #include "io/model_io.h"
 
+#include "model/sharding.h"
 #include "ops/backend.h"
-#include "parallel/sharding.h"
 
 namespace strata {
 
@@ -10,16 +10,6 @@ std::vector<TensorRef> param_refs(Model<float>& model) {
   const auto& tensors = model.layout().tensors();
   for (size_t i = 0; i < tensors.size(); ++i)
     refs.push_back(TensorRef{tensors[i].name, tensors[i].shape, model.param(int(i))});
-  return refs;
-}
-
-std::vector<TensorRef> moment_refs(Model<float>& model, AdamW<float>& opt, bool second) {
-  std::vector<TensorRef> refs;
-  const auto& tensors = model.layout().tensors();
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (opt.has_state(int(i)))
-      refs.push_back(TensorRef{tensors[i].name, tensors[i].shape,
-                               second ? opt.exp_avg_sq(int(i)) : opt.exp_avg(int(i))});
   return refs;
 }
 

@@ -11,15 +11,11 @@
 
 #include "io/checkpoint.h"
 #include "model/model.h"
-#include "train/optimizer.h"
 
 namespace strata {
 
 // One TensorRef per parameter (host memory: the CPU backend).
 std::vector<TensorRef> param_refs(Model<float>& model);
-// One TensorRef per tensor with optimizer state: first (`second` false) or
-// second moments.
-std::vector<TensorRef> moment_refs(Model<float>& model, AdamW<float>& opt, bool second);
 
 struct CheckpointInfo {
   LlamaConfig config;

@@ -31,8 +31,8 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/model.h"
+#include "model/sharding.h"
 #include "parallel/grid.h"
-#include "parallel/sharding.h"
 #include "parallel/timed_comm.h"
 #include "train/layerskip.h"
 #include "train/optimizer.h"
@@ -41,6 +41,21 @@
 #include "train/run.h"
 
 namespace strata::train_internal {
+namespace {
+
+// One TensorRef per tensor with optimizer state: first (`second` false) or
+// second moments.
+std::vector<TensorRef> moment_refs(Model<float>& model, AdamW<float>& opt, bool second) {
+  std::vector<TensorRef> refs;
+  const auto& tensors = model.layout().tensors();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (opt.has_state(int(i)))
+      refs.push_back(TensorRef{tensors[i].name, tensors[i].shape,
+                               second ? opt.exp_avg_sq(int(i)) : opt.exp_avg(int(i))});
+  return refs;
+}
+
+}  // namespace
 
 double evaluate(Run& run, int batches) {
   if (!run.make_val_loader || batches <= 0) return -1;

@@ -33,7 +33,7 @@
 #include "io/model_io.h"
 #include "model/model.h"
 #include "parallel/grid.h"
-#include "parallel/sharding.h"
+#include "model/sharding.h"
 #include "parallel/timed_comm.h"
 #include "train/layerskip.h"
 #include "train/optimizer.h"

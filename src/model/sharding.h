@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/comm.h"
 #include "model/params.h"
+#include "parallel/comm.h"
 
 namespace strata {
 

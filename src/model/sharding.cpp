@@ -1,4 +1,4 @@
-#include "parallel/sharding.h"
+#include "model/sharding.h"
 
 #include <algorithm>
 
