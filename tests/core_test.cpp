@@ -114,8 +114,8 @@ TEST(LayerPlan, UnitsAndExits) {
 TEST(LayerPlan, OneLineErrors) {
   EXPECT_ERROR(LayerPlan::parse("standard*3", 4), "layer plan 'standard*3' has 3 layers",
                "the model has 4");
-  EXPECT_ERROR(LayerPlan::parse("ladder*4", 4), "unknown layer kind 'ladder'",
-               "known: standard, skip");
+  EXPECT_ERROR(LayerPlan::parse("lp*4", 4), "unknown layer kind 'lp'",
+               "known: standard, skip, ladder");
   EXPECT_ERROR(LayerPlan::parse("standard*x", 1), "bad repeat count 'x'");
   EXPECT_ERROR(LayerPlan::parse("standard*0,standard", 1), "repeat count of 'standard*0'");
   EXPECT_ERROR(LayerPlan::parse("standard,,standard", 2), "empty entry");

@@ -1,8 +1,10 @@
 // Whole-model gradient check in double precision: every parameter tensor of a
 // tiny Llama (tied and untied head, MHA and GQA, with and without attention
 // biases, a head dimension unrelated to hidden_size / heads) against central
-// finite differences of the loss, entry by entry; and with a plan that skips
-// a layer (whose gradients must then be zero, which the check also confirms).
+// finite differences of the loss, entry by entry; with a plan that skips a
+// layer (whose gradients must then be zero, which the check also confirms);
+// and with ladder layers, alone and mixed with standard ones (deferred
+// residuals and input gradients crossing unit boundaries).
 #include <gtest/gtest.h>
 
 #include "model/model.h"
@@ -70,7 +72,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"untied_mha", false, 4, false, 0}, Case{"tied_gqa", true, 2, false, 0},
                       Case{"tied_mha", true, 4, false, 0},
                       Case{"untied_mqa_bias_hd6", false, 1, true, 6},
-                      Case{"skip_middle_bias", false, 2, true, 0, "standard,skip,standard", 3}),
+                      Case{"skip_middle_bias", false, 2, true, 0, "standard,skip,standard", 3},
+                      Case{"ladder2", false, 2, false, 0, "ladder*2", 2},
+                      Case{"standard_ladder2_tied_bias", true, 2, true, 0, "standard,ladder*2", 3},
+                      Case{"ladder_standard_ladder", false, 4, false, 0, "ladder,standard,ladder",
+                           3}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -31,12 +31,12 @@ struct Case {
   bool tied, bias;
 };
 
-LlamaConfig config(const Case& k) {
+LlamaConfig config(const Case& k, int layers = 2) {
   LlamaConfig c;
   c.vocab_size = 64;
   c.hidden_size = 32;
   c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
+  c.num_hidden_layers = layers;
   c.num_attention_heads = k.heads;
   c.num_key_value_heads = k.kv_heads;
   c.max_position_embeddings = 16;
@@ -62,11 +62,11 @@ void perturb(M& m, const ParamLayout& full_layout) {
 
 class TensorParallel : public ::testing::TestWithParam<Case> {};
 
-TEST_P(TensorParallel, MatchesSingleProcessModel) {
-  const Case k = GetParam();
-  const LlamaConfig cfg = config(k);
-  Model<float> tp(cfg, LayerPlan::standard(2), ops::make_backend<float>(), g_grid->tp_comm.get());
-  Model<float> ref(cfg, ops::make_backend<float>());
+void check_against_single_process(const Case& k, const char* plan_text, int layers) {
+  const LlamaConfig cfg = config(k, layers);
+  const LayerPlan plan = LayerPlan::parse(plan_text, layers);
+  Model<float> tp(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
+  Model<float> ref(cfg, plan, ops::make_backend<float>());
   ASSERT_EQ(tp.tp_size(), g_tp);
   tp.init_weights(5);
   ref.init_weights(5);
@@ -116,6 +116,19 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
   testing::expect_close(la, lb, 2e-5, 0, "logits");
   testing::expect_close(tp.hidden_state(0), ref.hidden_state(0), int64_t(B) * T * cfg.hidden_size,
                         2e-5, 0, "hidden state after layer 0");
+}
+
+TEST_P(TensorParallel, MatchesSingleProcessModel) {
+  check_against_single_process(GetParam(), "standard*2", 2);
+}
+
+// Ladder and hybrid plans: deferred reductions and input gradients across
+// units, under tensor parallelism, against one process.
+TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
+  for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder"}) {
+    SCOPED_TRACE(plan);
+    check_against_single_process(GetParam(), plan, 3);
+  }
 }
 
 // The standard plan against the golden reference (the pre-v2 executor written
@@ -169,6 +182,32 @@ INSTANTIATE_TEST_SUITE_P(Configs, TensorParallel,
 // forward and one copy_to_tp per module backward (none for a skipped layer),
 // and the vocab-parallel head's (lse all-gather, target and dxn all-reduces).
 // All synchronous for these kinds.
+// Ladder layers: every module's reduction is async (forward reduce_from_tp and
+// backward copy_to_tp) and waited for exactly once; the sync ones are the
+// embedding's and the head's.
+TEST(TensorParallelExecutor, LadderReductionsAreAsync) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
+  testing::CountingComm counter(*g_grid->tp_comm);
+  Model<float> m(cfg, LayerPlan::parse("standard,ladder*2", 3), ops::make_backend<float>(),
+                 &counter);
+  m.init_weights(5);
+  const int B = 2, T = 7;
+  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
+  auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
+  counter.reset();
+  m.zero_grad();
+  m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 2);  // embedding, standard fwd+bwd, head
+  EXPECT_EQ(counter.counts().allreduce_async, 4 + 4);    // two ladder layers, fwd and bwd
+  EXPECT_EQ(counter.counts().wait, 8);
+  counter.reset();
+  m.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 1);
+  EXPECT_EQ(counter.counts().allreduce_async, 4);
+  EXPECT_EQ(counter.counts().wait, 4);
+}
+
 TEST(TensorParallelExecutor, CollectivesPerStep) {
   if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
   const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
@@ -233,8 +272,10 @@ TEST(TensorParallelExecutor, SkippedLayerEqualsRemovedLayerBitwise) {
 // Generation over the tp group gives the single-process model's tokens:
 // greedy, sampled, early exit, self-speculative (greedy and sampled), batches.
 TEST(TensorParallelExecutor, GenerationEqualsSingleProcess) {
-  for (const char* text : {"standard,standard", "skip,standard"}) {
+  for (const char* text :
+       {"standard,standard", "skip,standard", "ladder,standard", "ladder,ladder"}) {
     SCOPED_TRACE(text);
+    const bool spec = std::string(text) != "ladder,ladder";  // verification from a ladder layer
     const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
     const LayerPlan plan = LayerPlan::parse(text, 2);
     Model<float> tp(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
@@ -252,10 +293,12 @@ TEST(TensorParallelExecutor, GenerationEqualsSingleProcess) {
     EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "sampled";
     g.exit_layer = 1;
     EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "early exit";
-    g.speculations = 3;
-    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "self-speculative, sampled";
-    g.sampling.temperature = 0;
-    EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "self-speculative, greedy";
+    if (spec) {
+      g.speculations = 3;
+      EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "self-speculative, sampled";
+      g.sampling.temperature = 0;
+      EXPECT_EQ(generate(tp, prompt, g), generate(ref, prompt, g)) << "self-speculative, greedy";
+    }
     GenerateOptions batch;
     batch.max_new_tokens = 6;
     const std::vector<std::vector<int32_t>> prompts = {{1, 2}, {7, 7, 7, 8}};

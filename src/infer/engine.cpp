@@ -1,5 +1,7 @@
 #include "infer/engine.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "model/unit.h"
 
@@ -14,7 +16,10 @@ class KvEngine::Pass final : public UnitForward<float> {
   Pass(KvEngine& e, float* x, int rows, const std::vector<int>& seqs, const std::vector<int>& pos)
       : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), tp_(e.m_.tp_comm()) {}
 
-  float* stream(int i) override { return i % 2 == 0 ? x_ : e_.odd_.data(); }
+  float* stream(int i) override {
+    materialize(i);
+    return buffer(i);
+  }
   float* module_out(int slot) override {
     STRATA_CHECK(slot == 0 || slot == 1, "module output slot ", slot, " does not exist");
     return slot == 0 ? e_.attn_out_.data() : e_.mlp_out_.data();
@@ -39,6 +44,20 @@ class KvEngine::Pass final : public UnitForward<float> {
   void reduce_from_tp(float* buf) override { tp_.allreduce(buf, n()); }
   int64_t reduce_from_tp_async(float* buf) override { return tp_.allreduce_async(buf, n()); }
   void wait(int64_t handle) override { tp_.wait(handle); }
+  // Pending outputs are added in order; with two buffers that is enough: the
+  // base of a pending stream is overwritten only by a later stream.
+  void defer_residual(int out, int base, float* buf, int64_t handle) override {
+    pending_.push_back({out, base, buf, handle});
+  }
+  void materialize(int i) {
+    size_t done = 0;
+    for (; done < pending_.size() && pending_[done].out <= i; ++done) {
+      const Pending& p = pending_[done];
+      tp_.wait(p.handle);
+      e_.be_.residual_forward(buffer(p.out), buffer(p.base), p.buf, n());
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + long(done));
+  }
   void residual(float* out, const float* a, const float* b) override {
     e_.be_.residual_forward(out, a, b, n());
   }
@@ -79,6 +98,13 @@ class KvEngine::Pass final : public UnitForward<float> {
     }
   }
 
+  float* buffer(int i) { return i % 2 == 0 ? x_ : e_.odd_.data(); }
+  struct Pending {
+    int out, base;
+    float* buf;
+    int64_t handle;
+  };
+  std::vector<Pending> pending_;
   KvEngine& e_;
   float* x_;
   int rows_;
@@ -152,7 +178,18 @@ void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<i
   ensure_scratch(rows);
   Pass pass(*this, x, rows, seqs, pos);
   for (const PlanUnit& u : m_.plan().units())
-    if (u.first >= l0 && u.end() <= l1) unit_forward<float>(pass, u);
+    if (u.first >= l0 && u.end() <= l1) {
+      // A ladder layer reads the previous layer's mid stream, which a pass
+      // starting at it does not have.
+      STRATA_CHECK(u.first != l0 || l0 == 0 || u.kind != LayerKind::Ladder,
+                   "generation starting at layer ", l0, " (a ladder layer of plan '",
+                   m_.plan().to_string(),
+                   "') is not supported: self-speculative verification needs the stream inside "
+                   "layer ",
+                   l0 - 1, "; use an exit before a standard layer");
+      unit_forward<float>(pass, u);
+    }
+  pass.materialize(2 * l1);
 }
 
 void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq) {

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -43,6 +44,7 @@ void Model<T>::set_plan(const LayerPlan& plan) {
   plan_ = plan;
   units_ = plan_.units();
   have_forward_ = false;
+  batch_ = seq_ = 0;  // the activation arena depends on the kinds
   set_trainable(trainable_.empty() ? std::vector<bool>(layout_.tensors().size(), true)
                                    : trainable_);
 }
@@ -174,6 +176,9 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_gateup_ = carve(N * 2 * F);
     d_h_ = carve(N * F);
     d_sub_ = carve(N * C);
+    bool deferring = false;
+    for (const PlanUnit& u : units_) deferring |= u.kind == LayerKind::Ladder;
+    d_ln2_ = deferring ? carve(N * C) : nullptr;
     return used;
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
@@ -264,6 +269,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
   T* stream(int i) override {
     for (const auto& [j, p] : remap_)
       if (j == i) return p;
+    m_.materialize(i);
     return m_.streams_[size_t(i)];
   }
   T* module_out(int slot) override {
@@ -295,6 +301,10 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     return m_.tp_.allreduce_async(buf, rows() * m_.dims_.C);
   }
   void wait(int64_t handle) override { m_.tp_.wait(handle); }
+  void defer_residual(int out, int base, T* buf, int64_t handle) override {
+    STRATA_CHECK(remap_.empty(), "a deferred residual inside a gathered LayerSkip sub-batch");
+    m_.pending_out_.push_back({out, base, buf, handle, rows()});
+  }
   void residual(T* out, const T* a, const T* b) override {
     m_.be_->residual_forward(out, a, b, rows() * m_.dims_.C);
   }
@@ -320,10 +330,19 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   T* stream(int i) override {
     for (const auto& [j, p] : remap_)
       if (j == i) return p;
+    m_.settle(i, grad_);
     return m_.streams_[size_t(i)];
   }
   T* grad() override { return grad_; }
-  T* d_ln() override { return m_.d_ln_; }
+  T* d_ln(int slot) override {
+    STRATA_CHECK(slot == 0 || (slot == 1 && m_.d_ln2_), "d_ln slot ", slot, " does not exist");
+    return slot == 0 ? m_.d_ln_ : m_.d_ln2_;
+  }
+  void defer_input_grad(int stream, int layer, bool mlp, T* d_ln, int64_t handle) override {
+    STRATA_CHECK(remap_.empty(), "a deferred input gradient inside a gathered LayerSkip sub-batch");
+    m_.pending_grad_.push_back({stream, layer, mlp, d_ln, handle, rows()});
+  }
+  void settle(int stream) override { m_.settle(stream, grad_); }
   void attention_backward(int l, const T* dout, T* d_ln) override {
     attention_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout,
                                   d_ln, B_, seq_, m_.layer_acts_[size_t(l)].attn,
@@ -407,6 +426,7 @@ void Model<T>::unit_backward_mode(const PlanUnit& u, int B, int T_, RunMode mode
   const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C, S = int64_t(T_) * C;
   if (mode == RunMode::All) {
     BackwardPass b(*this, B, T_, dstream_);
+    b.settle(2 * u.end());  // dL/dx of the unit's output, whole
     unit_backward<T>(b, u);
   } else if (mode == RunMode::Dense) {
     // Dropped samples: the gradient passes unchanged and nothing reaches the
@@ -428,6 +448,41 @@ void Model<T>::unit_backward_mode(const PlanUnit& u, int B, int T_, RunMode mode
     unit_backward<T>(b, u);
     scatter_samples(u.first, d_sub_, dstream_, T_);
   }  // None: identity
+}
+
+template <typename T>
+void Model<T>::materialize(int i) {
+  size_t done = 0;
+  for (; done < pending_out_.size() && pending_out_[done].out <= i; ++done) {
+    const PendingOut& p = pending_out_[done];
+    tp_.wait(p.handle);
+    be_->residual_forward(streams_[size_t(p.out)], streams_[size_t(p.base)], p.buf,
+                          p.rows * cfg_.hidden_size);
+  }
+  pending_out_.erase(pending_out_.begin(), pending_out_.begin() + long(done));
+}
+
+template <typename T>
+void Model<T>::settle(int stream, T* grad) {
+  for (size_t k = 0; k < pending_grad_.size();) {
+    const PendingGrad p = pending_grad_[k];
+    if (p.stream != stream) {
+      ++k;
+      continue;
+    }
+    pending_grad_.erase(pending_grad_.begin() + long(k));
+    tp_.wait(p.handle);
+    const LayerTensors<T> w = layer_params(p.layer), g = layer_grads(p.layer);
+    const LayerActs& a = layer_acts_[size_t(p.layer)];
+    be_->rmsnorm_backward(grad, p.mlp ? g.post_norm : g.input_norm, p.d_ln,
+                          streams_[size_t(stream)], p.mlp ? w.post_norm : w.input_norm,
+                          p.mlp ? a.mlp.rstd : a.attn.rstd, p.rows, cfg_.hidden_size);
+  }
+}
+
+template <typename T>
+void Model<T>::settle_all(T* grad) {
+  while (!pending_grad_.empty()) settle(pending_grad_.front().stream, grad);
 }
 
 template <typename T>
@@ -483,10 +538,14 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
   if (dropping)
     STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
                  " layers, the model has ", L);
+  pending_out_.clear();
   for (const PlanUnit& u : units_) {
     if (u.end() > exit_layer) break;
     RunMode mode = RunMode::All;
     if (dropping) {  // a unit is dropped as a whole: its layers share one mask
+      STRATA_CHECK(u.kind != LayerKind::Ladder,
+                   "LayerSkip layer dropout with ladder layers is not supported yet (layer ",
+                   u.first, " of plan '", plan_.to_string(), "')");
       const auto& k = skip->keep[size_t(u.first)];
       STRATA_CHECK(int(k.size()) == B, "layer skip: keep mask of layer ", u.first, " has ",
                    k.size(), " entries for a batch of ", B);
@@ -503,8 +562,10 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                                      : RunMode::Gathered;
     }
     for (int l = u.first; l < u.end(); ++l) run_mode_[size_t(l)] = mode;
+    if (mode != RunMode::All) materialize(2 * u.first);  // the sub-batch modes read x_in
     unit_forward_mode(u, B, T_, mode);
   }
+  materialize(2 * cfg_.num_hidden_layers);  // every stream, before the head or an exit
 }
 
 // Expects dstream_ to hold the gradient of the final stream x_2L (from the
@@ -527,14 +588,36 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
   // The final norm and the head (when untied) end the arena: done now unless
   // early exits still add to them.
   if (!exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+  // A unit's gradients are complete once no deferred input gradient of its
+  // layers is pending (their norm weights' gradients come with it).
+  pending_grad_.clear();
+  std::vector<PlanUnit> waiting;
+  auto release = [&](bool all) {
+    for (size_t k = 0; k < waiting.size();) {
+      const PlanUnit w = waiting[k];
+      const bool busy = std::any_of(pending_grad_.begin(), pending_grad_.end(), [&](const auto& p) {
+        return p.layer >= w.first && p.layer < w.end();
+      });
+      if (busy && !all) {
+        ++k;
+        continue;
+      }
+      grad_ready(layout_.layers[size_t(w.first)].input_norm,
+                 layout_.layers[size_t(w.end() - 1)].down);
+      waiting.erase(waiting.begin() + long(k));
+    }
+  };
   for (auto u = units_.rbegin(); u != units_.rend(); ++u) {
     const int last = u->end() - 1;
     if (exit_weight(last) > 0) exit_loss(last, B, T_, dloss * exit_weight(last), result);
     if (u->first >= backward_floor_)  // below it every layer is frozen
       unit_backward_mode(*u, B, T_, run_mode_[size_t(u->first)]);
-    grad_ready(layout_.layers[size_t(u->first)].input_norm, layout_.layers[size_t(last)].down);
+    waiting.push_back(*u);
+    release(false);
   }
   if (exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+  settle_all(dstream_);  // what is still in flight flows into x_0
+  release(true);
   if (trainable_[layout_.embed])
     be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size,
                             int64_t(tp_rank()) * v_local(), tp_.active() ? v_local() : -1);

@@ -211,6 +211,26 @@ class Model {
   // Backward scratch, shared by all layers.
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
     *d_gateup_ = nullptr, *d_h_ = nullptr, *d_sub_ = nullptr;
+  T* d_ln2_ = nullptr;  // the second d_ln slot (plans with kinds that defer reductions)
+  // Deferred residuals of the forward (stream out = stream base + buf once the
+  // reduction `handle` is done), in the order deferred; and deferred input
+  // gradients of the backward (unit.h).
+  struct PendingOut {
+    int out, base;
+    T* buf;
+    int64_t handle, rows;
+  };
+  struct PendingGrad {
+    int stream, layer;
+    bool mlp;
+    T* d_ln;
+    int64_t handle, rows;
+  };
+  std::vector<PendingOut> pending_out_;
+  std::vector<PendingGrad> pending_grad_;
+  void materialize(int i);           // adds the pending outputs up to stream i
+  void settle(int stream, T* grad);  // adds the deferred input gradients of x_stream
+  void settle_all(T* grad);
   // LayerSkip: per layer, how its unit ran, the kept samples, and the compact
   // input of a gathered sub-batch (allocated on first use).
   std::vector<RunMode> run_mode_;

@@ -12,6 +12,12 @@ const std::vector<KindInfo>& kind_table() {
   static const std::vector<KindInfo> table = {
       {"standard", LayerKind::Standard, 1, {}, "x + h(x) per module (the Llama layer)"},
       {"skip", LayerKind::Skip, 1, {}, "the layer is bypassed (pruned)"},
+      {"ladder",
+       LayerKind::Ladder,
+       1,
+       {},
+       "x_i = x_{i-1} + h_i(x_{i-2}) per module (Ladder Residual: all-reduces overlap the next "
+       "module)"},
   };
   return table;
 }

@@ -3,6 +3,9 @@
 //   standard: x_i = x_{i-1} + h_i(x_{i-1})
 //   skip:     the layer is bypassed: x_{2l+2} = x_{2l} (its weights stay in
 //             the checkpoint and get no gradient)
+//   ladder:   x_i = x_{i-1} + h_i(x_{i-2}) with x_{-1} := x_0 (Ladder Residual:
+//             each module reads the stream from two modules back, so its
+//             all-reduce can overlap the next module's compute)
 // The layers are grouped into units, the steps the executor takes: a unit is
 // one layer, or (for kinds that couple layers) a pair. Early exits happen only
 // at unit boundaries. Options after ';' apply to the whole plan
@@ -18,7 +21,7 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip };
+enum class LayerKind { Standard, Skip, Ladder };
 
 // What the plan knows of a kind.
 struct KindInfo {

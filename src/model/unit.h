@@ -40,6 +40,13 @@ class UnitForward {
   // The same, started asynchronously; wait(handle) before reading buf.
   virtual int64_t reduce_from_tp_async(T* buf) = 0;
   virtual void wait(int64_t handle) = 0;
+  // Deferred residual, for kinds whose reductions overlap the next module:
+  // stream `out` becomes stream `base` + buf once the async reduction `handle`
+  // (-1: none) has completed. Nothing happens now; the executor materialises
+  // pending streams in the order they were deferred, when stream(out) is read
+  // and at the end of the pass (before the head, an exit, or a unit of another
+  // kind). buf and stream(base) must stay untouched until then.
+  virtual void defer_residual(int out, int base, T* buf, int64_t handle) = 0;
   // out = a + b (out may alias either); copy of a whole stream.
   virtual void residual(T* out, const T* a, const T* b) = 0;
   virtual void copy(T* dst, const T* src) = 0;
@@ -50,13 +57,27 @@ template <typename T>
 class UnitBackward {
  public:
   virtual ~UnitBackward() = default;
-  // The forward's streams.
+  // The forward's streams (settling x_i's deferred input gradients first).
   virtual T* stream(int i) = 0;
   // The running gradient: dL/dx of the unit's output stream on entry, of its
   // input stream on return.
   virtual T* grad() = 0;
-  // Scratch for the partial gradient of a module's normed input (rows x C).
-  virtual T* d_ln() = 0;
+  // Scratch for the partial gradient of a module's normed input (rows x C);
+  // slot 1 is a second buffer for kinds that keep one reduction in flight
+  // (d_ln() is slot 0).
+  virtual T* d_ln(int slot) = 0;
+  T* d_ln() { return d_ln(0); }
+  // Deferred input gradient, for kinds whose copy_to_tp overlaps the next
+  // module's backward: once `handle` (-1: none) completes, the input norm
+  // backward of `layer`'s attention (mlp = false) or MLP, whose input is
+  // stream `stream`, adds its gradient of d_ln to dL/dx_stream. The executor
+  // applies it when the walk reaches that stream: settle(stream), a read of
+  // stream(stream) (so a kind about to run a norm backward on x_stream has the
+  // whole gradient), or at the latest before the embedding's backward.
+  virtual void defer_input_grad(int stream, int layer, bool mlp, T* d_ln, int64_t handle) = 0;
+  // Adds every deferred input gradient of x_stream to grad() (the running
+  // gradient must then be the rest of dL/dx_stream).
+  virtual void settle(int stream) = 0;
   // From dout (gradient of the module's output) to this rank's partial d_ln;
   // weight gradients accumulate.
   virtual void attention_backward(int layer, const T* dout, T* d_ln) = 0;

@@ -10,6 +10,8 @@ void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
       return kinds::standard_forward(f, u);
     case LayerKind::Skip:
       return kinds::skip_forward(f, u);
+    case LayerKind::Ladder:
+      return kinds::ladder_forward(f, u);
   }
 }
 
@@ -20,6 +22,8 @@ void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
       return kinds::standard_backward(b, u);
     case LayerKind::Skip:
       return kinds::skip_backward(b, u);
+    case LayerKind::Ladder:
+      return kinds::ladder_backward(b, u);
   }
 }
 

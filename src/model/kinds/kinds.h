@@ -20,4 +20,11 @@ void skip_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void skip_backward(UnitBackward<T>& b, const PlanUnit& u);
 
+// ladder.cpp: x_i = x_{i-1} + reduce_from_tp(h_i(x_{i-2})), the reductions
+// deferred so each overlaps the next module.
+template <typename T>
+void ladder_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void ladder_backward(UnitBackward<T>& b, const PlanUnit& u);
+
 }  // namespace strata::kinds

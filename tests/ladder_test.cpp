@@ -1,0 +1,250 @@
+// The ladder kind (Ladder Residual): every stream of ladder and hybrid plans
+// against a double reference of the recurrence written from the paper's
+// equations with the reference ops, exits, generation with the KV cache
+// against the cache-free path, self-speculative decoding, and the refusals.
+// Gradients: tests/model_grad_test.cpp; tensor parallelism:
+// tests/mpi_model_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "infer/generate.h"
+#include "model/model.h"
+#include "reference.h"
+#include "testing.h"
+
+namespace strata {
+namespace {
+
+using reference::Vec;
+
+LlamaConfig small_config(int layers, bool tied, bool bias) {
+  LlamaConfig c;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  c.attention_bias = bias;
+  c.initializer_range = 0.5;
+  c.finalize();
+  return c;
+}
+
+Vec tensor(Model<double>& m, int t) {
+  const ParamInfo& p = m.layout()[t];
+  return Vec(m.param(t), m.param(t) + p.numel);
+}
+Vec concat(Vec a, const Vec& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The streams x_0..x_2L of the plan, from the equations:
+//   standard: x_i = x_{i-1} + h_i(x_{i-1})
+//   ladder:   x_i = x_{i-1} + h_i(x_{i-2}),  x_{-1} := x_0
+//   skip:     x_i = x_{i-1}
+std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
+                                   const std::vector<int32_t>& tokens, int B, int T) {
+  const LlamaConfig& c = m.config();
+  const ParamLayout& lay = m.layout();
+  const int C = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
+            Hkv = c.num_key_value_heads, QKV = (Hq + 2 * Hkv) * D, F = c.intermediate_size;
+  const int64_t N = int64_t(B) * T;
+  std::vector<Vec> x(size_t(2 * c.num_hidden_layers + 1));
+  x[0] = reference::embedding(tokens, tensor(m, lay.embed), C);
+  auto add = [](const Vec& a, const Vec& b) {
+    Vec r(a.size());
+    for (size_t k = 0; k < a.size(); ++k) r[k] = a[k] + b[k];
+    return r;
+  };
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& P = lay.layers[size_t(l)];
+    const int i = 2 * l + 1;
+    const LayerKind kind = plan.kinds[size_t(l)];
+    if (kind == LayerKind::Skip) {
+      x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i - 1)];
+      continue;
+    }
+    const bool ladder = kind == LayerKind::Ladder;
+    // Attention.
+    const Vec& ain = ladder ? x[size_t(std::max(i - 2, 0))] : x[size_t(i - 1)];
+    const Vec ln1 = reference::rmsnorm(ain, tensor(m, P.input_norm), N, C, c.rms_norm_eps);
+    const Vec wqkv = concat(concat(tensor(m, P.q), tensor(m, P.k)), tensor(m, P.v));
+    Vec bqkv;
+    if (c.attention_bias)
+      bqkv = concat(concat(tensor(m, P.q_bias), tensor(m, P.k_bias)), tensor(m, P.v_bias));
+    Vec qkv = reference::linear(ln1, wqkv, c.attention_bias ? &bqkv : nullptr, N, C, QKV);
+    qkv = reference::rope(qkv, B, T, Hq + Hkv, D, QKV, c.rope_theta, 0);
+    Vec att, lse;
+    reference::attention(qkv, B, T, Hq, Hkv, D, att, lse);
+    const Vec bo = c.attention_bias ? tensor(m, P.o_bias) : Vec();
+    const Vec a =
+        reference::linear(att, tensor(m, P.o), c.attention_bias ? &bo : nullptr, N, Hq * D, C);
+    x[size_t(i)] = add(x[size_t(i - 1)], a);
+    // MLP.
+    const Vec& min = ladder ? x[size_t(i - 1)] : x[size_t(i)];
+    const Vec ln2 = reference::rmsnorm(min, tensor(m, P.post_norm), N, C, c.rms_norm_eps);
+    const Vec gu =
+        reference::linear(ln2, concat(tensor(m, P.gate), tensor(m, P.up)), nullptr, N, C, 2 * F);
+    const Vec h = reference::swiglu(gu, N, F);
+    x[size_t(i + 1)] = add(x[size_t(i)], reference::linear(h, tensor(m, P.down), nullptr, N, F, C));
+  }
+  return x;
+}
+
+void perturb_vectors(Model<double>& m, uint32_t seed) {
+  auto r = testing::random_vec<double>(m.num_params(), seed, 0.3);
+  for (const auto& t : m.layout().tensors())
+    if (!t.is_matrix)
+      for (int64_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] += r[t.offset + i];
+}
+
+TEST(Ladder, EveryStreamMatchesTheRecurrence) {
+  for (const char* text : {"ladder*4", "standard*2,ladder*2", "ladder,standard,ladder,standard",
+                           "standard,ladder,skip,ladder", "standard*4"}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
+      const LlamaConfig c = small_config(4, !bias, bias);
+      const LayerPlan plan = LayerPlan::parse(text, 4);
+      Model<double> m(c, plan, ops::make_backend<double>());
+      m.init_weights(3);
+      perturb_vectors(m, 4);
+      const int B = 2, T = 6;
+      const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
+      const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
+      const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
+      const auto x = reference_streams(m, plan, tokens, B, T);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double* got = m.stream(int(i));
+        double worst = 0;
+        for (size_t k = 0; k < x[i].size(); ++k)
+          worst = std::max(worst, std::abs(got[k] - x[i][k]) / (1 + std::abs(x[i][k])));
+        EXPECT_LT(worst, 1e-12) << "stream " << i;
+      }
+      const auto ce = reference::head_ce(
+          x.back(), tensor(m, m.layout().final_norm),
+          tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
+          c.hidden_size, c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
+      EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
+    }
+  }
+}
+
+// A ladder plan differs from the standard one on the same weights (the
+// recurrence really changed), and an exit after layer E reads x_2E.
+TEST(Ladder, ChangesTheFunctionAndExitsReadTheStream) {
+  const LlamaConfig c = small_config(4, false, false);
+  Model<double> lad(c, LayerPlan::parse("standard,ladder*3", 4), ops::make_backend<double>());
+  Model<double> std_(c, ops::make_backend<double>());
+  lad.init_weights(8);
+  std::copy_n(lad.params(), lad.num_params(), std_.params());
+  const int B = 1, T = 5;
+  const auto tokens = testing::random_tokens(B * T, c.vocab_size, 9);
+  const auto targets = testing::random_tokens(B * T, c.vocab_size, 10);
+  const double a = lad.forward(tokens.data(), targets.data(), B, T).loss_sum;
+  const double s = std_.forward(tokens.data(), targets.data(), B, T).loss_sum;
+  EXPECT_GT(std::abs(a - s), 1e-6);
+  // Layer 0 is standard in both: their first two streams agree.
+  const int64_t n = int64_t(B) * T * c.hidden_size;
+  lad.forward(tokens.data(), targets.data(), B, T);
+  std_.forward(tokens.data(), targets.data(), B, T);
+  for (int i = 0; i <= 2; ++i)
+    EXPECT_TRUE(std::equal(lad.stream(i), lad.stream(i) + n, std_.stream(i))) << i;
+  EXPECT_FALSE(std::equal(lad.stream(4), lad.stream(4) + n, std_.stream(4)));
+}
+
+std::unique_ptr<Model<float>> ladder_model(const char* plan, bool bias, uint64_t seed) {
+  const LlamaConfig c = small_config(4, !bias, bias);
+  auto m = std::make_unique<Model<float>>(c, LayerPlan::parse(plan, 4), ops::make_backend<float>());
+  m->init_weights(seed);
+  return m;
+}
+
+std::vector<int32_t> prompt_of(int n, uint32_t stream) {
+  auto p = testing::random_tokens(n, 61, stream);
+  p[0] = 1;
+  return p;
+}
+
+// The KV cache feeds the same stale streams as the full forward (prefill and
+// decode use the same rule): generation equals the cache-free path, greedy
+// and sampled, for ladder and hybrid plans.
+TEST(Ladder, KvCacheEqualsNoCache) {
+  for (const char* plan : {"ladder*4", "standard*2,ladder*2", "ladder,standard,ladder,standard"}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(plan);
+      auto m = ladder_model(plan, bias, 12);
+      GenerateOptions o;
+      o.max_new_tokens = 24;
+      for (int plen : {1, 7}) {
+        const auto p = prompt_of(plen, uint32_t(plen));
+        EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "prompt " << plen;
+      }
+      o.sampling.temperature = 0.9;
+      o.sampling.seed = 3;
+      const auto p = prompt_of(5, 2);
+      EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "sampled";
+    }
+  }
+}
+
+// Early exit after layer E inside the ladder layers equals the model cut to
+// its first E layers (x_2E materialised before the head); and batches.
+TEST(Ladder, EarlyExitAndBatches) {
+  auto m = ladder_model("standard,ladder*3", false, 14);
+  LlamaConfig c3 = m->config();
+  c3.num_hidden_layers = 3;
+  Model<float> cut(c3, LayerPlan::parse("standard,ladder*2", 3), ops::make_backend<float>());
+  for (const auto& info : cut.layout().tensors()) {
+    const int src = m->layout().find(info.name);
+    std::copy(m->param(src), m->param(src) + info.numel, cut.param(cut.layout().find(info.name)));
+  }
+  GenerateOptions o;
+  o.max_new_tokens = 16;
+  const auto p = prompt_of(6, 4);
+  const auto expected = generate_simple(cut, p, o);
+  o.exit_layer = 3;
+  EXPECT_EQ(generate(*m, p, o), expected);
+  o.exit_layer = 0;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(3, 5), prompt_of(9, 6),
+                                                     prompt_of(1, 7)};
+  const auto batch = generate_batch(*m, prompts, o);
+  ASSERT_EQ(batch.size(), prompts.size());
+  for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(batch[k], generate(*m, prompts[k], o));
+}
+
+// Self-speculative decoding verifies from layer E: fine where layer E is
+// standard (the ladder layers above it get their mid streams from the
+// verification pass), a one-line error where layer E is a ladder layer.
+TEST(Ladder, SelfSpeculative) {
+  auto m = ladder_model("ladder*2,standard,ladder", false, 16);
+  GenerateOptions o;
+  o.max_new_tokens = 20;
+  const auto p = prompt_of(5, 8);
+  const auto plain = generate(*m, p, o);
+  o.exit_layer = 2;
+  o.speculations = 3;
+  EXPECT_EQ(generate(*m, p, o), plain);
+  o.exit_layer = 1;
+  EXPECT_ERROR(generate(*m, p, o), "generation starting at layer 1",
+               "self-speculative verification");
+}
+
+TEST(Ladder, LayerSkipDropoutIsRefused) {
+  const LlamaConfig c = small_config(2, false, false);
+  Model<float> m(c, LayerPlan::parse("ladder*2", 2), ops::make_backend<float>());
+  m.init_weights(1);
+  const auto tokens = testing::random_tokens(4, c.vocab_size, 1);
+  LayerSkipStep skip;
+  skip.keep = {{1, 0}, {1, 1}};
+  EXPECT_ERROR(m.forward_backward(tokens.data(), tokens.data(), 2, 2, 0.25, &skip),
+               "LayerSkip layer dropout with ladder layers is not supported yet");
+}
+
+}  // namespace
+}  // namespace strata
