@@ -116,16 +116,42 @@ int convert_llama2c(int argc, char** argv, int first) {
   return 0;
 }
 
+int convert_plan(int argc, char** argv, int first) {
+  Args args("strata convert plan",
+            "Writes a checkpoint's weights under another layer plan (e.g. the upper layers as "
+            "ladder layers: a Hybrid Ladder model), with its tokenizer, step and recipe; no "
+            "optimizer state. The weights are unchanged: only the computation differs. "
+            "model.init_from + model.plan in a recipe does the same without a file.");
+  args.positional("in.h5", "strata checkpoint")
+      .positional("out.h5", "checkpoint to write")
+      .option("plan", "TEXT", "the new layer plan (e.g. \"standard*3,ladder*3\")");
+  if (!args.parse(argc, argv, first)) return 0;
+  STRATA_CHECK(args.has("plan"), "strata convert plan: --plan is required");
+  const std::string in = args.get("in.h5"), out = args.get("out.h5");
+  STRATA_CHECK(in != out, "strata convert plan: ", out, " is the input; write to another file");
+  CheckpointInfo info;
+  LoadOptions opt;
+  opt.plan = args.get("plan");
+  auto model = load_model(in, &info, opt);
+  nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
+  state["converted_from"] = cat(in, " (plan ", info.saved_plan, ")");
+  save_model(out, *model, info.tokenizer, state);
+  std::printf("wrote %s: plan %s on the weights of %s (plan %s)\n", out.c_str(),
+              model->plan().to_string().c_str(), in.c_str(), info.saved_plan.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_convert(int argc, char** argv, int first) {
   const std::string usage =
-      "usage: strata convert <hf|llama2c> ...\n\n"
+      "usage: strata convert <hf|llama2c|plan> ...\n\n"
       "  hf <dir> <out.h5>                  Hugging Face Llama directory -> strata checkpoint\n"
-      "  llama2c <model.bin> <out.h5>       llama2.c model file -> strata checkpoint\n\n"
-      "see strata convert <hf|llama2c> --help; the reverse is strata export hf\n";
+      "  llama2c <model.bin> <out.h5>       llama2.c model file -> strata checkpoint\n"
+      "  plan <in.h5> <out.h5> --plan P     the same weights under another layer plan\n\n"
+      "see strata convert <hf|llama2c|plan> --help; the reverse of hf is strata export hf\n";
   STRATA_CHECK(first < argc,
-               "strata convert: which format? (hf or llama2c; see strata convert --help)");
+               "strata convert: which format? (hf, llama2c or plan; see strata convert --help)");
   const std::string sub = argv[first];
   if (sub == "--help" || sub == "-h") {
     std::fputs(usage.c_str(), stdout);
@@ -133,7 +159,8 @@ int cmd_convert(int argc, char** argv, int first) {
   }
   if (sub == "hf") return convert_hf(argc, argv, first + 1);
   if (sub == "llama2c") return convert_llama2c(argc, argv, first + 1);
-  fail(cat("strata convert: unknown format '", sub, "' (hf or llama2c)"));
+  if (sub == "plan") return convert_plan(argc, argv, first + 1);
+  fail(cat("strata convert: unknown format '", sub, "' (hf, llama2c or plan)"));
 }
 
 int cmd_export(int argc, char** argv, int first) {
