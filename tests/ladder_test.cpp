@@ -45,8 +45,9 @@ Vec concat(Vec a, const Vec& b) {
 }
 
 // The streams x_0..x_2L of the plan, from the equations:
-//   standard: x_i = x_{i-1} + h_i(x_{i-1})
+//   standard, nocomm (alone): x_i = x_{i-1} + h_i(x_{i-1})
 //   ladder:   x_i = x_{i-1} + h_i(x_{i-2}),  x_{-1} := x_0
+//   parallel: x_{2l+2} = x_{2l} + attn(n) + mlp(n), n = norm_attn(x_{2l}); x_{2l+1} := x_{2l+2}
 //   skip:     x_i = x_{i-1}
 std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
                                    const std::vector<int32_t>& tokens, int B, int T) {
@@ -70,7 +71,7 @@ std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
       x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i - 1)];
       continue;
     }
-    const bool ladder = kind == LayerKind::Ladder;
+    const bool ladder = kind == LayerKind::Ladder, parallel = kind == LayerKind::Parallel;
     // Attention.
     const Vec& ain = ladder ? x[size_t(std::max(i - 2, 0))] : x[size_t(i - 1)];
     const Vec ln1 = reference::rmsnorm(ain, tensor(m, P.input_norm), N, C, c.rms_norm_eps);
@@ -87,12 +88,14 @@ std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
         reference::linear(att, tensor(m, P.o), c.attention_bias ? &bo : nullptr, N, Hq * D, C);
     x[size_t(i)] = add(x[size_t(i - 1)], a);
     // MLP.
-    const Vec& min = ladder ? x[size_t(i - 1)] : x[size_t(i)];
-    const Vec ln2 = reference::rmsnorm(min, tensor(m, P.post_norm), N, C, c.rms_norm_eps);
+    const Vec& min = ladder || parallel ? x[size_t(i - 1)] : x[size_t(i)];
+    const Vec ln2 = reference::rmsnorm(min, tensor(m, parallel ? P.input_norm : P.post_norm), N, C,
+                                       c.rms_norm_eps);
     const Vec gu =
         reference::linear(ln2, concat(tensor(m, P.gate), tensor(m, P.up)), nullptr, N, C, 2 * F);
     const Vec h = reference::swiglu(gu, N, F);
     x[size_t(i + 1)] = add(x[size_t(i)], reference::linear(h, tensor(m, P.down), nullptr, N, F, C));
+    if (parallel) x[size_t(i)] = x[size_t(i + 1)];
   }
   return x;
 }
@@ -106,7 +109,8 @@ void perturb_vectors(Model<double>& m, uint32_t seed) {
 
 TEST(Ladder, EveryStreamMatchesTheRecurrence) {
   for (const char* text : {"ladder*4", "standard*2,ladder*2", "ladder,standard,ladder,standard",
-                           "standard,ladder,skip,ladder", "standard*4"}) {
+                           "standard,ladder,skip,ladder", "standard*4", "parallel*4",
+                           "parallel,ladder,skip,ladder", "standard,parallel,ladder,nocomm"}) {
     for (bool bias : {false, true}) {
       SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
       const LlamaConfig c = small_config(4, !bias, bias);
@@ -233,6 +237,27 @@ TEST(Ladder, SelfSpeculative) {
   o.exit_layer = 1;
   EXPECT_ERROR(generate(*m, p, o), "generation starting at layer 1",
                "self-speculative verification");
+}
+
+// Without a tensor-parallel group there is nothing to leave out: nocomm is
+// the standard layer, bitwise. Commands other than benchmarks refuse it.
+TEST(Ladder, NoCommAloneIsStandardAndOnlyBenchmarksRunIt) {
+  const LlamaConfig c = small_config(3, false, true);
+  Model<float> a(c, LayerPlan::parse("nocomm*3", 3), ops::make_backend<float>());
+  Model<float> b(c, ops::make_backend<float>());
+  a.init_weights(2);
+  std::copy_n(a.params(), a.num_params(), b.params());
+  const auto tokens = testing::random_tokens(12, c.vocab_size, 3);
+  a.zero_grad();
+  b.zero_grad();
+  const double la = a.forward_backward(tokens.data(), tokens.data(), 2, 6, 0.1).loss_sum;
+  const double lb = b.forward_backward(tokens.data(), tokens.data(), 2, 6, 0.1).loss_sum;
+  EXPECT_EQ(la, lb);
+  EXPECT_TRUE(std::equal(a.grads(), a.grads() + a.num_params(), b.grads()));
+  EXPECT_TRUE(LayerPlan::parse("standard,nocomm,standard", 3).benchmark_only());
+  EXPECT_FALSE(LayerPlan::parse("ladder,parallel,skip", 3).benchmark_only());
+  EXPECT_ERROR(LayerPlan::parse("standard,nocomm,standard", 3).check_not_benchmark_only("x"),
+               "x: layer 1 of plan 'standard,nocomm,standard' is 'nocomm'", "only benchmarks");
 }
 
 TEST(Ladder, LayerSkipDropoutIsRefused) {

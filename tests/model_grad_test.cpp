@@ -69,14 +69,15 @@ TEST_P(ModelGrad, EveryParameterTensor) {
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, ModelGrad,
-    ::testing::Values(Case{"untied_mha", false, 4, false, 0}, Case{"tied_gqa", true, 2, false, 0},
-                      Case{"tied_mha", true, 4, false, 0},
-                      Case{"untied_mqa_bias_hd6", false, 1, true, 6},
-                      Case{"skip_middle_bias", false, 2, true, 0, "standard,skip,standard", 3},
-                      Case{"ladder2", false, 2, false, 0, "ladder*2", 2},
-                      Case{"standard_ladder2_tied_bias", true, 2, true, 0, "standard,ladder*2", 3},
-                      Case{"ladder_standard_ladder", false, 4, false, 0, "ladder,standard,ladder",
-                           3}),
+    ::testing::Values(
+        Case{"untied_mha", false, 4, false, 0}, Case{"tied_gqa", true, 2, false, 0},
+        Case{"tied_mha", true, 4, false, 0}, Case{"untied_mqa_bias_hd6", false, 1, true, 6},
+        Case{"skip_middle_bias", false, 2, true, 0, "standard,skip,standard", 3},
+        Case{"ladder2", false, 2, false, 0, "ladder*2", 2},
+        Case{"standard_ladder2_tied_bias", true, 2, true, 0, "standard,ladder*2", 3},
+        Case{"ladder_standard_ladder", false, 4, false, 0, "ladder,standard,ladder", 3},
+        Case{"parallel_bias", false, 2, true, 0, "parallel*2", 2},
+        Case{"skip_ladder_parallel_ladder", true, 2, false, 0, "skip,ladder,parallel,ladder", 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -125,7 +125,8 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
 // Ladder and hybrid plans: deferred reductions and input gradients across
 // units, under tensor parallelism, against one process.
 TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
-  for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder"}) {
+  for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder", "parallel*3",
+                           "parallel,ladder,standard"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3);
   }
@@ -206,6 +207,14 @@ TEST(TensorParallelExecutor, LadderReductionsAreAsync) {
   EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 1);
   EXPECT_EQ(counter.counts().allreduce_async, 4);
   EXPECT_EQ(counter.counts().wait, 4);
+  // The parallel layer: one reduction per layer, forward and backward.
+  Model<float> p(cfg, LayerPlan::parse("parallel*3", 3), ops::make_backend<float>(), &counter);
+  p.init_weights(5);
+  counter.reset();
+  p.zero_grad();
+  p.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 3 + 3 + 2);
+  EXPECT_EQ(counter.counts().allreduce_async, 0);
 }
 
 TEST(TensorParallelExecutor, CollectivesPerStep) {

@@ -133,6 +133,7 @@ int convert_plan(int argc, char** argv, int first) {
   LoadOptions opt;
   opt.plan = args.get("plan");
   auto model = load_model(in, &info, opt);
+  model->plan().check_not_benchmark_only("strata convert plan");
   nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
   state["converted_from"] = cat(in, " (plan ", info.saved_plan, ")");
   save_model(out, *model, info.tokenizer, state);

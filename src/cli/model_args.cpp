@@ -42,6 +42,7 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command) {
     if (o.plan.empty()) throw;
     fail(cat(command, " --plan: ", e.what()));
   }
+  if (command.rfind("strata bench", 0) != 0) m.info.plan.check_not_benchmark_only(command);
   if (!o.plan.empty())
     log::info("plan: ", m.info.plan.to_string(), " (", args.get("checkpoint"), " was saved with ",
               m.info.saved_plan, ")");

@@ -37,6 +37,13 @@ class KvEngine::Pass final : public UnitForward<float> {
     mlp_partial<float>(e_.be_, e_.d_, e_.m_.layer_params(l), x, out, rows_, a);
     tp_.progress();
   }
+  void mlp_shared_norm(int l, const float* x, float* out) override {
+    const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
+    LayerTensors<float> w = e_.m_.layer_params(l);
+    w.post_norm = w.input_norm;
+    mlp_partial<float>(e_.be_, e_.d_, w, x, out, rows_, a);
+    tp_.progress();
+  }
   void add_o_bias(int l, float* out) override {
     const LayerTensors<float> w = e_.m_.layer_params(l);
     if (w.o_bias && tp_.rank() == 0) e_.be_.bias_add_forward(out, w.o_bias, rows_, e_.d_.C);

@@ -177,7 +177,8 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_h_ = carve(N * F);
     d_sub_ = carve(N * C);
     bool deferring = false;
-    for (const PlanUnit& u : units_) deferring |= u.kind == LayerKind::Ladder;
+    for (const PlanUnit& u : units_)
+      deferring |= u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel;
     d_ln2_ = deferring ? carve(N * C) : nullptr;
     return used;
   };
@@ -292,6 +293,12 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
                    m_.layer_acts_[size_t(l)].mlp);
     m_.progress();
   }
+  void mlp_shared_norm(int l, const T* x, T* out) override {
+    LayerTensors<T> w = m_.layer_params(l);
+    w.post_norm = w.input_norm;
+    mlp_partial<T>(*m_.be_, m_.dims_, w, x, out, rows(), m_.layer_acts_[size_t(l)].mlp);
+    m_.progress();
+  }
   void add_o_bias(int l, T* out) override {
     const LayerTensors<T> w = m_.layer_params(l);
     if (w.o_bias && m_.tp_rank() == 0) m_.be_->bias_add_forward(out, w.o_bias, rows(), m_.dims_.C);
@@ -362,6 +369,9 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   void mlp_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
     m_.be_->rmsnorm_backward(dx, m_.layer_grads(l).post_norm, d_ln, x, m_.layer_params(l).post_norm,
                              m_.layer_acts_[size_t(l)].mlp.rstd, rows(), m_.dims_.C);
+  }
+  void add(T* dst, const T* src) override {
+    m_.be_->residual_forward(dst, dst, src, rows() * m_.dims_.C);
   }
   void o_bias_backward(int l, const T* dout) override {
     T* g = m_.layer_grads(l).o_bias;

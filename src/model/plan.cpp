@@ -18,6 +18,18 @@ const std::vector<KindInfo>& kind_table() {
        {},
        "x_i = x_{i-1} + h_i(x_{i-2}) per module (Ladder Residual: all-reduces overlap the next "
        "module)"},
+      {"parallel",
+       LayerKind::Parallel,
+       1,
+       {},
+       "x + attn(n) + mlp(n) with one shared norm n and one all-reduce per layer (PaLM)"},
+      {"nocomm",
+       LayerKind::NoComm,
+       1,
+       {},
+       "a standard layer without its all-reduces: the communication-free speed bound "
+       "(benchmarks only)",
+       true},
   };
   return table;
 }
@@ -156,6 +168,20 @@ void LayerPlan::check_exit(int E, const std::string& what) const {
   STRATA_CHECK(E >= 1 && E <= num_layers(), what, " ", E, " is outside 1..", num_layers());
   STRATA_CHECK(unit_boundary(E), what, " ", E, " falls inside a unit of plan '", to_string(),
                "' (exits are allowed only between units)");
+}
+
+bool LayerPlan::benchmark_only() const {
+  for (LayerKind k : kinds)
+    if (kind_info(k).benchmark_only) return true;
+  return false;
+}
+
+void LayerPlan::check_not_benchmark_only(const std::string& what) const {
+  for (size_t l = 0; l < kinds.size(); ++l)
+    STRATA_CHECK(!kind_info(kinds[l]).benchmark_only, what, ": layer ", l, " of plan '",
+                 to_string(), "' is '", kind_info(kinds[l]).name,
+                 "', which only benchmarks may run (its outputs mean nothing: it skips the "
+                 "all-reduces); use strata bench generate or strata bench model");
 }
 
 bool LayerPlan::plain() const {

@@ -6,6 +6,11 @@
 //   ladder:   x_i = x_{i-1} + h_i(x_{i-2}) with x_{-1} := x_0 (Ladder Residual:
 //             each module reads the stream from two modules back, so its
 //             all-reduce can overlap the next module's compute)
+//   parallel: x_out = x_in + attn(n) + mlp(n), n = the attention's norm of
+//             x_in (PaLM / GPT-J; one all-reduce per layer; the MLP's own
+//             norm weights are unused); x_{2l+1} := x_out
+//   nocomm:   a standard layer without its all-reduces (the communication-
+//             free upper bound of the Ladder paper: benchmarks only)
 // The layers are grouped into units, the steps the executor takes: a unit is
 // one layer, or (for kinds that couple layers) a pair. Early exits happen only
 // at unit boundaries. Options after ';' apply to the whole plan
@@ -21,7 +26,7 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip, Ladder };
+enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm };
 
 // What the plan knows of a kind.
 struct KindInfo {
@@ -30,6 +35,7 @@ struct KindInfo {
   int unit_size;                     // layers per unit
   std::vector<const char*> options;  // plan options this kind reads
   const char* summary;
+  bool benchmark_only = false;  // computes nothing meaningful: only `strata bench` runs it
 };
 const std::vector<KindInfo>& kind_table();
 const KindInfo& kind_info(LayerKind k);
@@ -62,6 +68,10 @@ struct LayerPlan {
   void check_exit(int E, const std::string& what) const;
   // Every layer standard and no options: the plain Llama model (HF export).
   bool plain() const;
+  // A kind that is only for benchmarks (nocomm) is in the plan.
+  bool benchmark_only() const;
+  // Throws a one-line error naming `what` when benchmark_only().
+  void check_not_benchmark_only(const std::string& what) const;
   // The value of an option, or nullptr.
   const std::string* option(const std::string& key) const;
 };

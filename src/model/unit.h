@@ -33,6 +33,8 @@ class UnitForward {
   // This rank's partial output of a module of `layer` applied to x.
   virtual void attention(int layer, const T* x, T* partial) = 0;
   virtual void mlp(int layer, const T* x, T* partial) = 0;
+  // The MLP normalising x with the attention's norm weights (a shared pre-norm).
+  virtual void mlp_shared_norm(int layer, const T* x, T* partial) = 0;
   // Adds layer's o_proj bias (if the model has one) on one rank of the tp group.
   virtual void add_o_bias(int layer, T* partial) = 0;
   // reduce_from_tp forward: sum of the partials over the tp group, in place.
@@ -85,6 +87,8 @@ class UnitBackward {
   // dx += the input norm's backward of d_ln (x: the module's input stream).
   virtual void attention_norm_backward(int layer, const T* x, const T* d_ln, T* dx) = 0;
   virtual void mlp_norm_backward(int layer, const T* x, const T* d_ln, T* dx) = 0;
+  // dst += src (rows x C).
+  virtual void add(T* dst, const T* src) = 0;
   // The o_proj bias gradient from the gradient of the reduced module output.
   virtual void o_bias_backward(int layer, const T* dout) = 0;
   // copy_to_tp backward: sum over the tp group, in place.

@@ -31,8 +31,8 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/model.h"
-#include "parallel/grid.h"
 #include "model/sharding.h"
+#include "parallel/grid.h"
 #include "parallel/timed_comm.h"
 #include "train/layerskip.h"
 #include "train/optimizer.h"
@@ -419,6 +419,11 @@ void setup(Run& run) {
     } catch (const Error& e) {
       r.fail("model.plan", e.what());
     }
+  }
+  try {
+    plan.check_not_benchmark_only("training");
+  } catch (const Error& e) {
+    r.fail("model.plan", e.what());
   }
   if (run.seq_len > cfg.max_position_embeddings)
     r.fail("training.seq_len", cat(run.seq_len, " exceeds the model's max_position_embeddings (",

@@ -12,6 +12,10 @@ void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
       return kinds::skip_forward(f, u);
     case LayerKind::Ladder:
       return kinds::ladder_forward(f, u);
+    case LayerKind::Parallel:
+      return kinds::parallel_forward(f, u);
+    case LayerKind::NoComm:
+      return kinds::nocomm_forward(f, u);
   }
 }
 
@@ -24,6 +28,10 @@ void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
       return kinds::skip_backward(b, u);
     case LayerKind::Ladder:
       return kinds::ladder_backward(b, u);
+    case LayerKind::Parallel:
+      return kinds::parallel_backward(b, u);
+    case LayerKind::NoComm:
+      return kinds::nocomm_backward(b, u);
   }
 }
 

@@ -27,4 +27,17 @@ void ladder_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void ladder_backward(UnitBackward<T>& b, const PlanUnit& u);
 
+// parallel.cpp: attention and MLP side by side on one shared norm, one
+// reduction per layer.
+template <typename T>
+void parallel_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void parallel_backward(UnitBackward<T>& b, const PlanUnit& u);
+
+// nocomm.cpp: the standard layer without reductions (benchmarks only).
+template <typename T>
+void nocomm_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void nocomm_backward(UnitBackward<T>& b, const PlanUnit& u);
+
 }  // namespace strata::kinds
