@@ -24,8 +24,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "start from this checkpoint's config, weights, tokenizer"},
       {"model.config", K::String, "\"\"", "Hugging Face config.json with the model shape"},
       {"model.plan", K::String, "\"\"",
-       "layer plan, e.g. \"standard*4,skip,standard\" (default: all standard; with init_from: "
-       "run the checkpoint's weights under this plan)"},
+       "layer plan: kinds standard, skip, ladder, parallel (nocomm: benchmarks only), e.g. "
+       "\"standard*3,ladder*3\" (default: all standard; with init_from: run the checkpoint's "
+       "weights under this plan)"},
       {"model.vocab_size", K::Int, "", "vocabulary size (default: the tokenizer's)"},
       {"model.hidden_size", K::Int, "", "model width"},
       {"model.intermediate_size", K::Int, "", "MLP width"},
