@@ -181,14 +181,15 @@ void KvEngine::check_range(int l0, int l1) const {
 }
 
 void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
-                         const std::vector<int>& pos) {
+                         const std::vector<int>& pos, float* mid) {
   ensure_scratch(rows);
+  if (mid && l0 > 0) be_.copy(odd_.data(), mid, int64_t(rows) * d_.C);  // x_{2 l0 - 1}
   Pass pass(*this, x, rows, seqs, pos);
   for (const PlanUnit& u : m_.plan().units())
     if (u.first >= l0 && u.end() <= l1) {
       // A ladder layer reads the previous layer's mid stream, which a pass
       // starting at it does not have.
-      STRATA_CHECK(u.first != l0 || l0 == 0 || u.kind != LayerKind::Ladder,
+      STRATA_CHECK(u.first != l0 || l0 == 0 || u.kind != LayerKind::Ladder || mid,
                    "generation starting at layer ", l0, " (a ladder layer of plan '",
                    m_.plan().to_string(),
                    "') is not supported: self-speculative verification needs the stream inside "
@@ -197,9 +198,10 @@ void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<i
       unit_forward<float>(pass, u);
     }
   pass.materialize(2 * l1);
+  if (mid) be_.copy(mid, odd_.data(), int64_t(rows) * d_.C);  // x_{2 l1 - 1}
 }
 
-void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq) {
+void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq, float* mid) {
   check_range(l0, l1);
   STRATA_CHECK(seq >= 0 && seq < batch_, "sequence ", seq, " outside the batch of ", batch_);
   if (l0 == l1 || n == 0) return;
@@ -211,7 +213,7 @@ void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq) {
                  " positions, layer ", l0, " ", pos0);
   std::vector<int> seqs(static_cast<size_t>(n), seq), pos(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) pos[size_t(i)] = pos0 + i;
-  run_units(x, n, l0, l1, seqs, pos);
+  run_units(x, n, l0, l1, seqs, pos, mid);
   for (int l = l0; l < l1; ++l) len_[size_t(seq * layers_ + l)] = pos0 + n;
 }
 

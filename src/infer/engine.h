@@ -39,8 +39,12 @@ class KvEngine {
   void embed(const int32_t* tokens, int n, float* x);
   // Runs x[n, C] (the residual stream of n consecutive new positions) through
   // layers [l0, l1), appending their keys and values; all those layers must
-  // hold the same number of positions. In place.
-  void run_layers(float* x, int n, int l0, int l1, int seq = 0);
+  // hold the same number of positions. In place. `mid` (optional, n x C):
+  // the stream inside layer l0 - 1 (x_{2 l0 - 1}) on entry, which a ladder
+  // layer at l0 reads, and the stream inside layer l1 - 1 on return, so a
+  // pass over [0, E) can hand a later pass over [E, L) what it needs
+  // (self-speculative verification).
+  void run_layers(float* x, int n, int l0, int l1, int seq = 0, float* mid = nullptr);
   // One new position for each of the sequences seqs[r] (r < rows): x[rows, C]
   // through layers [l0, l1) in one batched pass (GEMMs over all rows; each
   // row attends over its own cache).
@@ -59,7 +63,7 @@ class KvEngine {
   // Runs the units of layers [l0, l1) over rows r < rows of x, row r being
   // position pos[r] of sequence seqs[r].
   void run_units(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
-                 const std::vector<int>& pos);
+                 const std::vector<int>& pos, float* mid = nullptr);
   void check_range(int l0, int l1) const;
   Model<float>& m_;
   ops::Backend<float>& be_;

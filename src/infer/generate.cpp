@@ -92,6 +92,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
     // tokens but the last, which no layer has seen yet.
     const int d_max = o.speculations;
     std::vector<float> hidden;  // exit-layer states of this round's tokens (the KVQ cache)
+    std::vector<float> mids;    // and the streams inside layer E - 1 (a ladder layer E reads them)
     std::vector<int32_t> drafts;
     std::vector<float> full_logits;
     const bool sampled = o.sampling.temperature > 0;
@@ -112,11 +113,12 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
       // token's state at the exit layer.
       drafts.clear();
       hidden.assign(size_t(d + 1) * C, 0.f);
+      mids.assign(size_t(d + 1) * C, 0.f);
       int32_t cur = seq.back();
       for (int i = 0; i <= d; ++i) {
         float* h = hidden.data() + size_t(i) * C;
         eng.embed(&cur, 1, h);
-        eng.run_layers(h, 1, 0, E);
+        eng.run_layers(h, 1, 0, E, 0, mids.data() + size_t(i) * C);
         if (i == d) break;  // the last draft only needs its exit state
         x.assign(h, h + C);
         eng.logits(x.data(), 1, logits.data());
@@ -130,7 +132,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
       }
       // Verify: the upper layers over the d + 1 exit states in one pass give
       // the full model's prediction after the last token and after each draft.
-      eng.run_layers(hidden.data(), d + 1, E, L);
+      eng.run_layers(hidden.data(), d + 1, E, L, 0, mids.data());
       full_logits.resize(size_t(d + 1) * V);
       eng.logits(hidden.data(), d + 1, full_logits.data());
       ++st.rounds;
