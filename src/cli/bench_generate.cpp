@@ -82,7 +82,7 @@ int bench_generate(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata bench generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
-  LoadedModel lm = load_model_from_args(args, "strata bench generate");
+  LoadedModel lm = load_model_from_args(args, "strata bench generate", true);
   Model<float>* model = lm.model.get();
   const CheckpointInfo& info = lm.info;
   STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");

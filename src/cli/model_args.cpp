@@ -19,7 +19,7 @@ void add_model_options(Args& args) {
               "1");
 }
 
-LoadedModel load_model_from_args(const Args& args, const std::string& command) {
+LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark) {
   STRATA_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
   const int tp = args.get_int("tp");
   STRATA_CHECK(tp >= 1, command, ": --tp must be at least 1, got ", tp);
@@ -42,7 +42,7 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command) {
     if (o.plan.empty()) throw;
     fail(cat(command, " --plan: ", e.what()));
   }
-  if (command.rfind("strata bench", 0) != 0) m.info.plan.check_not_benchmark_only(command);
+  if (!benchmark) m.info.plan.check_not_benchmark_only(command);
   if (!o.plan.empty())
     log::info("plan: ", m.info.plan.to_string(), " (", args.get("checkpoint"), " was saved with ",
               m.info.saved_plan, ")");

@@ -25,6 +25,8 @@ struct LoadedModel {
 };
 
 // Loads the model the options name; `command` prefixes errors ("strata eval").
-LoadedModel load_model_from_args(const Args& args, const std::string& command);
+// Plans with benchmark-only kinds (nocomm) are refused unless `benchmark`.
+LoadedModel load_model_from_args(const Args& args, const std::string& command,
+                                 bool benchmark = false);
 
 }  // namespace strata::cli

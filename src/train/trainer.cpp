@@ -32,8 +32,8 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/model.h"
-#include "parallel/grid.h"
 #include "model/sharding.h"
+#include "parallel/grid.h"
 #include "parallel/timed_comm.h"
 #include "train/layerskip.h"
 #include "train/optimizer.h"
@@ -152,20 +152,23 @@ TrainResult train(const Recipe& recipe) {
           }
     }
     if (dp_sync) {
-      if (debug_dp_wait) {  // separate rank imbalance from the all-reduces' own tail
-        const double wait0 = run.dp->wait_seconds();
+      // STRATA_DEBUG_DP_WAIT: the barrier separates the ranks' imbalance from
+      // the all-reduces' own tail (the waits after it).
+      double imbalance = 0;
+      if (debug_dp_wait) {
         Timer bt;
         run.dp->barrier();
-        const double imbalance = bt.seconds();
-        for (int64_t h : pending) run.dp->wait(h);
+        imbalance = bt.seconds();
+      }
+      const double wait0 = run.dp->wait_seconds();
+      for (int64_t h : pending) run.dp->wait(h);
+      if (debug_dp_wait)
         std::fprintf(stderr,
                      "dp wait: rank %d step %lld | imbalance %.1f ms | all-reduce tail %.1f ms | "
                      "polls %.1f ms\n",
                      run.grid.dp_rank, (long long)run.step + 1, 1e3 * imbalance,
                      1e3 * (run.dp->wait_seconds() - wait0),
                      1e3 * (run.dp->progress_seconds() - poll_before));
-      }
-      for (int64_t h : pending) run.dp->wait(h);
       pending.clear();
       loss_sum = run.dp->allreduce_sum(loss_sum);
       if (ls.early_exit())
