@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "parallel/comm.h"
 
@@ -18,7 +19,35 @@ class CountingComm : public Communicator {
     int64_t allreduce_elements = 0;
   };
   const Counts& counts() const { return c_; }
-  void reset() { c_ = Counts{}; }
+  void reset() {
+    c_ = Counts{};
+    events_.clear();
+  }
+  // The order of async starts ('A', handle), waits ('W', handle) and marks
+  // ('M', -1) a test adds, e.g. from a model's progress hook after every module.
+  struct Event {
+    char what;
+    int64_t handle;
+  };
+  const std::vector<Event>& events() const { return events_; }
+  void mark() { events_.push_back({'M', -1}); }
+  // For each async start, how many marks came before its wait (-1: never waited).
+  std::vector<int> marks_before_wait() const {
+    std::vector<int> r;
+    for (size_t a = 0; a < events_.size(); ++a) {
+      if (events_[a].what != 'A') continue;
+      int marks = 0, got = -1;
+      for (size_t b = a + 1; b < events_.size(); ++b) {
+        if (events_[b].what == 'M') ++marks;
+        if (events_[b].what == 'W' && events_[b].handle == events_[a].handle) {
+          got = marks;
+          break;
+        }
+      }
+      r.push_back(got);
+    }
+    return r;
+  }
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -31,10 +60,13 @@ class CountingComm : public Communicator {
   int64_t allreduce_sum_async(float* buf, int64_t n) override {
     ++c_.allreduce_async;
     c_.allreduce_elements += n;
-    return inner_.allreduce_sum_async(buf, n);
+    const int64_t h = inner_.allreduce_sum_async(buf, n);
+    events_.push_back({'A', h});
+    return h;
   }
   void wait(int64_t handle) override {
     ++c_.wait;
+    events_.push_back({'W', handle});
     inner_.wait(handle);
   }
   void progress() override { inner_.progress(); }
@@ -67,6 +99,7 @@ class CountingComm : public Communicator {
  private:
   Communicator& inner_;
   Counts c_;
+  std::vector<Event> events_;
 };
 
 }  // namespace strata::testing

@@ -49,8 +49,11 @@ Vec concat(Vec a, const Vec& b) {
 //   ladder:   x_i = x_{i-1} + h_i(x_{i-2}),  x_{-1} := x_0
 //   parallel: x_{2l+2} = x_{2l} + attn(n) + mlp(n), n = norm_attn(x_{2l}); x_{2l+1} := x_{2l+2}
 //   skip:     x_i = x_{i-1}
+// With `keep` (LayerSkip layer dropout), layer l's module outputs are zero for
+// the samples b with keep[l][b] == 0.
 std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
-                                   const std::vector<int32_t>& tokens, int B, int T) {
+                                   const std::vector<int32_t>& tokens, int B, int T,
+                                   const std::vector<std::vector<uint8_t>>* keep = nullptr) {
   const LlamaConfig& c = m.config();
   const ParamLayout& lay = m.layout();
   const int C = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
@@ -62,6 +65,13 @@ std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
     Vec r(a.size());
     for (size_t k = 0; k < a.size(); ++k) r[k] = a[k] + b[k];
     return r;
+  };
+  auto drop = [&](int l, Vec v) {
+    if (keep)
+      for (int b = 0; b < B; ++b)
+        if (!(*keep)[size_t(l)][size_t(b)])
+          std::fill_n(v.begin() + int64_t(b) * T * C, int64_t(T) * C, 0.0);
+    return v;
   };
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const auto& P = lay.layers[size_t(l)];
@@ -84,8 +94,8 @@ std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
     Vec att, lse;
     reference::attention(qkv, B, T, Hq, Hkv, D, att, lse);
     const Vec bo = c.attention_bias ? tensor(m, P.o_bias) : Vec();
-    const Vec a =
-        reference::linear(att, tensor(m, P.o), c.attention_bias ? &bo : nullptr, N, Hq * D, C);
+    const Vec a = drop(
+        l, reference::linear(att, tensor(m, P.o), c.attention_bias ? &bo : nullptr, N, Hq * D, C));
     x[size_t(i)] = add(x[size_t(i - 1)], a);
     // MLP.
     const Vec& min = ladder || parallel ? x[size_t(i - 1)] : x[size_t(i)];
@@ -94,7 +104,8 @@ std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
     const Vec gu =
         reference::linear(ln2, concat(tensor(m, P.gate), tensor(m, P.up)), nullptr, N, C, 2 * F);
     const Vec h = reference::swiglu(gu, N, F);
-    x[size_t(i + 1)] = add(x[size_t(i)], reference::linear(h, tensor(m, P.down), nullptr, N, F, C));
+    x[size_t(i + 1)] =
+        add(x[size_t(i)], drop(l, reference::linear(h, tensor(m, P.down), nullptr, N, F, C)));
     if (parallel) x[size_t(i)] = x[size_t(i + 1)];
   }
   return x;
@@ -270,15 +281,50 @@ TEST(Ladder, NoCommAloneIsStandardAndOnlyBenchmarksRunIt) {
                "x: layer 1 of plan 'standard,nocomm,standard' is 'nocomm'", "only benchmarks");
 }
 
-TEST(Ladder, LayerSkipDropoutIsRefused) {
-  const LlamaConfig c = small_config(2, false, false);
-  Model<float> m(c, LayerPlan::parse("ladder*2", 2), ops::make_backend<float>());
-  m.init_weights(1);
-  const auto tokens = testing::random_tokens(4, c.vocab_size, 1);
-  LayerSkipStep skip;
-  skip.keep = {{1, 0}, {1, 1}};
-  EXPECT_ERROR(m.forward_backward(tokens.data(), tokens.data(), 2, 2, 0.25, &skip),
-               "LayerSkip layer dropout with ladder layers is not supported yet");
+// LayerSkip layer dropout: a dropped sample's module outputs are zero, so all
+// of the unit's streams pass its input on whatever the recurrence; the kept
+// samples run the recurrence. The gathered path (modules on the kept samples
+// packed together) and the dense test path both match the reference.
+TEST(Ladder, LayerSkipDropoutMatchesTheRecurrence) {
+  const std::vector<std::vector<uint8_t>> keep = {{1, 0, 1}, {0, 0, 0}, {0, 1, 1}, {1, 1, 1}};
+  for (const char* text : {"ladder*4", "standard*2,ladder*2", "ladder,standard,ladder,standard",
+                           "parallel,ladder,skip,ladder", "standard*4"}) {
+    for (bool dense : {false, true}) {
+      SCOPED_TRACE(std::string(text) + (dense ? " dense" : " gathered"));
+      const LlamaConfig c = small_config(4, true, true);
+      const LayerPlan plan = LayerPlan::parse(text, 4);
+      Model<double> m(c, plan, ops::make_backend<double>());
+      m.init_weights(3);
+      perturb_vectors(m, 4);
+      const int B = 3, T = 5;
+      const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
+      const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
+      LayerSkipStep skip;
+      skip.keep = keep;
+      skip.dense_reference = dense;
+      m.zero_grad();
+      const LossResult r = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &skip);
+      const auto x = reference_streams(m, plan, tokens, B, T, &keep);
+      const auto plain = reference_streams(m, plan, tokens, B, T);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double* got = m.stream(int(i));
+        double worst = 0;
+        for (size_t k = 0; k < x[i].size(); ++k)
+          worst = std::max(worst, std::abs(got[k] - x[i][k]) / (1 + std::abs(x[i][k])));
+        EXPECT_LT(worst, 1e-12) << "stream " << i;
+      }
+      EXPECT_NE(x.back(), plain.back());  // the masks changed the function
+      const auto ce = reference::head_ce(x.back(), tensor(m, m.layout().final_norm),
+                                         tensor(m, m.layout().embed), targets, B * T, c.hidden_size,
+                                         c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
+      EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
+      // Layer 1 drops everything: no gradient reaches its weights.
+      const auto& P = m.layout().layers[1];
+      for (int t = P.input_norm; t <= P.down; ++t)
+        for (int64_t k = 0; k < m.layout()[t].numel; ++k)
+          ASSERT_EQ(m.grad(t)[k], 0.0) << m.layout()[t].name;
+    }
+  }
 }
 
 }  // namespace

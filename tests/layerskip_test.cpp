@@ -3,8 +3,8 @@
 // check with dropout and several exits, and the trainer with [layerskip].
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -96,7 +96,8 @@ TEST(LayerSkipSchedule, RotationalWeights) {
   c.curriculum = "rotational";
   c.rotation = 8;
   expect_weights(c, 32, 0, {{0, 0.0}, {8, 0.03297}, {16, 0.12454}, {24, 0.27473}, {31, 0.56777}});
-  expect_weights(c, 32, 1, {{1, 0.00087}, {9, 0.03934}, {17, 0.13374}, {25, 0.28409}, {31, 0.54196}});
+  expect_weights(c, 32, 1,
+                 {{1, 0.00087}, {9, 0.03934}, {17, 0.13374}, {25, 0.28409}, {31, 0.54196}});
   c.rotation = 23;
   expect_weights(c, 24, 1, {{1, 0.00271}, {23, 0.99729}});
   expect_weights(c, 24, 5, {{5, 0.03916}, {23, 0.96084}});
@@ -158,10 +159,10 @@ TEST(LayerSkipSchedule, MasksAreDeterministicPerLayerAndSample) {
   c.p_max = 0.5;
   c.layer_scale = "const";
   const auto a = layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64);
-  EXPECT_EQ(a, layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64));  // same key, same masks
-  EXPECT_NE(a, layerskip_keep_masks(c, 4, 11, 100, 7, 0, 64));  // next step
+  EXPECT_EQ(a, layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64));   // same key, same masks
+  EXPECT_NE(a, layerskip_keep_masks(c, 4, 11, 100, 7, 0, 64));   // next step
   EXPECT_NE(a, layerskip_keep_masks(c, 4, 10, 100, 7, 64, 64));  // the next 64 samples
-  EXPECT_NE(a[0], a[1]);                                        // layers differ
+  EXPECT_NE(a[0], a[1]);                                         // layers differ
   // Rate: about half dropped over 4 x 64 draws.
   int kept = 0;
   for (const auto& l : a)
@@ -172,8 +173,8 @@ TEST(LayerSkipSchedule, MasksAreDeterministicPerLayerAndSample) {
   // those samples have in the whole batch (a dp rank's share, a micro-batch).
   const auto slice = layerskip_keep_masks(c, 4, 10, 100, 7, 16, 8);
   for (int l = 0; l < 4; ++l)
-    EXPECT_TRUE(std::equal(slice[size_t(l)].begin(), slice[size_t(l)].end(),
-                           a[size_t(l)].begin() + 16));
+    EXPECT_TRUE(
+        std::equal(slice[size_t(l)].begin(), slice[size_t(l)].end(), a[size_t(l)].begin() + 16));
   // p = 0 at layer 0 under the exponential scale: never dropped.
   c.layer_scale = "exp";
   const auto first = layerskip_keep_masks(c, 4, 10, 100, 7, 0, 64);
@@ -219,18 +220,31 @@ void perturb_vectors(Model<T>& m) {
 
 // Masks covering every case: a layer keeping all samples, one keeping none,
 // and partial ones.
+// (B = 4; L = 2, 3 or 4.)
 LayerSkipStep mixed_step(int L, int B) {
   LayerSkipStep s;
   s.keep.assign(size_t(L), std::vector<uint8_t>(size_t(B), 1));
+  if (L == 2) {
+    s.keep = {{1, 0, 1, 1}, {0, 1, 1, 0}};
+    s.exit_weight = {0.4, 0.6};
+    return s;
+  }
   s.keep[0] = {1, 0, 1, 1};
   s.keep[1] = {0, 0, 0, 0};
   s.keep[2] = {0, 1, 1, 0};
   // layer 3 keeps all
   s.exit_weight = {0.1, 0.0, 0.3, 0.6};
+  s.exit_weight.resize(size_t(L));
+  if (L == 3) s.exit_weight = {0.1, 0.0, 0.9};
   return s;
 }
 
-TEST(LayerSkipModel, GatheredEqualsDenseMasked) {
+// Plans whose layers defer reductions and input gradients across units
+// (ladder), share a norm (parallel) or mix kinds, under the same masks.
+const char* const kPlans4[] = {"standard*4", "ladder*4", "standard,ladder*3",
+                               "ladder,standard,ladder,parallel"};
+
+void gathered_equals_dense(const LayerPlan& plan) {
   const LlamaConfig c = tiny(4);
   const int B = 4, T = 6;
   auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
@@ -238,7 +252,7 @@ TEST(LayerSkipModel, GatheredEqualsDenseMasked) {
   targets[5] = ops::kIgnoreIndex;
   auto run = [&](bool dense, std::vector<double>* grads, LossResult* res,
                  std::vector<std::vector<double>>* hidden) {
-    Model<double> m(c, ops::make_backend<double>());
+    Model<double> m(c, plan, ops::make_backend<double>());
     m.init_weights(3);
     perturb_vectors(m);
     LayerSkipStep s = mixed_step(4, B);
@@ -276,7 +290,13 @@ TEST(LayerSkipModel, GatheredEqualsDenseMasked) {
     for (int64_t i = 0; i < info.numel; ++i) ASSERT_EQ(g_gather[size_t(info.offset + i)], 0.0);
   }
   EXPECT_EQ(h_gather[1], h_gather[0]);
-  // Dropped samples pass unchanged: sample 1 of layer 0 (its output is the embedding).
+}
+
+TEST(LayerSkipModel, GatheredEqualsDenseMasked) {
+  for (const char* text : kPlans4) {
+    SCOPED_TRACE(text);
+    gathered_equals_dense(LayerPlan::parse(text, 4));
+  }
 }
 
 TEST(LayerSkipModel, DroppedSamplesPassUnchanged) {
@@ -311,16 +331,17 @@ TEST(LayerSkipModel, DroppedSamplesPassUnchanged) {
   for (int64_t i = 0; i < plain.num_params(); ++i) ASSERT_EQ(plain.grads()[i], same.grads()[i]);
 }
 
-TEST(LayerSkipModel, GradientCheckWithDropoutAndExits) {
-  const LlamaConfig c = tiny(4);
+void gradient_check_with_dropout(const char* text, int L) {
+  SCOPED_TRACE(text);
+  const LlamaConfig c = tiny(L);
   const int B = 4, T = 5;
   auto tokens = testing::random_tokens(B * T, c.vocab_size, 4);
   auto targets = testing::random_tokens(B * T, c.vocab_size, 5);
   targets[2] = ops::kIgnoreIndex;
-  Model<double> m(c, ops::make_backend<double>());
+  Model<double> m(c, LayerPlan::parse(text, L), ops::make_backend<double>());
   m.init_weights(8);
   perturb_vectors(m);
-  const LayerSkipStep s = mixed_step(4, B);
+  const LayerSkipStep s = mixed_step(L, B);
   const double dloss = 1.0 / 19;
   m.zero_grad();
   m.forward_backward(tokens.data(), targets.data(), B, T, dloss, &s);
@@ -329,8 +350,21 @@ TEST(LayerSkipModel, GradientCheckWithDropoutAndExits) {
     return dloss * m.forward_backward(tokens.data(), targets.data(), B, T, dloss, &s).objective;
   };
   for (const auto& t : m.layout().tensors())
-    testing::expect_gradient(objective, m.params() + t.offset, t.numel,
-                             analytic.data() + t.offset, t.name);
+    testing::expect_gradient(objective, m.params() + t.offset, t.numel, analytic.data() + t.offset,
+                             t.name);
+}
+
+TEST(LayerSkipModel, GradientCheckWithDropoutAndExits) {
+  gradient_check_with_dropout("standard*4", 4);
+}
+
+// Ladder and hybrid plans: deferred residuals and input gradients around
+// dropped samples and units, with exits at unit boundaries.
+TEST(LayerSkipModel, GradientCheckLadderWithDropoutAndExits) {
+  gradient_check_with_dropout("ladder*2", 2);
+  gradient_check_with_dropout("standard,ladder*2", 3);
+  gradient_check_with_dropout("ladder,standard,ladder", 3);
+  gradient_check_with_dropout("ladder,parallel,skip,ladder", 4);
 }
 
 TEST(LayerSkipModel, FloatGatheredMatchesDouble) {
@@ -364,15 +398,15 @@ std::string tmpdir(const std::string& name) {
 Recipe debug_recipe(const std::string& dir, std::vector<std::string> sets) {
   const std::string src = STRATA_SOURCE_DIR;
   // The test's own settings come last: they override these.
-  sets.insert(sets.begin(), {"run.dir=\"" + dir + "\"", "data.dataset=\"" + dir + "-data\"",
-                           "data.tokenizer=\"" + src + "/data/tokenizers/tok512.model\"",
-                           "data.inputs=[\"" + src + "/data/corpora/tinyshakespeare/input.txt\"]",
-                           "log.sample_prompt=\"\"", "log.interval=1", "training.steps=12",
-                           "training.micro_batch_size=4", "training.grad_accum_steps=2",
-                           "layerskip.p_max=0.5", "layerskip.e_scale=1.0",
-                           "layerskip.curriculum=\"rotational\"", "layerskip.rotation=1",
-                           "layerskip.e_formula=\"cumulative\"", "checkpoint.interval=6",
-                           "checkpoint.keep=0"});
+  sets.insert(
+      sets.begin(),
+      {"run.dir=\"" + dir + "\"", "data.dataset=\"" + dir + "-data\"",
+       "data.tokenizer=\"" + src + "/data/tokenizers/tok512.model\"",
+       "data.inputs=[\"" + src + "/data/corpora/tinyshakespeare/input.txt\"]",
+       "log.sample_prompt=\"\"", "log.interval=1", "training.steps=12",
+       "training.micro_batch_size=4", "training.grad_accum_steps=2", "layerskip.p_max=0.5",
+       "layerskip.e_scale=1.0", "layerskip.curriculum=\"rotational\"", "layerskip.rotation=1",
+       "layerskip.e_formula=\"cumulative\"", "checkpoint.interval=6", "checkpoint.keep=0"});
   return Recipe::load(src + "/recipes/debug.toml", sets, train_recipe_schema());
 }
 
@@ -390,11 +424,26 @@ TEST(LayerSkipTrain, ResumeIsBitExactWithDropout) {
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(rest.losses[i], full.losses[6 + i]) << "step " << 7 + i;
 }
 
+// A ladder model trains with layer dropout and exits: resumes bit-exactly,
+// and computes something else than the standard plan on the same masks.
+TEST(LayerSkipTrain, LadderPlanWithDropout) {
+  const std::string a = tmpdir("ladder"), b = tmpdir("ladder_resumed"), s = tmpdir("standard");
+  const std::string plan = "model.plan=\"ladder*2\"";
+  const TrainResult full = train(debug_recipe(a, {plan}));
+  ASSERT_EQ(full.losses.size(), 12u);
+  train(debug_recipe(b, {plan, "training.steps=6", "lr_scheduler.decay_steps=12"}));
+  const TrainResult rest = train(debug_recipe(b, {plan, "lr_scheduler.decay_steps=12"}));
+  ASSERT_EQ(rest.losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(rest.losses[i], full.losses[6 + i]) << "step " << 7 + i;
+  const TrainResult standard = train(debug_recipe(s, {}));
+  EXPECT_NE(full.losses[3], standard.losses[3]);
+  EXPECT_LT(full.losses.back(), full.losses.front());
+}
+
 TEST(LayerSkipTrain, DropoutChangesTrainingAndExitsAreLogged) {
   const std::string a = tmpdir("on"), b = tmpdir("off");
   const TrainResult on = train(debug_recipe(a, {}));
-  const TrainResult off =
-      train(debug_recipe(b, {"layerskip.p_max=0.0", "layerskip.e_scale=0.0"}));
+  const TrainResult off = train(debug_recipe(b, {"layerskip.p_max=0.0", "layerskip.e_scale=0.0"}));
   EXPECT_NE(on.losses[3], off.losses[3]);
   EXPECT_TRUE(std::isfinite(on.last_loss));
   // metrics.jsonl has the exit losses of both layers.
@@ -409,16 +458,18 @@ TEST(LayerSkipTrain, WithoutTableTrainsExactlyAsBefore) {
   const std::string src = STRATA_SOURCE_DIR;
   auto recipe = [&](const std::string& dir, std::vector<std::string> extra) {
     std::vector<std::string> sets = {
-        "run.dir=\"" + dir + "\"", "data.dataset=\"" + a + "-data\"",
+        "run.dir=\"" + dir + "\"",
+        "data.dataset=\"" + a + "-data\"",
         "data.tokenizer=\"" + src + "/data/tokenizers/tok512.model\"",
         "data.inputs=[\"" + src + "/data/corpora/tinyshakespeare/input.txt\"]",
-        "log.sample_prompt=\"\"", "training.steps=5"};
+        "log.sample_prompt=\"\"",
+        "training.steps=5"};
     sets.insert(sets.end(), extra.begin(), extra.end());
     return Recipe::load(src + "/recipes/debug.toml", sets, train_recipe_schema());
   };
   const TrainResult x = train(recipe(a, {}));
-  const TrainResult y = train(recipe(b, {"layerskip.p_max=0.0", "layerskip.e_scale=0.0",
-                                         "layerskip.curriculum=\"gradual\""}));
+  const TrainResult y = train(recipe(
+      b, {"layerskip.p_max=0.0", "layerskip.e_scale=0.0", "layerskip.curriculum=\"gradual\""}));
   EXPECT_EQ(x.losses, y.losses);
 }
 

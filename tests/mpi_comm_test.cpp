@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,7 @@
 #include "core/error.h"
 #include "parallel/comm.h"
 #include "parallel/comm_mpi.h"
+#include "parallel/delayed_comm.h"
 #include "parallel/grid.h"
 
 namespace strata {
@@ -322,6 +324,35 @@ TEST(Comm, LocalIsIdentity) {
   check_broadcast_bytes(*c, "local");
   check_scalars(*c, "local");
   c->barrier();
+}
+
+// The modelled link latency (bench generate --link-delay-us): the collectives'
+// results are the inner communicator's; a blocking one takes at least the
+// delay, an async one's wait returns at once when compute covered the delay.
+TEST(Comm, DelayedCommModelsLatency) {
+  using namespace std::chrono;
+  DelayedComm c(*g_grid->world, milliseconds(30));
+  check_allreduce(c, "delayed", 100);
+  check_allreduce_async(c, "delayed");
+  check_allgather(c, "delayed", 10);
+  check_scalars(c, "delayed");
+  std::vector<float> buf(16, 1.f);
+  auto seconds_of = [](auto&& f) {
+    const auto t0 = steady_clock::now();
+    f();
+    return duration<double>(steady_clock::now() - t0).count();
+  };
+  EXPECT_GE(seconds_of([&] { c.allreduce_sum(buf.data(), 16); }), 0.030);
+  EXPECT_GE(seconds_of([&] { c.wait(c.allreduce_sum_async(buf.data(), 16)); }), 0.030);
+  EXPECT_EQ(buf[0], float(std::pow(g_grid->world->size(), 2)));  // two sums of 1s
+  // Overlap, on the local communicator (no peer to wait for, so only the
+  // modelled delay can hold the wait back).
+  auto local = make_local_comm();
+  DelayedComm d(*local, milliseconds(30));
+  const int64_t h = d.allreduce_sum_async(buf.data(), 16);
+  std::this_thread::sleep_for(milliseconds(60));  // "compute" longer than the delay
+  d.progress();
+  EXPECT_LT(seconds_of([&] { d.wait(h); }), 0.025);
 }
 
 // ---------------------------------------------------------------------------

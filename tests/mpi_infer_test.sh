@@ -2,7 +2,8 @@
 # mpi_infer_test.sh MPIRUN STRATA CHECKPOINT TEXT: generation and evaluation
 # under `mpirun -np 2 ... --tp 2` against the single process, through the CLI
 # as a user runs them: the same tokens (greedy, sampled, early exit,
-# self-speculative, a skip plan) and the same perplexity (to 1e-6 relative).
+# self-speculative, a skip plan) and the same perplexity (to 1e-6 relative);
+# and a tp 2 benchmark over a modelled link latency.
 set -u
 mpirun=$1 strata=$2 ckpt=$3 text=$4
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -33,6 +34,15 @@ if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 &
   echo "ok eval perplexity: tp 1 $a, tp 2 $b"
 else
   echo "FAIL eval perplexity: tp 1 '$a', tp 2 '$b'"
+  fail=1
+fi
+# A benchmark over a modelled link latency (--link-delay-us) on a ladder plan.
+out=$(tp2 bench generate --checkpoint "$ckpt" --plan "ladder*5" --max-new-tokens 8 --repeat 1 \
+      --link-delay-us 50 2>&1)
+if grep -qE "^plain +[0-9]+ +[0-9.]+ +1.00x" <<<"$out"; then
+  echo "ok bench generate ladder*5 --link-delay-us 50"
+else
+  echo "FAIL bench generate ladder*5 --link-delay-us 50: $out"
   fail=1
 fi
 exit $fail

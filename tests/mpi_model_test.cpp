@@ -62,7 +62,10 @@ void perturb(M& m, const ParamLayout& full_layout) {
 
 class TensorParallel : public ::testing::TestWithParam<Case> {};
 
-void check_against_single_process(const Case& k, const char* plan_text, int layers) {
+// With `skip`: LayerSkip layer dropout and early-exit losses too (the fused
+// step only; the masks are the same on every rank, as the trainer's are).
+void check_against_single_process(const Case& k, const char* plan_text, int layers,
+                                  const LayerSkipStep* skip = nullptr) {
   const LlamaConfig cfg = config(k, layers);
   const LayerPlan plan = LayerPlan::parse(plan_text, layers);
   Model<float> tp(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
@@ -84,12 +87,14 @@ void check_against_single_process(const Case& k, const char* plan_text, int laye
   targets[4] = -100;
   const double dloss = 1.0 / 13;
   for (bool fused : {true, false}) {
+    if (skip && !fused) continue;
     tp.zero_grad();
     ref.zero_grad();
     LossResult a, b;
     if (fused) {
-      a = tp.forward_backward(tokens.data(), targets.data(), B, T, dloss);
-      b = ref.forward_backward(tokens.data(), targets.data(), B, T, dloss);
+      a = tp.forward_backward(tokens.data(), targets.data(), B, T, dloss, skip);
+      b = ref.forward_backward(tokens.data(), targets.data(), B, T, dloss, skip);
+      if (skip) EXPECT_NEAR(a.objective, b.objective, 1e-5 * b.objective);
     } else {
       a = tp.forward(tokens.data(), targets.data(), B, T);
       tp.backward(dloss);
@@ -129,6 +134,18 @@ TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
                            "parallel,ladder,standard"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3);
+  }
+}
+
+// LayerSkip layer dropout (a partial mask, an empty one, a full one) and
+// early exits on ladder and hybrid plans under tensor parallelism.
+TEST_P(TensorParallel, LadderWithLayerSkipMatchesSingleProcessModel) {
+  LayerSkipStep skip;
+  skip.keep = {{1, 0}, {0, 0}, {1, 1}};
+  skip.exit_weight = {0.3, 0.2, 0.5};
+  for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder"}) {
+    SCOPED_TRACE(plan);
+    check_against_single_process(GetParam(), plan, 3, &skip);
   }
 }
 
@@ -196,17 +213,31 @@ TEST(TensorParallelExecutor, LadderReductionsAreAsync) {
   const int B = 2, T = 7;
   auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
   auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
+  m.set_progress_hook([&] { counter.mark(); });  // after every module, forward and backward
   counter.reset();
   m.zero_grad();
   m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
   EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 2);  // embedding, standard fwd+bwd, head
   EXPECT_EQ(counter.counts().allreduce_async, 4 + 4);    // two ladder layers, fwd and bwd
   EXPECT_EQ(counter.counts().wait, 8);
+  // Overlap: each reduction's wait comes after the next module has run. The
+  // only exception is the last layer's MLP output, which the final norm needs
+  // at once (L2). Backward, every input gradient's all-reduce overlaps a module.
+  EXPECT_EQ(counter.marks_before_wait(), (std::vector<int>{1, 1, 1, 0, 1, 1, 1, 1}));
   counter.reset();
   m.forward(tokens.data(), targets.data(), B, T);
   EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 1);
   EXPECT_EQ(counter.counts().allreduce_async, 4);
   EXPECT_EQ(counter.counts().wait, 4);
+  EXPECT_EQ(counter.marks_before_wait(), (std::vector<int>{1, 1, 1, 0}));
+  // A standard module after a ladder one waits for it at once (L21).
+  Model<float> h(cfg, LayerPlan::parse("ladder,standard,ladder", 3), ops::make_backend<float>(),
+                 &counter);
+  h.init_weights(5);
+  h.set_progress_hook([&] { counter.mark(); });
+  counter.reset();
+  h.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_EQ(counter.marks_before_wait(), (std::vector<int>{1, 0, 1, 0}));
   // The parallel layer: one reduction per layer, forward and backward.
   Model<float> p(cfg, LayerPlan::parse("parallel*3", 3), ops::make_backend<float>(), &counter);
   p.init_weights(5);

@@ -78,11 +78,16 @@ int bench_generate(int argc, char** argv, int first) {
       .option("exit-layer", "E", "also measure early exit and self-speculation at layer E", "0")
       .option("speculations", "D", "drafts per self-speculative round", "4")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
+      .option("link-delay-us", "US",
+              "under --tp: model a link latency, every tp collective completing no earlier than "
+              "US microseconds after it starts (an async one overlaps it with compute)",
+              "0")
       .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata bench generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
-  LoadedModel lm = load_model_from_args(args, "strata bench generate", true);
+  LoadedModel lm =
+      load_model_from_args(args, "strata bench generate", true, args.get_int("link-delay-us"));
   Model<float>* model = lm.model.get();
   const CheckpointInfo& info = lm.info;
   STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/delayed_comm.h"
 
 namespace strata::cli {
 
@@ -19,7 +20,8 @@ void add_model_options(Args& args) {
               "1");
 }
 
-LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark) {
+LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark,
+                                 int link_delay_us) {
   STRATA_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
   const int tp = args.get_int("tp");
   STRATA_CHECK(tp >= 1, command, ": --tp must be at least 1, got ", tp);
@@ -36,6 +38,14 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
   LoadOptions o;
   o.plan = args.get("plan");
   o.tp = m.grid.tp > 1 ? m.grid.tp_comm.get() : nullptr;
+  STRATA_CHECK(link_delay_us >= 0, command, ": --link-delay-us must be at least 0, got ",
+               link_delay_us);
+  STRATA_CHECK(link_delay_us == 0 || o.tp, command,
+               ": --link-delay-us models the link of a tensor-parallel group: it needs --tp > 1");
+  if (o.tp && link_delay_us > 0) {
+    m.link = std::make_unique<DelayedComm>(*o.tp, std::chrono::microseconds(link_delay_us));
+    o.tp = m.link.get();
+  }
   try {
     m.model = load_model(args.get("checkpoint"), &m.info, o);
   } catch (const Error& e) {

@@ -19,14 +19,17 @@ void add_model_options(Args& args);
 
 struct LoadedModel {
   ProcessGrid grid;
-  CheckpointInfo info;  // info.plan: the plan the model runs
+  CheckpointInfo info;                 // info.plan: the plan the model runs
+  std::unique_ptr<Communicator> link;  // the tp group seen through a modelled link (benchmarks)
   std::unique_ptr<Model<float>> model;
   bool root() const { return grid.is_root(); }
 };
 
 // Loads the model the options name; `command` prefixes errors ("strata eval").
-// Plans with benchmark-only kinds (nocomm) are refused unless `benchmark`.
+// Plans with benchmark-only kinds (nocomm) are refused unless `benchmark`;
+// `link_delay_us` > 0 (benchmarks) delays every tp collective's completion by
+// that much (parallel/delayed_comm.h).
 LoadedModel load_model_from_args(const Args& args, const std::string& command,
-                                 bool benchmark = false);
+                                 bool benchmark = false, int link_delay_us = 0);
 
 }  // namespace strata::cli

@@ -168,14 +168,15 @@ void Model<T>::ensure_activations(int B, int T_) {
     lsef_ = carve(N);
     attn_out_ = carve(N * C);
     mlp_out_ = carve(N * C);
-    sub_out_ = carve(N * C);
+    sub_x_ = carve(N * C);
+    sub_d_ = carve(N * C);
+    sub_g_ = carve(N * C);
     dstream_ = carve(N * C);
     d_ln_ = carve(N * C);
     d_qkv_ = carve(N * QKV);
     d_att_ = carve(N * Q);
     d_gateup_ = carve(N * 2 * F);
     d_h_ = carve(N * F);
-    d_sub_ = carve(N * C);
     bool deferring = false;
     for (const PlanUnit& u : units_)
       deferring |= u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel;
@@ -257,19 +258,22 @@ void Model<T>::grad_ready(int first_tensor, int last_tensor) {
 // ---------------------------------------------------------------- executor
 
 // One pass of the training/evaluation executor over `B` samples: the kinds'
-// view of the streams x_0..x_2L (with some remapped to compact sub-batch
-// buffers for LayerSkip), the modules with the sequence attention (saving
-// what backward needs), and the tp reductions.
+// view of the streams x_0..x_2L, the modules with the sequence attention
+// (saving what backward needs), and the tp reductions. Under LayerSkip layer
+// dropout the streams stay whole and only the modules see the kept samples:
+// Gathered runs a module on the kept samples packed together and spreads its
+// output back with zeros for the dropped ones; Dense (the test reference)
+// runs it on all samples and zeroes the dropped ones' outputs. A dropped
+// sample's module outputs are zero, so every stream of the unit passes its
+// input on, whatever the kind's recurrence.
 template <typename T>
 class Model<T>::ForwardPass final : public UnitForward<T> {
  public:
-  ForwardPass(Model& m, int B, int seq) : m_(m), B_(B), seq_(seq) {}
-  // Stream i reads and writes `p` instead (a compact sub-batch).
-  void remap(int i, T* p) { remap_.push_back({i, p}); }
+  ForwardPass(Model& m, int B, int seq, RunMode mode = RunMode::All,
+              const std::vector<int>* kept = nullptr)
+      : m_(m), B_(B), seq_(seq), mode_(mode), kept_(kept) {}
 
   T* stream(int i) override {
-    for (const auto& [j, p] : remap_)
-      if (j == i) return p;
     m_.materialize(i);
     return m_.streams_[size_t(i)];
   }
@@ -280,28 +284,33 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
   void attention(int l, const T* x, T* out) override {
     const LayerDims& d = m_.dims_;
     const AttentionActs<T>& a = m_.layer_acts_[size_t(l)].attn;
-    attention_partial<T>(*m_.be_, d, m_.layer_params(l), x, out, rows(), a, [&](T* qkv, T* att) {
-      // q heads and k heads are adjacent in each row: rotate Hq + Hkv heads at once.
-      m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), B_, seq_, d.Hq + d.Hkv,
-                           d.D, d.QKV(), 0);
-      m_.be_->attention_forward(att, a.lse, qkv, B_, seq_, d.Hq, d.Hkv, d.D);
-    });
+    const int Bm = module_batch();
+    attention_partial<T>(*m_.be_, d, m_.layer_params(l), module_input(x), out, int64_t(Bm) * seq_,
+                         a, [&](T* qkv, T* att) {
+                           // q heads and k heads are adjacent in each row:
+                           // rotate Hq + Hkv heads at once.
+                           m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), Bm,
+                                                seq_, d.Hq + d.Hkv, d.D, d.QKV(), 0);
+                           m_.be_->attention_forward(att, a.lse, qkv, Bm, seq_, d.Hq, d.Hkv, d.D);
+                         });
+    module_output(out);
     m_.progress();
   }
-  void mlp(int l, const T* x, T* out) override {
-    mlp_partial<T>(*m_.be_, m_.dims_, m_.layer_params(l), x, out, rows(),
-                   m_.layer_acts_[size_t(l)].mlp);
-    m_.progress();
-  }
+  void mlp(int l, const T* x, T* out) override { mlp_with(l, m_.layer_params(l), x, out); }
   void mlp_shared_norm(int l, const T* x, T* out) override {
     LayerTensors<T> w = m_.layer_params(l);
     w.post_norm = w.input_norm;
-    mlp_partial<T>(*m_.be_, m_.dims_, w, x, out, rows(), m_.layer_acts_[size_t(l)].mlp);
-    m_.progress();
+    mlp_with(l, w, x, out);
   }
   void add_o_bias(int l, T* out) override {
     const LayerTensors<T> w = m_.layer_params(l);
-    if (w.o_bias && m_.tp_rank() == 0) m_.be_->bias_add_forward(out, w.o_bias, rows(), m_.dims_.C);
+    if (!w.o_bias || m_.tp_rank() != 0) return;
+    if (mode_ == RunMode::All) {
+      m_.be_->bias_add_forward(out, w.o_bias, rows(), m_.dims_.C);
+      return;
+    }
+    const int64_t S = int64_t(seq_) * m_.dims_.C;  // dropped samples get no bias either
+    for (int b : *kept_) m_.be_->bias_add_forward(out + b * S, w.o_bias, seq_, m_.dims_.C);
   }
   void reduce_from_tp(T* buf) override { m_.tp_.allreduce(buf, rows() * m_.dims_.C); }
   int64_t reduce_from_tp_async(T* buf) override {
@@ -309,7 +318,6 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
   }
   void wait(int64_t handle) override { m_.tp_.wait(handle); }
   void defer_residual(int out, int base, T* buf, int64_t handle) override {
-    STRATA_CHECK(remap_.empty(), "a deferred residual inside a gathered LayerSkip sub-batch");
     m_.pending_out_.push_back({out, base, buf, handle, rows()});
   }
   void residual(T* out, const T* a, const T* b) override {
@@ -321,22 +329,39 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
 
  private:
   int64_t rows() const { return int64_t(B_) * seq_; }
+  int module_batch() const { return mode_ == RunMode::Gathered ? int(kept_->size()) : B_; }
+  const T* module_input(const T* x) {
+    if (mode_ != RunMode::Gathered) return x;
+    m_.gather_samples(*kept_, x, m_.sub_x_);
+    return m_.sub_x_;
+  }
+  void module_output(T* out) {
+    if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, out);
+    if (mode_ == RunMode::Dense) m_.zero_dropped(*kept_, B_, out);
+  }
+  void mlp_with(int l, const LayerTensors<T>& w, const T* x, T* out) {
+    mlp_partial<T>(*m_.be_, m_.dims_, w, module_input(x), out, int64_t(module_batch()) * seq_,
+                   m_.layer_acts_[size_t(l)].mlp);
+    module_output(out);
+    m_.progress();
+  }
   Model& m_;
   int B_, seq_;
-  std::vector<std::pair<int, T*>> remap_;
+  RunMode mode_;
+  const std::vector<int>* kept_;
 };
 
-// The backward of a training pass over `B` samples (the running gradient may
-// be a compact sub-batch buffer for LayerSkip).
+// The backward of a training pass over `B` samples. Under layer dropout the
+// modules see the kept samples only (as in the forward), and the running
+// gradient stays whole: a dropped sample's gradient passes the unit unchanged.
 template <typename T>
 class Model<T>::BackwardPass final : public UnitBackward<T> {
  public:
-  BackwardPass(Model& m, int B, int seq, T* grad) : m_(m), B_(B), seq_(seq), grad_(grad) {}
-  void remap(int i, T* p) { remap_.push_back({i, p}); }
+  BackwardPass(Model& m, int B, int seq, T* grad, RunMode mode = RunMode::All,
+               const std::vector<int>* kept = nullptr)
+      : m_(m), B_(B), seq_(seq), grad_(grad), mode_(mode), kept_(kept) {}
 
   T* stream(int i) override {
-    for (const auto& [j, p] : remap_)
-      if (j == i) return p;
     m_.settle(i, grad_);
     return m_.streams_[size_t(i)];
   }
@@ -346,36 +371,42 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     return slot == 0 ? m_.d_ln_ : m_.d_ln2_;
   }
   void defer_input_grad(int stream, int layer, bool mlp, T* d_ln, int64_t handle) override {
-    STRATA_CHECK(remap_.empty(), "a deferred input gradient inside a gathered LayerSkip sub-batch");
     m_.pending_grad_.push_back({stream, layer, mlp, d_ln, handle, rows()});
   }
   void settle(int stream) override { m_.settle(stream, grad_); }
   void attention_backward(int l, const T* dout, T* d_ln) override {
-    attention_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout,
-                                  d_ln, B_, seq_, m_.layer_acts_[size_t(l)].attn,
-                                  m_.rope_cos_.data(), m_.rope_sin_.data(), m_.d_att_, m_.d_qkv_);
+    attention_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l),
+                                  module_grad(dout), d_ln, module_batch(), seq_,
+                                  m_.layer_acts_[size_t(l)].attn, m_.rope_cos_.data(),
+                                  m_.rope_sin_.data(), m_.d_att_, m_.d_qkv_);
+    if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, d_ln);
     m_.progress();
   }
   void mlp_backward(int l, const T* dout, T* d_ln) override {
-    mlp_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l), dout, d_ln,
-                            rows(), m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
+    mlp_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l),
+                            module_grad(dout), d_ln, int64_t(module_batch()) * seq_,
+                            m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
+    if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, d_ln);
     m_.progress();
   }
   void attention_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
-    m_.be_->rmsnorm_backward(dx, m_.layer_grads(l).input_norm, d_ln, x,
-                             m_.layer_params(l).input_norm, m_.layer_acts_[size_t(l)].attn.rstd,
-                             rows(), m_.dims_.C);
+    m_.norm_backward(l, false, dx, d_ln, x, rows());
   }
   void mlp_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
-    m_.be_->rmsnorm_backward(dx, m_.layer_grads(l).post_norm, d_ln, x, m_.layer_params(l).post_norm,
-                             m_.layer_acts_[size_t(l)].mlp.rstd, rows(), m_.dims_.C);
+    m_.norm_backward(l, true, dx, d_ln, x, rows());
   }
   void add(T* dst, const T* src) override {
     m_.be_->residual_forward(dst, dst, src, rows() * m_.dims_.C);
   }
   void o_bias_backward(int l, const T* dout) override {
     T* g = m_.layer_grads(l).o_bias;
-    if (g) m_.be_->bias_add_backward(g, dout, rows(), m_.dims_.C);
+    if (!g) return;
+    if (mode_ == RunMode::All) {
+      m_.be_->bias_add_backward(g, dout, rows(), m_.dims_.C);
+      return;
+    }
+    const int64_t S = int64_t(seq_) * m_.dims_.C;
+    for (int b : *kept_) m_.be_->bias_add_backward(g, dout + b * S, seq_, m_.dims_.C);
   }
   void copy_to_tp(T* grad) override { m_.tp_.allreduce(grad, rows() * m_.dims_.C); }
   int64_t copy_to_tp_async(T* grad) override {
@@ -385,79 +416,52 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
 
  private:
   int64_t rows() const { return int64_t(B_) * seq_; }
+  int module_batch() const { return mode_ == RunMode::Gathered ? int(kept_->size()) : B_; }
+  // The gradient a module sees: the kept samples' (Gathered: packed; Dense:
+  // the dropped ones zeroed, so they add nothing to the weights' gradients).
+  const T* module_grad(const T* dout) {
+    if (mode_ == RunMode::Gathered) {
+      m_.gather_samples(*kept_, dout, m_.sub_x_);
+      return m_.sub_x_;
+    }
+    if (mode_ == RunMode::Dense) {
+      m_.be_->copy(m_.sub_x_, dout, rows() * m_.dims_.C);
+      m_.zero_dropped(*kept_, B_, m_.sub_x_);
+      return m_.sub_x_;
+    }
+    return dout;
+  }
   Model& m_;
   int B_, seq_;
   T* grad_;
-  std::vector<std::pair<int, T*>> remap_;
+  RunMode mode_;
+  const std::vector<int>* kept_;
 };
 
-// A unit under LayerSkip: all samples, none (the unit is the identity), the
-// kept samples gathered into a sub-batch, or (test reference) all samples
-// with the dropped ones' outputs and gradients masked.
+// A unit under LayerSkip: all samples, none (every stream of the unit is its
+// input), or some (Gathered, or the Dense test reference; see ForwardPass).
 template <typename T>
 void Model<T>::unit_forward_mode(const PlanUnit& u, int B, int T_, RunMode mode) {
-  const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C, S = int64_t(T_) * C;
   const int in = 2 * u.first, out = 2 * u.end();  // the unit reads x_in, writes x_in+1..x_out
-  if (mode == RunMode::All || mode == RunMode::Dense) {
-    ForwardPass f(*this, B, T_);
-    unit_forward<T>(f, u);
-    if (mode == RunMode::Dense) {  // dropped samples keep their input
-      std::vector<uint8_t> kept(size_t(B), 0);
-      for (int b : kept_[size_t(u.first)]) kept[size_t(b)] = 1;
-      for (int b = 0; b < B; ++b)
-        if (!kept[size_t(b)])
-          be_->copy(streams_[size_t(out)] + b * S, streams_[size_t(in)] + b * S, S);
-    }
-    return;
-  }
   if (mode == RunMode::None) {
-    for (int i = in + 1; i <= out; ++i) be_->copy(streams_[size_t(i)], streams_[size_t(in)], NC);
+    materialize(in);
+    for (int i = in + 1; i <= out; ++i)
+      be_->copy(streams_[size_t(i)], streams_[size_t(in)], int64_t(B) * T_ * cfg_.hidden_size);
     return;
   }
-  // Gathered: the unit runs on the kept samples only. Its input is gathered
-  // into sub_x_ and its inner streams hold the compact sub-batch (first Bk
-  // samples; kept for backward); its output is scattered over a copy of the
-  // input.
-  const int Bk = int(kept_[size_t(u.first)].size());
-  if (sub_x_[size_t(u.first)].size() < size_t(NC))
-    sub_x_[size_t(u.first)] = ops::DeviceBuffer<T>(be_.get(), size_t(NC));
-  T* x = sub_x_[size_t(u.first)].data();
-  gather_samples(u.first, streams_[size_t(in)], x, T_);
-  ForwardPass f(*this, Bk, T_);
-  f.remap(in, x);
-  f.remap(out, sub_out_);
+  ForwardPass f(*this, B, T_, mode, &kept_[size_t(u.first)]);
   unit_forward<T>(f, u);
-  be_->copy(streams_[size_t(out)], streams_[size_t(in)], NC);
-  scatter_samples(u.first, sub_out_, streams_[size_t(out)], T_);
 }
 
 template <typename T>
 void Model<T>::unit_backward_mode(const PlanUnit& u, int B, int T_, RunMode mode) {
-  const int64_t C = cfg_.hidden_size, NC = int64_t(B) * T_ * C, S = int64_t(T_) * C;
-  if (mode == RunMode::All) {
-    BackwardPass b(*this, B, T_, dstream_);
-    b.settle(2 * u.end());  // dL/dx of the unit's output, whole
-    unit_backward<T>(b, u);
-  } else if (mode == RunMode::Dense) {
-    // Dropped samples: the gradient passes unchanged and nothing reaches the
-    // unit (a zero upstream gradient adds zero to every weight).
-    std::vector<uint8_t> kept(size_t(B), 0);
-    for (int b : kept_[size_t(u.first)]) kept[size_t(b)] = 1;
-    be_->copy(d_sub_, dstream_, NC);
-    for (int b = 0; b < B; ++b)
-      if (!kept[size_t(b)]) be_->zero(d_sub_ + b * S, S);
-    BackwardPass b(*this, B, T_, d_sub_);
-    unit_backward<T>(b, u);
-    for (int s = 0; s < B; ++s)
-      if (kept[size_t(s)]) be_->copy(dstream_ + s * S, d_sub_ + s * S, S);
-  } else if (mode == RunMode::Gathered) {
-    const int Bk = int(kept_[size_t(u.first)].size());
-    gather_samples(u.first, dstream_, d_sub_, T_);
-    BackwardPass b(*this, Bk, T_, d_sub_);
-    b.remap(2 * u.first, sub_x_[size_t(u.first)].data());
-    unit_backward<T>(b, u);
-    scatter_samples(u.first, d_sub_, dstream_, T_);
-  }  // None: identity
+  if (mode == RunMode::None) {  // the gradient passes; what a later layer read inside joins it
+    for (int i = 2 * u.end(); i > 2 * u.first; --i) settle(i, dstream_);
+    return;
+  }
+  BackwardPass b(*this, B, T_, dstream_, mode, &kept_[size_t(u.first)]);
+  b.settle(2 * u.end());  // dL/dx of the unit's output, whole
+  unit_backward<T>(b, u);
 }
 
 template <typename T>
@@ -482,12 +486,29 @@ void Model<T>::settle(int stream, T* grad) {
     }
     pending_grad_.erase(pending_grad_.begin() + long(k));
     tp_.wait(p.handle);
-    const LayerTensors<T> w = layer_params(p.layer), g = layer_grads(p.layer);
-    const LayerActs& a = layer_acts_[size_t(p.layer)];
-    be_->rmsnorm_backward(grad, p.mlp ? g.post_norm : g.input_norm, p.d_ln,
-                          streams_[size_t(stream)], p.mlp ? w.post_norm : w.input_norm,
-                          p.mlp ? a.mlp.rstd : a.attn.rstd, p.rows, cfg_.hidden_size);
+    norm_backward(p.layer, p.mlp, grad, p.d_ln, streams_[size_t(stream)], p.rows);
   }
+}
+
+template <typename T>
+void Model<T>::norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, int64_t rows) {
+  const LayerTensors<T> w = layer_params(l), g = layer_grads(l);
+  const LayerActs& a = layer_acts_[size_t(l)];
+  T* dw = mlp ? g.post_norm : g.input_norm;
+  const T* nw = mlp ? w.post_norm : w.input_norm;
+  const T* rstd = mlp ? a.mlp.rstd : a.attn.rstd;
+  if (run_mode_.empty() || run_mode_[size_t(l)] != RunMode::Gathered) {
+    be_->rmsnorm_backward(dx, dw, d_ln, x, nw, rstd, rows, cfg_.hidden_size);
+    return;
+  }
+  // The norm ran on the kept samples packed together (its rstd is packed).
+  const std::vector<int>& kept = kept_[size_t(l)];
+  gather_samples(kept, x, sub_x_);
+  gather_samples(kept, d_ln, sub_d_);
+  gather_samples(kept, dx, sub_g_);
+  be_->rmsnorm_backward(sub_g_, dw, sub_d_, sub_x_, nw, rstd, int64_t(kept.size()) * seq_,
+                        cfg_.hidden_size);
+  scatter_samples(kept, sub_g_, dx);
 }
 
 template <typename T>
@@ -496,19 +517,40 @@ void Model<T>::settle_all(T* grad) {
 }
 
 template <typename T>
-void Model<T>::gather_samples(int l, const T* full, T* compact, int T_) {
-  const int64_t S = int64_t(T_) * cfg_.hidden_size;
-  const auto& kept = kept_[size_t(l)];
+void Model<T>::gather_samples(const std::vector<int>& kept, const T* full, T* compact) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
   for (size_t k = 0; k < kept.size(); ++k)
     be_->copy(compact + int64_t(k) * S, full + int64_t(kept[k]) * S, S);
 }
 
 template <typename T>
-void Model<T>::scatter_samples(int l, const T* compact, T* full, int T_) {
-  const int64_t S = int64_t(T_) * cfg_.hidden_size;
-  const auto& kept = kept_[size_t(l)];
+void Model<T>::scatter_samples(const std::vector<int>& kept, const T* compact, T* full) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
   for (size_t k = 0; k < kept.size(); ++k)
     be_->copy(full + int64_t(kept[k]) * S, compact + int64_t(k) * S, S);
+}
+
+// In place: sample k moves to kept[k] >= k (last first, so no source is
+// overwritten before it moves), the dropped samples become zero.
+template <typename T>
+void Model<T>::spread_samples(const std::vector<int>& kept, int B, T* buf) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
+  for (size_t k = kept.size(); k-- > 0;)
+    if (kept[k] != int(k)) be_->copy(buf + int64_t(kept[k]) * S, buf + int64_t(k) * S, S);
+  zero_dropped(kept, B, buf);
+}
+
+template <typename T>
+void Model<T>::zero_dropped(const std::vector<int>& kept, int B, T* buf) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
+  size_t k = 0;
+  for (int b = 0; b < B; ++b) {
+    if (k < kept.size() && kept[k] == b) {
+      ++k;
+      continue;
+    }
+    be_->zero(buf + int64_t(b) * S, S);
+  }
 }
 
 template <typename T>
@@ -543,7 +585,6 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
   const int L = cfg_.num_hidden_layers;
   run_mode_.assign(size_t(L), RunMode::All);
   kept_.resize(size_t(L));
-  sub_x_.resize(size_t(L));
   const bool dropping = skip && !skip->keep.empty();
   if (dropping)
     STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
@@ -553,26 +594,24 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
     if (u.end() > exit_layer) break;
     RunMode mode = RunMode::All;
     if (dropping) {  // a unit is dropped as a whole: its layers share one mask
-      STRATA_CHECK(u.kind != LayerKind::Ladder,
-                   "LayerSkip layer dropout with ladder layers is not supported yet (layer ",
-                   u.first, " of plan '", plan_.to_string(), "')");
       const auto& k = skip->keep[size_t(u.first)];
       STRATA_CHECK(int(k.size()) == B, "layer skip: keep mask of layer ", u.first, " has ",
                    k.size(), " entries for a batch of ", B);
       for (int l = u.first + 1; l < u.end(); ++l)
         STRATA_CHECK(skip->keep[size_t(l)] == k, "layer skip: layers ", u.first, " and ", l,
                      " form one unit but have different keep masks");
-      kept_[size_t(u.first)].clear();
+      std::vector<int>& kept = kept_[size_t(u.first)];
+      kept.clear();
       for (int b = 0; b < B; ++b)
-        if (k[size_t(b)]) kept_[size_t(u.first)].push_back(b);
-      const int Bk = int(kept_[size_t(u.first)].size());
+        if (k[size_t(b)]) kept.push_back(b);
+      for (int l = u.first + 1; l < u.end(); ++l) kept_[size_t(l)] = kept;
+      const int Bk = int(kept.size());
       mode = Bk == B                 ? RunMode::All
              : skip->dense_reference ? RunMode::Dense
              : Bk == 0               ? RunMode::None
                                      : RunMode::Gathered;
     }
     for (int l = u.first; l < u.end(); ++l) run_mode_[size_t(l)] = mode;
-    if (mode != RunMode::All) materialize(2 * u.first);  // the sub-batch modes read x_in
     unit_forward_mode(u, B, T_, mode);
   }
   materialize(2 * cfg_.num_hidden_layers);  // every stream, before the head or an exit

@@ -170,10 +170,16 @@ class Model {
   enum class RunMode { All, None, Gathered, Dense };
   void unit_forward_mode(const PlanUnit& u, int B, int seq, RunMode mode);
   void unit_backward_mode(const PlanUnit& u, int B, int seq, RunMode mode);
-  // Copies rows (whole samples of seq * C) between a full [B, seq, C] tensor
-  // and a compact one holding the samples of kept_[l] in order.
-  void gather_samples(int l, const T* full, T* compact, int seq);
-  void scatter_samples(int l, const T* compact, T* full, int seq);
+  // Whole samples (seq_ * C values) between a [B, seq_, C] tensor and a
+  // packed one holding the samples `kept` (ascending) in order; spread is the
+  // in-place packed -> whole with zeros for the others.
+  void gather_samples(const std::vector<int>& kept, const T* full, T* packed);
+  void scatter_samples(const std::vector<int>& kept, const T* packed, T* full);
+  void spread_samples(const std::vector<int>& kept, int B, T* buf);
+  void zero_dropped(const std::vector<int>& kept, int B, T* buf);
+  // dx += the input gradient of layer l's attention (mlp: MLP) norm, and its
+  // weight's gradient (on the packed kept samples where the unit gathered).
+  void norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, int64_t rows);
   // The early-exit loss at the output of layer l: CE of the shared head,
   // gradient (times dloss * weight) added to dstream_ and the head's grads.
   void exit_loss(int l, int B, int seq, double scale, LossResult* result);
@@ -207,10 +213,12 @@ class Model {
   std::vector<LayerActs> layer_acts_;
   T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr;
   T *attn_out_ = nullptr, *mlp_out_ = nullptr;  // module outputs (one per module of a step)
-  T* sub_out_ = nullptr;                        // a gathered unit's compact output
+  // LayerSkip's packed kept samples: a module's input or output gradient, and
+  // a norm backward's d_ln and dx.
+  T *sub_x_ = nullptr, *sub_d_ = nullptr, *sub_g_ = nullptr;
   // Backward scratch, shared by all layers.
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
-    *d_gateup_ = nullptr, *d_h_ = nullptr, *d_sub_ = nullptr;
+    *d_gateup_ = nullptr, *d_h_ = nullptr;
   T* d_ln2_ = nullptr;  // the second d_ln slot (plans with kinds that defer reductions)
   // Deferred residuals of the forward (stream out = stream base + buf once the
   // reduction `handle` is done), in the order deferred; and deferred input
@@ -231,11 +239,9 @@ class Model {
   void materialize(int i);           // adds the pending outputs up to stream i
   void settle(int stream, T* grad);  // adds the deferred input gradients of x_stream
   void settle_all(T* grad);
-  // LayerSkip: per layer, how its unit ran, the kept samples, and the compact
-  // input of a gathered sub-batch (allocated on first use).
+  // LayerSkip: per layer, how its unit ran and the kept samples.
   std::vector<RunMode> run_mode_;
   std::vector<std::vector<int>> kept_;
-  std::vector<ops::DeviceBuffer<T>> sub_x_;
   TpRegion<T> tp_;
   ops::VocabShard<T> shard_;
   std::vector<T> tp_scratch_;
