@@ -11,6 +11,7 @@
 
 #include "infer/generate.h"
 #include "model/model.h"
+#include "plan_reference.h"
 #include "reference.h"
 #include "testing.h"
 
@@ -18,6 +19,8 @@ namespace strata {
 namespace {
 
 using reference::Vec;
+using testing::reference_streams;
+using testing::tensor;
 
 LlamaConfig small_config(int layers, bool tied, bool bias) {
   LlamaConfig c;
@@ -33,82 +36,6 @@ LlamaConfig small_config(int layers, bool tied, bool bias) {
   c.initializer_range = 0.5;
   c.finalize();
   return c;
-}
-
-Vec tensor(Model<double>& m, int t) {
-  const ParamInfo& p = m.layout()[t];
-  return Vec(m.param(t), m.param(t) + p.numel);
-}
-Vec concat(Vec a, const Vec& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// The streams x_0..x_2L of the plan, from the equations:
-//   standard, nocomm (alone): x_i = x_{i-1} + h_i(x_{i-1})
-//   ladder:   x_i = x_{i-1} + h_i(x_{i-2}),  x_{-1} := x_0
-//   parallel: x_{2l+2} = x_{2l} + attn(n) + mlp(n), n = norm_attn(x_{2l}); x_{2l+1} := x_{2l+2}
-//   skip:     x_i = x_{i-1}
-// With `keep` (LayerSkip layer dropout), layer l's module outputs are zero for
-// the samples b with keep[l][b] == 0.
-std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
-                                   const std::vector<int32_t>& tokens, int B, int T,
-                                   const std::vector<std::vector<uint8_t>>* keep = nullptr) {
-  const LlamaConfig& c = m.config();
-  const ParamLayout& lay = m.layout();
-  const int C = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
-            Hkv = c.num_key_value_heads, QKV = (Hq + 2 * Hkv) * D, F = c.intermediate_size;
-  const int64_t N = int64_t(B) * T;
-  std::vector<Vec> x(size_t(2 * c.num_hidden_layers + 1));
-  x[0] = reference::embedding(tokens, tensor(m, lay.embed), C);
-  auto add = [](const Vec& a, const Vec& b) {
-    Vec r(a.size());
-    for (size_t k = 0; k < a.size(); ++k) r[k] = a[k] + b[k];
-    return r;
-  };
-  auto drop = [&](int l, Vec v) {
-    if (keep)
-      for (int b = 0; b < B; ++b)
-        if (!(*keep)[size_t(l)][size_t(b)])
-          std::fill_n(v.begin() + int64_t(b) * T * C, int64_t(T) * C, 0.0);
-    return v;
-  };
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const auto& P = lay.layers[size_t(l)];
-    const int i = 2 * l + 1;
-    const LayerKind kind = plan.kinds[size_t(l)];
-    if (kind == LayerKind::Skip) {
-      x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i - 1)];
-      continue;
-    }
-    const bool ladder = kind == LayerKind::Ladder, parallel = kind == LayerKind::Parallel;
-    // Attention.
-    const Vec& ain = ladder ? x[size_t(std::max(i - 2, 0))] : x[size_t(i - 1)];
-    const Vec ln1 = reference::rmsnorm(ain, tensor(m, P.input_norm), N, C, c.rms_norm_eps);
-    const Vec wqkv = concat(concat(tensor(m, P.q), tensor(m, P.k)), tensor(m, P.v));
-    Vec bqkv;
-    if (c.attention_bias)
-      bqkv = concat(concat(tensor(m, P.q_bias), tensor(m, P.k_bias)), tensor(m, P.v_bias));
-    Vec qkv = reference::linear(ln1, wqkv, c.attention_bias ? &bqkv : nullptr, N, C, QKV);
-    qkv = reference::rope(qkv, B, T, Hq + Hkv, D, QKV, c.rope_theta, 0);
-    Vec att, lse;
-    reference::attention(qkv, B, T, Hq, Hkv, D, att, lse);
-    const Vec bo = c.attention_bias ? tensor(m, P.o_bias) : Vec();
-    const Vec a = drop(
-        l, reference::linear(att, tensor(m, P.o), c.attention_bias ? &bo : nullptr, N, Hq * D, C));
-    x[size_t(i)] = add(x[size_t(i - 1)], a);
-    // MLP.
-    const Vec& min = ladder || parallel ? x[size_t(i - 1)] : x[size_t(i)];
-    const Vec ln2 = reference::rmsnorm(min, tensor(m, parallel ? P.input_norm : P.post_norm), N, C,
-                                       c.rms_norm_eps);
-    const Vec gu =
-        reference::linear(ln2, concat(tensor(m, P.gate), tensor(m, P.up)), nullptr, N, C, 2 * F);
-    const Vec h = reference::swiglu(gu, N, F);
-    x[size_t(i + 1)] =
-        add(x[size_t(i)], drop(l, reference::linear(h, tensor(m, P.down), nullptr, N, F, C)));
-    if (parallel) x[size_t(i)] = x[size_t(i + 1)];
-  }
-  return x;
 }
 
 void perturb_vectors(Model<double>& m, uint32_t seed) {

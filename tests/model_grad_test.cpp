@@ -77,7 +77,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"standard_ladder2_tied_bias", true, 2, true, 0, "standard,ladder*2", 3},
         Case{"ladder_standard_ladder", false, 4, false, 0, "ladder,standard,ladder", 3},
         Case{"parallel_bias", false, 2, true, 0, "parallel*2", 2},
-        Case{"skip_ladder_parallel_ladder", true, 2, false, 0, "skip,ladder,parallel,ladder", 4}),
+        Case{"skip_ladder_parallel_ladder", true, 2, false, 0, "skip,ladder,parallel,ladder", 4},
+        // Layer Parallelism: the mixed MLP norm's gradient split between the pair.
+        Case{"lp2_alpha03_bias", false, 2, true, 0, "lp*2;lp_alpha=0.3", 2},
+        Case{"standard_lp2_standard_tied", true, 4, false, 0, "standard,lp*2,standard", 4},
+        Case{"lp2_ladder2", false, 2, false, 0, "lp*2,ladder*2", 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

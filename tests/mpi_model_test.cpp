@@ -94,7 +94,9 @@ void check_against_single_process(const Case& k, const char* plan_text, int laye
     if (fused) {
       a = tp.forward_backward(tokens.data(), targets.data(), B, T, dloss, skip);
       b = ref.forward_backward(tokens.data(), targets.data(), B, T, dloss, skip);
-      if (skip) EXPECT_NEAR(a.objective, b.objective, 1e-5 * b.objective);
+      if (skip) {
+        EXPECT_NEAR(a.objective, b.objective, 1e-5 * b.objective);
+      }
     } else {
       a = tp.forward(tokens.data(), targets.data(), B, T);
       tp.backward(dloss);
@@ -130,8 +132,9 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
 // Ladder and hybrid plans: deferred reductions and input gradients across
 // units, under tensor parallelism, against one process.
 TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
-  for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder", "parallel*3",
-                           "parallel,ladder,standard"}) {
+  for (const char* plan :
+       {"ladder*3", "standard,ladder*2", "ladder,standard,ladder", "parallel*3",
+        "parallel,ladder,standard", "lp*2,standard", "standard,lp*2;lp_alpha=0.3", "lp*2,ladder"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3);
   }
@@ -245,6 +248,28 @@ TEST(TensorParallelExecutor, LadderReductionsAreAsync) {
   p.zero_grad();
   p.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
   EXPECT_EQ(counter.counts().allreduce, 1 + 3 + 3 + 2);
+  EXPECT_EQ(counter.counts().allreduce_async, 0);
+}
+
+// A Layer-Parallel pair: one reduction for both attentions and one for both
+// MLPs forward (2 instead of 4); backward, one for the shared MLP norm's input
+// gradient and one per attention norm (3 instead of 4).
+TEST(TensorParallelExecutor, LpPairCollectives) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
+  testing::CountingComm counter(*g_grid->tp_comm);
+  Model<float> m(cfg, LayerPlan::parse("lp*2,standard", 3), ops::make_backend<float>(), &counter);
+  m.init_weights(5);
+  const int B = 2, T = 7;
+  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
+  auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
+  counter.reset();
+  m.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 1);  // embedding, pair, standard, head
+  counter.reset();
+  m.zero_grad();
+  m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 3 + 2 + 2);
   EXPECT_EQ(counter.counts().allreduce_async, 0);
 }
 

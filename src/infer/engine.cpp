@@ -16,6 +16,7 @@ class KvEngine::Pass final : public UnitForward<float> {
   Pass(KvEngine& e, float* x, int rows, const std::vector<int>& seqs, const std::vector<int>& pos)
       : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), tp_(e.m_.tp_comm()) {}
 
+  const LayerPlan& plan() const override { return e_.m_.plan(); }
   float* stream(int i) override {
     materialize(i);
     return buffer(i);
@@ -41,6 +42,16 @@ class KvEngine::Pass final : public UnitForward<float> {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     LayerTensors<float> w = e_.m_.layer_params(l);
     w.post_norm = w.input_norm;
+    mlp_partial<float>(e_.be_, e_.d_, w, x, out, rows_, a);
+    tp_.progress();
+  }
+  void mlp_mixed_norm(int l, int first, int second, double alpha, const float* x,
+                      float* out) override {
+    const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
+    LayerTensors<float> w = e_.m_.layer_params(l);
+    e_.be_.axpby_forward(e_.mixed_norm_.data(), e_.m_.layer_params(first).post_norm,
+                         e_.m_.layer_params(second).post_norm, e_.d_.C, alpha, 1.0 - alpha);
+    w.post_norm = e_.mixed_norm_.data();
     mlp_partial<float>(e_.be_, e_.d_, w, x, out, rows_, a);
     tp_.progress();
   }
@@ -163,6 +174,7 @@ void KvEngine::ensure_scratch(int n) {
   h_ = ops::DeviceBuffer<float>(&be_, N * d_.F);
   xn_ = ops::DeviceBuffer<float>(&be_, N * C);
   odd_ = ops::DeviceBuffer<float>(&be_, N * C);
+  mixed_norm_ = ops::DeviceBuffer<float>(&be_, C);
 }
 
 void KvEngine::embed(const int32_t* tokens, int n, float* x) {

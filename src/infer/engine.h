@@ -73,6 +73,7 @@ class KvEngine {
   ops::DeviceBuffer<float> k_, v_;  // [batch, layers, Hkv, max_len, D]
   int scratch_rows_ = 0;
   ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, attn_out_, mlp_out_, gateup_, h_, xn_, odd_;
+  ops::DeviceBuffer<float> mixed_norm_;  // a Layer-Parallel pair's MLP norm weights
 };
 
 }  // namespace strata

@@ -30,6 +30,8 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
   const size_t table = size_t(cfg_.max_position_embeddings) * (cfg_.head_dim / 2);
+  mixed_norm_ = ops::DeviceBuffer<T>(be_.get(), size_t(cfg_.hidden_size));
+  mixed_dnorm_ = ops::DeviceBuffer<T>(be_.get(), size_t(cfg_.hidden_size));
   rope_cos_ = ops::DeviceBuffer<T>(be_.get(), table);
   rope_sin_ = ops::DeviceBuffer<T>(be_.get(), table);
   const std::vector<double> inv_freq = cfg_.rope_inv_freq();
@@ -181,6 +183,9 @@ void Model<T>::ensure_activations(int B, int T_) {
     for (const PlanUnit& u : units_)
       deferring |= u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel;
     d_ln2_ = deferring ? carve(N * C) : nullptr;
+    bool pairs = false;
+    for (const PlanUnit& u : units_) pairs |= u.kind == LayerKind::Lp;
+    d_ln3_ = pairs ? carve(N * C) : nullptr;
     return used;
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
@@ -273,6 +278,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
               const std::vector<int>* kept = nullptr)
       : m_(m), B_(B), seq_(seq), mode_(mode), kept_(kept) {}
 
+  const LayerPlan& plan() const override { return m_.plan_; }
   T* stream(int i) override {
     m_.materialize(i);
     return m_.streams_[size_t(i)];
@@ -300,6 +306,11 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
   void mlp_shared_norm(int l, const T* x, T* out) override {
     LayerTensors<T> w = m_.layer_params(l);
     w.post_norm = w.input_norm;
+    mlp_with(l, w, x, out);
+  }
+  void mlp_mixed_norm(int l, int a, int b, double alpha, const T* x, T* out) override {
+    LayerTensors<T> w = m_.layer_params(l);
+    w.post_norm = m_.mix_norms(a, b, alpha);
     mlp_with(l, w, x, out);
   }
   void add_o_bias(int l, T* out) override {
@@ -361,14 +372,16 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
                const std::vector<int>* kept = nullptr)
       : m_(m), B_(B), seq_(seq), grad_(grad), mode_(mode), kept_(kept) {}
 
+  const LayerPlan& plan() const override { return m_.plan_; }
   T* stream(int i) override {
     m_.settle(i, grad_);
     return m_.streams_[size_t(i)];
   }
   T* grad() override { return grad_; }
   T* d_ln(int slot) override {
-    STRATA_CHECK(slot == 0 || (slot == 1 && m_.d_ln2_), "d_ln slot ", slot, " does not exist");
-    return slot == 0 ? m_.d_ln_ : m_.d_ln2_;
+    T* const slots[] = {m_.d_ln_, m_.d_ln2_, m_.d_ln3_};
+    STRATA_CHECK(slot >= 0 && slot < 3 && slots[slot], "d_ln slot ", slot, " does not exist");
+    return slots[slot];
   }
   void defer_input_grad(int stream, int layer, bool mlp, T* d_ln, int64_t handle) override {
     m_.pending_grad_.push_back({stream, layer, mlp, d_ln, handle, rows()});
@@ -394,6 +407,17 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   }
   void mlp_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
     m_.norm_backward(l, true, dx, d_ln, x, rows());
+  }
+  void mlp_mixed_norm_backward(int l, int a, int b, double alpha, const T* x, const T* d_ln,
+                               T* dx) override {
+    T* ga = m_.layer_grads(a).post_norm;
+    T* gb = m_.layer_grads(b).post_norm;
+    const int C = m_.dims_.C;
+    T* dmix = ga || gb ? m_.mixed_dnorm_.data() : nullptr;
+    if (dmix) m_.be_->zero(dmix, C);
+    m_.norm_backward_with(l, true, m_.mix_norms(a, b, alpha), dmix, dx, d_ln, x, rows());
+    if (ga) m_.be_->axpby_forward(ga, ga, dmix, C, 1.0, alpha);
+    if (gb) m_.be_->axpby_forward(gb, gb, dmix, C, 1.0, 1.0 - alpha);
   }
   void add(T* dst, const T* src) override {
     m_.be_->residual_forward(dst, dst, src, rows() * m_.dims_.C);
@@ -493,9 +517,14 @@ void Model<T>::settle(int stream, T* grad) {
 template <typename T>
 void Model<T>::norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, int64_t rows) {
   const LayerTensors<T> w = layer_params(l), g = layer_grads(l);
+  norm_backward_with(l, mlp, mlp ? w.post_norm : w.input_norm, mlp ? g.post_norm : g.input_norm, dx,
+                     d_ln, x, rows);
+}
+
+template <typename T>
+void Model<T>::norm_backward_with(int l, bool mlp, const T* nw, T* dw, T* dx, const T* d_ln,
+                                  const T* x, int64_t rows) {
   const LayerActs& a = layer_acts_[size_t(l)];
-  T* dw = mlp ? g.post_norm : g.input_norm;
-  const T* nw = mlp ? w.post_norm : w.input_norm;
   const T* rstd = mlp ? a.mlp.rstd : a.attn.rstd;
   if (run_mode_.empty() || run_mode_[size_t(l)] != RunMode::Gathered) {
     be_->rmsnorm_backward(dx, dw, d_ln, x, nw, rstd, rows, cfg_.hidden_size);
@@ -509,6 +538,13 @@ void Model<T>::norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, 
   be_->rmsnorm_backward(sub_g_, dw, sub_d_, sub_x_, nw, rstd, int64_t(kept.size()) * seq_,
                         cfg_.hidden_size);
   scatter_samples(kept, sub_g_, dx);
+}
+
+template <typename T>
+T* Model<T>::mix_norms(int a, int b, double alpha) {
+  be_->axpby_forward(mixed_norm_.data(), layer_params(a).post_norm, layer_params(b).post_norm,
+                     cfg_.hidden_size, alpha, 1.0 - alpha);
+  return mixed_norm_.data();
 }
 
 template <typename T>

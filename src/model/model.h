@@ -180,6 +180,13 @@ class Model {
   // dx += the input gradient of layer l's attention (mlp: MLP) norm, and its
   // weight's gradient (on the packed kept samples where the unit gathered).
   void norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, int64_t rows);
+  // The same with norm weights nw (gradient into dw, may be null) instead of
+  // the layer's own, on the statistics the layer's norm saved.
+  void norm_backward_with(int l, bool mlp, const T* nw, T* dw, T* dx, const T* d_ln, const T* x,
+                          int64_t rows);
+  // alpha * (MLP norm weights of layer a) + (1 - alpha) * (of layer b), in
+  // mixed_norm_ (Layer Parallelism).
+  T* mix_norms(int a, int b, double alpha);
   // The early-exit loss at the output of layer l: CE of the shared head,
   // gradient (times dloss * weight) added to dstream_ and the head's grads.
   void exit_loss(int l, int B, int seq, double scale, LossResult* result);
@@ -205,6 +212,7 @@ class Model {
   std::unique_ptr<ops::Backend<T>> be_;
   ops::DeviceBuffer<T> params_, grads_;
   ops::DeviceBuffer<T> rope_cos_, rope_sin_;
+  ops::DeviceBuffer<T> mixed_norm_, mixed_dnorm_;  // mix_norms() and its gradient
 
   // Activations for the current (B, T).
   int batch_ = 0, seq_ = 0;
@@ -220,6 +228,7 @@ class Model {
   T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
     *d_gateup_ = nullptr, *d_h_ = nullptr;
   T* d_ln2_ = nullptr;  // the second d_ln slot (plans with kinds that defer reductions)
+  T* d_ln3_ = nullptr;  // the third (Layer-Parallel pairs, past a ladder layer's slot 1)
   // Deferred residuals of the forward (stream out = stream base + buf once the
   // reduction `handle` is done), in the order deferred; and deferred input
   // gradients of the backward (unit.h).

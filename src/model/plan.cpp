@@ -2,6 +2,7 @@
 
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -30,6 +31,12 @@ const std::vector<KindInfo>& kind_table() {
        "a standard layer without its all-reduces: the communication-free speed bound "
        "(benchmarks only)",
        true},
+      {"lp",
+       LayerKind::Lp,
+       2,
+       {"lp_alpha"},
+       "Layer Parallelism: a pair of layers on one input, attentions summed, then both MLPs "
+       "on one norm (weights lp_alpha * first + (1 - lp_alpha) * second, default 0.5)"},
   };
   return table;
 }
@@ -48,6 +55,13 @@ std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
+
+// Numeric options and their ranges (the others take any text).
+struct NumberOption {
+  const char* key;
+  double lo, hi;
+};
+const NumberOption kNumberOptions[] = {{"lp_alpha", 0.0, 1.0}};
 
 std::string known_kinds() {
   std::vector<std::string> names;
@@ -126,6 +140,18 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
       for (LayerKind k : plan.kinds) used |= k == owner->kind;
       STRATA_CHECK(used, where, ": option '", key, "' belongs to ", owner->name,
                    " layers and the plan has none");
+      for (const NumberOption& n : kNumberOptions) {
+        if (key != n.key) continue;
+        double v = 0;
+        size_t used_chars = 0;
+        try {
+          v = std::stod(value, &used_chars);
+        } catch (const std::exception&) {
+          used_chars = 0;
+        }
+        STRATA_CHECK(used_chars == value.size() && v >= n.lo && v <= n.hi, where, ": option '", key,
+                     "' must be a number in [", n.lo, ", ", n.hi, "], got '", value, "'");
+      }
       plan.options.emplace_back(key, value);
       if (next == std::string::npos) break;
     }
@@ -195,6 +221,11 @@ const std::string* LayerPlan::option(const std::string& key) const {
   for (const auto& [k, v] : options)
     if (k == key) return &v;
   return nullptr;
+}
+
+double LayerPlan::number(const std::string& key, double fallback) const {
+  const std::string* v = option(key);
+  return v ? std::stod(*v) : fallback;
 }
 
 }  // namespace strata

@@ -11,6 +11,11 @@
 //             norm weights are unused); x_{2l+1} := x_out
 //   nocomm:   a standard layer without its all-reduces (the communication-
 //             free upper bound of the Ladder paper: benchmarks only)
+//   lp:       Layer Parallelism, a pair (k, k+1) on one input x:
+//             h = x + attn_k(x) + attn_{k+1}(x) (each with its own norm),
+//             y = h + mlp_k(u) + mlp_{k+1}(u), u = h normed with
+//             lp_alpha * g_k + (1 - lp_alpha) * g_{k+1} (the MLP norm weights);
+//             x_{2k+1..2k+3} := h, x_{2k+4} = y
 // The layers are grouped into units, the steps the executor takes: a unit is
 // one layer, or (for kinds that couple layers) a pair. Early exits happen only
 // at unit boundaries. Options after ';' apply to the whole plan
@@ -26,7 +31,7 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm };
+enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp };
 
 // What the plan knows of a kind.
 struct KindInfo {
@@ -74,6 +79,8 @@ struct LayerPlan {
   void check_not_benchmark_only(const std::string& what) const;
   // The value of an option, or nullptr.
   const std::string* option(const std::string& key) const;
+  // A numeric option (checked when parsed), or `fallback` when absent.
+  double number(const std::string& key, double fallback) const;
 };
 
 }  // namespace strata

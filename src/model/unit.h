@@ -3,7 +3,7 @@
 // tensor-parallel reductions happen, where the o_proj bias goes and how the
 // residual adds up, forward and backward. It is written once against these
 // interfaces; the executor implements them for training and evaluation
-// (Model: the sequence attention, every stream kept, LayerSkip sub-batches)
+// (Model: the sequence attention, every stream kept, LayerSkip's kept samples)
 // and for generation (KvEngine: the KV-cache attention, streams in a ring).
 //
 // Streams: x_0 is the embedding output; module i = 1..2L (attention 2l+1, MLP
@@ -26,6 +26,7 @@ template <typename T>
 class UnitForward {
  public:
   virtual ~UnitForward() = default;
+  virtual const LayerPlan& plan() const = 0;  // for the plan's options
   virtual T* stream(int i) = 0;
   // A buffer of rows x C for the output of a module (slot 0: attention, 1: MLP;
   // a kind may use more slots to keep several outputs in flight).
@@ -35,6 +36,9 @@ class UnitForward {
   virtual void mlp(int layer, const T* x, T* partial) = 0;
   // The MLP normalising x with the attention's norm weights (a shared pre-norm).
   virtual void mlp_shared_norm(int layer, const T* x, T* partial) = 0;
+  // The MLP of `layer` normalising x with alpha * (MLP norm weights of layer
+  // a) + (1 - alpha) * (those of layer b) (Layer Parallelism's shared norm).
+  virtual void mlp_mixed_norm(int layer, int a, int b, double alpha, const T* x, T* partial) = 0;
   // Adds layer's o_proj bias (if the model has one) on one rank of the tp group.
   virtual void add_o_bias(int layer, T* partial) = 0;
   // reduce_from_tp forward: sum of the partials over the tp group, in place.
@@ -59,6 +63,7 @@ template <typename T>
 class UnitBackward {
  public:
   virtual ~UnitBackward() = default;
+  virtual const LayerPlan& plan() const = 0;
   // The forward's streams (settling x_i's deferred input gradients first).
   virtual T* stream(int i) = 0;
   // The running gradient: dL/dx of the unit's output stream on entry, of its
@@ -66,7 +71,8 @@ class UnitBackward {
   virtual T* grad() = 0;
   // Scratch for the partial gradient of a module's normed input (rows x C);
   // slot 1 is a second buffer for kinds that keep one reduction in flight
-  // (d_ln() is slot 0).
+  // (d_ln() is slot 0); slot 2 a third, for pairs of layers (lp), which must
+  // leave slot 1 alone until they settle what a ladder layer above left there.
   virtual T* d_ln(int slot) = 0;
   T* d_ln() { return d_ln(0); }
   // Deferred input gradient, for kinds whose copy_to_tp overlaps the next
@@ -87,6 +93,10 @@ class UnitBackward {
   // dx += the input norm's backward of d_ln (x: the module's input stream).
   virtual void attention_norm_backward(int layer, const T* x, const T* d_ln, T* dx) = 0;
   virtual void mlp_norm_backward(int layer, const T* x, const T* d_ln, T* dx) = 0;
+  // The same for mlp_mixed_norm (the norm statistics of `layer`'s MLP): the
+  // mixed weight's gradient goes alpha to layer a's, 1 - alpha to layer b's.
+  virtual void mlp_mixed_norm_backward(int layer, int a, int b, double alpha, const T* x,
+                                       const T* d_ln, T* dx) = 0;
   // dst += src (rows x C).
   virtual void add(T* dst, const T* src) = 0;
   // The o_proj bias gradient from the gradient of the reduced module output.

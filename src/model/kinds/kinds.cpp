@@ -16,6 +16,8 @@ void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
       return kinds::parallel_forward(f, u);
     case LayerKind::NoComm:
       return kinds::nocomm_forward(f, u);
+    case LayerKind::Lp:
+      return kinds::lp_forward(f, u);
   }
 }
 
@@ -32,6 +34,8 @@ void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
       return kinds::parallel_backward(b, u);
     case LayerKind::NoComm:
       return kinds::nocomm_backward(b, u);
+    case LayerKind::Lp:
+      return kinds::lp_backward(b, u);
   }
 }
 

@@ -40,4 +40,10 @@ void nocomm_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void nocomm_backward(UnitBackward<T>& b, const PlanUnit& u);
 
+// lp.cpp: Layer Parallelism, a pair of layers on one input (two reductions).
+template <typename T>
+void lp_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void lp_backward(UnitBackward<T>& b, const PlanUnit& u);
+
 }  // namespace strata::kinds

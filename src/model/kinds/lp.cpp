@@ -1,0 +1,69 @@
+// Layer Parallelism (Flamant et al., "Leveraging the true depth of LLMs"):
+// the two layers of a pair (k, k+1) read the same input. Both attentions
+// (each with its own norm) are summed by one reduction, then both MLPs read
+// the same stream normed with the mixed weight lp_alpha * g_k +
+// (1 - lp_alpha) * g_{k+1} and are summed by a second one:
+//   h = x + attn_k(x) + attn_{k+1}(x),  y = h + mlp_k(u) + mlp_{k+1}(u)
+// Streams: x = x_{2k}, x_{2k+1} = x_{2k+2} = x_{2k+3} := h, x_{2k+4} = y.
+// Each rank holds its heads and MLP slice of both layers, so a pair costs a
+// rank the work of one layer and two reductions instead of four.
+#include "model/kinds/kinds.h"
+
+namespace strata::kinds {
+
+template <typename T>
+void lp_forward(UnitForward<T>& f, const PlanUnit& u) {
+  const int k = u.first, i = 2 * k + 1;
+  const double alpha = f.plan().number("lp_alpha", 0.5);
+  T* a = f.module_out(0);
+  T* b = f.module_out(1);
+  const T* x = f.stream(i - 1);
+  f.attention(k, x, a);
+  f.attention(k + 1, x, b);
+  f.residual(a, a, b);
+  f.add_o_bias(k, a);
+  f.add_o_bias(k + 1, a);
+  f.reduce_from_tp(a);
+  T* h = f.stream(i);
+  f.residual(h, f.stream(i - 1), a);
+  f.copy(f.stream(i + 1), h);
+  f.copy(f.stream(i + 2), h);
+  h = f.stream(i);  // (the generation engine keeps streams in a ring: re-read)
+  f.mlp_mixed_norm(k, k, k + 1, alpha, h, a);
+  f.mlp_mixed_norm(k + 1, k, k + 1, alpha, h, b);
+  f.residual(a, a, b);
+  f.reduce_from_tp(a);
+  f.residual(f.stream(i + 3), h, a);
+}
+
+template <typename T>
+void lp_backward(UnitBackward<T>& b, const PlanUnit& u) {
+  const int k = u.first, i = 2 * k + 1;
+  const double alpha = b.plan().number("lp_alpha", 0.5);
+  T* g = b.grad();  // dL/dy; becomes dL/dh, then dL/dx
+  T* d0 = b.d_ln(0);
+  T* d1 = b.d_ln(2);  // slot 1 may hold a ladder layer's input gradient to h until settled
+  b.mlp_backward(k, g, d0);
+  b.mlp_backward(k + 1, g, d1);
+  // x_{2k+1..2k+3} are copies of h: what later layers read of them joins dL/dh.
+  for (int s = i + 2; s >= i; --s) b.settle(s);
+  b.add(d0, d1);  // both MLPs read the same normed stream
+  b.copy_to_tp(d0);
+  b.mlp_mixed_norm_backward(k, k, k + 1, alpha, b.stream(i), d0, g);
+  b.o_bias_backward(k, g);
+  b.o_bias_backward(k + 1, g);
+  b.attention_backward(k, g, d0);
+  b.attention_backward(k + 1, g, d1);
+  b.copy_to_tp(d0);
+  b.copy_to_tp(d1);
+  const T* x = b.stream(i - 1);
+  b.attention_norm_backward(k, x, d0, g);
+  b.attention_norm_backward(k + 1, x, d1, g);
+}
+
+template void lp_forward<float>(UnitForward<float>&, const PlanUnit&);
+template void lp_forward<double>(UnitForward<double>&, const PlanUnit&);
+template void lp_backward<float>(UnitBackward<float>&, const PlanUnit&);
+template void lp_backward<double>(UnitBackward<double>&, const PlanUnit&);
+
+}  // namespace strata::kinds

@@ -1,0 +1,285 @@
+// The lp kind (Layer Parallelism): plan rules, every stream of LP and hybrid
+// plans against a double reference of the deployed graph (paper eq. B.2),
+// which differs from the PAR approximation; the pair's MLPs as one SwiGLU of
+// width 2I; LayerSkip dropout and exits at pair boundaries; generation with
+// the KV cache (one cache per original layer), early exit and
+// self-speculation. Gradients: tests/model_grad_test.cpp; tensor
+// parallelism: tests/mpi_model_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "infer/generate.h"
+#include "model/model.h"
+#include "plan_reference.h"
+#include "reference.h"
+#include "testing.h"
+
+namespace strata {
+namespace {
+
+using reference::Vec;
+using testing::concat;
+using testing::reference_streams;
+using testing::tensor;
+
+LlamaConfig small_config(int layers, bool tied, bool bias) {
+  LlamaConfig c;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  c.attention_bias = bias;
+  c.initializer_range = 0.5;
+  c.finalize();
+  return c;
+}
+
+void perturb_vectors(Model<double>& m, uint32_t seed) {
+  auto r = testing::random_vec<double>(m.num_params(), seed, 0.3);
+  for (const auto& t : m.layout().tensors())
+    if (!t.is_matrix)
+      for (int64_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] += r[t.offset + i];
+}
+
+double worst_rel(const double* got, const Vec& want) {
+  double worst = 0;
+  for (size_t k = 0; k < want.size(); ++k)
+    worst = std::max(worst, std::abs(got[k] - want[k]) / (1 + std::abs(want[k])));
+  return worst;
+}
+
+TEST(Lp, PlanRules) {
+  const LayerPlan p = LayerPlan::parse("standard,lp*4,standard;lp_alpha=0.25", 6);
+  const auto u = p.units();
+  ASSERT_EQ(u.size(), 4u);  // standard, (1,2), (3,4), standard
+  EXPECT_EQ(u[1].first, 1);
+  EXPECT_EQ(u[1].size, 2);
+  EXPECT_EQ(u[2].first, 3);
+  EXPECT_EQ(p.number("lp_alpha", 0.5), 0.25);
+  EXPECT_EQ(p.to_string(), "standard,lp*4,standard;lp_alpha=0.25");
+  EXPECT_TRUE(p.unit_boundary(3));
+  EXPECT_FALSE(p.unit_boundary(2));
+  EXPECT_ERROR(p.check_exit(2, "exit layer"), "exit layer 2 falls inside a unit");
+  EXPECT_ERROR(LayerPlan::parse("lp*3", 3),
+               "the run of 3 lp layers from layer 0 is not a whole number of lp units");
+  EXPECT_ERROR(LayerPlan::parse("lp,standard,lp", 3), "the run of 1 lp layers from layer 0");
+  EXPECT_ERROR(LayerPlan::parse("standard*2;lp_alpha=0.3", 2),
+               "option 'lp_alpha' belongs to lp layers and the plan has none");
+  EXPECT_ERROR(LayerPlan::parse("lp*2;lp_alpha=1.5", 2),
+               "option 'lp_alpha' must be a number in [0, 1], got '1.5'");
+  EXPECT_ERROR(LayerPlan::parse("lp*2;lp_alpha=half", 2), "must be a number in [0, 1]");
+  // An empty range is the standard plan.
+  EXPECT_TRUE(LayerPlan::parse("standard*4", 4).plain());
+}
+
+// Every stream against the deployed graph; the pair's output differs from
+// the PAR approximation's (each MLP reading only its own layer's attention).
+TEST(Lp, StreamsMatchTheDeployedGraphNotPar) {
+  const std::pair<const char*, int> plans[] = {{"lp*2", 2},
+                                               {"standard,lp*2,standard", 4},
+                                               {"lp*4;lp_alpha=0.25", 4},
+                                               {"lp*2,ladder,standard", 4},
+                                               {"skip,lp*2,parallel", 4}};
+  for (const auto& [text, layers] : plans) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
+      const LayerPlan plan = LayerPlan::parse(text, layers);
+      const LlamaConfig c = small_config(plan.num_layers(), !bias, bias);
+      Model<double> m(c, plan, ops::make_backend<double>());
+      m.init_weights(3);
+      perturb_vectors(m, 4);
+      const int B = 2, T = 6;
+      const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
+      const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
+      const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
+      const auto x = reference_streams(m, plan, tokens, B, T);
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
+      const auto ce = reference::head_ce(
+          x.back(), tensor(m, m.layout().final_norm),
+          tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
+          c.hidden_size, c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
+      EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
+      const auto par = reference_streams(m, plan, tokens, B, T, nullptr, true);
+      EXPECT_GT(worst_rel(m.stream(int(x.size()) - 1), par.back()), 1e-3);
+    }
+  }
+}
+
+// MLP_k(u) + MLP_{k+1}(u) is one SwiGLU FFN of width 2I with the gate and up
+// rows stacked and the down columns side by side.
+TEST(Lp, PairMlpIsOneWideSwiGlu) {
+  const LlamaConfig c = small_config(2, true, false);
+  const LayerPlan plan = LayerPlan::parse("lp*2;lp_alpha=0.7", 2);
+  Model<double> m(c, plan, ops::make_backend<double>());
+  m.init_weights(7);
+  perturb_vectors(m, 8);
+  const int B = 2, T = 5, C = c.hidden_size, F = c.intermediate_size;
+  const int64_t N = int64_t(B) * T;
+  const auto tokens = testing::random_tokens(B * T, c.vocab_size, 9);
+  m.forward_hidden(tokens.data(), B, T, 2);
+  const Vec h(m.stream(1), m.stream(1) + N * C);
+  const auto& L0 = m.layout().layers[0];
+  const auto& L1 = m.layout().layers[1];
+  Vec norm = tensor(m, L0.post_norm);
+  const Vec n1 = tensor(m, L1.post_norm);
+  for (int k = 0; k < C; ++k) norm[size_t(k)] = 0.7 * norm[size_t(k)] + 0.3 * n1[size_t(k)];
+  const Vec u = reference::rmsnorm(h, norm, N, C, c.rms_norm_eps);
+  const Vec gate = concat(tensor(m, L0.gate), tensor(m, L1.gate));
+  const Vec up = concat(tensor(m, L0.up), tensor(m, L1.up));
+  const Vec d0 = tensor(m, L0.down), d1 = tensor(m, L1.down);
+  Vec down(size_t(C) * 2 * F);  // [C, 2F]: row r = [down_0[r, :], down_1[r, :]]
+  for (int r = 0; r < C; ++r)
+    for (int j = 0; j < F; ++j) {
+      down[size_t(r) * 2 * F + size_t(j)] = d0[size_t(r) * F + size_t(j)];
+      down[size_t(r) * 2 * F + size_t(F + j)] = d1[size_t(r) * F + size_t(j)];
+    }
+  const Vec gu = reference::linear(u, concat(gate, up), nullptr, N, C, 4 * F);
+  const Vec wide = reference::linear(reference::swiglu(gu, N, 2 * F), down, nullptr, N, 2 * F, C);
+  const double* y = m.stream(4);
+  double worst = 0;
+  for (int64_t k = 0; k < N * C; ++k)
+    worst = std::max(worst, std::abs((y[k] - h[size_t(k)]) - wide[size_t(k)]));
+  EXPECT_LT(worst, 1e-12);
+}
+
+// LayerSkip: a pair is dropped as a whole (its layers share a mask); exits
+// only at pair boundaries; the gathered path equals the reference.
+TEST(Lp, LayerSkipDropoutAndExits) {
+  const LlamaConfig c = small_config(4, true, true);
+  const LayerPlan plan = LayerPlan::parse("lp*2,standard*2", 4);
+  Model<double> m(c, plan, ops::make_backend<double>());
+  m.init_weights(3);
+  perturb_vectors(m, 4);
+  const int B = 3, T = 5;
+  const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
+  const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
+  LayerSkipStep skip;
+  skip.keep = {{1, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}};
+  skip.exit_weight = {0.0, 0.4, 0.0, 0.6};
+  m.zero_grad();
+  m.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &skip);
+  const auto x = reference_streams(m, plan, tokens, B, T, &skip.keep);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
+  skip.keep[1] = {1, 1, 1};
+  EXPECT_ERROR(m.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &skip),
+               "layers 0 and 1 form one unit but have different keep masks");
+  skip.keep[1] = skip.keep[0];
+  skip.exit_weight = {0.5, 0.0, 0.0, 0.5};
+  EXPECT_ERROR(m.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &skip),
+               "an early-exit loss after layer 1 falls inside a unit");
+}
+
+// Finite differences through pairs with dropped samples and exit losses at
+// pair boundaries, beside ladder layers (which leave input gradients to the
+// pair's inner stream) and with an asymmetric norm mix.
+TEST(Lp, GradientCheckWithDropoutAndExits) {
+  LlamaConfig c;
+  c.vocab_size = 23;
+  c.hidden_size = 16;
+  c.intermediate_size = 20;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 16;
+  c.tie_word_embeddings = false;
+  c.attention_bias = true;
+  c.initializer_range = 0.4;
+  c.finalize();
+  for (const char* text : {"lp*2,ladder*2;lp_alpha=0.3", "ladder,lp*2,standard"}) {
+    SCOPED_TRACE(text);
+    Model<double> m(c, LayerPlan::parse(text, 4), ops::make_backend<double>());
+    m.init_weights(8);
+    perturb_vectors(m, 9);
+    const int B = 3, T = 4;
+    const auto tokens = testing::random_tokens(B * T, c.vocab_size, 4);
+    const auto targets = testing::random_tokens(B * T, c.vocab_size, 5);
+    LayerSkipStep s;
+    const bool first_pair = text[0] == 'l' && text[1] == 'p';
+    s.keep = first_pair
+                 ? std::vector<std::vector<uint8_t>>{{1, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 0}}
+                 : std::vector<std::vector<uint8_t>>{{1, 0, 1}, {0, 1, 1}, {0, 1, 1}, {1, 1, 0}};
+    s.exit_weight =
+        first_pair ? std::vector<double>{0, 0.3, 0.2, 0.5} : std::vector<double>{0.3, 0, 0.2, 0.5};
+    const double dloss = 1.0 / 11;
+    m.zero_grad();
+    m.forward_backward(tokens.data(), targets.data(), B, T, dloss, &s);
+    const std::vector<double> analytic(m.grads(), m.grads() + m.num_params());
+    auto objective = [&] {
+      return dloss * m.forward_backward(tokens.data(), targets.data(), B, T, dloss, &s).objective;
+    };
+    for (const auto& t : m.layout().tensors())
+      testing::expect_gradient(objective, m.params() + t.offset, t.numel,
+                               analytic.data() + t.offset, t.name);
+  }
+}
+
+std::unique_ptr<Model<float>> lp_model(const char* plan, int layers, bool bias, uint64_t seed) {
+  const LlamaConfig c = small_config(layers, !bias, bias);
+  auto m =
+      std::make_unique<Model<float>>(c, LayerPlan::parse(plan, layers), ops::make_backend<float>());
+  m->init_weights(seed);
+  return m;
+}
+
+std::vector<int32_t> prompt_of(int n, uint32_t stream) {
+  auto p = testing::random_tokens(n, 61, stream);
+  p[0] = 1;
+  return p;
+}
+
+// Generation keeps one KV cache per original layer: equals the cache-free
+// path; early exit at a pair boundary equals the cut model; self-speculation
+// equals plain greedy decoding; an exit inside a pair is refused.
+TEST(Lp, Generation) {
+  for (const char* plan : {"lp*2,standard*2", "standard,lp*2,standard", "lp*4;lp_alpha=0.2"}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(plan);
+      auto m = lp_model(plan, 4, bias, 12);
+      GenerateOptions o;
+      o.max_new_tokens = 20;
+      for (int plen : {1, 7}) {
+        const auto p = prompt_of(plen, uint32_t(plen));
+        EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "prompt " << plen;
+      }
+      o.sampling.temperature = 0.9;
+      o.sampling.seed = 3;
+      const auto p = prompt_of(5, 2);
+      EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "sampled";
+    }
+  }
+  auto m = lp_model("lp*2,standard*2", 4, false, 14);
+  LlamaConfig c2 = m->config();
+  c2.num_hidden_layers = 2;
+  Model<float> cut(c2, LayerPlan::parse("lp*2", 2), ops::make_backend<float>());
+  for (const auto& info : cut.layout().tensors()) {
+    const int src = m->layout().find(info.name);
+    std::copy(m->param(src), m->param(src) + info.numel, cut.param(cut.layout().find(info.name)));
+  }
+  GenerateOptions o;
+  o.max_new_tokens = 16;
+  const auto p = prompt_of(6, 4);
+  const auto plain = generate(*m, p, o);
+  const auto expected = generate_simple(cut, p, o);
+  o.exit_layer = 2;
+  EXPECT_EQ(generate(*m, p, o), expected);
+  o.speculations = 3;
+  EXPECT_EQ(generate(*m, p, o), plain);  // self-speculative: drafts from the pair
+  o.exit_layer = 1;
+  EXPECT_ERROR(generate(*m, p, o), "falls inside a unit");
+  o.exit_layer = 0;
+  o.speculations = 0;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(3, 5), prompt_of(9, 6)};
+  const auto batch = generate_batch(*m, prompts, o);
+  for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(batch[k], generate(*m, prompts[k], o));
+}
+
+}  // namespace
+}  // namespace strata

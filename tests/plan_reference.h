@@ -1,0 +1,127 @@
+// The residual streams x_0..x_2L of a layer plan computed in double from the
+// equations of each kind with the reference ops (tests/reference.h): what the
+// ladder, parallel and Layer-Parallelism tests compare the executor with.
+//   standard, nocomm (alone): x_i = x_{i-1} + h_i(x_{i-1})
+//   ladder:   x_i = x_{i-1} + h_i(x_{i-2}),  x_{-1} := x_0
+//   parallel: x_{2l+2} = x_{2l} + attn(n) + mlp(n), n = norm_attn(x_{2l}); x_{2l+1} := x_{2l+2}
+//   skip:     x_i = x_{i-1}
+//   lp pair (k, k+1) (the deployed Layer-Parallel graph, paper eq. B.2):
+//             h = x + A_k(x) + A_{k+1}(x), u = rmsnorm(h; a g_k + (1 - a) g_{k+1}),
+//             y = h + MLP_k(u) + MLP_{k+1}(u); x_{2k+1..2k+3} := h, x_{2k+4} = y
+//   lp pair with `par` (the paper's PAR approximation, eq. 2):
+//             y = x + A_k(x) + F_k(x + A_k(x)) + A_{k+1}(x) + F_{k+1}(x + A_{k+1}(x))
+// With `keep` (LayerSkip layer dropout), layer l's module outputs are zero for
+// the samples b with keep[l][b] == 0.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "reference.h"
+
+namespace strata::testing {
+
+using reference::Vec;
+
+inline Vec tensor(Model<double>& m, int t) {
+  const ParamInfo& p = m.layout()[t];
+  return Vec(m.param(t), m.param(t) + p.numel);
+}
+inline Vec concat(Vec a, const Vec& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+inline Vec add(const Vec& a, const Vec& b) {
+  Vec r(a.size());
+  for (size_t k = 0; k < a.size(); ++k) r[k] = a[k] + b[k];
+  return r;
+}
+
+inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
+                                          const std::vector<int32_t>& tokens, int B, int T,
+                                          const std::vector<std::vector<uint8_t>>* keep = nullptr,
+                                          bool par = false) {
+  const LlamaConfig& c = m.config();
+  const ParamLayout& lay = m.layout();
+  const int C = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
+            Hkv = c.num_key_value_heads, QKV = (Hq + 2 * Hkv) * D, F = c.intermediate_size;
+  const int64_t N = int64_t(B) * T;
+  std::vector<Vec> x(size_t(2 * c.num_hidden_layers + 1));
+  x[0] = reference::embedding(tokens, tensor(m, lay.embed), C);
+  auto drop = [&](int l, Vec v) {
+    if (keep)
+      for (int b = 0; b < B; ++b)
+        if (!(*keep)[size_t(l)][size_t(b)])
+          std::fill_n(v.begin() + int64_t(b) * T * C, int64_t(T) * C, 0.0);
+    return v;
+  };
+  // A layer's attention and MLP outputs (o_proj bias included) of an input.
+  auto attn = [&](int l, const Vec& in) {
+    const auto& P = lay.layers[size_t(l)];
+    const Vec ln1 = reference::rmsnorm(in, tensor(m, P.input_norm), N, C, c.rms_norm_eps);
+    const Vec wqkv = concat(concat(tensor(m, P.q), tensor(m, P.k)), tensor(m, P.v));
+    Vec bqkv;
+    if (c.attention_bias)
+      bqkv = concat(concat(tensor(m, P.q_bias), tensor(m, P.k_bias)), tensor(m, P.v_bias));
+    Vec qkv = reference::linear(ln1, wqkv, c.attention_bias ? &bqkv : nullptr, N, C, QKV);
+    qkv = reference::rope(qkv, B, T, Hq + Hkv, D, QKV, c.rope_theta, 0);
+    Vec att, lse;
+    reference::attention(qkv, B, T, Hq, Hkv, D, att, lse);
+    const Vec bo = c.attention_bias ? tensor(m, P.o_bias) : Vec();
+    return drop(
+        l, reference::linear(att, tensor(m, P.o), c.attention_bias ? &bo : nullptr, N, Hq * D, C));
+  };
+  auto mlp = [&](int l, const Vec& in, const Vec& norm) {
+    const auto& P = lay.layers[size_t(l)];
+    const Vec ln2 = reference::rmsnorm(in, norm, N, C, c.rms_norm_eps);
+    const Vec gu =
+        reference::linear(ln2, concat(tensor(m, P.gate), tensor(m, P.up)), nullptr, N, C, 2 * F);
+    const Vec h = reference::swiglu(gu, N, F);
+    return drop(l, reference::linear(h, tensor(m, P.down), nullptr, N, F, C));
+  };
+  auto post_norm = [&](int l) { return tensor(m, lay.layers[size_t(l)].post_norm); };
+  const double alpha = plan.number("lp_alpha", 0.5);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& P = lay.layers[size_t(l)];
+    const int i = 2 * l + 1;
+    const LayerKind kind = plan.kinds[size_t(l)];
+    if (kind == LayerKind::Skip) {
+      x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i - 1)];
+      continue;
+    }
+    if (kind == LayerKind::Lp) {  // the pair (l, l + 1)
+      const Vec& in = x[size_t(i - 1)];
+      Vec y;
+      if (par) {
+        const Vec a0 = attn(l, in), a1 = attn(l + 1, in);
+        y = add(add(in, a0), mlp(l, add(in, a0), post_norm(l)));
+        y = add(add(y, a1), mlp(l + 1, add(in, a1), post_norm(l + 1)));
+        x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i + 2)] = y;  // (no inner stream)
+      } else {
+        const Vec h = add(add(in, attn(l, in)), attn(l + 1, in));
+        Vec mixed = post_norm(l);
+        const Vec second = post_norm(l + 1);
+        for (int k = 0; k < C; ++k)
+          mixed[size_t(k)] = alpha * mixed[size_t(k)] + (1 - alpha) * second[size_t(k)];
+        y = add(add(h, mlp(l, h, mixed)), mlp(l + 1, h, mixed));
+        x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i + 2)] = h;
+      }
+      x[size_t(i + 3)] = y;
+      ++l;
+      continue;
+    }
+    const bool ladder = kind == LayerKind::Ladder, parallel = kind == LayerKind::Parallel;
+    const Vec& ain = ladder ? x[size_t(std::max(i - 2, 0))] : x[size_t(i - 1)];
+    x[size_t(i)] = add(x[size_t(i - 1)], attn(l, ain));
+    const Vec& min = ladder || parallel ? x[size_t(i - 1)] : x[size_t(i)];
+    x[size_t(i + 1)] =
+        add(x[size_t(i)], mlp(l, min, tensor(m, parallel ? P.input_norm : P.post_norm)));
+    if (parallel) x[size_t(i)] = x[size_t(i + 1)];
+  }
+  return x;
+}
+
+}  // namespace strata::testing
