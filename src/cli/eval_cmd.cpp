@@ -12,6 +12,7 @@
 #include "cli/model_args.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "eval/evaluate.h"
@@ -20,15 +21,6 @@
 
 namespace strata::cli {
 namespace {
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 // eval/ in the working directory, else the one of the source tree strata was
 // built from, so `strata eval` works from anywhere after a build.

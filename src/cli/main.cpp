@@ -27,6 +27,8 @@ const Command kCommands[] = {
      strata::cli::cmd_generate},
     {"eval", "benchmark tasks and perplexity, at the full model or every exit layer",
      strata::cli::cmd_eval},
+    {"lp", "Layer Parallelism: where to pair layers (lp scan: perplexity of every range)",
+     strata::cli::cmd_lp},
     {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
      strata::cli::cmd_inspect},
     {"tokenizer", "train a sentencepiece tokenizer (tokenizer train)", strata::cli::cmd_tokenizer},

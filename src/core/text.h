@@ -22,4 +22,10 @@ template <typename... Parts>
 // items joined with sep between them.
 std::string join(const std::vector<std::string>& items, const std::string& sep);
 
+// The non-empty comma-separated items of s ("a,,b" -> {"a", "b"}).
+std::vector<std::string> split_commas(const std::string& s);
+
+// s as a whole decimal int (optional sign); false when it is anything else.
+bool parse_int(const std::string& s, int* out);
+
 }  // namespace strata

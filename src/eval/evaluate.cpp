@@ -246,11 +246,18 @@ std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokeniz
                                               const std::string& path, int window, int stride,
                                               int batch_size, const std::vector<int>& exits,
                                               bool progress) {
+  return text_perplexity(model, tok, read_file(path, "perplexity"), path, window, stride,
+                         batch_size, exits, progress);
+}
+
+std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokenizer& tok,
+                                              const std::string& text, const std::string& name,
+                                              int window, int stride, int batch_size,
+                                              const std::vector<int>& exits, bool progress) {
   Scorer scorer(model, tok, batch_size, exits);
   if (window <= 0) window = scorer.max_len() + 1;
   if (stride <= 0) stride = window - 1;
-  return rolling_docs(scorer, tok, {read_file(path, "perplexity")}, window, stride, path,
-                      progress);
+  return rolling_docs(scorer, tok, {text}, window, stride, name, progress);
 }
 
 }  // namespace strata

@@ -1,0 +1,203 @@
+// `strata lp scan`: Layer Parallelism's search for where to pair layers. For
+// every even range length D and end index e, the perplexity of a text with
+// layers [e - D, e) run as lp pairs (the rest standard), written as a table,
+// JSON, and an SVG of the paper's Figure 6 (perplexity against the end index,
+// one curve per D).
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_args.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/svg_plot.h"
+#include "core/text.h"
+#include "core/timer.h"
+#include "data/tokenizer.h"
+#include "eval/evaluate.h"
+
+namespace strata::cli {
+
+namespace {
+
+// standard*s,lp*D,standard*(L-e) (;lp_alpha=A unless 0.5).
+std::string lp_plan(int L, int s, int e, double alpha) {
+  std::string p;
+  auto add = [&](const char* kind, int n) {
+    if (n <= 0) return;
+    if (!p.empty()) p += ",";
+    p += std::string(kind) + (n > 1 ? "*" + std::to_string(n) : "");
+  };
+  add("standard", s);
+  add("lp", e - s);
+  add("standard", L - e);
+  if (e > s && alpha != 0.5) p += cat(";lp_alpha=", alpha);
+  return p;
+}
+
+int lp_scan(int argc, char** argv, int first) {
+  Args args("strata lp scan",
+            "Perplexity of a text for every Layer-Parallel range [e - D, e) (even D, every end "
+            "index e) of a standard checkpoint, as a table, JSON and an SVG plot (the paper's "
+            "Figure 6): where to pair layers with the least loss.");
+  add_model_options(args);
+  args.option("text", "FILE", "text to score (a held-out sample of the model's domain)")
+      .option("deltas", "LIST", "comma-separated even range lengths (default: 2, 4, ... up to L)",
+              "")
+      .option("alpha", "A", "mixing weight of the pairs' MLP norms (lp_alpha)", "0.5")
+      .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
+      .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
+      .option("batch-size", "N", "sequences per forward pass", "8")
+      .option("out", "FILE", "write the results as JSON", "")
+      .option("svg", "FILE", "write the perplexity curves as SVG", "")
+      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
+      .flag("quiet", "no progress lines");
+  if (!args.parse(argc, argv, first)) return 0;
+  STRATA_CHECK(args.has("text"), "strata lp scan: --text is required");
+  STRATA_CHECK(!args.has("plan"), "strata lp scan: --plan is not taken: the scan sets the plans");
+  const double alpha = args.get_double("alpha");
+  STRATA_CHECK(alpha >= 0 && alpha <= 1, "strata lp scan: --alpha must be in [0, 1], got ", alpha);
+  const int limit = args.get_int("limit-bytes");
+  STRATA_CHECK(limit >= 0, "strata lp scan: --limit-bytes must be at least 0");
+  apply_threads(args.get_int("threads"));
+  std::string text = read_file(args.get("text"), "text");
+  if (limit > 0 && int64_t(text.size()) > limit) {  // cut at the last space before the limit
+    const size_t cut = text.find_last_of(" \n", size_t(limit));
+    text.resize(cut == std::string::npos || cut == 0 ? size_t(limit) : cut);
+  }
+  STRATA_CHECK(!text.empty(), args.get("text"), ": is empty");
+
+  LoadedModel lm = load_model_from_args(args, "strata lp scan");
+  Model<float>& model = *lm.model;
+  const CheckpointInfo& info = lm.info;
+  STRATA_CHECK(info.plan.plain(), "strata lp scan: ", args.get("checkpoint"), " runs plan '",
+               info.plan.to_string(), "'; the scan needs a standard model");
+  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
+  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
+  const int L = model.config().num_hidden_layers;
+  std::vector<int> deltas;
+  if (args.get("deltas").empty()) {
+    for (int d = 2; d <= L; d += 2) deltas.push_back(d);
+  } else {
+    for (const std::string& d : split_commas(args.get("deltas"))) {
+      int v = 0;
+      STRATA_CHECK(parse_int(d, &v) && v >= 2 && v % 2 == 0 && v <= L,
+                   "strata lp scan: --deltas: '", d, "' is not an even length in 2..", L);
+      deltas.push_back(v);
+    }
+  }
+  STRATA_CHECK(!deltas.empty(), "strata lp scan: a model of ", L,
+               " layer(s) has no range to pair (at least 2 layers)");
+  const bool progress = !args.has("quiet") && lm.root();
+  const int window = args.get_int("window"), batch = args.get_int("batch-size");
+  const std::vector<int> exits = {L};
+  auto score = [&](const std::string& plan) {
+    model.set_plan(LayerPlan::parse(plan, L));
+    return text_perplexity(model, tok, text, args.get("text"), window, 0, batch, exits, false)
+        .back();
+  };
+  int total = 0;
+  for (int d : deltas) total += L - d + 1;
+  Timer timer;
+  const PerplexityResult base = score(lp_plan(L, 0, 0, alpha));
+  if (progress)
+    std::fprintf(stderr, "lp scan: %lld tokens, standard ppl %.4f; %d ranges\n",
+                 (long long)base.tokens, base.ppl(), total);
+  nlohmann::json ranges = nlohmann::json::array(), best = nlohmann::json::object();
+  std::vector<std::vector<double>> grid(deltas.size(), std::vector<double>(size_t(L) + 1, NAN));
+  int done = 0;
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    const int d = deltas[k];
+    int best_e = -1;
+    for (int e = d; e <= L; ++e) {
+      const std::string plan = lp_plan(L, e - d, e, alpha);
+      const PerplexityResult r = score(plan);
+      grid[k][size_t(e)] = r.ppl();
+      ranges.push_back({{"start", e - d},
+                        {"end", e},
+                        {"delta", d},
+                        {"effective_depth", L - d / 2},
+                        {"plan", plan},
+                        {"ppl", r.ppl()},
+                        {"nll", r.mean_nll()}});
+      if (best_e < 0 || r.ppl() < grid[k][size_t(best_e)]) best_e = e;
+      ++done;
+      if (progress)
+        std::fprintf(stderr, "lp scan: [%d, %d) D=%d ppl %.4f  (%d/%d, %.0f s)\n", e - d, e, d,
+                     r.ppl(), done, total, timer.seconds());
+    }
+    best[std::to_string(d)] = {{"end", best_e},
+                               {"start", best_e - d},
+                               {"ppl", grid[k][size_t(best_e)]},
+                               {"effective_depth", L - d / 2}};
+  }
+  model.set_plan(info.plan);
+
+  // The table: one row per D, one column per end index.
+  std::printf("standard: ppl %.4f over %lld tokens (%s)\n", base.ppl(), (long long)base.tokens,
+              args.get("text").c_str());
+  std::printf("%-6s %-6s %-9s %-10s", "delta", "depth", "best_end", "best_ppl");
+  for (int e = 2; e <= L; ++e) std::printf(" %9s", cat("e=", e).c_str());
+  std::printf("\n");
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    const auto& b = best[std::to_string(deltas[k])];
+    std::printf("%-6d %-6d %-9d %-10.4f", deltas[k], L - deltas[k] / 2, b["end"].get<int>(),
+                b["ppl"].get<double>());
+    for (int e = 2; e <= L; ++e) {
+      if (std::isnan(grid[k][size_t(e)]))
+        std::printf(" %9s", "-");
+      else
+        std::printf(" %9.3f", grid[k][size_t(e)]);
+    }
+    std::printf("\n");
+  }
+  if (!lm.root()) return 0;
+  if (!args.get("out").empty()) {
+    const nlohmann::json out = {{"checkpoint", args.get("checkpoint")},
+                                {"text", args.get("text")},
+                                {"tokens", base.tokens},
+                                {"num_layers", L},
+                                {"alpha", alpha},
+                                {"standard_ppl", base.ppl()},
+                                {"ranges", ranges},
+                                {"best", best}};
+    write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  }
+  if (!args.get("svg").empty()) {
+    SvgChart chart;
+    chart.title = cat("Layer Parallelism: perplexity of [e - D, e) (", args.get("checkpoint"), ")");
+    chart.x_label = "end index e";
+    chart.y_label = "perplexity";
+    chart.log_y = true;
+    chart.hlines.push_back({"standard", base.ppl()});
+    for (size_t k = 0; k < deltas.size(); ++k) {
+      SvgSeries s;
+      s.label = cat("D = ", deltas[k]);
+      for (int e = deltas[k]; e <= L; ++e) s.points.push_back({double(e), grid[k][size_t(e)]});
+      chart.series.push_back(s);
+    }
+    write_file_atomic(args.get("svg"), render_svg(chart));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_lp(int argc, char** argv, int first) {
+  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
+    std::printf(
+        "usage: strata lp <command> [options]\n\n"
+        "Layer Parallelism tools (run a model with pairs: --plan \"standard*s,lp*D,...\"):\n"
+        "  scan   perplexity of every pairable range [e - D, e): table, JSON, SVG\n");
+    return first >= argc ? 2 : 0;
+  }
+  const std::string sub = argv[first];
+  if (sub == "scan") return lp_scan(argc, argv, first + 1);
+  fail(cat("strata lp: unknown command '", sub, "' (see strata lp --help)"));
+}
+
+}  // namespace strata::cli
