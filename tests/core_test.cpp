@@ -114,7 +114,7 @@ TEST(LayerPlan, UnitsAndExits) {
 TEST(LayerPlan, OneLineErrors) {
   EXPECT_ERROR(LayerPlan::parse("standard*3", 4), "layer plan 'standard*3' has 3 layers",
                "the model has 4");
-  EXPECT_ERROR(LayerPlan::parse("lp*4", 4), "unknown layer kind 'lp'",
+  EXPECT_ERROR(LayerPlan::parse("pairs*4", 4), "unknown layer kind 'pairs'",
                "known: standard, skip, ladder");
   EXPECT_ERROR(LayerPlan::parse("standard*x", 1), "bad repeat count 'x'");
   EXPECT_ERROR(LayerPlan::parse("standard*0,standard", 1), "repeat count of 'standard*0'");
