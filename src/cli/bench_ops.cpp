@@ -298,8 +298,9 @@ int cmd_bench(int argc, char** argv, int first) {
       "  comm      (under mpirun) all-reduce time exposed behind compute, with and without "
       "progress polls\n\n"
       "see strata bench <ops|model|generate|comm> --help\n";
-  STRATA_CHECK(first < argc,
-               "strata bench: which benchmark? (ops, model, generate or comm; see strata bench --help)");
+  STRATA_CHECK(
+      first < argc,
+      "strata bench: which benchmark? (ops, model, generate or comm; see strata bench --help)");
   if (std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
     std::fputs(usage.c_str(), stdout);
     return 0;

@@ -116,7 +116,9 @@ void NcclComm::wait(int64_t handle) {
   if (handle < first_handle_) return;
   cudaEvent_t& e = pending_[static_cast<size_t>(handle - first_handle_)];
   if (e) {
-    check_cuda(cudaEventSynchronize(e), "cudaEventSynchronize (ncclAllReduce)");
+    // The compute stream waits on the device; the event can be re-recorded
+    // at once (the wait keeps the record it saw).
+    check_cuda(cudaStreamWaitEvent(compute_stream_, e, 0), "cudaStreamWaitEvent (ncclAllReduce)");
     release_event(e);
     e = nullptr;
   }

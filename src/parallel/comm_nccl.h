@@ -12,7 +12,12 @@
 //   so buffers produced by kernels are complete before they are sent.
 // - allreduce_sum, allgather and broadcast return when the result is in the
 //   buffer (the NCCL stream is synchronised); allreduce_sum_async returns at
-//   once and wait(handle) blocks on the event recorded after the operation.
+//   once and wait(handle) makes the compute stream wait for the event recorded
+//   after the operation (cudaStreamWaitEvent): a stream wait, not a host
+//   sync, so the host goes on queueing the next module's kernels (Ladder
+//   Residual's overlap, spec L5). Work queued on the compute stream after
+//   wait() sees the result; so does a host copy ordered after it (with the
+//   default legacy compute stream, any cudaMemcpy).
 //   progress() only releases finished handles: NCCL advances on the device.
 // - The scalar sums, broadcast_bytes and barrier are host operations and go
 //   through the host communicator. abort() aborts NCCL, then the host job.
