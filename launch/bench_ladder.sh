@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor-parallel generation speed of layer plans (standard, ladder, hybrid)
+# Tensor-parallel generation speed of layer plans (standard, ladder, lp, hybrid)
 # on the links one machine has: shared memory, TCP over loopback, and TCP over
 # a loopback shaped to a bandwidth limit (a network namespace with tbf). See -h.
 set -euo pipefail
@@ -88,8 +88,9 @@ for link in $links; do
     read -r pre dec < <(awk '$1 == "plain" { print $2, $3 }' "$log")
     rm -f "$log"
     [[ -n ${dec:-} ]] || { echo "bench_ladder.sh: no 'plain' row from bench generate" >&2; exit 1; }
-    [[ $plan == standard* && $plan != *ladder* ]] && base[$link]=$dec
-    [[ $plan == nocomm* ]] && free[$link]=$dec
+    # The baseline is the all-standard plan, the bound the all-nocomm one.
+    [[ $plan =~ ^standard(\*[0-9]+)?$ ]] && base[$link]=$dec
+    [[ $plan =~ ^nocomm(\*[0-9]+)?$ ]] && free[$link]=$dec
     speed[$link/$plan]=$dec
     ratio=""
     [[ -n ${base[$link]:-} ]] && ratio=$(awk -v a="$dec" -v b="${base[$link]}" 'BEGIN { printf "%.2fx", a / b }')
@@ -104,7 +105,7 @@ printf '\ncommunication hidden (decode; 1/std - 1/plan over 1/std - 1/nocomm, se
 for link in $links; do
   [[ -n ${base[$link]:-} && -n ${free[$link]:-} ]] || continue
   for plan in $plans; do
-    [[ $plan == nocomm* || ( $plan == standard* && $plan != *ladder* ) ]] && continue
+    [[ $plan =~ ^(standard|nocomm)(\*[0-9]+)?$ ]] && continue
     awk -v s="${base[$link]}" -v p="${speed[$link/$plan]}" -v f="${free[$link]}" \
         -v name="$plan" -v link="$link" 'BEGIN {
       comm = 1 / s - 1 / f

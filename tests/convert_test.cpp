@@ -79,15 +79,17 @@ TEST(HfImport, Llama3InvFreqFormula) {
     const double base = std::pow(500000.0, -2.0 * i / 128);
     const double wavelen = 2 * M_PI / base;
     double want;
-    if (wavelen < 8192.0 / 4.0) want = base;
-    else if (wavelen > 8192.0 / 1.0) want = base / 8.0;
+    if (wavelen < 8192.0 / 4.0)
+      want = base;
+    else if (wavelen > 8192.0 / 1.0)
+      want = base / 8.0;
     else {
       const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
       want = (1 - smooth) * base / 8.0 + smooth * base;
     }
     EXPECT_NEAR(f[i], want, 1e-15 * want) << i;
   }
-  EXPECT_EQ(f[0], 1.0);            // highest frequency untouched
+  EXPECT_EQ(f[0], 1.0);                                             // highest frequency untouched
   EXPECT_NEAR(f[63], std::pow(500000.0, -126.0 / 128) / 8, 1e-20);  // lowest divided by factor
 }
 
@@ -149,7 +151,8 @@ TEST(HfRoundTrip, HfToStrataToHfKeepsTensors) {
     b->read_f32(*u, y.data());
     EXPECT_EQ(x, y) << t.name;
   }
-  EXPECT_EQ(read_file(dir / "tokenizer.model", "t"), read_file(fixture("hf_gqa_untied") + "/tokenizer.model", "t"));
+  EXPECT_EQ(read_file(dir / "tokenizer.model", "t"),
+            read_file(fixture("hf_gqa_untied") + "/tokenizer.model", "t"));
   EXPECT_EQ(read_json(dir / "generation_config.json")["eos_token_id"], 2);
 }
 

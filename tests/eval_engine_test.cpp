@@ -94,7 +94,8 @@ TEST(Scorer, TrailingContextSpacesMoveToTheContinuation) {
 TEST(Scorer, LongContextIsCutFromTheLeftKeepingBos) {
   auto m = tiny_model(2, 16);
   Scorer s(*m, tok512(), 2, {});
-  const LlRequest r{"Once upon a time, in a land far away, there lived a very old king who", " ruled"};
+  const LlRequest r{"Once upon a time, in a land far away, there lived a very old king who",
+                    " ruled"};
   std::vector<int32_t> ctx, cont;
   s.tokenize(r, ctx, cont);
   ASSERT_GT(ctx.size() + cont.size(), 16u);
@@ -113,8 +114,8 @@ TEST(Scorer, LongContextIsCutFromTheLeftKeepingBos) {
 TEST(Scorer, BatchSizeInvariant) {
   auto m = tiny_model();
   std::vector<LlRequest> reqs;
-  const char* ctxs[] = {"Once upon a time", "The sun", "She said that the little bird",
-                        "A", "They went to the park and played with a ball until"};
+  const char* ctxs[] = {"Once upon a time", "The sun", "She said that the little bird", "A",
+                        "They went to the park and played with a ball until"};
   const char* conts[] = {" there was", " is hot", " could sing", " boy", " it got dark"};
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 5; ++j) reqs.push_back({ctxs[i], conts[j]});

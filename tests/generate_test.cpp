@@ -213,8 +213,8 @@ TEST(Generate, BatchEqualsOneByOne) {
     o.eos_id = generate(*m, prompts[2], o)[6];
     GenerateStats st;
     std::vector<int> seen(prompts.size(), 0);
-    const auto batch = generate_batch(*m, prompts, o, [&](int i, int32_t) { ++seen[size_t(i)]; },
-                                      &st);
+    const auto batch = generate_batch(
+        *m, prompts, o, [&](int i, int32_t) { ++seen[size_t(i)]; }, &st);
     ASSERT_EQ(batch.size(), prompts.size());
     int total = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {

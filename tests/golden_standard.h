@@ -61,8 +61,8 @@ inline GoldenResult golden_standard(Model<float>& m, const int32_t* tokens, cons
   for (int l = 0; l < L; ++l) {
     const auto& W = lay.layers[size_t(l)];
     Acts& a = A[size_t(l)];
-    a = Acts{buf(NC), buf(N), buf(N * QKV), buf(N * Q), buf(int64_t(B) * Hq * T),
-             buf(NC), buf(N),  buf(N * 2 * F), buf(N * F)};
+    a = Acts{buf(NC), buf(N), buf(N * QKV),   buf(N * Q), buf(int64_t(B) * Hq * T),
+             buf(NC), buf(N), buf(N * 2 * F), buf(N * F)};
     const int i = 2 * l + 1;
     be.rmsnorm_forward(a.ln1.data(), a.rstd1.data(), x[i - 1].data(), p(W.input_norm), N, int(C),
                        c.rms_norm_eps);
@@ -106,14 +106,14 @@ inline GoldenResult golden_standard(Model<float>& m, const int32_t* tokens, cons
   std::vector<float> dstream = buf(NC), lnf = buf(NC), rstdf = buf(N), lsef = buf(N);
   GoldenResult r;
   if (fused) {
-    r.loss_sum = be.head_ce_forward_backward(
-        dstream.data(), g(lay.final_norm), g(head), lnf.data(), rstdf.data(), &r.n_valid,
-        x[size_t(2 * L)].data(), p(lay.final_norm), p(head), targets, N, int(C), Vl,
-        c.rms_norm_eps, dloss, tp ? &shard : nullptr);
+    r.loss_sum = be.head_ce_forward_backward(dstream.data(), g(lay.final_norm), g(head), lnf.data(),
+                                             rstdf.data(), &r.n_valid, x[size_t(2 * L)].data(),
+                                             p(lay.final_norm), p(head), targets, N, int(C), Vl,
+                                             c.rms_norm_eps, dloss, tp ? &shard : nullptr);
   } else {
     r.loss_sum = be.head_ce_forward(lnf.data(), rstdf.data(), lsef.data(), nullptr, &r.n_valid,
-                                    x[size_t(2 * L)].data(), p(lay.final_norm), p(head), targets,
-                                    N, int(C), Vl, c.rms_norm_eps, tp ? &shard : nullptr);
+                                    x[size_t(2 * L)].data(), p(lay.final_norm), p(head), targets, N,
+                                    int(C), Vl, c.rms_norm_eps, tp ? &shard : nullptr);
     be.head_ce_backward(dstream.data(), g(lay.final_norm), g(head), x[size_t(2 * L)].data(),
                         lnf.data(), rstdf.data(), lsef.data(), p(lay.final_norm), p(head), targets,
                         N, int(C), Vl, dloss, tp ? &shard : nullptr);
@@ -129,8 +129,8 @@ inline GoldenResult golden_standard(Model<float>& m, const int32_t* tokens, cons
     be.linear_backward(d_h.data(), g(W.down), nullptr, ds, a.h.data(), p(W.down), N, F, int(C),
                        false);
     be.swiglu_backward(d_gateup.data(), d_h.data(), a.gateup.data(), N, F);
-    be.linear_backward(d_ln.data(), g(W.gate), nullptr, d_gateup.data(), a.ln2.data(), p(W.gate),
-                       N, int(C), 2 * F, false);
+    be.linear_backward(d_ln.data(), g(W.gate), nullptr, d_gateup.data(), a.ln2.data(), p(W.gate), N,
+                       int(C), 2 * F, false);
     ar(d_ln.data(), NC);
     be.rmsnorm_backward(ds, g(W.post_norm), d_ln.data(), x[size_t(i)].data(), p(W.post_norm),
                         a.rstd2.data(), N, int(C));
@@ -142,8 +142,8 @@ inline GoldenResult golden_standard(Model<float>& m, const int32_t* tokens, cons
     be.linear_backward(d_ln.data(), g(W.q), W.q_bias >= 0 ? g(W.q_bias) : nullptr, d_qkv.data(),
                        a.ln1.data(), p(W.q), N, int(C), QKV, false);
     ar(d_ln.data(), NC);
-    be.rmsnorm_backward(ds, g(W.input_norm), d_ln.data(), x[size_t(i - 1)].data(),
-                        p(W.input_norm), a.rstd1.data(), N, int(C));
+    be.rmsnorm_backward(ds, g(W.input_norm), d_ln.data(), x[size_t(i - 1)].data(), p(W.input_norm),
+                        a.rstd1.data(), N, int(C));
   }
   be.embedding_backward(g(lay.embed), tokens, dstream.data(), N, int(C), int64_t(rank) * Vl,
                         tp ? Vl : -1);

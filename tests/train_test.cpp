@@ -271,6 +271,40 @@ TEST(Train, ContinualPretrainingStartsFromTheCheckpoint) {
   EXPECT_EQ(m->config().hidden_size, 32);
 }
 
+// Layer Parallelism's recovery fine-tuning: a standard checkpoint under a
+// plan with an lp pair, only the pair's layers trainable. The other tensors
+// stay bitwise those of the checkpoint; the pair's change; the plan is saved.
+TEST(Train, LpRecoveryTrainsOnlyThePair) {
+  TempDir dir;
+  const TrainResult base =
+      train(load(tiny_recipe(dir), {"training.steps=4", "model.num_hidden_layers=4"}));
+  const TrainResult rec =
+      train(load(tiny_recipe(dir),
+                 {"model.init_from=\"" + base.last_checkpoint + "\"",
+                  "run.dir=\"" + (dir / "lp") + "\"", "data.tokenizer=\"\"", "training.steps=3",
+                  "model.plan=\"standard,lp*2,standard\"", "training.trainable=[\"layers:1-2\"]"}));
+  ASSERT_EQ(rec.losses.size(), 3u);
+  CheckpointInfo before_info, after_info;
+  auto before = load_model(base.last_checkpoint, &before_info);
+  auto after = load_model(rec.last_checkpoint, &after_info);
+  EXPECT_EQ(after_info.plan.to_string(), "standard,lp*2,standard");
+  int changed = 0, kept = 0;
+  for (const auto& t : before->layout().tensors()) {
+    const int i = int(&t - &before->layout().tensors()[0]);
+    const bool same = std::equal(before->param(i), before->param(i) + t.numel, after->param(i));
+    const bool pair = t.name.find("layers.1.") != std::string::npos ||
+                      t.name.find("layers.2.") != std::string::npos;
+    if (pair) {
+      changed += !same;
+    } else {
+      EXPECT_TRUE(same) << t.name << " is frozen but changed";
+      kept += same;
+    }
+  }
+  EXPECT_EQ(changed, 2 * 9);  // every tensor of layers 1 and 2 (no biases)
+  EXPECT_GT(kept, 0);
+}
+
 TEST(Train, SftFromCheckpointMasksPromptsAndLearns) {
   TempDir dir;
   const TrainResult base = train(load(tiny_recipe(dir), {"training.steps=5"}));
