@@ -221,6 +221,54 @@ TEST(Lp, GradientCheckWithDropoutAndExits) {
   }
 }
 
+// PAR groups (the paper's section 3): streams against the reference for
+// groups of 2, 3 and a whole stretch, with biases; plan rules.
+TEST(Par, StreamsMatchTheReference) {
+  const std::pair<const char*, int> plans[] = {{"par*2", 2},
+                                               {"standard,par*2,standard", 4},
+                                               {"par*4", 4},
+                                               {"par*3,standard;par_group=3", 4},
+                                               {"par*4;par_group=4", 4},
+                                               {"lp*2,par*2", 4}};
+  for (const auto& [text, layers] : plans) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
+      const LayerPlan plan = LayerPlan::parse(text, layers);
+      const LlamaConfig c = small_config(layers, !bias, bias);
+      Model<double> m(c, plan, ops::make_backend<double>());
+      m.init_weights(3);
+      perturb_vectors(m, 4);
+      const int B = 2, T = 6;
+      const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
+      const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
+      m.forward(tokens.data(), targets.data(), B, T);
+      const auto x = reference_streams(m, plan, tokens, B, T);
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
+    }
+  }
+  EXPECT_EQ(LayerPlan::parse("par*6;par_group=3", 6).units().size(), 2u);
+  EXPECT_ERROR(LayerPlan::parse("par*3", 3), "the run of 3 par layers from layer 0 is not a whole "
+                                             "number of par units (2 layers each)");
+  EXPECT_ERROR(LayerPlan::parse("par*4;par_group=2.5", 4),
+               "option 'par_group' must be a whole number in [2, 1000], got '2.5'");
+  EXPECT_ERROR(LayerPlan::parse("par*2,ladder", 3), "layer 2 is a ladder layer right after a par");
+  EXPECT_ERROR(LayerPlan::parse("par*2", 2).check_exit(1, "exit layer"), "falls inside a unit");
+}
+
+TEST(Par, GenerationEqualsNoCache) {
+  for (const char* plan : {"par*2,standard*2", "par*4;par_group=4"}) {
+    SCOPED_TRACE(plan);
+    const LlamaConfig c = small_config(4, true, true);
+    Model<float> m(c, LayerPlan::parse(plan, 4), ops::make_backend<float>());
+    m.init_weights(12);
+    GenerateOptions o;
+    o.max_new_tokens = 16;
+    auto p = testing::random_tokens(6, 61, 3);
+    p[0] = 1;
+    EXPECT_EQ(generate(m, p, o), generate_simple(m, p, o));
+  }
+}
+
 std::unique_ptr<Model<float>> lp_model(const char* plan, int layers, bool bias, uint64_t seed) {
   const LlamaConfig c = small_config(layers, !bias, bias);
   auto m =

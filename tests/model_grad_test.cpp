@@ -81,7 +81,10 @@ INSTANTIATE_TEST_SUITE_P(
         // Layer Parallelism: the mixed MLP norm's gradient split between the pair.
         Case{"lp2_alpha03_bias", false, 2, true, 0, "lp*2;lp_alpha=0.3", 2},
         Case{"standard_lp2_standard_tied", true, 4, false, 0, "standard,lp*2,standard", 4},
-        Case{"lp2_ladder2", false, 2, false, 0, "lp*2,ladder*2", 4}),
+        Case{"lp2_ladder2", false, 2, false, 0, "lp*2,ladder*2", 4},
+        // PAR groups of Layer Parallelism's study.
+        Case{"par2_bias", false, 2, true, 0, "par*2", 2},
+        Case{"standard_par3_tied", true, 2, false, 0, "standard,par*3;par_group=3", 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -134,7 +134,8 @@ TEST_P(TensorParallel, MatchesSingleProcessModel) {
 TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
   for (const char* plan :
        {"ladder*3", "standard,ladder*2", "ladder,standard,ladder", "parallel*3",
-        "parallel,ladder,standard", "lp*2,standard", "standard,lp*2;lp_alpha=0.3", "lp*2,ladder"}) {
+        "parallel,ladder,standard", "lp*2,standard", "standard,lp*2;lp_alpha=0.3", "lp*2,ladder",
+        "par*2,standard", "standard,par*2"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3);
   }

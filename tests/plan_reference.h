@@ -8,6 +8,9 @@
 //   lp pair (k, k+1) (the deployed Layer-Parallel graph, paper eq. B.2):
 //             h = x + A_k(x) + A_{k+1}(x), u = rmsnorm(h; a g_k + (1 - a) g_{k+1}),
 //             y = h + MLP_k(u) + MLP_{k+1}(u); x_{2k+1..2k+3} := h, x_{2k+4} = y
+//   par group of G layers from f (the PAR approximation, eq. 2, section 3):
+//             y = x + sum_i [A_i(x) + F_i(x + A_i(x))]; x_{2i+1} := x + A_i(x),
+//             x_{2i+2} := x inside the group, x_{2(f+G)} = y
 //   lp pair with `par` (the paper's PAR approximation, eq. 2):
 //             y = x + A_k(x) + F_k(x + A_k(x)) + A_{k+1}(x) + F_{k+1}(x + A_{k+1}(x))
 // With `keep` (LayerSkip layer dropout), layer l's module outputs are zero for
@@ -90,6 +93,21 @@ inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& pla
     const LayerKind kind = plan.kinds[size_t(l)];
     if (kind == LayerKind::Skip) {
       x[size_t(i)] = x[size_t(i + 1)] = x[size_t(i - 1)];
+      continue;
+    }
+    if (kind == LayerKind::Par) {  // a group of G layers from l
+      const int G = plan.unit_size(LayerKind::Par);
+      const Vec in = x[size_t(i - 1)];
+      Vec y = in;
+      for (int j = l; j < l + G; ++j) {
+        const Vec a = attn(j, in);
+        const Vec t = add(in, a);
+        y = add(add(y, a), mlp(j, t, post_norm(j)));
+        x[size_t(2 * j + 1)] = t;
+        x[size_t(2 * j + 2)] = in;
+      }
+      x[size_t(2 * (l + G))] = y;
+      l += G - 1;
       continue;
     }
     if (kind == LayerKind::Lp) {  // the pair (l, l + 1)

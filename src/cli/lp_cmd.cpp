@@ -24,29 +24,50 @@ namespace strata::cli {
 
 namespace {
 
-// standard*s,lp*D,standard*(L-e) (;lp_alpha=A unless 0.5).
-std::string lp_plan(int L, int s, int e, double alpha) {
+// The graph transforms of the paper's study applied to [s, e):
+//   lp      Layer-Parallel pairs (the deployed graph; D even)
+//   par     PAR pairs (each MLP sees only its own attention; D even)
+//   stretch the whole range in parallel (one PAR group of D layers)
+//   prune   the range removed (skip)
+struct Transform {
+  const char* name;
+  int min_delta, step;
+};
+const Transform kTransforms[] = {{"lp", 2, 2}, {"par", 2, 2}, {"stretch", 2, 1}, {"prune", 1, 1}};
+
+// standard*s,<transform of [s, e)>,standard*(L-e) with its options.
+std::string transform_plan(const std::string& t, int L, int s, int e, double alpha) {
   std::string p;
   auto add = [&](const char* kind, int n) {
     if (n <= 0) return;
     if (!p.empty()) p += ",";
     p += std::string(kind) + (n > 1 ? "*" + std::to_string(n) : "");
   };
+  const int D = e - s;
   add("standard", s);
-  add("lp", e - s);
+  add(t == "lp" ? "lp" : t == "prune" ? "skip" : "par", D);
   add("standard", L - e);
-  if (e > s && alpha != 0.5) p += cat(";lp_alpha=", alpha);
+  if (D > 0 && t == "lp" && alpha != 0.5) p += cat(";lp_alpha=", alpha);
+  if (D > 2 && t == "stretch") p += cat(";par_group=", D);
   return p;
 }
 
 int lp_scan(int argc, char** argv, int first) {
   Args args("strata lp scan",
-            "Perplexity of a text for every Layer-Parallel range [e - D, e) (even D, every end "
-            "index e) of a standard checkpoint, as a table, JSON and an SVG plot (the paper's "
-            "Figure 6): where to pair layers with the least loss.");
+            "Perplexity of a text for every range [e - D, e) (every allowed D and end index e) "
+            "of a standard checkpoint run as Layer-Parallel pairs, or under the other "
+            "transforms of the paper's study (PAR pairs, a whole stretch in parallel, pruning), "
+            "as a table, JSON and an SVG plot (the paper's Figure 6): where to pair layers with "
+            "the least loss.");
   add_model_options(args);
   args.option("text", "FILE", "text to score (a held-out sample of the model's domain)")
-      .option("deltas", "LIST", "comma-separated even range lengths (default: 2, 4, ... up to L)",
+      .option("transform", "T",
+              "what is done to [e - D, e): lp (Layer-Parallel pairs), par (PAR pairs), stretch "
+              "(the whole range in parallel, PAR), prune (removed)",
+              "lp")
+      .option("deltas", "LIST",
+              "comma-separated range lengths (default: every length the transform allows up to "
+              "L: even for lp and par)",
               "")
       .option("alpha", "A", "mixing weight of the pairs' MLP norms (lp_alpha)", "0.5")
       .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
@@ -59,6 +80,12 @@ int lp_scan(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("text"), "strata lp scan: --text is required");
   STRATA_CHECK(!args.has("plan"), "strata lp scan: --plan is not taken: the scan sets the plans");
+  const std::string transform = args.get("transform");
+  const Transform* tr = nullptr;
+  for (const Transform& t : kTransforms)
+    if (transform == t.name) tr = &t;
+  STRATA_CHECK(tr, "strata lp scan: unknown --transform '", transform,
+               "' (lp, par, stretch, prune)");
   const double alpha = args.get_double("alpha");
   STRATA_CHECK(alpha >= 0 && alpha <= 1, "strata lp scan: --alpha must be in [0, 1], got ", alpha);
   const int limit = args.get_int("limit-bytes");
@@ -81,12 +108,14 @@ int lp_scan(int argc, char** argv, int first) {
   const int L = model.config().num_hidden_layers;
   std::vector<int> deltas;
   if (args.get("deltas").empty()) {
-    for (int d = 2; d <= L; d += 2) deltas.push_back(d);
+    for (int d = tr->min_delta; d <= L; d += tr->step) deltas.push_back(d);
   } else {
     for (const std::string& d : split_commas(args.get("deltas"))) {
       int v = 0;
-      STRATA_CHECK(parse_int(d, &v) && v >= 2 && v % 2 == 0 && v <= L,
-                   "strata lp scan: --deltas: '", d, "' is not an even length in 2..", L);
+      STRATA_CHECK(parse_int(d, &v) && v >= tr->min_delta && v % tr->step == 0 && v <= L,
+                   "strata lp scan: --deltas: '", d, "' is not ",
+                   tr->step == 2 ? "an even length" : "a length", " in ", tr->min_delta, "..", L,
+                   " (--transform ", transform, ")");
       deltas.push_back(v);
     }
   }
@@ -100,10 +129,14 @@ int lp_scan(int argc, char** argv, int first) {
     return text_perplexity(model, tok, text, args.get("text"), window, 0, batch, exits, false)
         .back();
   };
+  // Sequential layer steps left: a pair or a group counts once, a pruned layer not at all.
+  auto depth = [&](int d) {
+    return transform == "prune" ? L - d : transform == "stretch" ? L - d + 1 : L - d / 2;
+  };
   int total = 0;
   for (int d : deltas) total += L - d + 1;
   Timer timer;
-  const PerplexityResult base = score(lp_plan(L, 0, 0, alpha));
+  const PerplexityResult base = score(transform_plan(transform, L, 0, 0, alpha));
   if (progress)
     std::fprintf(stderr, "lp scan: %lld tokens, standard ppl %.4f; %d ranges\n",
                  (long long)base.tokens, base.ppl(), total);
@@ -114,26 +147,26 @@ int lp_scan(int argc, char** argv, int first) {
     const int d = deltas[k];
     int best_e = -1;
     for (int e = d; e <= L; ++e) {
-      const std::string plan = lp_plan(L, e - d, e, alpha);
+      const std::string plan = transform_plan(transform, L, e - d, e, alpha);
       const PerplexityResult r = score(plan);
       grid[k][size_t(e)] = r.ppl();
       ranges.push_back({{"start", e - d},
                         {"end", e},
                         {"delta", d},
-                        {"effective_depth", L - d / 2},
+                        {"effective_depth", depth(d)},
                         {"plan", plan},
                         {"ppl", r.ppl()},
                         {"nll", r.mean_nll()}});
       if (best_e < 0 || r.ppl() < grid[k][size_t(best_e)]) best_e = e;
       ++done;
       if (progress)
-        std::fprintf(stderr, "lp scan: [%d, %d) D=%d ppl %.4f  (%d/%d, %.0f s)\n", e - d, e, d,
-                     r.ppl(), done, total, timer.seconds());
+        std::fprintf(stderr, "lp scan: %s [%d, %d) D=%d ppl %.4f  (%d/%d, %.0f s)\n",
+                     transform.c_str(), e - d, e, d, r.ppl(), done, total, timer.seconds());
     }
     best[std::to_string(d)] = {{"end", best_e},
                                {"start", best_e - d},
                                {"ppl", grid[k][size_t(best_e)]},
-                               {"effective_depth", L - d / 2}};
+                               {"effective_depth", depth(d)}};
   }
   model.set_plan(info.plan);
 
@@ -141,13 +174,13 @@ int lp_scan(int argc, char** argv, int first) {
   std::printf("standard: ppl %.4f over %lld tokens (%s)\n", base.ppl(), (long long)base.tokens,
               args.get("text").c_str());
   std::printf("%-6s %-6s %-9s %-10s", "delta", "depth", "best_end", "best_ppl");
-  for (int e = 2; e <= L; ++e) std::printf(" %9s", cat("e=", e).c_str());
+  for (int e = tr->min_delta; e <= L; ++e) std::printf(" %9s", cat("e=", e).c_str());
   std::printf("\n");
   for (size_t k = 0; k < deltas.size(); ++k) {
     const auto& b = best[std::to_string(deltas[k])];
-    std::printf("%-6d %-6d %-9d %-10.4f", deltas[k], L - deltas[k] / 2, b["end"].get<int>(),
+    std::printf("%-6d %-6d %-9d %-10.4f", deltas[k], depth(deltas[k]), b["end"].get<int>(),
                 b["ppl"].get<double>());
-    for (int e = 2; e <= L; ++e) {
+    for (int e = tr->min_delta; e <= L; ++e) {
       if (std::isnan(grid[k][size_t(e)]))
         std::printf(" %9s", "-");
       else
@@ -161,6 +194,7 @@ int lp_scan(int argc, char** argv, int first) {
                                 {"text", args.get("text")},
                                 {"tokens", base.tokens},
                                 {"num_layers", L},
+                                {"transform", transform},
                                 {"alpha", alpha},
                                 {"standard_ppl", base.ppl()},
                                 {"ranges", ranges},
@@ -169,7 +203,7 @@ int lp_scan(int argc, char** argv, int first) {
   }
   if (!args.get("svg").empty()) {
     SvgChart chart;
-    chart.title = cat("Layer Parallelism: perplexity of [e - D, e) (", args.get("checkpoint"), ")");
+    chart.title = cat(transform, " of [e - D, e): perplexity (", args.get("checkpoint"), ")");
     chart.x_label = "end index e";
     chart.y_label = "perplexity";
     chart.log_y = true;

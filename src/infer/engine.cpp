@@ -22,8 +22,8 @@ class KvEngine::Pass final : public UnitForward<float> {
     return buffer(i);
   }
   float* module_out(int slot) override {
-    STRATA_CHECK(slot == 0 || slot == 1, "module output slot ", slot, " does not exist");
-    return slot == 0 ? e_.attn_out_.data() : e_.mlp_out_.data();
+    STRATA_CHECK(slot >= 0 && slot < 3, "module output slot ", slot, " does not exist");
+    return slot == 0 ? e_.attn_out_.data() : slot == 1 ? e_.mlp_out_.data() : e_.sum_out_.data();
   }
   void attention(int l, const float* x, float* out) override {
     const LayerDims& d = e_.d_;
@@ -175,6 +175,7 @@ void KvEngine::ensure_scratch(int n) {
   xn_ = ops::DeviceBuffer<float>(&be_, N * C);
   odd_ = ops::DeviceBuffer<float>(&be_, N * C);
   mixed_norm_ = ops::DeviceBuffer<float>(&be_, C);
+  sum_out_ = ops::DeviceBuffer<float>(&be_, N * C);
 }
 
 void KvEngine::embed(const int32_t* tokens, int n, float* x) {

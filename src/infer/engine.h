@@ -74,6 +74,7 @@ class KvEngine {
   int scratch_rows_ = 0;
   ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, attn_out_, mlp_out_, gateup_, h_, xn_, odd_;
   ops::DeviceBuffer<float> mixed_norm_;  // a Layer-Parallel pair's MLP norm weights
+  ops::DeviceBuffer<float> sum_out_;     // a par group's running sum
 };
 
 }  // namespace strata

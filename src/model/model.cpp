@@ -181,11 +181,17 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_h_ = carve(N * F);
     bool deferring = false;
     for (const PlanUnit& u : units_)
-      deferring |= u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel;
+      deferring |= u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel ||
+                   u.kind == LayerKind::Par;
     d_ln2_ = deferring ? carve(N * C) : nullptr;
     bool pairs = false;
-    for (const PlanUnit& u : units_) pairs |= u.kind == LayerKind::Lp;
+    bool groups = false;
+    for (const PlanUnit& u : units_) {
+      pairs |= u.kind == LayerKind::Lp || u.kind == LayerKind::Par;
+      groups |= u.kind == LayerKind::Par;
+    }
     d_ln3_ = pairs ? carve(N * C) : nullptr;
+    sum_out_ = groups ? carve(N * C) : nullptr;
     return used;
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
@@ -284,8 +290,10 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     return m_.streams_[size_t(i)];
   }
   T* module_out(int slot) override {
-    STRATA_CHECK(slot == 0 || slot == 1, "module output slot ", slot, " does not exist");
-    return slot == 0 ? m_.attn_out_ : m_.mlp_out_;
+    T* const slots[] = {m_.attn_out_, m_.mlp_out_, m_.sum_out_};
+    STRATA_CHECK(slot >= 0 && slot < 3 && slots[slot], "module output slot ", slot,
+                 " does not exist");
+    return slots[slot];
   }
   void attention(int l, const T* x, T* out) override {
     const LayerDims& d = m_.dims_;
@@ -422,6 +430,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   void add(T* dst, const T* src) override {
     m_.be_->residual_forward(dst, dst, src, rows() * m_.dims_.C);
   }
+  void zero(T* dst) override { m_.be_->zero(dst, rows() * m_.dims_.C); }
   void o_bias_backward(int l, const T* dout) override {
     T* g = m_.layer_grads(l).o_bias;
     if (!g) return;

@@ -221,6 +221,7 @@ class Model {
   std::vector<LayerActs> layer_acts_;
   T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr;
   T *attn_out_ = nullptr, *mlp_out_ = nullptr;  // module outputs (one per module of a step)
+  T* sum_out_ = nullptr;                        // a par group's running sum
   // LayerSkip's packed kept samples: a module's input or output gradient, and
   // a norm backward's d_ln and dx.
   T *sub_x_ = nullptr, *sub_d_ = nullptr, *sub_g_ = nullptr;

@@ -1,5 +1,6 @@
 #include "model/plan.h"
 
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -37,6 +38,12 @@ const std::vector<KindInfo>& kind_table() {
        {"lp_alpha"},
        "Layer Parallelism: a pair of layers on one input, attentions summed, then both MLPs "
        "on one norm (weights lp_alpha * first + (1 - lp_alpha) * second, default 0.5)"},
+      {"par",
+       LayerKind::Par,
+       0,
+       {"par_group"},
+       "PAR (Layer Parallelism's study): groups of par_group layers (default 2) on one input, "
+       "y = x + sum of A_i(x) + F_i(x + A_i(x))"},
   };
   return table;
 }
@@ -60,8 +67,10 @@ std::string trim(const std::string& s) {
 struct NumberOption {
   const char* key;
   double lo, hi;
+  bool whole;
 };
-const NumberOption kNumberOptions[] = {{"lp_alpha", 0.0, 1.0}};
+const NumberOption kNumberOptions[] = {{"lp_alpha", 0.0, 1.0, false},
+                                       {"par_group", 2, 1000, true}};
 
 std::string known_kinds() {
   std::vector<std::string> names;
@@ -108,16 +117,6 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
   STRATA_CHECK(!layers.empty() || num_layers == 0, where, ": no layers");
   STRATA_CHECK(plan.num_layers() == num_layers, where, " has ", plan.num_layers(),
                " layers but the model has ", num_layers);
-  // Units: a run of a kind with units of n layers must hold whole units.
-  for (size_t l = 0; l < plan.kinds.size();) {
-    size_t e = l;
-    while (e < plan.kinds.size() && plan.kinds[e] == plan.kinds[l]) ++e;
-    const KindInfo& info = kind_info(plan.kinds[l]);
-    STRATA_CHECK((e - l) % size_t(info.unit_size) == 0, where, ": the run of ", e - l, " ",
-                 info.name, " layers from layer ", l, " is not a whole number of ", info.name,
-                 " units (", info.unit_size, " layers each)");
-    l = e;
-  }
   if (semi != std::string::npos) {
     std::set<std::string> seen;
     for (size_t at = semi + 1;;) {
@@ -149,13 +148,30 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
         } catch (const std::exception&) {
           used_chars = 0;
         }
-        STRATA_CHECK(used_chars == value.size() && v >= n.lo && v <= n.hi, where, ": option '", key,
-                     "' must be a number in [", n.lo, ", ", n.hi, "], got '", value, "'");
+        STRATA_CHECK(used_chars == value.size() && v >= n.lo && v <= n.hi &&
+                         (!n.whole || v == std::floor(v)),
+                     where, ": option '", key, "' must be a ", n.whole ? "whole " : "",
+                     "number in [", n.lo, ", ", n.hi, "], got '", value, "'");
       }
       plan.options.emplace_back(key, value);
       if (next == std::string::npos) break;
     }
   }
+  // Units: a run of a kind with units of n layers must hold whole units.
+  for (size_t l = 0; l < plan.kinds.size();) {
+    size_t e = l;
+    while (e < plan.kinds.size() && plan.kinds[e] == plan.kinds[l]) ++e;
+    const KindInfo& info = kind_info(plan.kinds[l]);
+    const int n = plan.unit_size(info.kind);
+    STRATA_CHECK((e - l) % size_t(n) == 0, where, ": the run of ", e - l, " ", info.name,
+                 " layers from layer ", l, " is not a whole number of ", info.name, " units (",
+                 n, " layers each)");
+    l = e;
+  }
+  for (size_t l = 1; l < plan.kinds.size(); ++l)
+    STRATA_CHECK(!(plan.kinds[l] == LayerKind::Ladder && plan.kinds[l - 1] == LayerKind::Par), where,
+                 ": layer ", l, " is a ladder layer right after a par group (a ladder layer reads "
+                 "the stream inside the unit below, which a par group does not have)");
   return plan;
 }
 
@@ -176,7 +192,7 @@ std::string LayerPlan::to_string() const {
 std::vector<PlanUnit> LayerPlan::units() const {
   std::vector<PlanUnit> u;
   for (int l = 0; l < num_layers();) {
-    const int size = kind_info(kinds[size_t(l)]).unit_size;
+    const int size = unit_size(kinds[size_t(l)]);
     u.push_back(PlanUnit{kinds[size_t(l)], l, size});
     l += size;
   }
@@ -221,6 +237,11 @@ const std::string* LayerPlan::option(const std::string& key) const {
   for (const auto& [k, v] : options)
     if (k == key) return &v;
   return nullptr;
+}
+
+int LayerPlan::unit_size(LayerKind k) const {
+  const int n = kind_info(k).unit_size;
+  return n > 0 ? n : int(number("par_group", 2));
 }
 
 double LayerPlan::number(const std::string& key, double fallback) const {

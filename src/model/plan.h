@@ -16,6 +16,10 @@
 //             y = h + mlp_k(u) + mlp_{k+1}(u), u = h normed with
 //             lp_alpha * g_k + (1 - lp_alpha) * g_{k+1} (the MLP norm weights);
 //             x_{2k+1..2k+3} := h, x_{2k+4} = y
+//   par:      the PAR approximation of Layer Parallelism's study (groups of
+//             par_group layers, default 2, on one input x):
+//             y = x + sum_i [A_i(x) + F_i(x + A_i(x))]; x_{2i+1} := x + A_i(x)
+//             (layer i's MLP input), x_{2i+2} := x inside the group
 // The layers are grouped into units, the steps the executor takes: a unit is
 // one layer, or (for kinds that couple layers) a pair. Early exits happen only
 // at unit boundaries. Options after ';' apply to the whole plan
@@ -31,13 +35,13 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp };
+enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp, Par };
 
 // What the plan knows of a kind.
 struct KindInfo {
   const char* name;
   LayerKind kind;
-  int unit_size;                     // layers per unit
+  int unit_size;                     // layers per unit (0: the plan option par_group)
   std::vector<const char*> options;  // plan options this kind reads
   const char* summary;
   bool benchmark_only = false;  // computes nothing meaningful: only `strata bench` runs it
@@ -66,6 +70,8 @@ struct LayerPlan {
   int num_layers() const { return static_cast<int>(kinds.size()); }
 
   std::vector<PlanUnit> units() const;
+  // Layers per unit of kind k in this plan.
+  int unit_size(LayerKind k) const;
   // Whether E (0..L) falls between units: the executor can stop after E
   // layers (early exit, self-speculative drafts, LayerSkip exit losses).
   bool unit_boundary(int E) const;

@@ -29,7 +29,7 @@ class UnitForward {
   virtual const LayerPlan& plan() const = 0;  // for the plan's options
   virtual T* stream(int i) = 0;
   // A buffer of rows x C for the output of a module (slot 0: attention, 1: MLP;
-  // a kind may use more slots to keep several outputs in flight).
+  // slot 2, where the plan has par groups, for their running sum).
   virtual T* module_out(int slot) = 0;
   // This rank's partial output of a module of `layer` applied to x.
   virtual void attention(int layer, const T* x, T* partial) = 0;
@@ -97,8 +97,9 @@ class UnitBackward {
   // mixed weight's gradient goes alpha to layer a's, 1 - alpha to layer b's.
   virtual void mlp_mixed_norm_backward(int layer, int a, int b, double alpha, const T* x,
                                        const T* d_ln, T* dx) = 0;
-  // dst += src (rows x C).
+  // dst += src; dst = 0 (rows x C).
   virtual void add(T* dst, const T* src) = 0;
+  virtual void zero(T* dst) = 0;
   // The o_proj bias gradient from the gradient of the reduced module output.
   virtual void o_bias_backward(int layer, const T* dout) = 0;
   // copy_to_tp backward: sum over the tp group, in place.

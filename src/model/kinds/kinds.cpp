@@ -18,6 +18,8 @@ void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
       return kinds::nocomm_forward(f, u);
     case LayerKind::Lp:
       return kinds::lp_forward(f, u);
+    case LayerKind::Par:
+      return kinds::par_forward(f, u);
   }
 }
 
@@ -36,6 +38,8 @@ void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
       return kinds::nocomm_backward(b, u);
     case LayerKind::Lp:
       return kinds::lp_backward(b, u);
+    case LayerKind::Par:
+      return kinds::par_backward(b, u);
   }
 }
 

@@ -46,4 +46,11 @@ void lp_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void lp_backward(UnitBackward<T>& b, const PlanUnit& u);
 
+// par.cpp: PAR groups (Layer Parallelism's study): y = x + sum_i [A_i(x) +
+// F_i(x + A_i(x))], two reductions per layer.
+template <typename T>
+void par_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void par_backward(UnitBackward<T>& b, const PlanUnit& u);
+
 }  // namespace strata::kinds

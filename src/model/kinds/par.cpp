@@ -1,0 +1,67 @@
+// PAR, the approximation Layer Parallelism's study starts from (Flamant et
+// al., eq. 2 and section 3): the layers of a group read the same input x and
+// their whole contributions are summed,
+//   y = x + sum_i [A_i(x) + F_i(x + A_i(x))]
+// (each MLP sees only its own layer's attention output). Groups of par_group
+// layers (2: "2-parallel"; the run's length: a whole stretch in parallel).
+// Streams inside a group: x_{2i+1} = t_i = x + A_i(x) (layer i's MLP input),
+// x_{2i+2} = x; the group's last stream is y.
+#include "model/kinds/kinds.h"
+
+namespace strata::kinds {
+
+template <typename T>
+void par_forward(UnitForward<T>& f, const PlanUnit& u) {
+  const int in = 2 * u.first;
+  T* sum = f.module_out(2);
+  for (int l = u.first; l < u.end(); ++l) {
+    const int i = 2 * l + 1;
+    const T* x = f.stream(in);
+    T* a = f.module_out(0);
+    f.attention(l, x, a);
+    f.add_o_bias(l, a);
+    f.reduce_from_tp(a);
+    T* t = f.stream(i);
+    f.residual(t, x, a);
+    T* m = f.module_out(1);
+    f.mlp(l, t, m);
+    f.reduce_from_tp(m);
+    f.residual(m, m, a);  // layer l's contribution A_l(x) + F_l(t_l)
+    if (l == u.first)
+      f.copy(sum, m);
+    else
+      f.residual(sum, sum, m);
+    if (l + 1 < u.end()) f.copy(f.stream(i + 1), f.stream(in));
+  }
+  f.residual(f.stream(2 * u.end()), f.stream(in), sum);
+}
+
+template <typename T>
+void par_backward(UnitBackward<T>& b, const PlanUnit& u) {
+  T* g = b.grad();  // dL/dy: the gradient of every contribution; becomes dL/dx
+  T* acc = b.d_ln(1);  // what the group adds to dL/dx on top of dL/dy
+  T* dt = b.d_ln(2);
+  T* d = b.d_ln(0);
+  b.zero(acc);
+  for (int l = u.end() - 1; l >= u.first; --l) {
+    const int i = 2 * l + 1;
+    b.mlp_backward(l, g, d);
+    b.copy_to_tp(d);
+    b.zero(dt);
+    b.mlp_norm_backward(l, b.stream(i), d, dt);  // dt = dL/dt_l
+    b.add(acc, dt);                               // t_l = x + A_l(x)
+    b.add(dt, g);                                 // dL/dA_l = dL/dy + dL/dt_l
+    b.o_bias_backward(l, dt);
+    b.attention_backward(l, dt, d);
+    b.copy_to_tp(d);
+    b.attention_norm_backward(l, b.stream(2 * u.first), d, acc);
+  }
+  b.add(g, acc);
+}
+
+template void par_forward<float>(UnitForward<float>&, const PlanUnit&);
+template void par_forward<double>(UnitForward<double>&, const PlanUnit&);
+template void par_backward<float>(UnitBackward<float>&, const PlanUnit&);
+template void par_backward<double>(UnitBackward<double>&, const PlanUnit&);
+
+}  // namespace strata::kinds
