@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
+#include "cli/commands.h"
 #include "infer/generate.h"
+#include "io/model_io.h"
 #include "model/model.h"
 #include "plan_reference.h"
 #include "reference.h"
@@ -267,6 +270,48 @@ TEST(Par, GenerationEqualsNoCache) {
     p[0] = 1;
     EXPECT_EQ(generate(m, p, o), generate_simple(m, p, o));
   }
+}
+
+// strata lp merge: layers [1, 3) of a 4-layer checkpoint become one layer
+// holding the mean of every tensor; the others keep theirs, shifted down.
+TEST(Lp, MergeAveragesTheRange) {
+  const LlamaConfig c = small_config(4, false, true);
+  Model<float> m(c, ops::make_backend<float>());
+  m.init_weights(5);
+  for (int64_t i = 0; i < m.num_params(); ++i) m.params()[i] += 0.001f * float(i % 7);
+  const auto dir = std::filesystem::temp_directory_path() / "strata_lp_merge";
+  std::filesystem::create_directories(dir);
+  const std::string in = (dir / "in.h5").string(), out = (dir / "out.h5").string();
+  save_model(in, m, "", nlohmann::json::object());
+  std::vector<std::string> argv_s = {"strata", "lp", "merge", in, out, "--range", "1:3"};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  ASSERT_EQ(cli::cmd_lp(int(argv.size()), argv.data(), 2), 0);
+  CheckpointInfo info;
+  auto merged = load_model(out, &info);
+  ASSERT_EQ(merged->config().num_hidden_layers, 3);
+  for (const auto& t : merged->layout().tensors()) {
+    const int k = int(&t - &merged->layout().tensors()[0]);
+    const float* got = merged->param(k);
+    auto src = [&](const std::string& name) { return m.param(m.layout().find(name)); };
+    std::vector<float> want(size_t(t.numel));
+    if (t.name.rfind("model.layers.1.", 0) == 0) {
+      const std::string rest = t.name.substr(15);
+      for (int64_t i = 0; i < t.numel; ++i)
+        want[size_t(i)] =
+            (src("model.layers.1." + rest)[i] + src("model.layers.2." + rest)[i]) / 2;
+    } else if (t.name.rfind("model.layers.2.", 0) == 0) {
+      std::copy_n(src("model.layers.3." + t.name.substr(15)), t.numel, want.begin());
+    } else {
+      std::copy_n(src(t.name), t.numel, want.begin());
+    }
+    for (int64_t i = 0; i < t.numel; ++i) ASSERT_FLOAT_EQ(got[i], want[size_t(i)]) << t.name;
+  }
+  argv_s = {"strata", "lp", "merge", in, out, "--range", "2:3"};
+  argv.clear();
+  for (auto& a : argv_s) argv.push_back(a.data());
+  EXPECT_ERROR(cli::cmd_lp(int(argv.size()), argv.data(), 2), "must hold at least 2");
+  std::filesystem::remove_all(dir);
 }
 
 std::unique_ptr<Model<float>> lp_model(const char* plan, int layers, bool bias, uint64_t seed) {
