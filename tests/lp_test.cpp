@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
-#include "core/error.h"
 #include "cli/commands.h"
+#include "core/error.h"
 #include "infer/generate.h"
 #include "io/model_io.h"
+#include "model/kinds/kinds.h"
 #include "model/model.h"
 #include "plan_reference.h"
 #include "reference.h"
@@ -246,12 +248,14 @@ TEST(Par, StreamsMatchTheReference) {
       const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
       m.forward(tokens.data(), targets.data(), B, T);
       const auto x = reference_streams(m, plan, tokens, B, T);
-      for (size_t i = 0; i < x.size(); ++i) EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
     }
   }
   EXPECT_EQ(LayerPlan::parse("par*6;par_group=3", 6).units().size(), 2u);
-  EXPECT_ERROR(LayerPlan::parse("par*3", 3), "the run of 3 par layers from layer 0 is not a whole "
-                                             "number of par units (2 layers each)");
+  EXPECT_ERROR(LayerPlan::parse("par*3", 3),
+               "the run of 3 par layers from layer 0 is not a whole "
+               "number of par units (2 layers each)");
   EXPECT_ERROR(LayerPlan::parse("par*4;par_group=2.5", 4),
                "option 'par_group' must be a whole number in [2, 1000], got '2.5'");
   EXPECT_ERROR(LayerPlan::parse("par*2,ladder", 3), "layer 2 is a ladder layer right after a par");
@@ -298,8 +302,7 @@ TEST(Lp, MergeAveragesTheRange) {
     if (t.name.rfind("model.layers.1.", 0) == 0) {
       const std::string rest = t.name.substr(15);
       for (int64_t i = 0; i < t.numel; ++i)
-        want[size_t(i)] =
-            (src("model.layers.1." + rest)[i] + src("model.layers.2." + rest)[i]) / 2;
+        want[size_t(i)] = (src("model.layers.1." + rest)[i] + src("model.layers.2." + rest)[i]) / 2;
     } else if (t.name.rfind("model.layers.2.", 0) == 0) {
       std::copy_n(src("model.layers.3." + t.name.substr(15)), t.numel, want.begin());
     } else {
@@ -312,6 +315,64 @@ TEST(Lp, MergeAveragesTheRange) {
   for (auto& a : argv_s) argv.push_back(a.data());
   EXPECT_ERROR(cli::cmd_lp(int(argv.size()), argv.data(), 2), "must hold at least 2");
   std::filesystem::remove_all(dir);
+}
+
+// Shuffle (the study's section 3 a): pass p runs the run's layers in the
+// order shuffle_permutation(seed, first, n, p), a new one every forward; each
+// pass's loss and every gradient equal those of the standard model with its
+// layers put in that order (weights moved), which the gradient checks cover.
+TEST(Shuffle, EachPassIsTheStandardModelReordered) {
+  const LlamaConfig c = small_config(5, false, true);
+  const LayerPlan plan = LayerPlan::parse("standard,shuffle*3,standard;shuffle_seed=9", 5);
+  ASSERT_EQ(plan.units().size(), 3u);
+  EXPECT_EQ(plan.units()[1].size, 3);
+  EXPECT_ERROR(plan.check_exit(2, "exit layer"), "falls inside a unit");
+  Model<double> m(c, plan, ops::make_backend<double>());
+  m.init_weights(4);
+  perturb_vectors(m, 5);
+  const int B = 2, T = 5;
+  const auto tokens = testing::random_tokens(B * T, c.vocab_size, 6);
+  const auto targets = testing::random_tokens(B * T, c.vocab_size, 7);
+  std::set<std::vector<int>> seen;
+  for (uint64_t pass = 0; pass < 5; ++pass) {
+    const auto perm = kinds::shuffle_permutation(9, 1, 3, pass);
+    seen.insert(perm);
+    Model<double> ref(c, ops::make_backend<double>());
+    auto layer_of = [&](int l) { return l >= 1 && l <= 3 ? 1 + perm[size_t(l - 1)] : l; };
+    auto name_in = [&](const std::string& name, int l) {  // the same tensor of layer l
+      const std::string key = "model.layers.";
+      if (name.rfind(key, 0) != 0) return name;
+      return key + std::to_string(l) + name.substr(name.find('.', key.size()));
+    };
+    for (const auto& t : ref.layout().tensors()) {
+      const int k = int(&t - &ref.layout().tensors()[0]);
+      int l = -1;
+      if (t.name.rfind("model.layers.", 0) == 0) l = std::stoi(t.name.substr(13));
+      const int src = m.layout().find(l < 0 ? t.name : name_in(t.name, layer_of(l)));
+      std::copy_n(m.param(src), t.numel, ref.param(k));
+    }
+    m.zero_grad();
+    ref.zero_grad();
+    const double a = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1).loss_sum;
+    const double b = ref.forward_backward(tokens.data(), targets.data(), B, T, 0.1).loss_sum;
+    EXPECT_NEAR(a, b, 1e-12 * std::abs(b)) << "pass " << pass;
+    for (const auto& t : ref.layout().tensors()) {
+      const int k = int(&t - &ref.layout().tensors()[0]);
+      int l = -1;
+      if (t.name.rfind("model.layers.", 0) == 0) l = std::stoi(t.name.substr(13));
+      const int src = m.layout().find(l < 0 ? t.name : name_in(t.name, layer_of(l)));
+      for (int64_t i = 0; i < t.numel; ++i)
+        ASSERT_NEAR(m.grad(src)[i], ref.grad(k)[i], 1e-12 * (1 + std::abs(ref.grad(k)[i])))
+            << t.name << " pass " << pass;
+    }
+  }
+  EXPECT_GE(seen.size(), 2u) << "the order never changed";
+  // Generation refuses it: a KV cache cannot follow a changing order.
+  Model<float> f(c, plan, ops::make_backend<float>());
+  f.init_weights(1);
+  GenerateOptions o;
+  o.max_new_tokens = 2;
+  EXPECT_ERROR(generate(f, {1, 2}, o), "has shuffle layers");
 }
 
 std::unique_ptr<Model<float>> lp_model(const char* plan, int layers, bool bias, uint64_t seed) {

@@ -31,11 +31,13 @@ namespace {
 //   par     PAR pairs (each MLP sees only its own attention; D even)
 //   stretch the whole range in parallel (one PAR group of D layers)
 //   prune   the range removed (skip)
+//   shuffle the range's layers in a new random order every forward pass
 struct Transform {
   const char* name;
   int min_delta, step;
 };
-const Transform kTransforms[] = {{"lp", 2, 2}, {"par", 2, 2}, {"stretch", 2, 1}, {"prune", 1, 1}};
+const Transform kTransforms[] = {
+    {"lp", 2, 2}, {"par", 2, 2}, {"stretch", 2, 1}, {"prune", 1, 1}, {"shuffle", 2, 1}};
 
 // standard*s,<transform of [s, e)>,standard*(L-e) with its options.
 std::string transform_plan(const std::string& t, int L, int s, int e, double alpha) {
@@ -47,7 +49,7 @@ std::string transform_plan(const std::string& t, int L, int s, int e, double alp
   };
   const int D = e - s;
   add("standard", s);
-  add(t == "lp" ? "lp" : t == "prune" ? "skip" : "par", D);
+  add(t == "lp" ? "lp" : t == "prune" ? "skip" : t == "shuffle" ? "shuffle" : "par", D);
   add("standard", L - e);
   if (D > 0 && t == "lp" && alpha != 0.5) p += cat(";lp_alpha=", alpha);
   if (D > 2 && t == "stretch") p += cat(";par_group=", D);
@@ -63,10 +65,12 @@ int lp_scan(int argc, char** argv, int first) {
             "the least loss.");
   add_model_options(args);
   args.option("text", "FILE", "text to score (a held-out sample of the model's domain)")
-      .option("transform", "T",
-              "what is done to [e - D, e): lp (Layer-Parallel pairs), par (PAR pairs), stretch "
-              "(the whole range in parallel, PAR), prune (removed)",
-              "lp")
+      .option(
+          "transform", "T",
+          "what is done to [e - D, e): lp (Layer-Parallel pairs), par (PAR pairs), stretch "
+          "(the whole range in parallel, PAR), prune (removed), shuffle (a new random order every "
+          "forward pass)",
+          "lp")
       .option("deltas", "LIST",
               "comma-separated range lengths (default: every length the transform allows up to "
               "L: even for lp and par)",
@@ -87,7 +91,7 @@ int lp_scan(int argc, char** argv, int first) {
   for (const Transform& t : kTransforms)
     if (transform == t.name) tr = &t;
   STRATA_CHECK(tr, "strata lp scan: unknown --transform '", transform,
-               "' (lp, par, stretch, prune)");
+               "' (lp, par, stretch, prune, shuffle)");
   const double alpha = args.get_double("alpha");
   STRATA_CHECK(alpha >= 0 && alpha <= 1, "strata lp scan: --alpha must be in [0, 1], got ", alpha);
   const int limit = args.get_int("limit-bytes");
@@ -133,7 +137,10 @@ int lp_scan(int argc, char** argv, int first) {
   };
   // Sequential layer steps left: a pair or a group counts once, a pruned layer not at all.
   auto depth = [&](int d) {
-    return transform == "prune" ? L - d : transform == "stretch" ? L - d + 1 : L - d / 2;
+    return transform == "prune"     ? L - d
+           : transform == "stretch" ? L - d + 1
+           : transform == "shuffle" ? L
+                                    : L - d / 2;
   };
   int total = 0;
   for (int d : deltas) total += L - d + 1;

@@ -17,6 +17,7 @@ class KvEngine::Pass final : public UnitForward<float> {
       : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), tp_(e.m_.tp_comm()) {}
 
   const LayerPlan& plan() const override { return e_.m_.plan(); }
+  uint64_t pass() const override { return 0; }
   float* stream(int i) override {
     materialize(i);
     return buffer(i);
@@ -138,6 +139,10 @@ KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
   STRATA_CHECK(layers_ >= 1 && layers_ <= c.num_hidden_layers, "KV cache for ", layers_,
                " layers: the model has ", c.num_hidden_layers);
   model.plan().check_exit(layers_, "a KV cache for layers [0, E) with E =");
+  for (LayerKind k : model.plan().kinds)
+    STRATA_CHECK(k != LayerKind::Shuffle, "generation: plan '", model.plan().to_string(),
+                 "' has shuffle layers, whose order changes every forward pass (a KV cache "
+                 "cannot follow it); shuffle is for evaluation and training");
   max_len_ = max_len;
   STRATA_CHECK(max_len_ >= 1 && max_len_ <= c.max_position_embeddings, "KV cache of ", max_len_,
                " positions: the model's context is ", c.max_position_embeddings);

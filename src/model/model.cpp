@@ -181,8 +181,8 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_h_ = carve(N * F);
     bool deferring = false;
     for (const PlanUnit& u : units_)
-      deferring |= u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel ||
-                   u.kind == LayerKind::Par;
+      deferring |=
+          u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel || u.kind == LayerKind::Par;
     d_ln2_ = deferring ? carve(N * C) : nullptr;
     bool pairs = false;
     bool groups = false;
@@ -285,6 +285,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
       : m_(m), B_(B), seq_(seq), mode_(mode), kept_(kept) {}
 
   const LayerPlan& plan() const override { return m_.plan_; }
+  uint64_t pass() const override { return m_.pass_; }
   T* stream(int i) override {
     m_.materialize(i);
     return m_.streams_[size_t(i)];
@@ -381,6 +382,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
       : m_(m), B_(B), seq_(seq), grad_(grad), mode_(mode), kept_(kept) {}
 
   const LayerPlan& plan() const override { return m_.plan_; }
+  uint64_t pass() const override { return m_.pass_; }
   T* stream(int i) override {
     m_.settle(i, grad_);
     return m_.streams_[size_t(i)];
@@ -621,6 +623,7 @@ template <typename T>
 void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                            const LayerSkipStep* skip) {
   have_forward_ = false;
+  pass_ = next_pass_++;
   if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
   plan_.check_exit(exit_layer, "exit layer");
   ensure_activations(B, T_);

@@ -263,6 +263,7 @@ class Model {
   }
   std::vector<bool> trainable_;
   int backward_floor_ = 0;                 // lowest layer backward must visit
+  uint64_t pass_ = 0, next_pass_ = 0;      // this forward's number, the next one's
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs
   bool have_forward_ = false;              // activations of a complete forward are held
 };

@@ -44,6 +44,12 @@ const std::vector<KindInfo>& kind_table() {
        {"par_group"},
        "PAR (Layer Parallelism's study): groups of par_group layers (default 2) on one input, "
        "y = x + sum of A_i(x) + F_i(x + A_i(x))"},
+      {"shuffle",
+       LayerKind::Shuffle,
+       -1,
+       {"shuffle_seed"},
+       "a run of standard layers in a new random order every forward pass (seed shuffle_seed; "
+       "the study's shuffle; not for generation)"},
   };
   return table;
 }
@@ -70,7 +76,8 @@ struct NumberOption {
   bool whole;
 };
 const NumberOption kNumberOptions[] = {{"lp_alpha", 0.0, 1.0, false},
-                                       {"par_group", 2, 1000, true}};
+                                       {"par_group", 2, 1000, true},
+                                       {"shuffle_seed", 0, 4294967295.0, true}};
 
 std::string known_kinds() {
   std::vector<std::string> names;
@@ -163,14 +170,15 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
     while (e < plan.kinds.size() && plan.kinds[e] == plan.kinds[l]) ++e;
     const KindInfo& info = kind_info(plan.kinds[l]);
     const int n = plan.unit_size(info.kind);
-    STRATA_CHECK((e - l) % size_t(n) == 0, where, ": the run of ", e - l, " ", info.name,
-                 " layers from layer ", l, " is not a whole number of ", info.name, " units (",
-                 n, " layers each)");
+    STRATA_CHECK(n < 0 || (e - l) % size_t(n) == 0, where, ": the run of ", e - l, " ", info.name,
+                 " layers from layer ", l, " is not a whole number of ", info.name, " units (", n,
+                 " layers each)");
     l = e;
   }
   for (size_t l = 1; l < plan.kinds.size(); ++l)
-    STRATA_CHECK(!(plan.kinds[l] == LayerKind::Ladder && plan.kinds[l - 1] == LayerKind::Par), where,
-                 ": layer ", l, " is a ladder layer right after a par group (a ladder layer reads "
+    STRATA_CHECK(!(plan.kinds[l] == LayerKind::Ladder && plan.kinds[l - 1] == LayerKind::Par),
+                 where, ": layer ", l,
+                 " is a ladder layer right after a par group (a ladder layer reads "
                  "the stream inside the unit below, which a par group does not have)");
   return plan;
 }
@@ -192,7 +200,11 @@ std::string LayerPlan::to_string() const {
 std::vector<PlanUnit> LayerPlan::units() const {
   std::vector<PlanUnit> u;
   for (int l = 0; l < num_layers();) {
-    const int size = unit_size(kinds[size_t(l)]);
+    int size = unit_size(kinds[size_t(l)]);
+    if (size < 0) {  // the whole run
+      size = 0;
+      while (l + size < num_layers() && kinds[size_t(l + size)] == kinds[size_t(l)]) ++size;
+    }
     u.push_back(PlanUnit{kinds[size_t(l)], l, size});
     l += size;
   }
@@ -241,7 +253,7 @@ const std::string* LayerPlan::option(const std::string& key) const {
 
 int LayerPlan::unit_size(LayerKind k) const {
   const int n = kind_info(k).unit_size;
-  return n > 0 ? n : int(number("par_group", 2));
+  return n != 0 ? n : int(number("par_group", 2));
 }
 
 double LayerPlan::number(const std::string& key, double fallback) const {

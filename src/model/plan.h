@@ -35,13 +35,13 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp, Par };
+enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp, Par, Shuffle };
 
 // What the plan knows of a kind.
 struct KindInfo {
   const char* name;
   LayerKind kind;
-  int unit_size;                     // layers per unit (0: the plan option par_group)
+  int unit_size;  // layers per unit (0: the plan option par_group; -1: the whole run)
   std::vector<const char*> options;  // plan options this kind reads
   const char* summary;
   bool benchmark_only = false;  // computes nothing meaningful: only `strata bench` runs it
@@ -70,7 +70,7 @@ struct LayerPlan {
   int num_layers() const { return static_cast<int>(kinds.size()); }
 
   std::vector<PlanUnit> units() const;
-  // Layers per unit of kind k in this plan.
+  // Layers per unit of kind k in this plan (-1: a unit is the whole run).
   int unit_size(LayerKind k) const;
   // Whether E (0..L) falls between units: the executor can stop after E
   // layers (early exit, self-speculative drafts, LayerSkip exit losses).

@@ -27,6 +27,9 @@ class UnitForward {
  public:
   virtual ~UnitForward() = default;
   virtual const LayerPlan& plan() const = 0;  // for the plan's options
+  // The number of this forward pass (0, 1, ...): what varies between passes
+  // (the shuffle kind's permutation) is a function of it.
+  virtual uint64_t pass() const = 0;
   virtual T* stream(int i) = 0;
   // A buffer of rows x C for the output of a module (slot 0: attention, 1: MLP;
   // slot 2, where the plan has par groups, for their running sum).
@@ -64,6 +67,7 @@ class UnitBackward {
  public:
   virtual ~UnitBackward() = default;
   virtual const LayerPlan& plan() const = 0;
+  virtual uint64_t pass() const = 0;  // the number of the forward pass this is the backward of
   // The forward's streams (settling x_i's deferred input gradients first).
   virtual T* stream(int i) = 0;
   // The running gradient: dL/dx of the unit's output stream on entry, of its

@@ -20,6 +20,8 @@ void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
       return kinds::lp_forward(f, u);
     case LayerKind::Par:
       return kinds::par_forward(f, u);
+    case LayerKind::Shuffle:
+      return kinds::shuffle_forward(f, u);
   }
 }
 
@@ -40,6 +42,8 @@ void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
       return kinds::lp_backward(b, u);
     case LayerKind::Par:
       return kinds::par_backward(b, u);
+    case LayerKind::Shuffle:
+      return kinds::shuffle_backward(b, u);
   }
 }
 

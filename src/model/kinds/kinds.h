@@ -3,6 +3,9 @@
 // case in kinds.cpp.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "model/unit.h"
 
 namespace strata::kinds {
@@ -13,6 +16,12 @@ template <typename T>
 void standard_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void standard_backward(UnitBackward<T>& b, const PlanUnit& u);
+// The standard computation of layer l's weights between streams i - 1 and
+// i + 1 (i = 2l + 1 in place; elsewhere for the shuffle kind).
+template <typename T>
+void standard_layer_forward(UnitForward<T>& f, int l, int i);
+template <typename T>
+void standard_layer_backward(UnitBackward<T>& b, int l, int i);
 
 // skip.cpp: the layer is bypassed.
 template <typename T>
@@ -52,5 +61,13 @@ template <typename T>
 void par_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void par_backward(UnitBackward<T>& b, const PlanUnit& u);
+
+// shuffle.cpp: the run's layers in the order shuffle_permutation() gives for
+// the pass (position j of the run runs layer first + perm[j]).
+std::vector<int> shuffle_permutation(uint64_t seed, int first, int n, uint64_t pass);
+template <typename T>
+void shuffle_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void shuffle_backward(UnitBackward<T>& b, const PlanUnit& u);
 
 }  // namespace strata::kinds

@@ -38,7 +38,7 @@ void par_forward(UnitForward<T>& f, const PlanUnit& u) {
 
 template <typename T>
 void par_backward(UnitBackward<T>& b, const PlanUnit& u) {
-  T* g = b.grad();  // dL/dy: the gradient of every contribution; becomes dL/dx
+  T* g = b.grad();     // dL/dy: the gradient of every contribution; becomes dL/dx
   T* acc = b.d_ln(1);  // what the group adds to dL/dx on top of dL/dy
   T* dt = b.d_ln(2);
   T* d = b.d_ln(0);
@@ -49,8 +49,8 @@ void par_backward(UnitBackward<T>& b, const PlanUnit& u) {
     b.copy_to_tp(d);
     b.zero(dt);
     b.mlp_norm_backward(l, b.stream(i), d, dt);  // dt = dL/dt_l
-    b.add(acc, dt);                               // t_l = x + A_l(x)
-    b.add(dt, g);                                 // dL/dA_l = dL/dy + dL/dt_l
+    b.add(acc, dt);                              // t_l = x + A_l(x)
+    b.add(dt, g);                                // dL/dA_l = dL/dy + dL/dt_l
     b.o_bias_backward(l, dt);
     b.attention_backward(l, dt, d);
     b.copy_to_tp(d);

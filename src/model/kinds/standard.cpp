@@ -11,7 +11,16 @@ namespace strata::kinds {
 
 template <typename T>
 void standard_forward(UnitForward<T>& f, const PlanUnit& u) {
-  const int l = u.first, i = 2 * l + 1;
+  standard_layer_forward(f, u.first, 2 * u.first + 1);
+}
+
+template <typename T>
+void standard_backward(UnitBackward<T>& b, const PlanUnit& u) {
+  standard_layer_backward(b, u.first, 2 * u.first + 1);
+}
+
+template <typename T>
+void standard_layer_forward(UnitForward<T>& f, int l, int i) {
   T* a = f.module_out(0);
   f.attention(l, f.stream(i - 1), a);
   f.add_o_bias(l, a);
@@ -24,8 +33,7 @@ void standard_forward(UnitForward<T>& f, const PlanUnit& u) {
 }
 
 template <typename T>
-void standard_backward(UnitBackward<T>& b, const PlanUnit& u) {
-  const int l = u.first, i = 2 * l + 1;
+void standard_layer_backward(UnitBackward<T>& b, int l, int i) {
   T* g = b.grad();  // dL/dx_{i+1}; becomes dL/dx_{i-1}
   T* d_ln = b.d_ln();
   b.mlp_backward(l, g, d_ln);
@@ -41,5 +49,9 @@ template void standard_forward<float>(UnitForward<float>&, const PlanUnit&);
 template void standard_forward<double>(UnitForward<double>&, const PlanUnit&);
 template void standard_backward<float>(UnitBackward<float>&, const PlanUnit&);
 template void standard_backward<double>(UnitBackward<double>&, const PlanUnit&);
+template void standard_layer_forward<float>(UnitForward<float>&, int, int);
+template void standard_layer_forward<double>(UnitForward<double>&, int, int);
+template void standard_layer_backward<float>(UnitBackward<float>&, int, int);
+template void standard_layer_backward<double>(UnitBackward<double>&, int, int);
 
 }  // namespace strata::kinds
