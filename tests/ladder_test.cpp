@@ -19,30 +19,13 @@ namespace strata {
 namespace {
 
 using reference::Vec;
+using testing::perturb_vectors;
 using testing::reference_streams;
 using testing::tensor;
+using testing::worst_rel;
 
 LlamaConfig small_config(int layers, bool tied, bool bias) {
-  LlamaConfig c;
-  c.vocab_size = 61;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = bias;
-  c.initializer_range = 0.5;
-  c.finalize();
-  return c;
-}
-
-void perturb_vectors(Model<double>& m, uint32_t seed) {
-  auto r = testing::random_vec<double>(m.num_params(), seed, 0.3);
-  for (const auto& t : m.layout().tensors())
-    if (!t.is_matrix)
-      for (int64_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] += r[t.offset + i];
+  return testing::plan_test_config(layers, tied, bias);
 }
 
 TEST(Ladder, EveryStreamMatchesTheRecurrence) {

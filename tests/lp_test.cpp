@@ -27,37 +27,13 @@ namespace {
 
 using reference::Vec;
 using testing::concat;
+using testing::perturb_vectors;
 using testing::reference_streams;
 using testing::tensor;
+using testing::worst_rel;
 
 LlamaConfig small_config(int layers, bool tied, bool bias) {
-  LlamaConfig c;
-  c.vocab_size = 61;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = bias;
-  c.initializer_range = 0.5;
-  c.finalize();
-  return c;
-}
-
-void perturb_vectors(Model<double>& m, uint32_t seed) {
-  auto r = testing::random_vec<double>(m.num_params(), seed, 0.3);
-  for (const auto& t : m.layout().tensors())
-    if (!t.is_matrix)
-      for (int64_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] += r[t.offset + i];
-}
-
-double worst_rel(const double* got, const Vec& want) {
-  double worst = 0;
-  for (size_t k = 0; k < want.size(); ++k)
-    worst = std::max(worst, std::abs(got[k] - want[k]) / (1 + std::abs(want[k])));
-  return worst;
+  return testing::plan_test_config(layers, tied, bias);
 }
 
 TEST(Lp, PlanRules) {
@@ -84,6 +60,35 @@ TEST(Lp, PlanRules) {
   EXPECT_TRUE(LayerPlan::parse("standard*4", 4).plain());
 }
 
+// Every stream of `text` (with and without biases) against the reference of
+// tests/plan_reference.h, and the loss; with `not_par`, the output differs
+// from the PAR approximation's.
+void expect_streams_match(const char* text, int layers, bool not_par) {
+  for (bool bias : {false, true}) {
+    SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
+    const LayerPlan plan = LayerPlan::parse(text, layers);
+    const LlamaConfig c = small_config(layers, !bias, bias);
+    Model<double> m(c, plan, ops::make_backend<double>());
+    m.init_weights(3);
+    perturb_vectors(m, 4);
+    const int B = 2, T = 6;
+    const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
+    const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
+    const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
+    const auto x = reference_streams(m, plan, tokens, B, T);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
+    const auto ce = reference::head_ce(
+        x.back(), tensor(m, m.layout().final_norm),
+        tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
+        c.hidden_size, c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
+    EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
+    if (not_par) {
+      const auto par = reference_streams(m, plan, tokens, B, T, nullptr, true);
+      EXPECT_GT(worst_rel(m.stream(int(x.size()) - 1), par.back()), 1e-3);
+    }
+  }
+}
+
 // Every stream against the deployed graph; the pair's output differs from
 // the PAR approximation's (each MLP reading only its own layer's attention).
 TEST(Lp, StreamsMatchTheDeployedGraphNotPar) {
@@ -92,30 +97,7 @@ TEST(Lp, StreamsMatchTheDeployedGraphNotPar) {
                                                {"lp*4;lp_alpha=0.25", 4},
                                                {"lp*2,ladder,standard", 4},
                                                {"skip,lp*2,parallel", 4}};
-  for (const auto& [text, layers] : plans) {
-    for (bool bias : {false, true}) {
-      SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
-      const LayerPlan plan = LayerPlan::parse(text, layers);
-      const LlamaConfig c = small_config(plan.num_layers(), !bias, bias);
-      Model<double> m(c, plan, ops::make_backend<double>());
-      m.init_weights(3);
-      perturb_vectors(m, 4);
-      const int B = 2, T = 6;
-      const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
-      const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
-      const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
-      const auto x = reference_streams(m, plan, tokens, B, T);
-      for (size_t i = 0; i < x.size(); ++i)
-        EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
-      const auto ce = reference::head_ce(
-          x.back(), tensor(m, m.layout().final_norm),
-          tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
-          c.hidden_size, c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
-      EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
-      const auto par = reference_streams(m, plan, tokens, B, T, nullptr, true);
-      EXPECT_GT(worst_rel(m.stream(int(x.size()) - 1), par.back()), 1e-3);
-    }
-  }
+  for (const auto& [text, layers] : plans) expect_streams_match(text, layers, true);
 }
 
 // MLP_k(u) + MLP_{k+1}(u) is one SwiGLU FFN of width 2I with the gate and up
@@ -235,23 +217,7 @@ TEST(Par, StreamsMatchTheReference) {
                                                {"par*3,standard;par_group=3", 4},
                                                {"par*4;par_group=4", 4},
                                                {"lp*2,par*2", 4}};
-  for (const auto& [text, layers] : plans) {
-    for (bool bias : {false, true}) {
-      SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
-      const LayerPlan plan = LayerPlan::parse(text, layers);
-      const LlamaConfig c = small_config(layers, !bias, bias);
-      Model<double> m(c, plan, ops::make_backend<double>());
-      m.init_weights(3);
-      perturb_vectors(m, 4);
-      const int B = 2, T = 6;
-      const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
-      const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
-      m.forward(tokens.data(), targets.data(), B, T);
-      const auto x = reference_streams(m, plan, tokens, B, T);
-      for (size_t i = 0; i < x.size(); ++i)
-        EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
-    }
-  }
+  for (const auto& [text, layers] : plans) expect_streams_match(text, layers, false);
   EXPECT_EQ(LayerPlan::parse("par*6;par_group=3", 6).units().size(), 2u);
   EXPECT_ERROR(LayerPlan::parse("par*3", 3),
                "the run of 3 par layers from layer 0 is not a whole "

@@ -18,16 +18,51 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/model.h"
 #include "reference.h"
+#include "testing.h"
 
 namespace strata::testing {
 
 using reference::Vec;
+
+// The small model the plan tests run (4 heads, 2 kv heads, hidden 32).
+inline LlamaConfig plan_test_config(int layers, bool tied, bool bias) {
+  LlamaConfig c;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  c.attention_bias = bias;
+  c.initializer_range = 0.5;
+  c.finalize();
+  return c;
+}
+
+// Norm weights and biases moved off their initial 1 / 0.
+inline void perturb_vectors(Model<double>& m, uint32_t seed) {
+  auto r = random_vec<double>(m.num_params(), seed, 0.3);
+  for (const auto& t : m.layout().tensors())
+    if (!t.is_matrix)
+      for (int64_t i = 0; i < t.numel; ++i) m.params()[t.offset + i] += r[t.offset + i];
+}
+
+// The largest |got - want| / (1 + |want|).
+inline double worst_rel(const double* got, const Vec& want) {
+  double worst = 0;
+  for (size_t k = 0; k < want.size(); ++k)
+    worst = std::max(worst, std::abs(got[k] - want[k]) / (1 + std::abs(want[k])));
+  return worst;
+}
 
 inline Vec tensor(Model<double>& m, int t) {
   const ParamInfo& p = m.layout()[t];
