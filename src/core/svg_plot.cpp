@@ -90,8 +90,12 @@ std::string render_svg(const SvgChart& c) {
     o += "<text x=\"" + num(px(t)) + "\" y=\"" + num(top + ph + 18) + "\" text-anchor=\"middle\">" +
          label_of(t) + "</text>\n";
   }
-  for (double t : ticks(y0, y1)) {
-    const double v = c.log_y ? std::pow(10, t) : t;
+  // Round values for the y ticks (on a log axis: round values of the data's
+  // range, placed at their logarithms).
+  std::vector<double> yt = c.log_y ? ticks(std::pow(10, y0), std::pow(10, y1)) : ticks(y0, y1);
+  for (double v : yt) {
+    if (c.log_y && v <= 0) continue;
+    const double t = c.log_y ? std::log10(v) : v;
     const double y = top + (1 - (t - y0) / (y1 - y0)) * ph;
     o += "<line x1=\"" + num(left - 5) + "\" y1=\"" + num(y) + "\" x2=\"" + num(left + pw) +
          "\" y2=\"" + num(y) + "\" stroke=\"#ddd\"/>\n";
