@@ -20,6 +20,7 @@ namespace {
 
 using reference::Vec;
 using testing::perturb_vectors;
+using testing::prompt_of;
 using testing::reference_streams;
 using testing::tensor;
 using testing::worst_rel;
@@ -44,13 +45,8 @@ TEST(Ladder, EveryStreamMatchesTheRecurrence) {
       const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
       const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
       const auto x = reference_streams(m, plan, tokens, B, T);
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double* got = m.stream(int(i));
-        double worst = 0;
-        for (size_t k = 0; k < x[i].size(); ++k)
-          worst = std::max(worst, std::abs(got[k] - x[i][k]) / (1 + std::abs(x[i][k])));
-        EXPECT_LT(worst, 1e-12) << "stream " << i;
-      }
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << "stream " << i;
       const auto ce = reference::head_ce(
           x.back(), tensor(m, m.layout().final_norm),
           tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
@@ -90,12 +86,6 @@ std::unique_ptr<Model<float>> ladder_model(const char* plan, bool bias, uint64_t
   return m;
 }
 
-std::vector<int32_t> prompt_of(int n, uint32_t stream) {
-  auto p = testing::random_tokens(n, 61, stream);
-  p[0] = 1;
-  return p;
-}
-
 // The KV cache feeds the same stale streams as the full forward (prefill and
 // decode use the same rule): generation equals the cache-free path, greedy
 // and sampled, for ladder and hybrid plans.
@@ -104,16 +94,7 @@ TEST(Ladder, KvCacheEqualsNoCache) {
     for (bool bias : {false, true}) {
       SCOPED_TRACE(plan);
       auto m = ladder_model(plan, bias, 12);
-      GenerateOptions o;
-      o.max_new_tokens = 24;
-      for (int plen : {1, 7}) {
-        const auto p = prompt_of(plen, uint32_t(plen));
-        EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "prompt " << plen;
-      }
-      o.sampling.temperature = 0.9;
-      o.sampling.seed = 3;
-      const auto p = prompt_of(5, 2);
-      EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "sampled";
+      testing::expect_cache_matches_no_cache(*m, 24);
     }
   }
 }
@@ -125,10 +106,7 @@ TEST(Ladder, EarlyExitAndBatches) {
   LlamaConfig c3 = m->config();
   c3.num_hidden_layers = 3;
   Model<float> cut(c3, LayerPlan::parse("standard,ladder*2", 3), ops::make_backend<float>());
-  for (const auto& info : cut.layout().tensors()) {
-    const int src = m->layout().find(info.name);
-    std::copy(m->param(src), m->param(src) + info.numel, cut.param(cut.layout().find(info.name)));
-  }
+  testing::copy_by_name(*m, cut);
   GenerateOptions o;
   o.max_new_tokens = 16;
   const auto p = prompt_of(6, 4);
@@ -216,13 +194,8 @@ TEST(Ladder, LayerSkipDropoutMatchesTheRecurrence) {
       const LossResult r = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &skip);
       const auto x = reference_streams(m, plan, tokens, B, T, &keep);
       const auto plain = reference_streams(m, plan, tokens, B, T);
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double* got = m.stream(int(i));
-        double worst = 0;
-        for (size_t k = 0; k < x[i].size(); ++k)
-          worst = std::max(worst, std::abs(got[k] - x[i][k]) / (1 + std::abs(x[i][k])));
-        EXPECT_LT(worst, 1e-12) << "stream " << i;
-      }
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << "stream " << i;
       EXPECT_NE(x.back(), plain.back());  // the masks changed the function
       const auto ce = reference::head_ce(x.back(), tensor(m, m.layout().final_norm),
                                          tensor(m, m.layout().embed), targets, B * T, c.hidden_size,

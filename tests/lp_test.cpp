@@ -28,6 +28,7 @@ namespace {
 using reference::Vec;
 using testing::concat;
 using testing::perturb_vectors;
+using testing::prompt_of;
 using testing::reference_streams;
 using testing::tensor;
 using testing::worst_rel;
@@ -349,12 +350,6 @@ std::unique_ptr<Model<float>> lp_model(const char* plan, int layers, bool bias, 
   return m;
 }
 
-std::vector<int32_t> prompt_of(int n, uint32_t stream) {
-  auto p = testing::random_tokens(n, 61, stream);
-  p[0] = 1;
-  return p;
-}
-
 // Generation keeps one KV cache per original layer: equals the cache-free
 // path; early exit at a pair boundary equals the cut model; self-speculation
 // equals plain greedy decoding; an exit inside a pair is refused.
@@ -363,26 +358,14 @@ TEST(Lp, Generation) {
     for (bool bias : {false, true}) {
       SCOPED_TRACE(plan);
       auto m = lp_model(plan, 4, bias, 12);
-      GenerateOptions o;
-      o.max_new_tokens = 20;
-      for (int plen : {1, 7}) {
-        const auto p = prompt_of(plen, uint32_t(plen));
-        EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "prompt " << plen;
-      }
-      o.sampling.temperature = 0.9;
-      o.sampling.seed = 3;
-      const auto p = prompt_of(5, 2);
-      EXPECT_EQ(generate(*m, p, o), generate_simple(*m, p, o)) << "sampled";
+      testing::expect_cache_matches_no_cache(*m, 20);
     }
   }
   auto m = lp_model("lp*2,standard*2", 4, false, 14);
   LlamaConfig c2 = m->config();
   c2.num_hidden_layers = 2;
   Model<float> cut(c2, LayerPlan::parse("lp*2", 2), ops::make_backend<float>());
-  for (const auto& info : cut.layout().tensors()) {
-    const int src = m->layout().find(info.name);
-    std::copy(m->param(src), m->param(src) + info.numel, cut.param(cut.layout().find(info.name)));
-  }
+  testing::copy_by_name(*m, cut);
   GenerateOptions o;
   o.max_new_tokens = 16;
   const auto p = prompt_of(6, 4);

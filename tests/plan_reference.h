@@ -23,6 +23,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "infer/generate.h"
 #include "model/model.h"
 #include "reference.h"
 #include "testing.h"
@@ -62,6 +65,37 @@ inline double worst_rel(const double* got, const Vec& want) {
   for (size_t k = 0; k < want.size(); ++k)
     worst = std::max(worst, std::abs(got[k] - want[k]) / (1 + std::abs(want[k])));
   return worst;
+}
+
+// A random prompt of n tokens from the plan-test vocabulary, BOS first.
+inline std::vector<int32_t> prompt_of(int n, uint32_t stream) {
+  auto p = random_tokens(n, 61, stream);
+  p[0] = 1;
+  return p;
+}
+
+// KV-cache generation equals the cache-free path: greedy for prompts of 1
+// and 7 tokens, and sampled.
+inline void expect_cache_matches_no_cache(Model<float>& m, int new_tokens) {
+  GenerateOptions o;
+  o.max_new_tokens = new_tokens;
+  for (int plen : {1, 7}) {
+    const auto p = prompt_of(plen, uint32_t(plen));
+    EXPECT_EQ(generate(m, p, o), generate_simple(m, p, o)) << "prompt " << plen;
+  }
+  o.sampling.temperature = 0.9;
+  o.sampling.seed = 3;
+  const auto p = prompt_of(5, 2);
+  EXPECT_EQ(generate(m, p, o), generate_simple(m, p, o)) << "sampled";
+}
+
+// Copies every tensor of `dst` from the tensor of the same name in `src`
+// (a model cut to its first layers).
+inline void copy_by_name(Model<float>& src, Model<float>& dst) {
+  for (const auto& info : dst.layout().tensors()) {
+    const int from = src.layout().find(info.name);
+    std::copy_n(src.param(from), info.numel, dst.param(dst.layout().find(info.name)));
+  }
 }
 
 inline Vec tensor(Model<double>& m, int t) {
