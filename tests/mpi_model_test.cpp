@@ -13,8 +13,10 @@
 #include "core/error.h"
 #include "counting_comm.h"
 #include "golden_standard.h"
+#include "infer/engine.h"
 #include "infer/generate.h"
 #include "model/model.h"
+#include "model/sharding.h"
 #include "model_surgery.h"
 #include "parallel/grid.h"
 #include "testing.h"
@@ -142,7 +144,8 @@ TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
 }
 
 // LayerSkip layer dropout (a partial mask, an empty one, a full one) and
-// early exits on ladder and hybrid plans under tensor parallelism.
+// early exits on ladder, hybrid and Layer-Parallel plans under tensor
+// parallelism (an lp pair split over the ranks with its dropped samples).
 TEST_P(TensorParallel, LadderWithLayerSkipMatchesSingleProcessModel) {
   LayerSkipStep skip;
   skip.keep = {{1, 0}, {0, 0}, {1, 1}};
@@ -150,6 +153,13 @@ TEST_P(TensorParallel, LadderWithLayerSkipMatchesSingleProcessModel) {
   for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3, &skip);
+  }
+  // An exit only between units: after layer 0, before the pair (1, 2).
+  skip.keep = {{1, 0}, {0, 1}, {0, 1}};
+  skip.exit_weight = {0.3, 0, 0.7};
+  {
+    SCOPED_TRACE("standard,lp*2");
+    check_against_single_process(GetParam(), "standard,lp*2", 3, &skip);
   }
 }
 
@@ -272,6 +282,68 @@ TEST(TensorParallelExecutor, LpPairCollectives) {
   m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
   EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 3 + 2 + 2);
   EXPECT_EQ(counter.counts().allreduce_async, 0);
+}
+
+// The paper's tensor-parallel mapping of a Layer-Parallel pair (k, k+1):
+// layer k on the first half of the ranks, layer k+1 on the second, each
+// sharded Megatron-style within its half (tp 2: one whole layer per rank);
+// standard layers over the whole group. A rank's share of the pair is one
+// layer's worth, its KV cache holds its own layer only, and checkpoints stay
+// full tensors: gathering the parts gives the single-process weights, and
+// slicing them gives the parts back.
+TEST(TensorParallelExecutor, LpPairLayoutOneLayerPerRankGroup) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
+  Model<float> m(cfg, LayerPlan::parse("lp*2,standard", 3), ops::make_backend<float>(),
+                 g_grid->tp_comm.get());
+  Model<float> ref(cfg, LayerPlan::parse("lp*2,standard", 3), ops::make_backend<float>());
+  Model<float> plain(cfg, LayerPlan::standard(3), ops::make_backend<float>(),
+                     g_grid->tp_comm.get());
+  m.init_weights(5);
+  ref.init_weights(5);
+  perturb(m, ref.layout());
+  perturb(ref, ref.layout());
+  const int half = g_tp / 2, r = m.tp_rank();
+  const int mine = r < half ? 0 : 1, other = 1 - mine;  // this rank's layer of the pair
+  const ParamLayout& L = m.layout();
+  for (int t : {L.layers[0].q, L.layers[0].o, L.layers[1].k, L.layers[1].down, L.layers[2].gate}) {
+    const ParamInfo& p = L[t];
+    const int64_t full = full_numel(p);
+    SCOPED_TRACE(p.name);
+    if (p.layer == 2)
+      EXPECT_EQ(p.numel, full / g_tp);
+    else
+      EXPECT_EQ(p.numel, p.layer == mine ? full / half : 0);
+  }
+  EXPECT_EQ(m.dims(mine).Hq, cfg.num_attention_heads / half);
+  EXPECT_EQ(m.dims(mine).Hkv, cfg.num_key_value_heads / half);
+  EXPECT_EQ(m.dims(mine).F, cfg.intermediate_size / half);
+  EXPECT_TRUE(m.dims(other).empty());
+  EXPECT_EQ(m.dims(2).Hq, cfg.num_attention_heads / g_tp);
+  // Per rank, the pair costs what two standard tp layers cost.
+  EXPECT_EQ(m.num_params(), plain.num_params());
+  KvEngine kv(m, 16), kv_plain(plain, 16);
+  EXPECT_EQ(kv.kv_heads(mine), cfg.num_key_value_heads / half);
+  EXPECT_EQ(kv.kv_heads(other), 0);
+  EXPECT_EQ(kv.cache_bytes(), kv_plain.cache_bytes());
+  for (size_t t = 0; t < L.tensors().size(); ++t) {
+    const ParamInfo& p = L[int(t)];
+    std::vector<float> full(size_t(full_numel(p))), part(size_t(p.numel));
+    gather_full_tensor(L, int(t), m.param(int(t)), full.data(), *g_grid->tp_comm);
+    ASSERT_EQ(std::memcmp(full.data(), ref.param(int(t)), full.size() * sizeof(float)), 0)
+        << p.name;
+    slice_full_tensor(L, int(t), ref.param(int(t)), part.data());
+    ASSERT_EQ(std::memcmp(part.data(), m.param(int(t)), part.size() * sizeof(float)), 0) << p.name;
+  }
+  // Another placement under tp needs another layout: set_plan refuses it.
+  try {
+    m.set_plan(LayerPlan::parse("standard,lp*2", 3));
+    ADD_FAILURE() << "set_plan accepted a plan with the pair elsewhere";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("other tensor-parallel ranks"), std::string::npos)
+        << e.what();
+  }
+  m.set_plan(LayerPlan::parse("lp*2,standard;lp_alpha=0.3", 3));  // same placement: fine
 }
 
 TEST(TensorParallelExecutor, CollectivesPerStep) {

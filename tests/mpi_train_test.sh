@@ -11,6 +11,8 @@
 #            job ends with an error within a bounded time
 #   layerskip  layer dropout + early exits: tp=2 and dp=2 x tp=2 follow the single
 #            run's curve; every rank computes the same global masks (digests)
+#   lp       a Layer-Parallel pair (one whole layer per tp rank): tp=2 follows
+#            the single run; dp=2 x tp=2 (ZeRO-1) saves at step 10, resumed alone
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -174,6 +176,18 @@ case $phase in
     local_tp=$(awk '{ print $6, $8, $10, $12 }' "$work/masks.txt" | sort -u | wc -l)
     ((local_tp == 80)) || fail "tp ranks of one dp rank drew different masks: $local_tp, not 80"
     echo "masks: 4 ranks agree on all 40 global micro-batches; tp pairs agree on their slices"
+    ;;
+  lp)
+    # The model's two layers as one lp pair: under tp 2 rank 0 holds and runs
+    # layer 0, rank 1 layer 1; checkpoints hold full tensors whatever the layout.
+    lp=(--set model.plan=lp*2)
+    train1 "$work/single" 20 "${lp[@]}"
+    trainp 2 2 "$work/tp2" 20 "${lp[@]}"
+    compare "$work/single" "$work/tp2" 1
+    trainp 4 2 "$work/a" 10 --set parallelism.zero=1 "${lp[@]}"
+    train1 "$work/a" 20 "${lp[@]}"
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/a.log" || fail "run a did not resume"
+    compare "$work/single" "$work/a" 11
     ;;
   *) fail "unknown phase '$phase'" ;;
 esac

@@ -27,7 +27,7 @@ class KvEngine::Pass final : public UnitForward<float> {
     return slot == 0 ? e_.attn_out_.data() : slot == 1 ? e_.mlp_out_.data() : e_.sum_out_.data();
   }
   void attention(int l, const float* x, float* out) override {
-    const LayerDims& d = e_.d_;
+    const LayerDims& d = e_.m_.dims(l);
     const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
                                  nullptr};
     attention_partial<float>(e_.be_, d, e_.m_.layer_params(l), x, out, rows_, a,
@@ -36,14 +36,14 @@ class KvEngine::Pass final : public UnitForward<float> {
   }
   void mlp(int l, const float* x, float* out) override {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
-    mlp_partial<float>(e_.be_, e_.d_, e_.m_.layer_params(l), x, out, rows_, a);
+    mlp_partial<float>(e_.be_, e_.m_.dims(l), e_.m_.layer_params(l), x, out, rows_, a);
     tp_.progress();
   }
   void mlp_shared_norm(int l, const float* x, float* out) override {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     LayerTensors<float> w = e_.m_.layer_params(l);
     w.post_norm = w.input_norm;
-    mlp_partial<float>(e_.be_, e_.d_, w, x, out, rows_, a);
+    mlp_partial<float>(e_.be_, e_.m_.dims(l), w, x, out, rows_, a);
     tp_.progress();
   }
   void mlp_mixed_norm(int l, int first, int second, double alpha, const float* x,
@@ -51,14 +51,14 @@ class KvEngine::Pass final : public UnitForward<float> {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     LayerTensors<float> w = e_.m_.layer_params(l);
     e_.be_.axpby_forward(e_.mixed_norm_.data(), e_.m_.layer_params(first).post_norm,
-                         e_.m_.layer_params(second).post_norm, e_.d_.C, alpha, 1.0 - alpha);
+                         e_.m_.layer_params(second).post_norm, e_.C_, alpha, 1.0 - alpha);
     w.post_norm = e_.mixed_norm_.data();
-    mlp_partial<float>(e_.be_, e_.d_, w, x, out, rows_, a);
+    mlp_partial<float>(e_.be_, e_.m_.dims(l), w, x, out, rows_, a);
     tp_.progress();
   }
   void add_o_bias(int l, float* out) override {
     const LayerTensors<float> w = e_.m_.layer_params(l);
-    if (w.o_bias && tp_.rank() == 0) e_.be_.bias_add_forward(out, w.o_bias, rows_, e_.d_.C);
+    if (w.o_bias && tp_.rank() == 0) e_.be_.bias_add_forward(out, w.o_bias, rows_, e_.C_);
   }
   void reduce_from_tp(float* buf) override { tp_.allreduce(buf, n()); }
   int64_t reduce_from_tp_async(float* buf) override { return tp_.allreduce_async(buf, n()); }
@@ -85,12 +85,12 @@ class KvEngine::Pass final : public UnitForward<float> {
   }
 
  private:
-  int64_t n() const { return int64_t(rows_) * e_.d_.C; }
+  int64_t n() const { return int64_t(rows_) * e_.C_; }
   // Rows come in spans of consecutive positions of one sequence: one RoPE
   // call and one attention call per span, after its keys and values join the
   // sequence's cache.
   void cached_core(int l, float* qkv, float* att) {
-    const LayerDims& d = e_.d_;
+    const LayerDims& d = e_.m_.dims(l);
     const int QKV = d.QKV(), Q = d.Q();
     for (int r0 = 0; r0 < rows_;) {
       int r1 = r0 + 1;
@@ -133,8 +133,10 @@ class KvEngine::Pass final : public UnitForward<float> {
 };
 
 KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
-    : m_(model), be_(model.backend()), d_(model.dims()) {
+    : m_(model), be_(model.backend()) {
   const LlamaConfig& c = model.config();
+  C_ = c.hidden_size;
+  D_ = c.head_dim;
   layers_ = layers < 0 ? c.num_hidden_layers : layers;
   STRATA_CHECK(layers_ >= 1 && layers_ <= c.num_hidden_layers, "KV cache for ", layers_,
                " layers: the model has ", c.num_hidden_layers);
@@ -148,7 +150,18 @@ KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
                " positions: the model's context is ", c.max_position_embeddings);
   batch_ = batch;
   STRATA_CHECK(batch_ >= 1, "KV cache for ", batch_, " sequences");
-  const size_t cache = size_t(batch_) * layers_ * d_.Hkv * max_len_ * d_.D;
+  kv_heads_.assign(size_t(layers_) + 1, 0);
+  for (int l = 0; l < layers_; ++l) {
+    const LayerDims& d = model.dims(l);
+    kv_heads_[size_t(l) + 1] = kv_heads_[size_t(l)] + size_t(d.Hkv);
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerDims& d = model.dims(l);
+    max_qkv_ = std::max<int64_t>(max_qkv_, d.QKV());
+    max_q_ = std::max<int64_t>(max_q_, d.Q());
+    max_f_ = std::max<int64_t>(max_f_, d.F);
+  }
+  const size_t cache = size_t(batch_) * kv_heads_[size_t(layers_)] * max_len_ * size_t(D_);
   k_ = ops::DeviceBuffer<float>(&be_, cache);
   v_ = ops::DeviceBuffer<float>(&be_, cache);
   len_.assign(size_t(batch_) * layers_, 0);
@@ -168,15 +181,15 @@ void KvEngine::crop(int l0, int l1, int len, int seq) {
 void KvEngine::ensure_scratch(int n) {
   if (n <= scratch_rows_) return;
   scratch_rows_ = std::max(n, 16);
-  const size_t N = size_t(scratch_rows_), C = size_t(d_.C);
+  const size_t N = size_t(scratch_rows_), C = size_t(C_);
   ln_ = ops::DeviceBuffer<float>(&be_, N * C);
   rstd_ = ops::DeviceBuffer<float>(&be_, N);
-  qkv_ = ops::DeviceBuffer<float>(&be_, N * d_.QKV());
-  att_ = ops::DeviceBuffer<float>(&be_, N * d_.Q());
+  qkv_ = ops::DeviceBuffer<float>(&be_, N * size_t(max_qkv_));
+  att_ = ops::DeviceBuffer<float>(&be_, N * size_t(max_q_));
   attn_out_ = ops::DeviceBuffer<float>(&be_, N * C);
   mlp_out_ = ops::DeviceBuffer<float>(&be_, N * C);
-  gateup_ = ops::DeviceBuffer<float>(&be_, N * 2 * d_.F);
-  h_ = ops::DeviceBuffer<float>(&be_, N * d_.F);
+  gateup_ = ops::DeviceBuffer<float>(&be_, N * 2 * size_t(max_f_));
+  h_ = ops::DeviceBuffer<float>(&be_, N * size_t(max_f_));
   xn_ = ops::DeviceBuffer<float>(&be_, N * C);
   odd_ = ops::DeviceBuffer<float>(&be_, N * C);
   mixed_norm_ = ops::DeviceBuffer<float>(&be_, C);
@@ -201,7 +214,7 @@ void KvEngine::check_range(int l0, int l1) const {
 void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
                          const std::vector<int>& pos, float* mid) {
   ensure_scratch(rows);
-  if (mid && l0 > 0) be_.copy(odd_.data(), mid, int64_t(rows) * d_.C);  // x_{2 l0 - 1}
+  if (mid && l0 > 0) be_.copy(odd_.data(), mid, int64_t(rows) * C_);  // x_{2 l0 - 1}
   Pass pass(*this, x, rows, seqs, pos);
   for (const PlanUnit& u : m_.plan().units())
     if (u.first >= l0 && u.end() <= l1) {
@@ -216,7 +229,7 @@ void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<i
       unit_forward<float>(pass, u);
     }
   pass.materialize(2 * l1);
-  if (mid) be_.copy(mid, odd_.data(), int64_t(rows) * d_.C);  // x_{2 l1 - 1}
+  if (mid) be_.copy(mid, odd_.data(), int64_t(rows) * C_);  // x_{2 l1 - 1}
 }
 
 void KvEngine::run_layers(float* x, int n, int l0, int l1, int seq, float* mid) {

@@ -28,6 +28,9 @@ class KvEngine {
   int max_len() const { return max_len_; }
   int layers() const { return layers_; }
   int batch() const { return batch_; }
+  // This rank's key/value heads of layer l in the cache, and the cache's bytes.
+  int kv_heads(int l) const { return int(kv_heads_[size_t(l) + 1] - kv_heads_[size_t(l)]); }
+  int64_t cache_bytes() const { return int64_t(k_.size() + v_.size()) * int64_t(sizeof(float)); }
   // Positions of sequence `seq` cached in layer l.
   int length(int l, int seq = 0) const { return len_[size_t(seq * layers_ + l)]; }
   // Drops positions >= len from layers [l0, l1) of a sequence (rejected drafts).
@@ -57,8 +60,10 @@ class KvEngine {
   void ensure_scratch(int n);
   float* k_cache(int l, int seq) { return k_.data() + cache_offset(l, seq); }
   float* v_cache(int l, int seq) { return v_.data() + cache_offset(l, seq); }
+  // Sequence seq's block, then layer l's heads in it (a rank holding none of
+  // a layer, under Layer Parallelism's tp mapping, has no cache for it).
   size_t cache_offset(int l, int seq) const {
-    return (size_t(seq) * layers_ + size_t(l)) * size_t(d_.Hkv) * max_len_ * d_.D;
+    return (size_t(seq) * kv_heads_[size_t(layers_)] + kv_heads_[size_t(l)]) * max_len_ * D_;
   }
   // Runs the units of layers [l0, l1) over rows r < rows of x, row r being
   // position pos[r] of sequence seqs[r].
@@ -67,10 +72,14 @@ class KvEngine {
   void check_range(int l0, int l1) const;
   Model<float>& m_;
   ops::Backend<float>& be_;
-  LayerDims d_;  // this rank's sizes
+  int C_ = 0, D_ = 0;  // hidden size, head dim
+  // Prefix sums of this rank's KV heads over layers [0, layers]; the largest
+  // layer's sizes (scratch).
+  std::vector<size_t> kv_heads_;
+  int64_t max_qkv_ = 0, max_q_ = 0, max_f_ = 0;
   int max_len_, layers_, batch_;
   std::vector<int> len_;
-  ops::DeviceBuffer<float> k_, v_;  // [batch, layers, Hkv, max_len, D]
+  ops::DeviceBuffer<float> k_, v_;  // [batch, layers, this rank's Hkv of the layer, max_len, D]
   int scratch_rows_ = 0;
   ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, attn_out_, mlp_out_, gateup_, h_, xn_, odd_;
   ops::DeviceBuffer<float> mixed_norm_;  // a Layer-Parallel pair's MLP norm weights

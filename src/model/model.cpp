@@ -19,10 +19,13 @@ template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp)
     : cfg_(cfg),
-      layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0),
+      layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0,
+              plan.tp_shards(tp ? tp->size() : 1)),
       dims_(LayerDims::of(cfg_, tp ? tp->size() : 1)),
       be_(std::move(backend)),
       tp_(tp) {
+  for (const auto& L : layout_.layers)
+    layer_dims_.push_back(LayerDims::of(cfg_, L.parts, L.part >= 0));
   set_plan(plan);
   STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
                "tensor parallelism runs float models only");
@@ -43,6 +46,9 @@ template <typename T>
 void Model<T>::set_plan(const LayerPlan& plan) {
   STRATA_CHECK(plan.num_layers() == cfg_.num_hidden_layers, "layer plan '", plan.to_string(),
                "' has ", plan.num_layers(), " layers, the model has ", cfg_.num_hidden_layers);
+  STRATA_CHECK(plan.tp_shards(layout_.tp()) == layout_.shards(), "layer plan '", plan.to_string(),
+               "' places layers on other tensor-parallel ranks than plan '", plan_.to_string(),
+               "' the model was loaded with; load the checkpoint with it");
   plan_ = plan;
   units_ = plan_.units();
   have_forward_ = false;
@@ -139,9 +145,14 @@ void Model<T>::ensure_activations(int B, int T_) {
   STRATA_CHECK(T_ <= cfg_.max_position_embeddings, "sequence length ", T_,
                " exceeds max_position_embeddings ", cfg_.max_position_embeddings);
   if (B == batch_ && T_ == seq_) return;
-  const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size, F = dims_.F;
-  const int L = cfg_.num_hidden_layers, Hq = dims_.Hq;
-  const int64_t QKV = dims_.QKV(), Q = dims_.Q();
+  const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size;
+  const int L = cfg_.num_hidden_layers;
+  int64_t F = 0, QKV = 0, Q = 0;  // the largest layer's, for the backward scratch
+  for (const LayerDims& d : layer_dims_) {
+    F = std::max<int64_t>(F, d.F);
+    QKV = std::max<int64_t>(QKV, d.QKV());
+    Q = std::max<int64_t>(Q, d.Q());
+  }
   // Carves every activation tensor out of `base` (64-byte aligned) and returns
   // the elements used. Run once with base = nullptr to size the arena.
   auto carve_all = [&](T* base) {
@@ -154,16 +165,18 @@ void Model<T>::ensure_activations(int B, int T_) {
     streams_.assign(2 * L + 1, nullptr);
     for (auto& s : streams_) s = carve(N * C);
     layer_acts_.resize(L);
-    for (auto& a : layer_acts_) {
+    for (int l = 0; l < L; ++l) {
+      auto& a = layer_acts_[size_t(l)];
+      const LayerDims& d = layer_dims_[size_t(l)];
       a.attn.ln = carve(N * C);
       a.attn.rstd = carve(N);
-      a.attn.qkv = carve(N * QKV);
-      a.attn.att = carve(N * Q);
-      a.attn.lse = carve(int64_t(B) * Hq * T_);
+      a.attn.qkv = carve(N * d.QKV());
+      a.attn.att = carve(N * d.Q());
+      a.attn.lse = carve(int64_t(B) * d.Hq * T_);
       a.mlp.ln = carve(N * C);
       a.mlp.rstd = carve(N);
-      a.mlp.gateup = carve(N * 2 * F);
-      a.mlp.h = carve(N * F);
+      a.mlp.gateup = carve(N * 2 * d.F);
+      a.mlp.h = carve(N * d.F);
     }
     lnf_ = carve(N * C);
     rstdf_ = carve(N);
@@ -297,7 +310,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     return slots[slot];
   }
   void attention(int l, const T* x, T* out) override {
-    const LayerDims& d = m_.dims_;
+    const LayerDims& d = m_.dims(l);
     const AttentionActs<T>& a = m_.layer_acts_[size_t(l)].attn;
     const int Bm = module_batch();
     attention_partial<T>(*m_.be_, d, m_.layer_params(l), module_input(x), out, int64_t(Bm) * seq_,
@@ -360,7 +373,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     if (mode_ == RunMode::Dense) m_.zero_dropped(*kept_, B_, out);
   }
   void mlp_with(int l, const LayerTensors<T>& w, const T* x, T* out) {
-    mlp_partial<T>(*m_.be_, m_.dims_, w, module_input(x), out, int64_t(module_batch()) * seq_,
+    mlp_partial<T>(*m_.be_, m_.dims(l), w, module_input(x), out, int64_t(module_batch()) * seq_,
                    m_.layer_acts_[size_t(l)].mlp);
     module_output(out);
     m_.progress();
@@ -398,7 +411,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   }
   void settle(int stream) override { m_.settle(stream, grad_); }
   void attention_backward(int l, const T* dout, T* d_ln) override {
-    attention_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l),
+    attention_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                                   module_grad(dout), d_ln, module_batch(), seq_,
                                   m_.layer_acts_[size_t(l)].attn, m_.rope_cos_.data(),
                                   m_.rope_sin_.data(), m_.d_att_, m_.d_qkv_);
@@ -406,7 +419,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     m_.progress();
   }
   void mlp_backward(int l, const T* dout, T* d_ln) override {
-    mlp_partial_backward<T>(*m_.be_, m_.dims_, m_.layer_params(l), m_.layer_grads(l),
+    mlp_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                             module_grad(dout), d_ln, int64_t(module_batch()) * seq_,
                             m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
     if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, d_ln);

@@ -75,7 +75,9 @@ class Model {
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
   // Runs the same weights under another plan (a conversion is a plan on
-  // trained weights: the parameter layout does not depend on the plan).
+  // trained weights). Alone the parameter layout does not depend on the
+  // plan; under tp a plan that places layers on other ranks
+  // (LayerPlan::tp_shards) is refused: load the checkpoint with it instead.
   void set_plan(const LayerPlan& plan);
   const ParamLayout& layout() const { return layout_; }
   ops::Backend<T>& backend() { return *be_; }
@@ -87,8 +89,8 @@ class Model {
   int tp_size() const { return tp_.size(); }
   int tp_rank() const { return tp_.rank(); }
   Communicator* tp_comm() const { return tp_.comm(); }
-  // This rank's sizes of a layer, and one layer's parameter tensors.
-  const LayerDims& dims() const { return dims_; }
+  // This rank's sizes of layer l, and one layer's parameter tensors.
+  const LayerDims& dims(int l) const { return layer_dims_[size_t(l)]; }
   LayerTensors<T> layer_params(int layer);
 
   // Called during backward as soon as the gradients of a contiguous range of
@@ -208,7 +210,8 @@ class Model {
   LayerPlan plan_;
   std::vector<PlanUnit> units_;
   ParamLayout layout_;
-  LayerDims dims_;
+  LayerDims dims_;                     // the model-wide sizes (C, eps) and a whole-group layer's
+  std::vector<LayerDims> layer_dims_;  // this rank's sizes of each layer
   std::unique_ptr<ops::Backend<T>> be_;
   ops::DeviceBuffer<T> params_, grads_;
   ops::DeviceBuffer<T> rope_cos_, rope_sin_;

@@ -20,13 +20,17 @@
 
 namespace strata {
 
-// This rank's sizes of a layer.
+// This rank's sizes of a layer (Hq = Hkv = F = 0 where it holds none of the
+// layer: its partial outputs and input gradients are zero).
 struct LayerDims {
   int C = 0, D = 0, Hq = 0, Hkv = 0, F = 0;
   double eps = 0;
   int Q() const { return Hq * D; }
   int QKV() const { return (Hq + 2 * Hkv) * D; }
-  static LayerDims of(const LlamaConfig& c, int tp_size);
+  bool empty() const { return Hq == 0; }
+  // The layer's heads and MLP columns cut into `parts`, of which this rank
+  // holds one (held = false: none).
+  static LayerDims of(const LlamaConfig& c, int parts, bool held = true);
 };
 
 // Pointers to one layer's tensors (parameters, or their gradients: null where

@@ -4,9 +4,18 @@
 
 namespace strata {
 
-ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank) : tp_(tp), tp_rank_(tp_rank) {
+ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank,
+                         const std::vector<TpShard>& shards)
+    : tp_(tp), tp_rank_(tp_rank), shards_(shards) {
   STRATA_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "bad tensor-parallel rank ", tp_rank,
                " of ", tp);
+  if (shards_.empty()) shards_.assign(size_t(cfg.num_hidden_layers), TpShard{0, tp});
+  STRATA_CHECK(int(shards_.size()) == cfg.num_hidden_layers, "tensor-parallel layout of ",
+               shards_.size(), " layers for a model of ", cfg.num_hidden_layers);
+  for (const TpShard& s : shards_)
+    STRATA_CHECK(s.ranks >= 1 && s.first >= 0 && s.first + s.ranks <= tp && tp % s.ranks == 0,
+                 "tensor-parallel layout: ranks [", s.first, ", ", s.first + s.ranks,
+                 ") do not fit a group of ", tp);
   auto divides = [&](int64_t n, const char* what) {
     STRATA_CHECK(n % tp == 0, "tensor parallelism: tp = ", tp, " must divide ", what, " (", n, ")");
   };
@@ -15,11 +24,18 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank) : tp_(tp),
   divides(cfg.intermediate_size, "intermediate_size");
   divides(cfg.vocab_size, "vocab_size");
   const int64_t C = cfg.hidden_size, F = cfg.intermediate_size, V = cfg.vocab_size;
+  parts_ = tp;
+  part_ = tp_rank;
   const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
   embed = add("model.embed_tokens.weight", {V, C}, -1, true, 0);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Layer L{};
+    const TpShard& sh = shards_[size_t(l)];
+    L.parts = sh.ranks;
+    L.part = tp_rank >= sh.first && tp_rank < sh.first + sh.ranks ? tp_rank - sh.first : -1;
+    parts_ = L.parts;
+    part_ = L.part;
     L.input_norm = add(p + "input_layernorm.weight", {C}, l, true);
     L.q = add(p + "self_attn.q_proj.weight", {Q, C}, l, true, 0);
     L.k = add(p + "self_attn.k_proj.weight", {KV, C}, l, false, 0);
@@ -37,6 +53,8 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank) : tp_(tp),
     L.down = add(p + "mlp.down_proj.weight", {C, F}, l, true, 1);
     layers.push_back(L);
   }
+  parts_ = tp;
+  part_ = tp_rank;
   final_norm = add("model.norm.weight", {C}, -1, true);
   if (!cfg.tie_word_embeddings) lm_head = add("lm_head.weight", {V, C}, -1, true, 0);
 }
@@ -47,7 +65,11 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
   info.name = name;
   info.full_shape = shape;
   info.split_dim = tp_ > 1 ? split_dim : -1;
-  if (info.split_dim >= 0) shape[info.split_dim] /= tp_;
+  if (info.split_dim >= 0) {
+    info.parts = parts_;
+    info.part = part_;
+    shape[info.split_dim] = part_ < 0 ? 0 : shape[info.split_dim] / parts_;
+  }
   info.numel = 1;
   for (int64_t d : shape) info.numel *= d;
   info.is_matrix = shape.size() == 2;
@@ -66,9 +88,9 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
 int64_t ParamLayout::full_index(int t, int64_t i) const {
   const ParamInfo& p = tensors_[t];
   if (p.split_dim < 0) return i;
-  if (p.split_dim == 0) return int64_t(tp_rank_) * p.numel + i;     // a block of rows
+  if (p.split_dim == 0) return int64_t(p.part) * p.numel + i;       // a block of rows
   const int64_t cols = p.shape[1], row = i / cols, col = i % cols;  // a block of columns
-  return row * p.full_shape[1] + int64_t(tp_rank_) * cols + col;
+  return row * p.full_shape[1] + int64_t(p.part) * cols + col;
 }
 
 int ParamLayout::find(const std::string& name) const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/plan.h"
 
 namespace strata {
 
@@ -24,10 +25,11 @@ struct ParamInfo {
   int layer = -1;          // decoder layer, -1 for embedding / final norm / head
   bool is_matrix = false;  // 2-D: gets weight decay by default; init ~ N(0, std)
   // Tensor parallelism: the full tensor's shape, and the dimension along which
-  // it is cut into tp equal contiguous parts (-1: replicated on every rank).
-  // This rank holds part `tp_rank` (see ParamLayout).
+  // it is cut into `parts` equal contiguous parts (-1: replicated on every
+  // rank). This rank holds part `part` (-1: none, numel 0); see ParamLayout.
   std::vector<int64_t> full_shape;
   int split_dim = -1;
+  int parts = 1, part = 0;
 };
 
 class ParamLayout {
@@ -36,12 +38,20 @@ class ParamLayout {
   // q/k/v and gate/up column-parallel (heads / MLP columns split, dim 0),
   // o and down row-parallel (dim 1), embedding and LM head vocab-parallel
   // (dim 0), norms and the o bias replicated. tp must divide the query and
-  // key/value heads, intermediate_size and vocab_size.
-  explicit ParamLayout(const LlamaConfig& cfg, int tp = 1, int tp_rank = 0);
+  // key/value heads, intermediate_size and vocab_size. `shards` (one per
+  // layer, LayerPlan::tp_shards; empty: the whole group for every layer) puts
+  // a layer's split tensors on a subset of the ranks instead: a rank outside
+  // it holds none of them (a Layer-Parallel pair's layer on the other half).
+  // Checkpoints hold full tensors, so every layout reads and writes the same.
+  explicit ParamLayout(const LlamaConfig& cfg, int tp = 1, int tp_rank = 0,
+                       const std::vector<TpShard>& shards = {});
 
   struct Layer {
     int input_norm, q, k, v, o, post_norm, gate, up, down;
     int q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1;  // with attention_bias
+    // This rank's share of the layer's split tensors: part `part` (-1: none)
+    // of `parts`.
+    int parts = 1, part = 0;
   };
 
   const std::vector<ParamInfo>& tensors() const { return tensors_; }
@@ -51,6 +61,7 @@ class ParamLayout {
   int64_t total() const { return total_; }
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
+  const std::vector<TpShard>& shards() const { return shards_; }
   // Index in the full tensor of element `i` of this rank's part of tensor t.
   int64_t full_index(int t, int64_t i) const;
 
@@ -62,6 +73,8 @@ class ParamLayout {
   int add(const std::string& name, std::vector<int64_t> shape, int layer, bool align,
           int split_dim = -1);
   int tp_ = 1, tp_rank_ = 0;
+  std::vector<TpShard> shards_;
+  int parts_ = 1, part_ = 0;  // the share add() gives split tensors (the current layer's)
   std::vector<ParamInfo> tensors_;
   std::unordered_map<std::string, int> by_name_;
   int64_t total_ = 0;

@@ -251,6 +251,17 @@ const std::string* LayerPlan::option(const std::string& key) const {
   return nullptr;
 }
 
+std::vector<TpShard> LayerPlan::tp_shards(int tp) const {
+  std::vector<TpShard> s(kinds.size(), TpShard{0, tp});
+  if (tp < 2 || tp % 2 != 0) return s;
+  for (const PlanUnit& u : units())
+    if (u.kind == LayerKind::Lp) {
+      s[size_t(u.first)] = TpShard{0, tp / 2};
+      s[size_t(u.first + 1)] = TpShard{tp / 2, tp / 2};
+    }
+  return s;
+}
+
 int LayerPlan::unit_size(LayerKind k) const {
   const int n = kind_info(k).unit_size;
   return n != 0 ? n : int(number("par_group", 2));

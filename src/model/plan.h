@@ -50,6 +50,13 @@ const std::vector<KindInfo>& kind_table();
 const KindInfo& kind_info(LayerKind k);
 const char* layer_kind_name(LayerKind k);
 
+// Which ranks of a tensor-parallel group hold a layer's split tensors:
+// `ranks` consecutive ranks from `first`, each holding 1/ranks of them.
+struct TpShard {
+  int first = 0, ranks = 1;
+  bool operator==(const TpShard&) const = default;
+};
+
 // A step of the executor: `size` consecutive layers from `first`, one kind.
 struct PlanUnit {
   LayerKind kind;
@@ -83,6 +90,12 @@ struct LayerPlan {
   bool benchmark_only() const;
   // Throws a one-line error naming `what` when benchmark_only().
   void check_not_benchmark_only(const std::string& what) const;
+  // Where each layer's split tensors live under tensor parallelism of `tp`
+  // ranks: the whole group (Megatron-LM), except for the layers of a
+  // Layer-Parallel pair (k, k+1) under an even tp, which take half of the
+  // group each: layer k on ranks [0, tp/2), layer k+1 on [tp/2, tp) (the
+  // paper's mapping: under tp 2 each rank runs one whole layer of the pair).
+  std::vector<TpShard> tp_shards(int tp) const;
   // The value of an option, or nullptr.
   const std::string* option(const std::string& key) const;
   // A numeric option (checked when parsed), or `fallback` when absent.

@@ -5,8 +5,10 @@
 // (1 - lp_alpha) * g_{k+1} and are summed by a second one:
 //   h = x + attn_k(x) + attn_{k+1}(x),  y = h + mlp_k(u) + mlp_{k+1}(u)
 // Streams: x = x_{2k}, x_{2k+1} = x_{2k+2} = x_{2k+3} := h, x_{2k+4} = y.
-// Each rank holds its heads and MLP slice of both layers, so a pair costs a
-// rank the work of one layer and two reductions instead of four.
+// Under tensor parallelism the pair's layers live on the two halves of the
+// group (LayerPlan::tp_shards; tp 2: one whole layer per rank, with its KV
+// cache): a rank computes its layer's partials and zeros for the other's, so a
+// pair costs a rank the work of one layer and two reductions instead of four.
 #include "model/kinds/kinds.h"
 
 namespace strata::kinds {
