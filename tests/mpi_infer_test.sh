@@ -2,7 +2,9 @@
 # mpi_infer_test.sh MPIRUN STRATA CHECKPOINT TEXT: generation and evaluation
 # under `mpirun -np 2 ... --tp 2` against the single process, through the CLI
 # as a user runs them: the same tokens (greedy, sampled, early exit,
-# self-speculative, a skip plan) and the same perplexity (to 1e-6 relative);
+# self-speculative, a skip plan, Layer-Parallel plans, whose pairs put one
+# whole layer on each rank) and the same perplexity (to 1e-6 relative, plain
+# and Layer-Parallel);
 # and a tp 2 benchmark over a modelled link latency.
 set -u
 mpirun=$1 strata=$2 ckpt=$3 text=$4
@@ -12,7 +14,8 @@ fail=0
 for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--exit-layer 3" \
             "--exit-layer 3 --self-speculative --speculations 3" \
             "--exit-layer 3 --self-speculative --temperature 0.9 --seed 5" \
-            "--plan standard*2,skip,standard*2"; do
+            "--plan standard*2,skip,standard*2" "--plan lp*4,standard" \
+            "--plan standard,lp*4 --exit-layer 3 --self-speculative --speculations 3"; do
   # shellcheck disable=SC2086
   one=$("$strata" generate --checkpoint "$ckpt" --prompt "Once upon a time" --max-new-tokens 40 $opts 2>/dev/null)
   # shellcheck disable=SC2086
@@ -26,16 +29,18 @@ for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--exit-layer 3" \
 done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$strata" eval --checkpoint "$ckpt" --perplexity "$text" --quiet --out "$dir/one.json" >/dev/null || fail=1
-tp2 eval --checkpoint "$ckpt" --perplexity "$text" --quiet --out "$dir/two.json" >/dev/null || fail=1
 ppl() { grep -o '"ppl": *[0-9.e+-]*' "$1" | head -1 | sed 's/.*: *//'; }
-a=$(ppl "$dir/one.json") b=$(ppl "$dir/two.json")
-if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }'; then
-  echo "ok eval perplexity: tp 1 $a, tp 2 $b"
-else
-  echo "FAIL eval perplexity: tp 1 '$a', tp 2 '$b'"
-  fail=1
-fi
+for plan in standard*5 lp*4,standard; do
+  "$strata" eval --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" --quiet --out "$dir/one.json" >/dev/null || fail=1
+  tp2 eval --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" --quiet --out "$dir/two.json" >/dev/null || fail=1
+  a=$(ppl "$dir/one.json") b=$(ppl "$dir/two.json")
+  if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }'; then
+    echo "ok eval perplexity ($plan): tp 1 $a, tp 2 $b"
+  else
+    echo "FAIL eval perplexity ($plan): tp 1 '$a', tp 2 '$b'"
+    fail=1
+  fi
+done
 # A benchmark over a modelled link latency (--link-delay-us) on a ladder plan.
 out=$(tp2 bench generate --checkpoint "$ckpt" --plan "ladder*5" --max-new-tokens 8 --repeat 1 \
       --link-delay-us 50 2>&1)
