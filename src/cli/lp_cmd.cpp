@@ -76,6 +76,8 @@ int lp_scan(int argc, char** argv, int first) {
               "L: even for lp and par)",
               "")
       .option("alpha", "A", "mixing weight of the pairs' MLP norms (lp_alpha)", "0.5")
+      .option("tolerance", "P",
+              "recommend the largest D whose best range costs at most P percent of perplexity", "5")
       .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
       .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
       .option("batch-size", "N", "sequences per forward pass", "8")
@@ -94,6 +96,8 @@ int lp_scan(int argc, char** argv, int first) {
                "' (lp, par, stretch, prune, shuffle)");
   const double alpha = args.get_double("alpha");
   STRATA_CHECK(alpha >= 0 && alpha <= 1, "strata lp scan: --alpha must be in [0, 1], got ", alpha);
+  const double tolerance = args.get_double("tolerance");
+  STRATA_CHECK(tolerance >= 0, "strata lp scan: --tolerance must be at least 0, got ", tolerance);
   const int limit = args.get_int("limit-bytes");
   STRATA_CHECK(limit >= 0, "strata lp scan: --limit-bytes must be at least 0");
   apply_threads(args.get_int("threads"));
@@ -178,6 +182,17 @@ int lp_scan(int argc, char** argv, int first) {
                                {"effective_depth", depth(d)}};
   }
   model.set_plan(info.plan);
+  // The recommendation: the largest D whose best range stays within the tolerance.
+  nlohmann::json recommended = nullptr;
+  for (int d : deltas) {
+    const nlohmann::json& b = best[std::to_string(d)];
+    if (b["ppl"].get<double>() <= base.ppl() * (1 + tolerance / 100)) {
+      recommended = b;
+      recommended["delta"] = d;
+      recommended["plan"] =
+          transform_plan(transform, L, b["start"].get<int>(), b["end"].get<int>(), alpha);
+    }
+  }
 
   // The table: one row per D, one column per end index.
   std::printf("standard: ppl %.4f over %lld tokens (%s)\n", base.ppl(), (long long)base.tokens,
@@ -197,6 +212,17 @@ int lp_scan(int argc, char** argv, int first) {
     }
     std::printf("\n");
   }
+  if (recommended.is_null()) {
+    std::printf("recommended: none (every range costs more than %g%% of perplexity)\n", tolerance);
+  } else {
+    const double ppl = recommended["ppl"].get<double>();
+    std::printf(
+        "recommended: D = %d at [%d, %d), ppl %.4f (%+.2f%%), effective depth %d: --plan "
+        "\"%s\"\n",
+        recommended["delta"].get<int>(), recommended["start"].get<int>(),
+        recommended["end"].get<int>(), ppl, 100 * (ppl / base.ppl() - 1),
+        recommended["effective_depth"].get<int>(), recommended["plan"].get<std::string>().c_str());
+  }
   if (!lm.root()) return 0;
   if (!args.get("out").empty()) {
     const nlohmann::json out = {{"checkpoint", args.get("checkpoint")},
@@ -207,7 +233,9 @@ int lp_scan(int argc, char** argv, int first) {
                                 {"alpha", alpha},
                                 {"standard_ppl", base.ppl()},
                                 {"ranges", ranges},
-                                {"best", best}};
+                                {"best", best},
+                                {"tolerance_percent", tolerance},
+                                {"recommended", recommended}};
     write_file_atomic(args.get("out"), out.dump(2) + "\n");
   }
   if (!args.get("svg").empty()) {
