@@ -84,7 +84,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"lp2_ladder2", false, 2, false, 0, "lp*2,ladder*2", 4},
         // PAR groups of Layer Parallelism's study.
         Case{"par2_bias", false, 2, true, 0, "par*2", 2},
-        Case{"standard_par3_tied", true, 2, false, 0, "standard,par*3;par_group=3", 4}),
+        Case{"standard_par3_tied", true, 2, false, 0, "standard,par*3;par_group=3", 4},
+        // SPD: the virtual ranks' own MLP inputs, degree 2 and 4, with and without bias.
+        Case{"spd2_bias", false, 2, true, 0, "spd*2;spd_degree=2", 2},
+        Case{"standard_spd4_tied", true, 4, false, 0, "standard,spd*2;spd_degree=4", 3},
+        Case{"ladder_spd4_bias", false, 4, true, 0, "ladder,spd*2;spd_degree=4", 3}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -137,7 +137,8 @@ TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
   for (const char* plan :
        {"ladder*3", "standard,ladder*2", "ladder,standard,ladder", "parallel*3",
         "parallel,ladder,standard", "lp*2,standard", "standard,lp*2;lp_alpha=0.3", "lp*2,ladder",
-        "par*2,standard", "standard,par*2"}) {
+        "par*2,standard", "standard,par*2", "spd*2,standard;spd_degree=4",
+        "ladder,spd*2;spd_degree=4"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3);
   }
@@ -346,6 +347,33 @@ TEST(TensorParallelExecutor, LpPairLayoutOneLayerPerRankGroup) {
   m.set_plan(LayerPlan::parse("lp*2,standard;lp_alpha=0.3", 3));  // same placement: fine
 }
 
+// SPD blocks: one reduction per block instead of two, forward and backward
+// (the real tp ranks, and under tp < spd_degree the virtual ones, matched
+// against one process above). A tp that does not divide spd_degree is refused.
+TEST(TensorParallelExecutor, SpdCollectives) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
+  testing::CountingComm counter(*g_grid->tp_comm);
+  Model<float> m(cfg, LayerPlan::parse("spd*2,standard;spd_degree=4", 3),
+                 ops::make_backend<float>(), &counter);
+  m.init_weights(5);
+  const int B = 2, T = 7;
+  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
+  auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
+  counter.reset();
+  m.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 1 + 1 + 2 + 1);  // embedding, 2 spd, standard, head
+  counter.reset();
+  m.zero_grad();
+  m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+  EXPECT_EQ(counter.counts().allreduce, 1 + 1 + 1 + 2 + 2 + 1 + 1 + 2);
+  EXPECT_ERROR(
+      Model<float>(cfg, LayerPlan::parse("spd*3;spd_degree=" + std::to_string(g_tp + 1), 3),
+                   ops::make_backend<float>(), g_grid->tp_comm.get()),
+      "spd_degree = " + std::to_string(g_tp + 1) +
+          " is not a multiple of tp = " + std::to_string(g_tp));
+}
+
 TEST(TensorParallelExecutor, CollectivesPerStep) {
   if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
   const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
@@ -410,8 +438,8 @@ TEST(TensorParallelExecutor, SkippedLayerEqualsRemovedLayerBitwise) {
 // Generation over the tp group gives the single-process model's tokens:
 // greedy, sampled, early exit, self-speculative (greedy and sampled), batches.
 TEST(TensorParallelExecutor, GenerationEqualsSingleProcess) {
-  for (const char* text :
-       {"standard,standard", "skip,standard", "ladder,standard", "ladder,ladder", "lp*2"}) {
+  for (const char* text : {"standard,standard", "skip,standard", "ladder,standard", "ladder,ladder",
+                           "lp*2", "spd*2;spd_degree=4", "standard,spd;spd_degree=4"}) {
     SCOPED_TRACE(text);
     const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});
     const LayerPlan plan = LayerPlan::parse(text, 2);

@@ -11,6 +11,10 @@
 //   par group of G layers from f (the PAR approximation, eq. 2, section 3):
 //             y = x + sum_i [A_i(x) + F_i(x + A_i(x))]; x_{2i+1} := x + A_i(x),
 //             x_{2i+2} := x inside the group, x_{2(f+G)} = y
+//   spd of degree g > 1 (the per-device maths of the SPD paper, Figure 3):
+//             device j holds heads [j H/g, (j+1) H/g) (and its kv heads) and MLP
+//             columns [j F/g, (j+1) F/g); P_j = its o_proj partial, h_j = x +
+//             P_j + b, y = x + sum_j [P_j + MLP_j(h_j)] + b; x_{2l+1} := x
 //   lp pair with `par` (the paper's PAR approximation, eq. 2):
 //             y = x + A_k(x) + F_k(x + A_k(x)) + A_{k+1}(x) + F_{k+1}(x + A_{k+1}(x))
 // With `keep` (LayerSkip layer dropout), layer l's module outputs are zero for
@@ -112,6 +116,17 @@ inline Vec add(const Vec& a, const Vec& b) {
   return r;
 }
 
+// Rows [r0, r1) and columns [c0, c1) of a row-major matrix with `cols` columns.
+inline Vec rows_of(const Vec& w, int cols, int r0, int r1) {
+  return Vec(w.begin() + int64_t(r0) * cols, w.begin() + int64_t(r1) * cols);
+}
+inline Vec cols_of(const Vec& w, int rows, int cols, int c0, int c1) {
+  Vec r;
+  for (int i = 0; i < rows; ++i)
+    r.insert(r.end(), w.begin() + int64_t(i) * cols + c0, w.begin() + int64_t(i) * cols + c1);
+  return r;
+}
+
 inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
                                           const std::vector<int32_t>& tokens, int B, int T,
                                           const std::vector<std::vector<uint8_t>>* keep = nullptr,
@@ -177,6 +192,47 @@ inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& pla
       }
       x[size_t(2 * (l + G))] = y;
       l += G - 1;
+      continue;
+    }
+    if (kind == LayerKind::Spd && plan.number("spd_degree", 2) > 1) {
+      const int g = int(plan.number("spd_degree", 2));
+      const int hq = Hq / g, hkv = Hkv / g, f = F / g;
+      const Vec& in = x[size_t(i - 1)];
+      const Vec ln1 = reference::rmsnorm(in, tensor(m, P.input_norm), N, C, c.rms_norm_eps);
+      const Vec bo = c.attention_bias ? tensor(m, P.o_bias) : Vec(size_t(C), 0.0);
+      Vec y = in;
+      for (int j = 0; j < g; ++j) {  // device j, from the full weights
+        const Vec wq = rows_of(tensor(m, P.q), C, j * hq * D, (j + 1) * hq * D);
+        const Vec wk = rows_of(tensor(m, P.k), C, j * hkv * D, (j + 1) * hkv * D);
+        const Vec wv = rows_of(tensor(m, P.v), C, j * hkv * D, (j + 1) * hkv * D);
+        Vec bqkv;  // (rows_of with one column: a slice of a vector)
+        if (c.attention_bias)
+          bqkv = concat(concat(rows_of(tensor(m, P.q_bias), 1, j * hq * D, (j + 1) * hq * D),
+                               rows_of(tensor(m, P.k_bias), 1, j * hkv * D, (j + 1) * hkv * D)),
+                        rows_of(tensor(m, P.v_bias), 1, j * hkv * D, (j + 1) * hkv * D));
+        const int qkv_j = (hq + 2 * hkv) * D;
+        Vec qkv = reference::linear(ln1, concat(concat(wq, wk), wv),
+                                    c.attention_bias ? &bqkv : nullptr, N, C, qkv_j);
+        qkv = reference::rope(qkv, B, T, hq + hkv, D, qkv_j, c.rope_theta, 0);
+        Vec att, lse;
+        reference::attention(qkv, B, T, hq, hkv, D, att, lse);
+        const Vec wo = cols_of(tensor(m, P.o), C, Hq * D, j * hq * D, (j + 1) * hq * D);
+        const Vec pj = reference::linear(att, wo, nullptr, N, hq * D, C);
+        Vec hj = add(in, pj);
+        for (int64_t r = 0; r < N; ++r)
+          for (int k = 0; k < C; ++k) hj[size_t(r * C + k)] += bo[size_t(k)];
+        const Vec ln2 = reference::rmsnorm(hj, post_norm(l), N, C, c.rms_norm_eps);
+        const Vec wg = rows_of(tensor(m, P.gate), C, j * f, (j + 1) * f);
+        const Vec wu = rows_of(tensor(m, P.up), C, j * f, (j + 1) * f);
+        const Vec act =
+            reference::swiglu(reference::linear(ln2, concat(wg, wu), nullptr, N, C, 2 * f), N, f);
+        const Vec wd = cols_of(tensor(m, P.down), C, F, j * f, (j + 1) * f);
+        y = add(add(y, pj), reference::linear(act, wd, nullptr, N, f, C));
+      }
+      for (int64_t r = 0; r < N; ++r)
+        for (int k = 0; k < C; ++k) y[size_t(r * C + k)] += bo[size_t(k)];
+      x[size_t(i)] = in;
+      x[size_t(i + 1)] = y;
       continue;
     }
     if (kind == LayerKind::Lp) {  // the pair (l, l + 1)

@@ -56,6 +56,19 @@ class KvEngine::Pass final : public UnitForward<float> {
     mlp_partial<float>(e_.be_, e_.m_.dims(l), w, x, out, rows_, a);
     tp_.progress();
   }
+  void spd_block(int l, const float* x, float* out) override {
+    const LayerDims& d = e_.m_.dims(l);
+    const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
+                                 nullptr};
+    // Generation keeps nothing for backward: every virtual rank reuses one set.
+    const SpdActs<float> s{e_.spd_h_.data(), e_.spd_ln_.data(), e_.spd_rstd_.data(),
+                           e_.gateup_.data(), e_.h_.data()};
+    spd_block_partial<float>(
+        e_.be_, d, e_.m_.spd_virtual_ranks(), e_.m_.layer_params(l), x, out, rows_, a,
+        [&](int) { return s; }, e_.spd_p_.data(),
+        [&](float* qkv, float* att) { cached_core(l, qkv, att); });
+    tp_.progress();
+  }
   void add_o_bias(int l, float* out) override {
     const LayerTensors<float> w = e_.m_.layer_params(l);
     if (w.o_bias && tp_.rank() == 0) e_.be_.bias_add_forward(out, w.o_bias, rows_, e_.C_);
@@ -194,6 +207,10 @@ void KvEngine::ensure_scratch(int n) {
   odd_ = ops::DeviceBuffer<float>(&be_, N * C);
   mixed_norm_ = ops::DeviceBuffer<float>(&be_, C);
   sum_out_ = ops::DeviceBuffer<float>(&be_, N * C);
+  spd_h_ = ops::DeviceBuffer<float>(&be_, N * C);
+  spd_ln_ = ops::DeviceBuffer<float>(&be_, N * C);
+  spd_rstd_ = ops::DeviceBuffer<float>(&be_, N);
+  spd_p_ = ops::DeviceBuffer<float>(&be_, N * C);
 }
 
 void KvEngine::embed(const int32_t* tokens, int n, float* x) {

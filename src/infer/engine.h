@@ -84,6 +84,7 @@ class KvEngine {
   ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, attn_out_, mlp_out_, gateup_, h_, xn_, odd_;
   ops::DeviceBuffer<float> mixed_norm_;  // a Layer-Parallel pair's MLP norm weights
   ops::DeviceBuffer<float> sum_out_;     // a par group's running sum
+  ops::DeviceBuffer<float> spd_h_, spd_ln_, spd_rstd_, spd_p_;  // an SPD block's virtual rank
 };
 
 }  // namespace strata

@@ -49,12 +49,31 @@ void Model<T>::set_plan(const LayerPlan& plan) {
   STRATA_CHECK(plan.tp_shards(layout_.tp()) == layout_.shards(), "layer plan '", plan.to_string(),
                "' places layers on other tensor-parallel ranks than plan '", plan_.to_string(),
                "' the model was loaded with; load the checkpoint with it");
+  for (size_t l = 0; l < plan.kinds.size(); ++l) {
+    if (plan.kinds[l] != LayerKind::Spd) continue;
+    const int g = int(plan.number("spd_degree", 2)), tp = tp_size();
+    STRATA_CHECK(g % tp == 0, "layer plan '", plan.to_string(), "': spd_degree = ", g,
+                 " is not a multiple of tp = ", tp,
+                 " (each process runs spd_degree / tp virtual ranks)");
+    for (const auto& [n, what] :
+         {std::pair<int, const char*>{cfg_.num_attention_heads, "num_attention_heads"},
+          {cfg_.num_key_value_heads, "num_key_value_heads"},
+          {cfg_.intermediate_size, "intermediate_size"}})
+      STRATA_CHECK(n % g == 0, "layer plan '", plan.to_string(), "': spd_degree = ", g,
+                   " must divide ", what, " (", n, ")");
+    break;
+  }
   plan_ = plan;
   units_ = plan_.units();
   have_forward_ = false;
   batch_ = seq_ = 0;  // the activation arena depends on the kinds
   set_trainable(trainable_.empty() ? std::vector<bool>(layout_.tensors().size(), true)
                                    : trainable_);
+}
+
+template <typename T>
+int Model<T>::spd_virtual_ranks() const {
+  return int(plan_.number("spd_degree", 2)) / tp_size();
 }
 
 template <typename T>
@@ -177,6 +196,19 @@ void Model<T>::ensure_activations(int B, int T_) {
       a.mlp.rstd = carve(N);
       a.mlp.gateup = carve(N * 2 * d.F);
       a.mlp.h = carve(N * d.F);
+      a.spd.clear();
+      if (plan_.kinds[size_t(l)] == LayerKind::Spd) {
+        const int V = spd_virtual_ranks();
+        for (int j = 0; j < V; ++j) {
+          SpdActs<T> s;
+          s.h = carve(N * C);
+          s.ln = carve(N * C);
+          s.rstd = carve(N);
+          s.gateup = carve(N * 2 * d.F / V);
+          s.act = carve(N * d.F / V);
+          a.spd.push_back(s);
+        }
+      }
     }
     lnf_ = carve(N * C);
     rstdf_ = carve(N);
@@ -204,6 +236,12 @@ void Model<T>::ensure_activations(int B, int T_) {
       groups |= u.kind == LayerKind::Par;
     }
     d_ln3_ = pairs ? carve(N * C) : nullptr;
+    bool spd = false;
+    for (const PlanUnit& u : units_) spd |= u.kind == LayerKind::Spd;
+    spd_p_ = spd ? carve(N * C) : nullptr;
+    spd_dh_ = spd ? carve(N * C) : nullptr;
+    spd_dout_ = spd ? carve(N * C) : nullptr;
+    spd_acc_ = spd ? carve(N * C + 3 * C) : nullptr;
     sum_out_ = groups ? carve(N * C) : nullptr;
     return used;
   };
@@ -335,6 +373,22 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     w.post_norm = m_.mix_norms(a, b, alpha);
     mlp_with(l, w, x, out);
   }
+  void spd_block(int l, const T* x, T* out) override {
+    STRATA_CHECK(mode_ == RunMode::All, "layer ", l,
+                 " (spd): LayerSkip layer dropout on spd layers is not supported");
+    const LayerDims& d = m_.dims(l);
+    LayerActs& la = m_.layer_acts_[size_t(l)];
+    const AttentionActs<T>& a = la.attn;
+    spd_block_partial<T>(
+        *m_.be_, d, m_.spd_virtual_ranks(), m_.layer_params(l), x, out, rows(), a,
+        [&](int j) { return la.spd[size_t(j)]; }, m_.spd_p_,
+        [&](T* qkv, T* att) {
+          m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), B_, seq_,
+                               d.Hq + d.Hkv, d.D, d.QKV(), 0);
+          m_.be_->attention_forward(att, a.lse, qkv, B_, seq_, d.Hq, d.Hkv, d.D);
+        });
+    m_.progress();
+  }
   void add_o_bias(int l, T* out) override {
     const LayerTensors<T> w = m_.layer_params(l);
     if (!w.o_bias || m_.tp_rank() != 0) return;
@@ -441,6 +495,31 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     m_.norm_backward_with(l, true, m_.mix_norms(a, b, alpha), dmix, dx, d_ln, x, rows());
     if (ga) m_.be_->axpby_forward(ga, ga, dmix, C, 1.0, alpha);
     if (gb) m_.be_->axpby_forward(gb, gb, dmix, C, 1.0, 1.0 - alpha);
+  }
+  void spd_block_backward(int l, const T* dout, T* dx) override {
+    STRATA_CHECK(mode_ == RunMode::All, "layer ", l,
+                 " (spd): LayerSkip layer dropout on spd layers is not supported");
+    const int64_t n = rows() * m_.dims_.C;
+    const int C = m_.dims_.C;
+    m_.be_->copy(m_.spd_dout_, dout, n);  // dx may alias dout
+    LayerActs& la = m_.layer_acts_[size_t(l)];
+    const LayerTensors<T> w = m_.layer_params(l), g = m_.layer_grads(l);
+    // acc = [this rank's part of dL/dx | d post_norm | d o_bias | d input_norm].
+    T* acc = m_.spd_acc_;
+    m_.be_->zero(acc, n + 3 * C);
+    spd_block_partial_backward<T>(
+        *m_.be_, m_.dims(l), m_.spd_virtual_ranks(), w, g, g.post_norm ? acc + n : nullptr,
+        g.o_bias ? acc + n + C : nullptr, m_.spd_dout_, acc, m_.d_ln_, B_, seq_, la.attn,
+        [&](int j) { return la.spd[size_t(j)]; }, m_.rope_cos_.data(), m_.rope_sin_.data(),
+        m_.spd_p_, m_.spd_dh_, m_.d_att_, m_.d_qkv_, m_.d_h_, m_.d_gateup_);
+    m_.be_->rmsnorm_backward(acc, g.input_norm ? acc + n + 2 * C : nullptr, m_.d_ln_,
+                             m_.streams_[size_t(2 * l)], w.input_norm, la.attn.rstd, rows(), C);
+    m_.tp_.allreduce(acc, n + 3 * C);
+    m_.be_->residual_forward(dx, dx, acc, n);
+    if (g.post_norm) m_.be_->residual_forward(g.post_norm, g.post_norm, acc + n, C);
+    if (g.o_bias) m_.be_->residual_forward(g.o_bias, g.o_bias, acc + n + C, C);
+    if (g.input_norm) m_.be_->residual_forward(g.input_norm, g.input_norm, acc + n + 2 * C, C);
+    m_.progress();
   }
   void add(T* dst, const T* src) override {
     m_.be_->residual_forward(dst, dst, src, rows() * m_.dims_.C);

@@ -91,6 +91,8 @@ class Model {
   Communicator* tp_comm() const { return tp_.comm(); }
   // This rank's sizes of layer l, and one layer's parameter tensors.
   const LayerDims& dims(int l) const { return layer_dims_[size_t(l)]; }
+  // SPD: the virtual ranks this process runs for an spd layer (spd_degree / tp).
+  int spd_virtual_ranks() const;
   LayerTensors<T> layer_params(int layer);
 
   // Called during backward as soon as the gradients of a contiguous range of
@@ -162,6 +164,7 @@ class Model {
   struct LayerActs {
     AttentionActs<T> attn;
     MlpActs<T> mlp;
+    std::vector<SpdActs<T>> spd;  // SPD layers: one per virtual rank
   };
   void ensure_activations(int B, int seq);
   void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1,
@@ -233,6 +236,11 @@ class Model {
     *d_gateup_ = nullptr, *d_h_ = nullptr;
   T* d_ln2_ = nullptr;  // the second d_ln slot (plans with kinds that defer reductions)
   T* d_ln3_ = nullptr;  // the third (Layer-Parallel pairs, past a ladder layer's slot 1)
+  // SPD scratch: o_proj partial [N, C], an MLP input's gradient [N, C], the
+  // block output's gradient [N, C], and what one reduction sums in backward:
+  // the input gradient [N, C], then the MLP norm, o bias and attention norm
+  // weights' gradients [3C].
+  T *spd_p_ = nullptr, *spd_dh_ = nullptr, *spd_dout_ = nullptr, *spd_acc_ = nullptr;
   // Deferred residuals of the forward (stream out = stream base + buf once the
   // reduction `handle` is done), in the order deferred; and deferred input
   // gradients of the backward (unit.h).

@@ -54,6 +54,14 @@ struct MlpActs {
   T *ln = nullptr, *rstd = nullptr, *gateup = nullptr, *h = nullptr;
 };
 
+// One virtual rank's MLP state in an SPD block (training: kept for backward):
+// h[N,C] = its MLP input x + P_j (+ o bias), ln[N,C], rstd[N], gateup[N,2F/V],
+// act[N,F/V].
+template <typename T>
+struct SpdActs {
+  T *h = nullptr, *ln = nullptr, *rstd = nullptr, *gateup = nullptr, *act = nullptr;
+};
+
 // Turns qkv[N, QKV] into att[N, Q]: RoPE on q and k, then attention.
 template <typename T>
 using AttentionCore = std::function<void(T* qkv, T* att)>;
@@ -67,6 +75,36 @@ void attention_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTenso
 template <typename T>
 void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w, const T* x,
                  T* out, int64_t N, const MlpActs<T>& a);
+
+// SPD (Sync-Point Drop) block without its attention all-reduce, for V virtual
+// ranks on this rank (the block's degree g over tp: V = g / tp), each holding
+// 1/V of this rank's heads and MLP columns (views of the shards, no copies):
+//   P_j = attention output of virtual rank j's heads (its o_proj columns)
+//   h_j = x + P_j (+ o bias),  Z_j = MLP_j(norm(h_j)) (its MLP columns)
+//   out = sum_j (Z_j + P_j)
+// The caller adds the o bias once and x after reducing out over the tp group.
+// `acts(j)`: virtual rank j's MLP state; `p` scratch [N, C].
+template <typename T>
+void spd_block_partial(ops::Backend<T>& be, const LayerDims& d, int V, const LayerTensors<T>& w,
+                       const T* x, T* out, int64_t N, const AttentionActs<T>& a,
+                       const std::function<SpdActs<T>(int)>& acts, T* p,
+                       const AttentionCore<T>& core);
+// Its backward from dout[N, C] (replicated): weight gradients accumulate into
+// g, except the MLP norm weights' and the o bias's, which accumulate into
+// dnorm[C] and dbias[C]; dx[N, C] += the gradient through the MLP inputs;
+// d_ln[N, C] = the gradient of the attention's normed input. All of these are
+// this rank's part only (its virtual ranks' heads and MLP inputs): the caller
+// sums them over the tp group.
+// Scratch: dp, dh [N, C], d_att [N, Q], d_qkv [N, QKV], d_act [N, F/V],
+// d_gateup [N, 2F/V]. dx must not alias dout.
+template <typename T>
+void spd_block_partial_backward(ops::Backend<T>& be, const LayerDims& d, int V,
+                                const LayerTensors<T>& w, const LayerTensors<T>& g, T* dnorm,
+                                T* dbias, const T* dout, T* dx, T* d_ln, int B, int seq,
+                                const AttentionActs<T>& a,
+                                const std::function<SpdActs<T>(int)>& acts, const T* rope_cos,
+                                const T* rope_sin, T* dp, T* dh, T* d_att, T* d_qkv, T* d_act,
+                                T* d_gateup);
 
 // Backward of attention_partial up to its input norm: from dout[N, C] (the
 // gradient of the partial output, replicated over tp) to d_ln[N, C], this

@@ -50,6 +50,12 @@ const std::vector<KindInfo>& kind_table() {
        {"shuffle_seed"},
        "a run of standard layers in a new random order every forward pass (seed shuffle_seed; "
        "the study's shuffle; not for generation)"},
+      {"spd",
+       LayerKind::Spd,
+       1,
+       {"spd_degree"},
+       "SPD (Sync-Point Drop): the attention all-reduce dropped at tensor-parallel degree "
+       "spd_degree (default 2; simulated exactly on fewer processes); one all-reduce per layer"},
   };
   return table;
 }
@@ -77,7 +83,8 @@ struct NumberOption {
 };
 const NumberOption kNumberOptions[] = {{"lp_alpha", 0.0, 1.0, false},
                                        {"par_group", 2, 1000, true},
-                                       {"shuffle_seed", 0, 4294967295.0, true}};
+                                       {"shuffle_seed", 0, 4294967295.0, true},
+                                       {"spd_degree", 1, 4096, true}};
 
 std::string known_kinds() {
   std::vector<std::string> names;
@@ -176,10 +183,13 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
     l = e;
   }
   for (size_t l = 1; l < plan.kinds.size(); ++l)
-    STRATA_CHECK(!(plan.kinds[l] == LayerKind::Ladder && plan.kinds[l - 1] == LayerKind::Par),
-                 where, ": layer ", l,
-                 " is a ladder layer right after a par group (a ladder layer reads "
-                 "the stream inside the unit below, which a par group does not have)");
+    STRATA_CHECK(!(plan.kinds[l] == LayerKind::Ladder &&
+                   (plan.kinds[l - 1] == LayerKind::Par || plan.kinds[l - 1] == LayerKind::Spd)),
+                 where, ": layer ", l, " is a ladder layer right after a ",
+                 plan.kinds[l - 1] == LayerKind::Par ? "par group" : "spd layer",
+                 " (a ladder layer reads the stream inside the unit below, which ",
+                 plan.kinds[l - 1] == LayerKind::Par ? "a par group" : "an spd layer",
+                 " does not have)");
   return plan;
 }
 

@@ -20,6 +20,11 @@
 //             par_group layers, default 2, on one input x):
 //             y = x + sum_i [A_i(x) + F_i(x + A_i(x))]; x_{2i+1} := x + A_i(x)
 //             (layer i's MLP input), x_{2i+2} := x inside the group
+//   spd:      SPD (Sync-Point Drop) block of degree g = spd_degree (default 2):
+//             the attention's all-reduce dropped; each of g ranks (real, or
+//             virtual within a process) runs its heads and MLP columns on its
+//             own input: x_out = x + sum_j [P_j + MLP_j(x + P_j + b)] (+ b),
+//             one all-reduce per layer; x_{2l+1} := x_in. Degree 1 is standard.
 // The layers are grouped into units, the steps the executor takes: a unit is
 // one layer, or (for kinds that couple layers) a pair. Early exits happen only
 // at unit boundaries. Options after ';' apply to the whole plan
@@ -35,7 +40,7 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp, Par, Shuffle };
+enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp, Par, Shuffle, Spd };
 
 // What the plan knows of a kind.
 struct KindInfo {

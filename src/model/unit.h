@@ -42,6 +42,10 @@ class UnitForward {
   // The MLP of `layer` normalising x with alpha * (MLP norm weights of layer
   // a) + (1 - alpha) * (those of layer b) (Layer Parallelism's shared norm).
   virtual void mlp_mixed_norm(int layer, int a, int b, double alpha, const T* x, T* partial) = 0;
+  // SPD: this rank's partial output of layer's SPD block at the plan's
+  // spd_degree (modules.h, spd_block_partial): the sum over its virtual ranks
+  // of P_j + MLP_j(x + P_j + b). No reduction, no o bias, no residual.
+  virtual void spd_block(int layer, const T* x, T* partial) = 0;
   // Adds layer's o_proj bias (if the model has one) on one rank of the tp group.
   virtual void add_o_bias(int layer, T* partial) = 0;
   // reduce_from_tp forward: sum of the partials over the tp group, in place.
@@ -101,6 +105,13 @@ class UnitBackward {
   // mixed weight's gradient goes alpha to layer a's, 1 - alpha to layer b's.
   virtual void mlp_mixed_norm_backward(int layer, int a, int b, double alpha, const T* x,
                                        const T* d_ln, T* dx) = 0;
+  // The backward of spd_block from dout (the gradient of the reduced block
+  // output): dx += the gradient through the attention (its norm included) and
+  // the MLP inputs, which every rank knows only for its own heads and virtual
+  // ranks: one reduction over the tp group sums it, with the gradients of the
+  // norm weights and the o bias that became partial the same way. dx may
+  // alias dout.
+  virtual void spd_block_backward(int layer, const T* dout, T* dx) = 0;
   // dst += src; dst = 0 (rows x C).
   virtual void add(T* dst, const T* src) = 0;
   virtual void zero(T* dst) = 0;

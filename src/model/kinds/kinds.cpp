@@ -22,6 +22,8 @@ void unit_forward(UnitForward<T>& f, const PlanUnit& u) {
       return kinds::par_forward(f, u);
     case LayerKind::Shuffle:
       return kinds::shuffle_forward(f, u);
+    case LayerKind::Spd:
+      return kinds::spd_forward(f, u);
   }
 }
 
@@ -44,6 +46,8 @@ void unit_backward(UnitBackward<T>& b, const PlanUnit& u) {
       return kinds::par_backward(b, u);
     case LayerKind::Shuffle:
       return kinds::shuffle_backward(b, u);
+    case LayerKind::Spd:
+      return kinds::spd_backward(b, u);
   }
 }
 

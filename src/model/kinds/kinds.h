@@ -70,4 +70,11 @@ void shuffle_forward(UnitForward<T>& f, const PlanUnit& u);
 template <typename T>
 void shuffle_backward(UnitBackward<T>& b, const PlanUnit& u);
 
+// spd.cpp: SPD, the attention all-reduce dropped (one reduction per layer,
+// spd_degree ranks real or virtual).
+template <typename T>
+void spd_forward(UnitForward<T>& f, const PlanUnit& u);
+template <typename T>
+void spd_backward(UnitBackward<T>& b, const PlanUnit& u);
+
 }  // namespace strata::kinds
