@@ -8,8 +8,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
 
+#include "cli/commands.h"
 #include "core/error.h"
+#include "core/file.h"
+#include "data/tokenizer.h"
+#include "eval/evaluate.h"
+#include "io/model_io.h"
 #include "model/model.h"
 #include "plan_reference.h"
 #include "reference.h"
@@ -113,6 +121,58 @@ TEST(Spd, GenerationEqualsNoCache) {
     m.init_weights(11);
     testing::expect_cache_matches_no_cache(m, 8);
   }
+}
+
+// `strata spd scan`: PPL_L is the standard perplexity, every S_k follows from
+// the perplexities it was computed from, the ranking orders the blocks by S,
+// and the budget's ends are the scan's ends (none / all blocks in SPD).
+TEST(Spd, ScanIsConsistent) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "strata_spd_scan_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  LlamaConfig c = spd_config(3, 4, false);
+  c.vocab_size = 512;
+  c.finalize();
+  Model<float> m(c, LayerPlan::standard(3), ops::make_backend<float>());
+  m.init_weights(13);
+  const std::string tok_path = std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model";
+  const std::string ckpt = (dir / "m.h5").string(), text = (dir / "t.txt").string();
+  save_model(ckpt, m, read_file(tok_path, "tokenizer"), nlohmann::json::object());
+  write_file_atomic(text,
+                    "Once upon a time there was a little dog. It liked to run in the park "
+                    "with its friend, a big cat who did not like to run at all.\n");
+  const std::string out = (dir / "scan.json").string();
+  std::vector<std::string> a = {"strata", "spd",      "scan", "--checkpoint", ckpt, "--text",
+                                text,     "--degree", "4",    "--window",     "16", "--out",
+                                out,      "--quiet"};
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  ASSERT_EQ(cli::cmd_spd(int(argv.size()), argv.data(), 2), 0);
+  const auto js = nlohmann::json::parse(read_file(out, "scan"));
+  const Tokenizer tok = Tokenizer::load(tok_path);
+  const double base =
+      text_perplexity(m, tok, read_file(text, "text"), text, 16, 0, 8, {3}, false).back().ppl();
+  EXPECT_NEAR(js["standard_ppl"].get<double>(), base, 1e-9 * base);
+  const auto& sens = js["sensitivity"];
+  ASSERT_EQ(sens.size(), 4u);  // k = 3, 2, 1, 0
+  EXPECT_EQ(sens[0]["ppl"].get<double>(), js["standard_ppl"].get<double>());
+  for (size_t r = 1; r < sens.size(); ++r) {
+    const double p = sens[r]["ppl"], prev = sens[r - 1]["ppl"];
+    EXPECT_NEAR(sens[r]["sensitivity"].get<double>(), (p - prev) / prev, 1e-12);
+    EXPECT_NE(p, prev);  // another block in SPD changes the model
+  }
+  std::vector<int> ranking = js["ranking"];
+  EXPECT_EQ(std::set<int>(ranking.begin(), ranking.end()), (std::set<int>{0, 1, 2}));
+  auto s_of = [&](int l) { return sens[size_t(3 - l)]["sensitivity"].get<double>(); };
+  for (size_t r = 1; r < ranking.size(); ++r) EXPECT_LE(s_of(ranking[r - 1]), s_of(ranking[r]));
+  const auto& budget = js["budget"];
+  ASSERT_EQ(budget.size(), 4u);
+  EXPECT_EQ(budget[0]["ppl"].get<double>(), sens[0]["ppl"].get<double>());
+  EXPECT_EQ(budget[3]["ppl"].get<double>(), sens[3]["ppl"].get<double>());
+  EXPECT_EQ(budget[1]["blocks"][0].get<int>(), ranking[0]);
+  EXPECT_EQ(budget[3]["plan"].get<std::string>(), "spd*3;spd_degree=4");
+  fs::remove_all(dir);
 }
 
 }  // namespace

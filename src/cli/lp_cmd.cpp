@@ -101,12 +101,7 @@ int lp_scan(int argc, char** argv, int first) {
   const int limit = args.get_int("limit-bytes");
   STRATA_CHECK(limit >= 0, "strata lp scan: --limit-bytes must be at least 0");
   apply_threads(args.get_int("threads"));
-  std::string text = read_file(args.get("text"), "text");
-  if (limit > 0 && int64_t(text.size()) > limit) {  // cut at the last space before the limit
-    const size_t cut = text.find_last_of(" \n", size_t(limit));
-    text.resize(cut == std::string::npos || cut == 0 ? size_t(limit) : cut);
-  }
-  STRATA_CHECK(!text.empty(), args.get("text"), ": is empty");
+  const std::string text = read_text_sample(args.get("text"), limit);
 
   LoadedModel lm = load_model_from_args(args, "strata lp scan");
   Model<float>& model = *lm.model;

@@ -29,6 +29,8 @@ const Command kCommands[] = {
      strata::cli::cmd_eval},
     {"lp", "Layer Parallelism: where to pair layers (lp scan: perplexity of every range)",
      strata::cli::cmd_lp},
+    {"spd", "SPD (Sync-Point Drop): block-wise sync sensitivity and the SPD budget (spd scan)",
+     strata::cli::cmd_spd},
     {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
      strata::cli::cmd_inspect},
     {"tokenizer", "train a sentencepiece tokenizer (tokenizer train)", strata::cli::cmd_tokenizer},

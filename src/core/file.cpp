@@ -60,4 +60,14 @@ void fsync_directory(const std::string& dir, const std::string& prefix) {
     fail(cat(prefix, "cannot sync directory ", dir, ": ", std::strerror(errno)));
 }
 
+std::string read_text_sample(const std::string& path, int64_t limit_bytes) {
+  std::string text = read_file(path, "text");
+  if (limit_bytes > 0 && int64_t(text.size()) > limit_bytes) {
+    const size_t cut = text.find_last_of(" \n", size_t(limit_bytes));
+    text.resize(cut == std::string::npos || cut == 0 ? size_t(limit_bytes) : cut);
+  }
+  STRATA_CHECK(!text.empty(), path, ": is empty");
+  return text;
+}
+
 }  // namespace strata

@@ -8,6 +8,10 @@ namespace strata {
 // Reads a regular file. Errors read "<what> <path>: no such file" (or: is a
 // directory / cannot open / read error).
 std::string read_file(const std::string& path, const std::string& what);
+// The first `limit_bytes` bytes of a text file (0: all), cut back to the last
+// space or newline before the limit so no word is split; fails with one line
+// naming the file if that leaves nothing.
+std::string read_text_sample(const std::string& path, int64_t limit_bytes);
 
 // Writes `bytes` to "<path>.tmp", closes it and renames it over `path`, so a
 // reader sees the old file or the new one, never a torn one. Errors name the

@@ -1,0 +1,202 @@
+// `strata spd scan`: SPD's block-wise sync sensitivity (the SPD paper's
+// section 4.2.1). For k = L..0 the perplexity of a text with blocks k..L-1 in
+// SPD at degree g (zero-shot), S_k = (PPL_k - PPL_{k+1}) / PPL_{k+1}; the
+// blocks ranked by S (least sensitive first); and the perplexity against the
+// SPD budget: the n least sensitive blocks in SPD, n = 0..L. Table, JSON, SVG.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_args.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/svg_plot.h"
+#include "core/text.h"
+#include "core/timer.h"
+#include "data/tokenizer.h"
+#include "eval/evaluate.h"
+#include "io/model_io.h"
+
+namespace strata::cli {
+
+namespace {
+
+// The plan with the layers in `spd` as spd blocks of degree g, the rest standard.
+std::string spd_plan(int L, const std::vector<bool>& spd, int g) {
+  LayerPlan p = LayerPlan::standard(L);
+  bool any = false;
+  for (int l = 0; l < L; ++l)
+    if (spd[size_t(l)]) {
+      p.kinds[size_t(l)] = LayerKind::Spd;
+      any = true;
+    }
+  if (any) p.options.emplace_back("spd_degree", std::to_string(g));
+  return p.to_string();
+}
+
+int spd_scan(int argc, char** argv, int first) {
+  Args args("strata spd scan",
+            "SPD's block-wise sync sensitivity of a standard checkpoint at degree g: the "
+            "perplexity of a text with blocks k..L-1 in SPD (zero-shot) for k = L..0, the "
+            "sensitivity S_k = (PPL_k - PPL_{k+1}) / PPL_{k+1}, the blocks ranked by it, and the "
+            "perplexity with the n least sensitive blocks in SPD for every budget n, as a table, "
+            "JSON and an SVG plot.");
+  add_model_options(args);
+  args.option("text", "FILE", "text to score (calibration data: a sample of the model's domain)")
+      .option("degree", "G", "tensor-parallel degree whose sync points are dropped", "2")
+      .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
+      .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
+      .option("batch-size", "N", "sequences per forward pass", "8")
+      .option("out", "FILE", "write the results as JSON", "")
+      .option("svg", "FILE", "write perplexity against the number of SPD blocks as SVG", "")
+      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
+      .flag("quiet", "no progress lines");
+  if (!args.parse(argc, argv, first)) return 0;
+  STRATA_CHECK(args.has("text"), "strata spd scan: --text is required");
+  STRATA_CHECK(!args.has("plan"), "strata spd scan: --plan is not taken: the scan sets the plans");
+  const int g = args.get_int("degree");
+  STRATA_CHECK(g >= 2,
+               "strata spd scan: --degree must be at least 2 (degree 1 has no sync "
+               "point to drop), got ",
+               g);
+  const int limit = args.get_int("limit-bytes");
+  STRATA_CHECK(limit >= 0, "strata spd scan: --limit-bytes must be at least 0");
+  apply_threads(args.get_int("threads"));
+  const std::string text = read_text_sample(args.get("text"), limit);
+
+  LoadedModel lm = load_model_from_args(args, "strata spd scan");
+  Model<float>& model = *lm.model;
+  const CheckpointInfo& info = lm.info;
+  STRATA_CHECK(info.plan.plain(), "strata spd scan: ", args.get("checkpoint"), " runs plan '",
+               info.plan.to_string(), "'; the scan needs a standard model");
+  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
+  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
+  const int L = model.config().num_hidden_layers;
+  const bool progress = !args.has("quiet") && lm.root();
+  const int window = args.get_int("window"), batch = args.get_int("batch-size");
+  const std::vector<int> exits = {L};
+  Timer timer;
+  int done = 0;
+  const int total = 2 * L + 1;
+  auto score = [&](const std::vector<bool>& spd, const char* what, int n) {
+    const std::string plan = spd_plan(L, spd, g);
+    model.set_plan(LayerPlan::parse(plan, L));
+    const double ppl =
+        text_perplexity(model, tok, text, args.get("text"), window, 0, batch, exits, false)
+            .back()
+            .ppl();
+    ++done;
+    if (progress)
+      std::fprintf(stderr, "spd scan: %s %d: ppl %.4f  (%d/%d, %.0f s)\n", what, n, ppl, done,
+                   total, timer.seconds());
+    return std::make_pair(plan, ppl);
+  };
+
+  // Sensitivity: blocks k..L-1 in SPD, k = L (none) down to 0 (all).
+  std::vector<double> ppl_from(size_t(L) + 1), sens(size_t(L), 0.0);
+  nlohmann::json sensitivity = nlohmann::json::array();
+  for (int k = L; k >= 0; --k) {
+    std::vector<bool> spd(size_t(L), false);
+    for (int l = k; l < L; ++l) spd[size_t(l)] = true;
+    const auto [plan, ppl] = score(spd, "blocks from", k);
+    ppl_from[size_t(k)] = ppl;
+    nlohmann::json row = {{"k", k}, {"spd_blocks", L - k}, {"plan", plan}, {"ppl", ppl}};
+    if (k < L) {
+      sens[size_t(k)] = (ppl - ppl_from[size_t(k) + 1]) / ppl_from[size_t(k) + 1];
+      row["sensitivity"] = sens[size_t(k)];
+    }
+    sensitivity.push_back(row);
+  }
+  std::vector<int> ranking(static_cast<size_t>(L));
+  std::iota(ranking.begin(), ranking.end(), 0);
+  std::stable_sort(ranking.begin(), ranking.end(),
+                   [&](int a, int b) { return sens[size_t(a)] < sens[size_t(b)]; });
+  // Budget: the n least sensitive blocks in SPD (n = 0 and L are measured above).
+  std::vector<double> ppl_budget(size_t(L) + 1);
+  ppl_budget[0] = ppl_from[size_t(L)];
+  ppl_budget[size_t(L)] = ppl_from[0];
+  nlohmann::json budget = nlohmann::json::array();
+  std::vector<bool> spd(size_t(L), false);
+  for (int n = 0; n <= L; ++n) {
+    if (n > 0) spd[size_t(ranking[size_t(n - 1)])] = true;
+    std::string plan = spd_plan(L, spd, g);
+    if (n > 0 && n < L) std::tie(plan, ppl_budget[size_t(n)]) = score(spd, "budget", n);
+    nlohmann::json blocks = nlohmann::json::array();
+    for (int j = 0; j < n; ++j) blocks.push_back(ranking[size_t(j)]);
+    budget.push_back(
+        {{"n", n}, {"blocks", blocks}, {"plan", plan}, {"ppl", ppl_budget[size_t(n)]}});
+  }
+  model.set_plan(info.plan);
+
+  const double base = ppl_from[size_t(L)];
+  std::printf("standard: ppl %.4f (%s); SPD degree %d\n", base, args.get("text").c_str(), g);
+  std::printf("%-4s %-10s %-10s %s\n", "k", "spd_blocks", "ppl", "S_k");
+  for (int k = L; k >= 0; --k) {
+    std::printf("%-4d %-10d %-10.4f", k, L - k, ppl_from[size_t(k)]);
+    if (k < L) std::printf(" %+.4f", sens[size_t(k)]);
+    std::printf("\n");
+  }
+  std::printf("ranking (least sensitive first):");
+  for (int l : ranking) std::printf(" %d", l);
+  std::printf("\n%-6s %-10s %-9s %s\n", "budget", "ppl", "vs std", "blocks in SPD");
+  for (int n = 0; n <= L; ++n) {
+    std::printf("%-6d %-10.4f %+8.2f%% ", n, ppl_budget[size_t(n)],
+                100 * (ppl_budget[size_t(n)] / base - 1));
+    for (int j = 0; j < n; ++j) std::printf("%s%d", j ? "," : "", ranking[size_t(j)]);
+    std::printf("%s\n", n == 0 ? "-" : "");
+  }
+  if (!lm.root()) return 0;
+  if (!args.get("out").empty()) {
+    const nlohmann::json out = {{"checkpoint", args.get("checkpoint")},
+                                {"text", args.get("text")},
+                                {"num_layers", L},
+                                {"degree", g},
+                                {"standard_ppl", base},
+                                {"sensitivity", sensitivity},
+                                {"ranking", ranking},
+                                {"budget", budget}};
+    write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  }
+  if (!args.get("svg").empty()) {
+    SvgChart chart;
+    chart.title = cat("SPD at degree ", g, ": perplexity (", args.get("checkpoint"), ")");
+    chart.x_label = "blocks in SPD";
+    chart.y_label = "perplexity";
+    chart.log_y = true;
+    chart.hlines.push_back({"standard", base});
+    SvgSeries ranked, suffix;
+    ranked.label = "least sensitive first";
+    suffix.label = "blocks k..L-1 (the scan)";
+    for (int n = 0; n <= L; ++n) {
+      ranked.points.push_back({double(n), ppl_budget[size_t(n)]});
+      suffix.points.push_back({double(n), ppl_from[size_t(L - n)]});
+    }
+    chart.series = {ranked, suffix};
+    write_file_atomic(args.get("svg"), render_svg(chart));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_spd(int argc, char** argv, int first) {
+  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
+    std::printf(
+        "usage: strata spd <command> [options]\n\n"
+        "SPD (Sync-Point Drop) tools (run a model with SPD blocks: --plan "
+        "\"standard*s,spd*n;spd_degree=g\"):\n"
+        "  scan   block-wise sync sensitivity and perplexity against the SPD budget\n");
+    return first >= argc ? 2 : 0;
+  }
+  const std::string sub = argv[first];
+  if (sub == "scan") return spd_scan(argc, argv, first + 1);
+  fail(cat("strata spd: unknown command '", sub, "' (see strata spd --help)"));
+}
+
+}  // namespace strata::cli
