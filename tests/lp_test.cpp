@@ -68,23 +68,11 @@ void expect_streams_match(const char* text, int layers, bool not_par) {
   for (bool bias : {false, true}) {
     SCOPED_TRACE(std::string(text) + (bias ? " bias" : ""));
     const LayerPlan plan = LayerPlan::parse(text, layers);
-    const LlamaConfig c = small_config(layers, !bias, bias);
-    Model<double> m(c, plan, ops::make_backend<double>());
-    m.init_weights(3);
-    perturb_vectors(m, 4);
-    const int B = 2, T = 6;
-    const auto tokens = testing::random_tokens(B * T, c.vocab_size, 5);
-    const auto targets = testing::random_tokens(B * T, c.vocab_size, 6);
-    const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
-    const auto x = reference_streams(m, plan, tokens, B, T);
-    for (size_t i = 0; i < x.size(); ++i) EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << i;
-    const auto ce = reference::head_ce(
-        x.back(), tensor(m, m.layout().final_norm),
-        tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
-        c.hidden_size, c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
-    EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
+    Model<double> m(small_config(layers, !bias, bias), plan, ops::make_backend<double>());
+    std::vector<int32_t> tokens;
+    const auto x = testing::expect_streams_match_reference(m, plan, &tokens);
     if (not_par) {
-      const auto par = reference_streams(m, plan, tokens, B, T, nullptr, true);
+      const auto par = reference_streams(m, plan, tokens, 2, 6, nullptr, true);
       EXPECT_GT(worst_rel(m.stream(int(x.size()) - 1), par.back()), 1e-3);
     }
   }

@@ -267,4 +267,28 @@ inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& pla
   return x;
 }
 
+// Model m (under `plan`) with seeded weights and perturbed vectors, run on
+// random tokens [2 x 6]: every stream and the loss must equal the reference.
+// Returns the reference streams; `tokens_out` receives the tokens.
+inline std::vector<Vec> expect_streams_match_reference(Model<double>& m, const LayerPlan& plan,
+                                                       std::vector<int32_t>* tokens_out = nullptr) {
+  const LlamaConfig& c = m.config();
+  m.init_weights(3);
+  perturb_vectors(m, 4);
+  const int B = 2, T = 6;
+  const auto tokens = random_tokens(B * T, c.vocab_size, 5);
+  const auto targets = random_tokens(B * T, c.vocab_size, 6);
+  const LossResult r = m.forward(tokens.data(), targets.data(), B, T);
+  const auto x = reference_streams(m, plan, tokens, B, T);
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_LT(worst_rel(m.stream(int(i)), x[i]), 1e-12) << "stream " << i;
+  const auto ce = reference::head_ce(
+      x.back(), tensor(m, m.layout().final_norm),
+      tensor(m, c.tie_word_embeddings ? m.layout().embed : m.layout().lm_head), targets, B * T,
+      c.hidden_size, c.vocab_size, c.rms_norm_eps, ops::kIgnoreIndex);
+  EXPECT_NEAR(r.loss_sum, ce.loss_sum, 1e-10 * std::abs(ce.loss_sum));
+  if (tokens_out) *tokens_out = tokens;
+  return x;
+}
+
 }  // namespace strata::testing

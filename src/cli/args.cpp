@@ -149,4 +149,16 @@ std::string Args::help() const {
   return out;
 }
 
+int run_subcommand(const std::string& command, const std::string& usage,
+                   const std::vector<Subcommand>& subs, int argc, char** argv, int first) {
+  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
+    std::fputs(usage.c_str(), stdout);
+    return first >= argc ? 2 : 0;
+  }
+  const std::string sub = argv[first];
+  for (const Subcommand& s : subs)
+    if (sub == s.name) return s.run(argc, argv, first + 1);
+  fail(cat(command, ": unknown command '", sub, "' (see ", command, " --help)"));
+}
+
 }  // namespace strata::cli

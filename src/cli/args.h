@@ -53,4 +53,15 @@ class Args {
   std::vector<Pos> pos_;
 };
 
+// A command made of subcommands (`strata lp scan ...`): prints `usage` for
+// --help / -h (status 0) or when no subcommand is given (status 2), runs the
+// named one with the arguments after it, and fails with one line naming an
+// unknown one.
+struct Subcommand {
+  const char* name;
+  int (*run)(int argc, char** argv, int first);
+};
+int run_subcommand(const std::string& command, const std::string& usage,
+                   const std::vector<Subcommand>& subs, int argc, char** argv, int first);
+
 }  // namespace strata::cli

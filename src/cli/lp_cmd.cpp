@@ -320,18 +320,13 @@ int lp_merge(int argc, char** argv, int first) {
 }  // namespace
 
 int cmd_lp(int argc, char** argv, int first) {
-  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
-    std::printf(
-        "usage: strata lp <command> [options]\n\n"
-        "Layer Parallelism tools (run a model with pairs: --plan \"standard*s,lp*D,...\"):\n"
-        "  scan   perplexity of every pairable range [e - D, e): table, JSON, SVG\n"
-        "  merge  layers [s, e) replaced by one with their averaged weights (a new checkpoint)\n");
-    return first >= argc ? 2 : 0;
-  }
-  const std::string sub = argv[first];
-  if (sub == "scan") return lp_scan(argc, argv, first + 1);
-  if (sub == "merge") return lp_merge(argc, argv, first + 1);
-  fail(cat("strata lp: unknown command '", sub, "' (see strata lp --help)"));
+  return run_subcommand(
+      "strata lp",
+      "usage: strata lp <command> [options]\n\n"
+      "Layer Parallelism tools (run a model with pairs: --plan \"standard*s,lp*D,...\"):\n"
+      "  scan   perplexity of every pairable range [e - D, e): table, JSON, SVG\n"
+      "  merge  layers [s, e) replaced by one with their averaged weights (a new checkpoint)\n",
+      {{"scan", lp_scan}, {"merge", lp_merge}}, argc, argv, first);
 }
 
 }  // namespace strata::cli

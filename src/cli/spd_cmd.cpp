@@ -186,17 +186,13 @@ int spd_scan(int argc, char** argv, int first) {
 }  // namespace
 
 int cmd_spd(int argc, char** argv, int first) {
-  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
-    std::printf(
-        "usage: strata spd <command> [options]\n\n"
-        "SPD (Sync-Point Drop) tools (run a model with SPD blocks: --plan "
-        "\"standard*s,spd*n;spd_degree=g\"):\n"
-        "  scan   block-wise sync sensitivity and perplexity against the SPD budget\n");
-    return first >= argc ? 2 : 0;
-  }
-  const std::string sub = argv[first];
-  if (sub == "scan") return spd_scan(argc, argv, first + 1);
-  fail(cat("strata spd: unknown command '", sub, "' (see strata spd --help)"));
+  return run_subcommand(
+      "strata spd",
+      "usage: strata spd <command> [options]\n\n"
+      "SPD (Sync-Point Drop) tools (run a model with SPD blocks: --plan "
+      "\"standard*s,spd*n;spd_degree=g\"):\n"
+      "  scan   block-wise sync sensitivity and perplexity against the SPD budget\n",
+      {{"scan", spd_scan}}, argc, argv, first);
 }
 
 }  // namespace strata::cli
