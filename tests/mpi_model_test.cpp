@@ -263,26 +263,34 @@ TEST(TensorParallelExecutor, LadderReductionsAreAsync) {
   EXPECT_EQ(counter.counts().allreduce_async, 0);
 }
 
-// A Layer-Parallel pair: one reduction for both attentions and one for both
-// MLPs forward (2 instead of 4); backward, one for the shared MLP norm's input
-// gradient and one per attention norm (3 instead of 4).
-TEST(TensorParallelExecutor, LpPairCollectives) {
-  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+// The synchronous all-reduces of one forward pass and of one fused training
+// step of `plan` (3 layers) over the tp group (none may be async).
+std::pair<int64_t, int64_t> allreduces_per_step(const char* plan) {
   const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
   testing::CountingComm counter(*g_grid->tp_comm);
-  Model<float> m(cfg, LayerPlan::parse("lp*2,standard", 3), ops::make_backend<float>(), &counter);
+  Model<float> m(cfg, LayerPlan::parse(plan, 3), ops::make_backend<float>(), &counter);
   m.init_weights(5);
   const int B = 2, T = 7;
   auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
   auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
   counter.reset();
   m.forward(tokens.data(), targets.data(), B, T);
-  EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 1);  // embedding, pair, standard, head
+  const int64_t forward = counter.counts().allreduce;
   counter.reset();
   m.zero_grad();
   m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
-  EXPECT_EQ(counter.counts().allreduce, 1 + 2 + 2 + 3 + 2 + 2);
   EXPECT_EQ(counter.counts().allreduce_async, 0);
+  return {forward, counter.counts().allreduce};
+}
+
+// A Layer-Parallel pair: one reduction for both attentions and one for both
+// MLPs forward (2 instead of 4); backward, one for the shared MLP norm's input
+// gradient and one per attention norm (3 instead of 4).
+TEST(TensorParallelExecutor, LpPairCollectives) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const auto [forward, step] = allreduces_per_step("lp*2,standard");
+  EXPECT_EQ(forward, 1 + 2 + 2 + 1);  // embedding, pair, standard, head
+  EXPECT_EQ(step, 1 + 2 + 2 + 3 + 2 + 2);
 }
 
 // The paper's tensor-parallel mapping of a Layer-Parallel pair (k, k+1):
@@ -352,21 +360,10 @@ TEST(TensorParallelExecutor, LpPairLayoutOneLayerPerRankGroup) {
 // against one process above). A tp that does not divide spd_degree is refused.
 TEST(TensorParallelExecutor, SpdCollectives) {
   if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const auto [forward, step] = allreduces_per_step("spd*2,standard;spd_degree=4");
+  EXPECT_EQ(forward, 1 + 1 + 1 + 2 + 1);  // embedding, 2 spd, standard, head
+  EXPECT_EQ(step, 1 + 1 + 1 + 2 + 2 + 1 + 1 + 2);
   const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
-  testing::CountingComm counter(*g_grid->tp_comm);
-  Model<float> m(cfg, LayerPlan::parse("spd*2,standard;spd_degree=4", 3),
-                 ops::make_backend<float>(), &counter);
-  m.init_weights(5);
-  const int B = 2, T = 7;
-  auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 51);
-  auto targets = testing::random_tokens(B * T, cfg.vocab_size, 52);
-  counter.reset();
-  m.forward(tokens.data(), targets.data(), B, T);
-  EXPECT_EQ(counter.counts().allreduce, 1 + 1 + 1 + 2 + 1);  // embedding, 2 spd, standard, head
-  counter.reset();
-  m.zero_grad();
-  m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
-  EXPECT_EQ(counter.counts().allreduce, 1 + 1 + 1 + 2 + 2 + 1 + 1 + 2);
   EXPECT_ERROR(
       Model<float>(cfg, LayerPlan::parse("spd*3;spd_degree=" + std::to_string(g_tp + 1), 3),
                    ops::make_backend<float>(), g_grid->tp_comm.get()),

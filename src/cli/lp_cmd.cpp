@@ -86,8 +86,6 @@ int lp_scan(int argc, char** argv, int first) {
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
       .flag("quiet", "no progress lines");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("text"), "strata lp scan: --text is required");
-  STRATA_CHECK(!args.has("plan"), "strata lp scan: --plan is not taken: the scan sets the plans");
   const std::string transform = args.get("transform");
   const Transform* tr = nullptr;
   for (const Transform& t : kTransforms)
@@ -98,19 +96,13 @@ int lp_scan(int argc, char** argv, int first) {
   STRATA_CHECK(alpha >= 0 && alpha <= 1, "strata lp scan: --alpha must be in [0, 1], got ", alpha);
   const double tolerance = args.get_double("tolerance");
   STRATA_CHECK(tolerance >= 0, "strata lp scan: --tolerance must be at least 0, got ", tolerance);
-  const int limit = args.get_int("limit-bytes");
-  STRATA_CHECK(limit >= 0, "strata lp scan: --limit-bytes must be at least 0");
-  apply_threads(args.get_int("threads"));
-  const std::string text = read_text_sample(args.get("text"), limit);
-
-  LoadedModel lm = load_model_from_args(args, "strata lp scan");
+  ScanInput in = load_scan_input(args, "strata lp scan");
+  LoadedModel& lm = in.lm;
   Model<float>& model = *lm.model;
   const CheckpointInfo& info = lm.info;
-  STRATA_CHECK(info.plan.plain(), "strata lp scan: ", args.get("checkpoint"), " runs plan '",
-               info.plan.to_string(), "'; the scan needs a standard model");
-  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
-  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
-  const int L = model.config().num_hidden_layers;
+  const Tokenizer& tok = *in.tok;
+  const std::string& text = in.text;
+  const int L = in.layers;
   std::vector<int> deltas;
   if (args.get("deltas").empty()) {
     for (int d = tr->min_delta; d <= L; d += tr->step) deltas.push_back(d);

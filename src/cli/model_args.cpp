@@ -1,8 +1,11 @@
 #include "cli/model_args.h"
 
+#include "cli/commands.h"
+
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "parallel/delayed_comm.h"
 
@@ -57,6 +60,25 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
     log::info("plan: ", m.info.plan.to_string(), " (", args.get("checkpoint"), " was saved with ",
               m.info.saved_plan, ")");
   return m;
+}
+
+ScanInput load_scan_input(const Args& args, const std::string& command) {
+  STRATA_CHECK(args.has("text"), command, ": --text is required");
+  STRATA_CHECK(!args.has("plan"), command, ": --plan is not taken: the scan sets the plans");
+  const int limit = args.get_int("limit-bytes");
+  STRATA_CHECK(limit >= 0, command, ": --limit-bytes must be at least 0");
+  apply_threads(args.get_int("threads"));
+  ScanInput in;
+  in.text = read_text_sample(args.get("text"), limit);
+  in.lm = load_model_from_args(args, command);
+  const CheckpointInfo& info = in.lm.info;
+  STRATA_CHECK(info.plan.plain(), command, ": ", args.get("checkpoint"), " runs plan '",
+               info.plan.to_string(), "'; the scan needs a standard model");
+  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
+  in.tok =
+      std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint")));
+  in.layers = in.lm.model->config().num_hidden_layers;
+  return in;
 }
 
 }  // namespace strata::cli

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "data/tokenizer.h"
 #include "io/model_io.h"
 #include "parallel/grid.h"
 
@@ -31,5 +32,16 @@ struct LoadedModel {
 // that much (parallel/delayed_comm.h).
 LoadedModel load_model_from_args(const Args& args, const std::string& command,
                                  bool benchmark = false, int link_delay_us = 0);
+
+// What the plan scans (lp scan, spd scan) start from: the standard model the
+// options name, its tokenizer, and the text sample (--text, --limit-bytes);
+// --threads applied. One-line errors name `command` and what is missing.
+struct ScanInput {
+  LoadedModel lm;
+  std::unique_ptr<Tokenizer> tok;
+  std::string text;
+  int layers = 0;
+};
+ScanInput load_scan_input(const Args& args, const std::string& command);
 
 }  // namespace strata::cli

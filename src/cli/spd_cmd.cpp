@@ -58,26 +58,18 @@ int spd_scan(int argc, char** argv, int first) {
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
       .flag("quiet", "no progress lines");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("text"), "strata spd scan: --text is required");
-  STRATA_CHECK(!args.has("plan"), "strata spd scan: --plan is not taken: the scan sets the plans");
   const int g = args.get_int("degree");
   STRATA_CHECK(g >= 2,
                "strata spd scan: --degree must be at least 2 (degree 1 has no sync "
                "point to drop), got ",
                g);
-  const int limit = args.get_int("limit-bytes");
-  STRATA_CHECK(limit >= 0, "strata spd scan: --limit-bytes must be at least 0");
-  apply_threads(args.get_int("threads"));
-  const std::string text = read_text_sample(args.get("text"), limit);
-
-  LoadedModel lm = load_model_from_args(args, "strata spd scan");
+  ScanInput in = load_scan_input(args, "strata spd scan");
+  LoadedModel& lm = in.lm;
   Model<float>& model = *lm.model;
   const CheckpointInfo& info = lm.info;
-  STRATA_CHECK(info.plan.plain(), "strata spd scan: ", args.get("checkpoint"), " runs plan '",
-               info.plan.to_string(), "'; the scan needs a standard model");
-  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
-  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
-  const int L = model.config().num_hidden_layers;
+  const Tokenizer& tok = *in.tok;
+  const std::string& text = in.text;
+  const int L = in.layers;
   const bool progress = !args.has("quiet") && lm.root();
   const int window = args.get_int("window"), batch = args.get_int("batch-size");
   const std::vector<int> exits = {L};
