@@ -240,9 +240,11 @@ LayerSkipStep mixed_step(int L, int B) {
 }
 
 // Plans whose layers defer reductions and input gradients across units
-// (ladder), share a norm (parallel) or mix kinds, under the same masks.
-const char* const kPlans4[] = {"standard*4", "ladder*4", "standard,ladder*3",
-                               "ladder,standard,ladder,parallel"};
+// (ladder), share a norm (parallel), run SPD blocks or mix kinds, under the
+// same masks.
+const char* const kPlans4[] = {"standard*4",         "ladder*4",
+                               "standard,ladder*3",  "ladder,standard,ladder,parallel",
+                               "spd,standard,spd*2", "ladder,spd*3;spd_degree=2"};
 
 void gathered_equals_dense(const LayerPlan& plan) {
   const LlamaConfig c = tiny(4);
@@ -358,13 +360,14 @@ TEST(LayerSkipModel, GradientCheckWithDropoutAndExits) {
   gradient_check_with_dropout("standard*4", 4);
 }
 
-// Ladder and hybrid plans: deferred residuals and input gradients around
+// Ladder, hybrid and SPD plans: deferred residuals and input gradients around
 // dropped samples and units, with exits at unit boundaries.
 TEST(LayerSkipModel, GradientCheckLadderWithDropoutAndExits) {
   gradient_check_with_dropout("ladder*2", 2);
   gradient_check_with_dropout("standard,ladder*2", 3);
   gradient_check_with_dropout("ladder,standard,ladder", 3);
   gradient_check_with_dropout("ladder,parallel,skip,ladder", 4);
+  gradient_check_with_dropout("ladder,spd*2", 3);
 }
 
 TEST(LayerSkipModel, FloatGatheredMatchesDouble) {

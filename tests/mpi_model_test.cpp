@@ -151,7 +151,8 @@ TEST_P(TensorParallel, LadderWithLayerSkipMatchesSingleProcessModel) {
   LayerSkipStep skip;
   skip.keep = {{1, 0}, {0, 0}, {1, 1}};
   skip.exit_weight = {0.3, 0.2, 0.5};
-  for (const char* plan : {"ladder*3", "standard,ladder*2", "ladder,standard,ladder"}) {
+  for (const char* plan :
+       {"ladder*3", "standard,ladder*2", "ladder,standard,ladder", "spd*2,standard;spd_degree=4"}) {
     SCOPED_TRACE(plan);
     check_against_single_process(GetParam(), plan, 3, &skip);
   }

@@ -374,19 +374,19 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     mlp_with(l, w, x, out);
   }
   void spd_block(int l, const T* x, T* out) override {
-    STRATA_CHECK(mode_ == RunMode::All, "layer ", l,
-                 " (spd): LayerSkip layer dropout on spd layers is not supported");
     const LayerDims& d = m_.dims(l);
     LayerActs& la = m_.layer_acts_[size_t(l)];
     const AttentionActs<T>& a = la.attn;
+    const int Bm = module_batch();
     spd_block_partial<T>(
-        *m_.be_, d, m_.spd_virtual_ranks(), m_.layer_params(l), x, out, rows(), a,
-        [&](int j) { return la.spd[size_t(j)]; }, m_.spd_p_,
+        *m_.be_, d, m_.spd_virtual_ranks(), m_.layer_params(l), module_input(x), out,
+        int64_t(Bm) * seq_, a, [&](int j) { return la.spd[size_t(j)]; }, m_.spd_p_,
         [&](T* qkv, T* att) {
-          m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), B_, seq_,
+          m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), Bm, seq_,
                                d.Hq + d.Hkv, d.D, d.QKV(), 0);
-          m_.be_->attention_forward(att, a.lse, qkv, B_, seq_, d.Hq, d.Hkv, d.D);
+          m_.be_->attention_forward(att, a.lse, qkv, Bm, seq_, d.Hq, d.Hkv, d.D);
         });
+    module_output(out);
     m_.progress();
   }
   void add_o_bias(int l, T* out) override {
@@ -497,11 +497,22 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     if (gb) m_.be_->axpby_forward(gb, gb, dmix, C, 1.0, 1.0 - alpha);
   }
   void spd_block_backward(int l, const T* dout, T* dx) override {
-    STRATA_CHECK(mode_ == RunMode::All, "layer ", l,
-                 " (spd): LayerSkip layer dropout on spd layers is not supported");
-    const int64_t n = rows() * m_.dims_.C;
-    const int C = m_.dims_.C;
-    m_.be_->copy(m_.spd_dout_, dout, n);  // dx may alias dout
+    // Under layer dropout the block ran on the kept samples packed together
+    // (Gathered) or on all with the dropped ones' gradients zeroed (Dense).
+    const int C = m_.dims_.C, Bm = module_batch();
+    const int64_t rows_m = int64_t(Bm) * seq_, n = rows_m * C;
+    const T* g_in = dout;
+    if (mode_ == RunMode::All) {
+      m_.be_->copy(m_.spd_dout_, dout, n);  // dx may alias dout
+      g_in = m_.spd_dout_;
+    } else {
+      g_in = module_grad(dout);
+    }
+    const T* x = m_.streams_[size_t(2 * l)];
+    if (mode_ == RunMode::Gathered) {
+      m_.gather_samples(*kept_, x, m_.sub_d_);
+      x = m_.sub_d_;
+    }
     LayerActs& la = m_.layer_acts_[size_t(l)];
     const LayerTensors<T> w = m_.layer_params(l), g = m_.layer_grads(l);
     // acc = [this rank's part of dL/dx | d post_norm | d o_bias | d input_norm].
@@ -509,13 +520,19 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     m_.be_->zero(acc, n + 3 * C);
     spd_block_partial_backward<T>(
         *m_.be_, m_.dims(l), m_.spd_virtual_ranks(), w, g, g.post_norm ? acc + n : nullptr,
-        g.o_bias ? acc + n + C : nullptr, m_.spd_dout_, acc, m_.d_ln_, B_, seq_, la.attn,
+        g.o_bias ? acc + n + C : nullptr, g_in, acc, m_.d_ln_, Bm, seq_, la.attn,
         [&](int j) { return la.spd[size_t(j)]; }, m_.rope_cos_.data(), m_.rope_sin_.data(),
         m_.spd_p_, m_.spd_dh_, m_.d_att_, m_.d_qkv_, m_.d_h_, m_.d_gateup_);
-    m_.be_->rmsnorm_backward(acc, g.input_norm ? acc + n + 2 * C : nullptr, m_.d_ln_,
-                             m_.streams_[size_t(2 * l)], w.input_norm, la.attn.rstd, rows(), C);
-    m_.tp_.allreduce(acc, n + 3 * C);
-    m_.be_->residual_forward(dx, dx, acc, n);
+    m_.be_->rmsnorm_backward(acc, g.input_norm ? acc + n + 2 * C : nullptr, m_.d_ln_, x,
+                             w.input_norm, la.attn.rstd, rows_m, C);
+    m_.tp_.allreduce(acc, n + 3 * C);  // (every rank drops the same samples)
+    if (mode_ == RunMode::Gathered) {
+      m_.gather_samples(*kept_, dx, m_.sub_g_);
+      m_.be_->residual_forward(m_.sub_g_, m_.sub_g_, acc, n);
+      m_.scatter_samples(*kept_, m_.sub_g_, dx);
+    } else {
+      m_.be_->residual_forward(dx, dx, acc, n);
+    }
     if (g.post_norm) m_.be_->residual_forward(g.post_norm, g.post_norm, acc + n, C);
     if (g.o_bias) m_.be_->residual_forward(g.o_bias, g.o_bias, acc + n + C, C);
     if (g.input_norm) m_.be_->residual_forward(g.input_norm, g.input_norm, acc + n + 2 * C, C);
