@@ -12,6 +12,7 @@
 #include "infer/sampler.h"
 #include "io/llama2c.h"
 #include "model/model.h"
+#include "plan_reference.h"
 #include "testing.h"
 
 namespace strata {
@@ -21,18 +22,8 @@ const std::string kSource = STRATA_SOURCE_DIR;
 
 std::unique_ptr<Model<float>> random_model(int layers, int kv_heads, bool tied, bool bias,
                                            uint64_t seed) {
-  LlamaConfig c;
-  c.vocab_size = 61;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = bias;
-  c.initializer_range = 0.5;  // peaked distributions: greedy choices are clear
-  c.finalize();
+  // (initializer_range 0.5: peaked distributions, so greedy choices are clear)
+  const LlamaConfig c = testing::plan_test_config(layers, tied, bias, kv_heads);
   auto m = std::make_unique<Model<float>>(c, ops::make_backend<float>());
   m->init_weights(seed);
   return m;

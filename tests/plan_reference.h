@@ -38,15 +38,16 @@ namespace strata::testing {
 
 using reference::Vec;
 
-// The small model the plan tests run (4 heads, 2 kv heads, hidden 32).
-inline LlamaConfig plan_test_config(int layers, bool tied, bool bias) {
+// The small model the plan and generation tests run (4 heads, 2 kv heads
+// unless told, hidden 32).
+inline LlamaConfig plan_test_config(int layers, bool tied, bool bias, int kv_heads = 2) {
   LlamaConfig c;
   c.vocab_size = 61;
   c.hidden_size = 32;
   c.intermediate_size = 48;
   c.num_hidden_layers = layers;
   c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  c.num_key_value_heads = kv_heads;
   c.max_position_embeddings = 64;
   c.tie_word_embeddings = tied;
   c.attention_bias = bias;

@@ -32,10 +32,7 @@ using testing::tensor;
 using testing::worst_rel;
 
 LlamaConfig spd_config(int layers, int kv_heads, bool bias) {
-  LlamaConfig c = testing::plan_test_config(layers, !bias, bias);
-  c.num_key_value_heads = kv_heads;
-  c.finalize();
-  return c;
+  return testing::plan_test_config(layers, !bias, bias, kv_heads);
 }
 
 TEST(Spd, PlanRules) {

@@ -64,27 +64,20 @@ int lp_scan(int argc, char** argv, int first) {
             "as a table, JSON and an SVG plot (the paper's Figure 6): where to pair layers with "
             "the least loss.");
   add_model_options(args);
-  args.option("text", "FILE", "text to score (a held-out sample of the model's domain)")
-      .option(
-          "transform", "T",
-          "what is done to [e - D, e): lp (Layer-Parallel pairs), par (PAR pairs), stretch "
-          "(the whole range in parallel, PAR), prune (removed), shuffle (a new random order every "
-          "forward pass)",
-          "lp")
+  add_scan_options(args, "write the perplexity curves as SVG");
+  args.option("transform", "T",
+              "what is done to [e - D, e): lp (Layer-Parallel pairs), par (PAR pairs), stretch "
+              "(the whole range in parallel, PAR), prune (removed), shuffle (a new random order "
+              "every forward pass)",
+              "lp")
       .option("deltas", "LIST",
               "comma-separated range lengths (default: every length the transform allows up to "
               "L: even for lp and par)",
               "")
       .option("alpha", "A", "mixing weight of the pairs' MLP norms (lp_alpha)", "0.5")
       .option("tolerance", "P",
-              "recommend the largest D whose best range costs at most P percent of perplexity", "5")
-      .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
-      .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
-      .option("batch-size", "N", "sequences per forward pass", "8")
-      .option("out", "FILE", "write the results as JSON", "")
-      .option("svg", "FILE", "write the perplexity curves as SVG", "")
-      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
-      .flag("quiet", "no progress lines");
+              "recommend the largest D whose best range costs at most P percent of perplexity",
+              "5");
   if (!args.parse(argc, argv, first)) return 0;
   const std::string transform = args.get("transform");
   const Transform* tr = nullptr;
@@ -97,11 +90,6 @@ int lp_scan(int argc, char** argv, int first) {
   const double tolerance = args.get_double("tolerance");
   STRATA_CHECK(tolerance >= 0, "strata lp scan: --tolerance must be at least 0, got ", tolerance);
   ScanInput in = load_scan_input(args, "strata lp scan");
-  LoadedModel& lm = in.lm;
-  Model<float>& model = *lm.model;
-  const CheckpointInfo& info = lm.info;
-  const Tokenizer& tok = *in.tok;
-  const std::string& text = in.text;
   const int L = in.layers;
   std::vector<int> deltas;
   if (args.get("deltas").empty()) {
@@ -118,14 +106,7 @@ int lp_scan(int argc, char** argv, int first) {
   }
   STRATA_CHECK(!deltas.empty(), "strata lp scan: a model of ", L,
                " layer(s) has no range to pair (at least 2 layers)");
-  const bool progress = !args.has("quiet") && lm.root();
-  const int window = args.get_int("window"), batch = args.get_int("batch-size");
-  const std::vector<int> exits = {L};
-  auto score = [&](const std::string& plan) {
-    model.set_plan(LayerPlan::parse(plan, L));
-    return text_perplexity(model, tok, text, args.get("text"), window, 0, batch, exits, false)
-        .back();
-  };
+  const bool progress = !args.has("quiet") && in.lm.root();
   // Sequential layer steps left: a pair or a group counts once, a pruned layer not at all.
   auto depth = [&](int d) {
     return transform == "prune"     ? L - d
@@ -136,7 +117,7 @@ int lp_scan(int argc, char** argv, int first) {
   int total = 0;
   for (int d : deltas) total += L - d + 1;
   Timer timer;
-  const PerplexityResult base = score(transform_plan(transform, L, 0, 0, alpha));
+  const PerplexityResult base = in.perplexity(transform_plan(transform, L, 0, 0, alpha));
   if (progress)
     std::fprintf(stderr, "lp scan: %lld tokens, standard ppl %.4f; %d ranges\n",
                  (long long)base.tokens, base.ppl(), total);
@@ -148,7 +129,7 @@ int lp_scan(int argc, char** argv, int first) {
     int best_e = -1;
     for (int e = d; e <= L; ++e) {
       const std::string plan = transform_plan(transform, L, e - d, e, alpha);
-      const PerplexityResult r = score(plan);
+      const PerplexityResult r = in.perplexity(plan);
       grid[k][size_t(e)] = r.ppl();
       ranges.push_back({{"start", e - d},
                         {"end", e},
@@ -168,7 +149,7 @@ int lp_scan(int argc, char** argv, int first) {
                                {"ppl", grid[k][size_t(best_e)]},
                                {"effective_depth", depth(d)}};
   }
-  model.set_plan(info.plan);
+  in.restore();
   // The recommendation: the largest D whose best range stays within the tolerance.
   nlohmann::json recommended = nullptr;
   for (int d : deltas) {
@@ -210,36 +191,25 @@ int lp_scan(int argc, char** argv, int first) {
         recommended["end"].get<int>(), ppl, 100 * (ppl / base.ppl() - 1),
         recommended["effective_depth"].get<int>(), recommended["plan"].get<std::string>().c_str());
   }
-  if (!lm.root()) return 0;
-  if (!args.get("out").empty()) {
-    const nlohmann::json out = {{"checkpoint", args.get("checkpoint")},
-                                {"text", args.get("text")},
-                                {"tokens", base.tokens},
-                                {"num_layers", L},
-                                {"transform", transform},
-                                {"alpha", alpha},
-                                {"standard_ppl", base.ppl()},
-                                {"ranges", ranges},
-                                {"best", best},
-                                {"tolerance_percent", tolerance},
-                                {"recommended", recommended}};
-    write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  nlohmann::json out = {{"tokens", base.tokens},
+                        {"num_layers", L},
+                        {"transform", transform},
+                        {"alpha", alpha},
+                        {"standard_ppl", base.ppl()},
+                        {"ranges", ranges},
+                        {"best", best},
+                        {"tolerance_percent", tolerance},
+                        {"recommended", recommended}};
+  SvgChart chart;
+  chart.title = cat(transform, " of [e - D, e): perplexity (", args.get("checkpoint"), ")");
+  chart.x_label = "end index e";
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    SvgSeries s;
+    s.label = cat("D = ", deltas[k]);
+    for (int e = deltas[k]; e <= L; ++e) s.points.push_back({double(e), grid[k][size_t(e)]});
+    chart.series.push_back(s);
   }
-  if (!args.get("svg").empty()) {
-    SvgChart chart;
-    chart.title = cat(transform, " of [e - D, e): perplexity (", args.get("checkpoint"), ")");
-    chart.x_label = "end index e";
-    chart.y_label = "perplexity";
-    chart.log_y = true;
-    chart.hlines.push_back({"standard", base.ppl()});
-    for (size_t k = 0; k < deltas.size(); ++k) {
-      SvgSeries s;
-      s.label = cat("D = ", deltas[k]);
-      for (int e = deltas[k]; e <= L; ++e) s.points.push_back({double(e), grid[k][size_t(e)]});
-      chart.series.push_back(s);
-    }
-    write_file_atomic(args.get("svg"), render_svg(chart));
-  }
+  write_scan_outputs(args, std::move(out), std::move(chart), base.ppl(), in);
   return 0;
 }
 

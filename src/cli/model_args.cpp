@@ -62,6 +62,17 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
   return m;
 }
 
+void add_scan_options(Args& args, const std::string& svg_help) {
+  args.option("text", "FILE", "text to score (a held-out sample of the model's domain)")
+      .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
+      .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
+      .option("batch-size", "N", "sequences per forward pass", "8")
+      .option("out", "FILE", "write the results as JSON", "")
+      .option("svg", "FILE", svg_help, "")
+      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
+      .flag("quiet", "no progress lines");
+}
+
 ScanInput load_scan_input(const Args& args, const std::string& command) {
   STRATA_CHECK(args.has("text"), command, ": --text is required");
   STRATA_CHECK(!args.has("plan"), command, ": --plan is not taken: the scan sets the plans");
@@ -69,7 +80,10 @@ ScanInput load_scan_input(const Args& args, const std::string& command) {
   STRATA_CHECK(limit >= 0, command, ": --limit-bytes must be at least 0");
   apply_threads(args.get_int("threads"));
   ScanInput in;
-  in.text = read_text_sample(args.get("text"), limit);
+  in.text_name = args.get("text");
+  in.text = read_text_sample(in.text_name, limit);
+  in.window = args.get_int("window");
+  in.batch = args.get_int("batch-size");
   in.lm = load_model_from_args(args, command);
   const CheckpointInfo& info = in.lm.info;
   STRATA_CHECK(info.plan.plain(), command, ": ", args.get("checkpoint"), " runs plan '",
@@ -79,6 +93,28 @@ ScanInput load_scan_input(const Args& args, const std::string& command) {
       std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint")));
   in.layers = in.lm.model->config().num_hidden_layers;
   return in;
+}
+
+PerplexityResult ScanInput::perplexity(const std::string& plan) {
+  lm.model->set_plan(LayerPlan::parse(plan, layers));
+  return text_perplexity(*lm.model, *tok, text, text_name, window, 0, batch, {layers}, false)
+      .back();
+}
+
+void write_scan_outputs(const Args& args, nlohmann::json out, SvgChart chart, double standard_ppl,
+                        const ScanInput& in) {
+  if (!in.lm.root()) return;
+  if (!args.get("out").empty()) {
+    out["checkpoint"] = args.get("checkpoint");
+    out["text"] = in.text_name;
+    write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  }
+  if (!args.get("svg").empty()) {
+    chart.y_label = "perplexity";
+    chart.log_y = true;
+    chart.hlines.push_back({"standard", standard_ppl});
+    write_file_atomic(args.get("svg"), render_svg(chart));
+  }
 }
 
 }  // namespace strata::cli

@@ -8,8 +8,12 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include "cli/args.h"
+
+#include "core/svg_plot.h"
 #include "data/tokenizer.h"
+#include "eval/evaluate.h"
 #include "io/model_io.h"
 #include "parallel/grid.h"
 
@@ -33,15 +37,30 @@ struct LoadedModel {
 LoadedModel load_model_from_args(const Args& args, const std::string& command,
                                  bool benchmark = false, int link_delay_us = 0);
 
-// What the plan scans (lp scan, spd scan) start from: the standard model the
-// options name, its tokenizer, and the text sample (--text, --limit-bytes);
-// --threads applied. One-line errors name `command` and what is missing.
+// The plan scans (lp scan, spd scan). Their options besides the model's and
+// their own: --text, --limit-bytes, --window, --batch-size, --out, --svg
+// (what the SVG shows: `svg_help`), --threads, --quiet.
+void add_scan_options(Args& args, const std::string& svg_help);
+
+// What a scan starts from: the standard model the options name, its
+// tokenizer and the text sample; --threads applied. One-line errors name
+// `command` and what is missing.
 struct ScanInput {
   LoadedModel lm;
   std::unique_ptr<Tokenizer> tok;
-  std::string text;
-  int layers = 0;
+  std::string text, text_name;
+  int layers = 0, window = 0, batch = 0;
+  // Perplexity of the text with the model run under `plan`.
+  PerplexityResult perplexity(const std::string& plan);
+  // Back to the checkpoint's own plan.
+  void restore() { lm.model->set_plan(lm.info.plan); }
 };
 ScanInput load_scan_input(const Args& args, const std::string& command);
+
+// On the root rank: `out` (with the checkpoint and the text added) to --out
+// and `chart` (perplexity on a log axis, the standard model's as a line) to
+// --svg, where given.
+void write_scan_outputs(const Args& args, nlohmann::json out, SvgChart chart, double standard_ppl,
+                        const ScanInput& in);
 
 }  // namespace strata::cli

@@ -48,15 +48,8 @@ int spd_scan(int argc, char** argv, int first) {
             "perplexity with the n least sensitive blocks in SPD for every budget n, as a table, "
             "JSON and an SVG plot.");
   add_model_options(args);
-  args.option("text", "FILE", "text to score (calibration data: a sample of the model's domain)")
-      .option("degree", "G", "tensor-parallel degree whose sync points are dropped", "2")
-      .option("limit-bytes", "N", "score only the first N bytes of the text (0: all)", "0")
-      .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
-      .option("batch-size", "N", "sequences per forward pass", "8")
-      .option("out", "FILE", "write the results as JSON", "")
-      .option("svg", "FILE", "write perplexity against the number of SPD blocks as SVG", "")
-      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
-      .flag("quiet", "no progress lines");
+  add_scan_options(args, "write perplexity against the number of SPD blocks as SVG");
+  args.option("degree", "G", "tensor-parallel degree whose sync points are dropped", "2");
   if (!args.parse(argc, argv, first)) return 0;
   const int g = args.get_int("degree");
   STRATA_CHECK(g >= 2,
@@ -64,25 +57,14 @@ int spd_scan(int argc, char** argv, int first) {
                "point to drop), got ",
                g);
   ScanInput in = load_scan_input(args, "strata spd scan");
-  LoadedModel& lm = in.lm;
-  Model<float>& model = *lm.model;
-  const CheckpointInfo& info = lm.info;
-  const Tokenizer& tok = *in.tok;
-  const std::string& text = in.text;
   const int L = in.layers;
-  const bool progress = !args.has("quiet") && lm.root();
-  const int window = args.get_int("window"), batch = args.get_int("batch-size");
-  const std::vector<int> exits = {L};
+  const bool progress = !args.has("quiet") && in.lm.root();
   Timer timer;
   int done = 0;
   const int total = 2 * L + 1;
   auto score = [&](const std::vector<bool>& spd, const char* what, int n) {
     const std::string plan = spd_plan(L, spd, g);
-    model.set_plan(LayerPlan::parse(plan, L));
-    const double ppl =
-        text_perplexity(model, tok, text, args.get("text"), window, 0, batch, exits, false)
-            .back()
-            .ppl();
+    const double ppl = in.perplexity(plan).ppl();
     ++done;
     if (progress)
       std::fprintf(stderr, "spd scan: %s %d: ppl %.4f  (%d/%d, %.0f s)\n", what, n, ppl, done,
@@ -124,7 +106,7 @@ int spd_scan(int argc, char** argv, int first) {
     budget.push_back(
         {{"n", n}, {"blocks", blocks}, {"plan", plan}, {"ppl", ppl_budget[size_t(n)]}});
   }
-  model.set_plan(info.plan);
+  in.restore();
 
   const double base = ppl_from[size_t(L)];
   std::printf("standard: ppl %.4f (%s); SPD degree %d\n", base, args.get("text").c_str(), g);
@@ -143,35 +125,21 @@ int spd_scan(int argc, char** argv, int first) {
     for (int j = 0; j < n; ++j) std::printf("%s%d", j ? "," : "", ranking[size_t(j)]);
     std::printf("%s\n", n == 0 ? "-" : "");
   }
-  if (!lm.root()) return 0;
-  if (!args.get("out").empty()) {
-    const nlohmann::json out = {{"checkpoint", args.get("checkpoint")},
-                                {"text", args.get("text")},
-                                {"num_layers", L},
-                                {"degree", g},
-                                {"standard_ppl", base},
-                                {"sensitivity", sensitivity},
-                                {"ranking", ranking},
-                                {"budget", budget}};
-    write_file_atomic(args.get("out"), out.dump(2) + "\n");
+  nlohmann::json out = {{"num_layers", L},      {"degree", g},
+                        {"standard_ppl", base}, {"sensitivity", sensitivity},
+                        {"ranking", ranking},   {"budget", budget}};
+  SvgChart chart;
+  chart.title = cat("SPD at degree ", g, ": perplexity (", args.get("checkpoint"), ")");
+  chart.x_label = "blocks in SPD";
+  SvgSeries ranked, suffix;
+  ranked.label = "least sensitive first";
+  suffix.label = "blocks k..L-1 (the scan)";
+  for (int n = 0; n <= L; ++n) {
+    ranked.points.push_back({double(n), ppl_budget[size_t(n)]});
+    suffix.points.push_back({double(n), ppl_from[size_t(L - n)]});
   }
-  if (!args.get("svg").empty()) {
-    SvgChart chart;
-    chart.title = cat("SPD at degree ", g, ": perplexity (", args.get("checkpoint"), ")");
-    chart.x_label = "blocks in SPD";
-    chart.y_label = "perplexity";
-    chart.log_y = true;
-    chart.hlines.push_back({"standard", base});
-    SvgSeries ranked, suffix;
-    ranked.label = "least sensitive first";
-    suffix.label = "blocks k..L-1 (the scan)";
-    for (int n = 0; n <= L; ++n) {
-      ranked.points.push_back({double(n), ppl_budget[size_t(n)]});
-      suffix.points.push_back({double(n), ppl_from[size_t(L - n)]});
-    }
-    chart.series = {ranked, suffix};
-    write_file_atomic(args.get("svg"), render_svg(chart));
-  }
+  chart.series = {ranked, suffix};
+  write_scan_outputs(args, std::move(out), std::move(chart), base, in);
   return 0;
 }
 

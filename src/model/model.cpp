@@ -49,8 +49,7 @@ void Model<T>::set_plan(const LayerPlan& plan) {
   STRATA_CHECK(plan.tp_shards(layout_.tp()) == layout_.shards(), "layer plan '", plan.to_string(),
                "' places layers on other tensor-parallel ranks than plan '", plan_.to_string(),
                "' the model was loaded with; load the checkpoint with it");
-  for (size_t l = 0; l < plan.kinds.size(); ++l) {
-    if (plan.kinds[l] != LayerKind::Spd) continue;
+  if (std::find(plan.kinds.begin(), plan.kinds.end(), LayerKind::Spd) != plan.kinds.end()) {
     const int g = int(plan.number("spd_degree", 2)), tp = tp_size();
     STRATA_CHECK(g % tp == 0, "layer plan '", plan.to_string(), "': spd_degree = ", g,
                  " is not a multiple of tp = ", tp,
@@ -61,7 +60,6 @@ void Model<T>::set_plan(const LayerPlan& plan) {
           {cfg_.intermediate_size, "intermediate_size"}})
       STRATA_CHECK(n % g == 0, "layer plan '", plan.to_string(), "': spd_degree = ", g,
                    " must divide ", what, " (", n, ")");
-    break;
   }
   plan_ = plan;
   units_ = plan_.units();
@@ -240,7 +238,6 @@ void Model<T>::ensure_activations(int B, int T_) {
     for (const PlanUnit& u : units_) spd |= u.kind == LayerKind::Spd;
     spd_p_ = spd ? carve(N * C) : nullptr;
     spd_dh_ = spd ? carve(N * C) : nullptr;
-    spd_dout_ = spd ? carve(N * C) : nullptr;
     spd_acc_ = spd ? carve(N * C + 3 * C) : nullptr;
     sum_out_ = groups ? carve(N * C) : nullptr;
     return used;
@@ -501,13 +498,8 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     // (Gathered) or on all with the dropped ones' gradients zeroed (Dense).
     const int C = m_.dims_.C, Bm = module_batch();
     const int64_t rows_m = int64_t(Bm) * seq_, n = rows_m * C;
-    const T* g_in = dout;
-    if (mode_ == RunMode::All) {
-      m_.be_->copy(m_.spd_dout_, dout, n);  // dx may alias dout
-      g_in = m_.spd_dout_;
-    } else {
-      g_in = module_grad(dout);
-    }
+    // (dx, which may alias dout, changes only at the end: acc holds the rest.)
+    const T* g_in = module_grad(dout);
     const T* x = m_.streams_[size_t(2 * l)];
     if (mode_ == RunMode::Gathered) {
       m_.gather_samples(*kept_, x, m_.sub_d_);

@@ -236,11 +236,10 @@ class Model {
     *d_gateup_ = nullptr, *d_h_ = nullptr;
   T* d_ln2_ = nullptr;  // the second d_ln slot (plans with kinds that defer reductions)
   T* d_ln3_ = nullptr;  // the third (Layer-Parallel pairs, past a ladder layer's slot 1)
-  // SPD scratch: o_proj partial [N, C], an MLP input's gradient [N, C], the
-  // block output's gradient [N, C], and what one reduction sums in backward:
-  // the input gradient [N, C], then the MLP norm, o bias and attention norm
-  // weights' gradients [3C].
-  T *spd_p_ = nullptr, *spd_dh_ = nullptr, *spd_dout_ = nullptr, *spd_acc_ = nullptr;
+  // SPD scratch: o_proj partial [N, C], an MLP input's gradient [N, C], and
+  // what one reduction sums in backward: the input gradient [N, C], then the
+  // MLP norm, o bias and attention norm weights' gradients [3C].
+  T *spd_p_ = nullptr, *spd_dh_ = nullptr, *spd_acc_ = nullptr;
   // Deferred residuals of the forward (stream out = stream base + buf once the
   // reduction `handle` is done), in the order deferred; and deferred input
   // gradients of the backward (unit.h).

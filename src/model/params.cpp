@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include <tuple>
+
 #include "core/error.h"
 
 namespace strata {
@@ -24,18 +26,12 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank,
   divides(cfg.intermediate_size, "intermediate_size");
   divides(cfg.vocab_size, "vocab_size");
   const int64_t C = cfg.hidden_size, F = cfg.intermediate_size, V = cfg.vocab_size;
-  parts_ = tp;
-  part_ = tp_rank;
   const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
   embed = add("model.embed_tokens.weight", {V, C}, -1, true, 0);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Layer L{};
-    const TpShard& sh = shards_[size_t(l)];
-    L.parts = sh.ranks;
-    L.part = tp_rank >= sh.first && tp_rank < sh.first + sh.ranks ? tp_rank - sh.first : -1;
-    parts_ = L.parts;
-    part_ = L.part;
+    std::tie(L.parts, L.part) = share(l);
     L.input_norm = add(p + "input_layernorm.weight", {C}, l, true);
     L.q = add(p + "self_attn.q_proj.weight", {Q, C}, l, true, 0);
     L.k = add(p + "self_attn.k_proj.weight", {KV, C}, l, false, 0);
@@ -53,8 +49,6 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank,
     L.down = add(p + "mlp.down_proj.weight", {C, F}, l, true, 1);
     layers.push_back(L);
   }
-  parts_ = tp;
-  part_ = tp_rank;
   final_norm = add("model.norm.weight", {C}, -1, true);
   if (!cfg.tie_word_embeddings) lm_head = add("lm_head.weight", {V, C}, -1, true, 0);
 }
@@ -66,9 +60,8 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
   info.full_shape = shape;
   info.split_dim = tp_ > 1 ? split_dim : -1;
   if (info.split_dim >= 0) {
-    info.parts = parts_;
-    info.part = part_;
-    shape[info.split_dim] = part_ < 0 ? 0 : shape[info.split_dim] / parts_;
+    std::tie(info.parts, info.part) = share(layer);
+    shape[info.split_dim] = info.part < 0 ? 0 : shape[info.split_dim] / info.parts;
   }
   info.numel = 1;
   for (int64_t d : shape) info.numel *= d;
@@ -83,6 +76,13 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
   by_name_[info.name] = index;
   tensors_.push_back(std::move(info));
   return index;
+}
+
+std::pair<int, int> ParamLayout::share(int layer) const {
+  if (layer < 0) return {tp_, tp_rank_};
+  const TpShard& sh = shards_[size_t(layer)];
+  const bool holds = tp_rank_ >= sh.first && tp_rank_ < sh.first + sh.ranks;
+  return {sh.ranks, holds ? tp_rank_ - sh.first : -1};
 }
 
 int64_t ParamLayout::full_index(int t, int64_t i) const {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -74,7 +75,9 @@ class ParamLayout {
           int split_dim = -1);
   int tp_ = 1, tp_rank_ = 0;
   std::vector<TpShard> shards_;
-  int parts_ = 1, part_ = 0;  // the share add() gives split tensors (the current layer's)
+  // How a split tensor of `layer` (-1: outside the layers) is cut: {parts,
+  // this rank's part or -1}.
+  std::pair<int, int> share(int layer) const;
   std::vector<ParamInfo> tensors_;
   std::unordered_map<std::string, int> by_name_;
   int64_t total_ = 0;
