@@ -50,4 +50,24 @@ else
   echo "FAIL bench generate ladder*5 --link-delay-us 50: $out"
   fail=1
 fi
+# SPD's pipeline with its distillations spread over two processes gives the
+# single process's report (the same blocks, losses and perplexities).
+src=$(cd "$(dirname "$0")/.." && pwd)
+spd() {
+  local out=$1
+  shift
+  "$@" spd "$src/recipes/spd-quickstart.toml" --set spd.checkpoint="$ckpt" --set spd.out_dir="$out" \
+    --set calibration.text="$text" --set calibration.samples=4 --set calibration.seq_len=32 \
+    --set b2b.epochs=1 --set spd.tau1=-100.0 --set spd.tau2=0.0 --set spd.budget=3 \
+    --set report.text="$text" --set report.tasks=[] --quiet >/dev/null 2>&1 &&
+    grep -E '"(class|mse_zero_shot|mse_distilled|ppl|calibration_ppl)"' "$out/report.json"
+}
+one=$(spd "$dir/spd1" "$strata")
+two=$(spd "$dir/spd2" "$mpirun" -np 2 --oversubscribe --bind-to none "$strata")
+if [[ $one == *mse_distilled* && $one == "$two" ]]; then
+  echo "ok spd pipeline: mpirun -np 2 gives the single process's report"
+else
+  echo "FAIL spd pipeline: one process: '$one'; two: '$two'"
+  fail=1
+fi
 exit $fail

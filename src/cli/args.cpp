@@ -161,4 +161,35 @@ int run_subcommand(const std::string& command, const std::string& usage,
   fail(cat(command, ": unknown command '", sub, "' (see ", command, " --help)"));
 }
 
+bool parse_recipe_command(const std::string& command, const char* usage,
+                          const std::vector<KeySpec>& schema, int argc, char** argv, int first,
+                          RecipeCommand& out,
+                          const std::function<bool(const std::string&, int&)>& own) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      return false;
+    }
+    if (a == "--help-recipe") {
+      std::fputs(schema_help(schema).c_str(), stdout);
+      return false;
+    }
+    if (a == "--set") {
+      STRATA_CHECK(i + 1 < argc, command, ": --set needs section.key=value");
+      out.sets.push_back(argv[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      out.sets.push_back(a.substr(6));
+    } else if (a.rfind("--", 0) == 0) {
+      if (!own(a, i)) fail(cat(command, ": unknown option '", a, "' (see ", command, " --help)"));
+    } else {
+      STRATA_CHECK(out.recipe.empty(), command, ": more than one recipe given ('", out.recipe,
+                   "', '", a, "')");
+      out.recipe = a;
+    }
+  }
+  STRATA_CHECK(!out.recipe.empty(), command, ": missing <recipe.toml> (see ", command, " --help)");
+  return true;
+}
+
 }  // namespace strata::cli

@@ -2,9 +2,12 @@
 // value (--name VALUE or --name=VALUE), flags, positionals, generated --help.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "train/recipe.h"
 
 namespace strata::cli {
 
@@ -63,5 +66,19 @@ struct Subcommand {
 };
 int run_subcommand(const std::string& command, const std::string& usage,
                    const std::vector<Subcommand>& subs, int argc, char** argv, int first);
+
+// A command that runs a recipe (`strata train`, `strata spd`):
+//   strata <cmd> <recipe.toml> [--set section.key=value ...] [own options]
+// --help prints `usage`, --help-recipe the schema's keys (both: false is
+// returned, status 0). `own(arg, i)` takes the command's other options (it may
+// advance i past a value) and returns false for an unknown one.
+struct RecipeCommand {
+  std::string recipe;
+  std::vector<std::string> sets;
+};
+bool parse_recipe_command(const std::string& command, const char* usage,
+                          const std::vector<KeySpec>& schema, int argc, char** argv, int first,
+                          RecipeCommand& out,
+                          const std::function<bool(const std::string&, int&)>& own);
 
 }  // namespace strata::cli

@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "cli/spd.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/svg_plot.h"
@@ -24,8 +25,6 @@
 #include "io/model_io.h"
 
 namespace strata::cli {
-
-namespace {
 
 // The plan with the layers in `spd` as spd blocks of degree g, the rest standard.
 std::string spd_plan(int L, const std::vector<bool>& spd, int g) {
@@ -39,6 +38,8 @@ std::string spd_plan(int L, const std::vector<bool>& spd, int g) {
   if (any) p.options.emplace_back("spd_degree", std::to_string(g));
   return p.to_string();
 }
+
+namespace {
 
 int spd_scan(int argc, char** argv, int first) {
   Args args("strata spd scan",
@@ -146,9 +147,18 @@ int spd_scan(int argc, char** argv, int first) {
 }  // namespace
 
 int cmd_spd(int argc, char** argv, int first) {
+  if (first < argc) {  // strata spd <recipe.toml> | --help-recipe
+    const std::string a = argv[first];
+    if (a == "--help-recipe" || (a.size() > 5 && a.compare(a.size() - 5, 5, ".toml") == 0))
+      return spd_pipeline(argc, argv, first);
+  }
   return run_subcommand(
       "strata spd",
-      "usage: strata spd <command> [options]\n\n"
+      "usage: strata spd <recipe.toml> [--set section.key=value ...]\n"
+      "       strata spd <command> [options]\n\n"
+      "strata spd <recipe.toml> runs Algorithm 1 (sensitivity, zero-shot / block-to-block\n"
+      "distillation / head grouping by class, SPD checkpoint, report); see strata spd\n"
+      "recipe.toml --help and strata spd --help-recipe.\n\n"
       "SPD (Sync-Point Drop) tools (run a model with SPD blocks: --plan "
       "\"standard*s,spd*n;spd_degree=g\"):\n"
       "  scan   block-wise sync sensitivity and perplexity against the SPD budget\n",

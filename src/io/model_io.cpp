@@ -1,5 +1,8 @@
 #include "io/model_io.h"
 
+#include <algorithm>
+
+#include "core/log.h"
 #include "model/sharding.h"
 #include "ops/backend.h"
 
@@ -46,6 +49,17 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
   const CheckpointReader reader(path);
   CheckpointInfo info = read_checkpoint_info(reader);
   if (!o.plan.empty()) info.plan = LayerPlan::parse(o.plan, info.config.num_hidden_layers);
+  // An SPD checkpoint's distilled blocks were tuned for one degree.
+  if (info.state.is_object() && info.state.contains("spd")) {
+    const int tuned = info.state["spd"].value("degree", 0);
+    const bool spd_blocks =
+        std::count(info.plan.kinds.begin(), info.plan.kinds.end(), LayerKind::Spd) > 0;
+    const int degree = int(info.plan.number("spd_degree", 2));
+    if (tuned > 0 && (!spd_blocks || degree != tuned))
+      log::warn(path, ": its SPD blocks were distilled for spd_degree ", tuned, "; plan '",
+                info.plan.to_string(), "' runs ",
+                spd_blocks ? cat("spd_degree ", degree) : std::string("no spd block"));
+  }
   auto model =
       std::make_unique<Model<float>>(info.config, info.plan, ops::make_backend<float>(), o.tp);
   std::vector<int> all(model->layout().tensors().size());

@@ -724,6 +724,7 @@ template <typename T>
 void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                            const LayerSkipStep* skip) {
   have_forward_ = false;
+  block_unit_ = -1;
   pass_ = next_pass_++;
   if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
   plan_.check_exit(exit_layer, "exit layer");
@@ -886,6 +887,36 @@ void Model<T>::forward_logits(const int32_t* tokens, int B, int T_, T* logits) {
 template <typename T>
 void Model<T>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_layer) {
   run_forward(tokens, B, T_, exit_layer);
+}
+
+template <typename T>
+const T* Model<T>::block_forward(int layer, const T* x, int B, int T_) {
+  block_unit_ = -1;
+  for (size_t k = 0; k < units_.size(); ++k)
+    if (units_[k].first == layer) block_unit_ = int(k);
+  STRATA_CHECK(block_unit_ >= 0, "block_forward: no unit of plan '", plan_.to_string(),
+               "' starts at layer ", layer);
+  have_forward_ = false;
+  pass_ = next_pass_++;
+  ensure_activations(B, T_);
+  const PlanUnit& u = units_[size_t(block_unit_)];
+  be_->copy(streams_[size_t(2 * u.first)], x, int64_t(B) * T_ * cfg_.hidden_size);
+  run_mode_.assign(size_t(cfg_.num_hidden_layers), RunMode::All);
+  kept_.resize(size_t(cfg_.num_hidden_layers));
+  pending_out_.clear();
+  unit_forward_mode(u, B, T_, RunMode::All);
+  materialize(2 * u.end());
+  return streams_[size_t(2 * u.end())];
+}
+
+template <typename T>
+void Model<T>::block_backward(const T* dout) {
+  STRATA_CHECK(block_unit_ >= 0, "block_backward needs a block_forward first");
+  const PlanUnit& u = units_[size_t(block_unit_)];
+  be_->copy(dstream_, dout, int64_t(batch_) * seq_ * cfg_.hidden_size);
+  pending_grad_.clear();
+  unit_backward_mode(u, batch_, seq_, RunMode::All);
+  settle_all(dstream_);
 }
 
 template <typename T>

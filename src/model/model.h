@@ -145,6 +145,14 @@ class Model {
   // Embedding of n tokens (vocab-parallel under tp, summed over the group).
   void embed(const int32_t* tokens, int64_t n, T* x);
 
+  // Block-level training (SPD's block-to-block distillation): runs the plan
+  // unit that starts at `layer` alone on x[B*T, C] (its input stream
+  // x_{2l}; backend memory) and returns its output stream. block_backward
+  // accumulates the unit's weight gradients from dout, the gradient of that
+  // output (its input gradient is dropped). Other layers are not touched.
+  const T* block_forward(int layer, const T* x, int B, int seq);
+  void block_backward(const T* dout);
+
   // The residual stream x_i (i = 0..2L) of the last forward, [B*T, C]:
   // x_{2l} is the input of layer l, x_{2L} the input of the final norm.
   const T* stream(int i) const;
@@ -276,6 +284,7 @@ class Model {
   uint64_t pass_ = 0, next_pass_ = 0;      // this forward's number, the next one's
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs
   bool have_forward_ = false;              // activations of a complete forward are held
+  int block_unit_ = -1;                    // the unit of the last block_forward (-1: none)
 };
 
 }  // namespace strata

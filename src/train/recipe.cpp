@@ -630,4 +630,22 @@ std::string Recipe::to_toml() const {
 
 const std::vector<std::string>& Recipe::files() const { return loaded(impl_).files; }
 
+std::string schema_help(const std::vector<KeySpec>& schema) {
+  auto short_name = [](KeyType t) {
+    const char* const names[] = {"int", "float", "bool", "string", "list"};
+    return names[int(t)];
+  };
+  std::string out, section;
+  for (const KeySpec& k : schema) {
+    const std::string s = section_part(k.path);
+    if (s != section) out += cat("\n[", section = s, "]\n");
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-26s %-6s %-12s %s%s\n", key_part(k.path).c_str(),
+                  short_name(k.type), k.default_toml.empty() ? "-" : k.default_toml.c_str(),
+                  k.help.c_str(), k.required ? " (required)" : "");
+    out += line;
+  }
+  return out;
+}
+
 }  // namespace strata

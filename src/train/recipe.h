@@ -38,6 +38,10 @@ struct KeySpec {
   bool required = false;     // error when absent after composition
 };
 
+// Every key of a schema by section with its type, default and help (the
+// `--help-recipe` listings).
+std::string schema_help(const std::vector<KeySpec>& schema);
+
 class Recipe {
  public:
   // Loads `path` with its bases, applies `sets` ("section.key=value"), checks
