@@ -111,32 +111,52 @@ TEST(Spd, GenerationEqualsNoCache) {
   }
 }
 
+// A 3-layer model (4 heads and KV heads, the 512-token tokenizer) saved as a
+// checkpoint in a fresh temporary directory, for the CLI tests.
+struct CliModel {
+  std::filesystem::path dir;
+  std::unique_ptr<Model<float>> m;
+  std::string tok_path, ckpt, text;
+  CliModel(const std::string& name, uint64_t seed) {
+    dir = std::filesystem::temp_directory_path() / name;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    LlamaConfig c = spd_config(3, 4, false);
+    c.vocab_size = 512;
+    c.finalize();
+    m = std::make_unique<Model<float>>(c, LayerPlan::standard(3), ops::make_backend<float>());
+    m->init_weights(seed);
+    tok_path = std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model";
+    ckpt = (dir / "m.h5").string();
+    text = (dir / "t.txt").string();
+    save_model(ckpt, *m, read_file(tok_path, "tokenizer"), nlohmann::json::object());
+  }
+  ~CliModel() { std::filesystem::remove_all(dir); }
+};
+
+// `strata spd ...` in this process; its status.
+int run_spd(std::vector<std::string> a) {
+  a.insert(a.begin(), {"strata", "spd"});
+  std::vector<char*> argv;
+  for (auto& x : a) argv.push_back(x.data());
+  return cli::cmd_spd(int(argv.size()), argv.data(), 2);
+}
+
 // `strata spd scan`: PPL_L is the standard perplexity, every S_k follows from
 // the perplexities it was computed from, the ranking orders the blocks by S,
 // and the budget's ends are the scan's ends (none / all blocks in SPD).
 TEST(Spd, ScanIsConsistent) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "strata_spd_scan_test";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  LlamaConfig c = spd_config(3, 4, false);
-  c.vocab_size = 512;
-  c.finalize();
-  Model<float> m(c, LayerPlan::standard(3), ops::make_backend<float>());
-  m.init_weights(13);
-  const std::string tok_path = std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model";
-  const std::string ckpt = (dir / "m.h5").string(), text = (dir / "t.txt").string();
-  save_model(ckpt, m, read_file(tok_path, "tokenizer"), nlohmann::json::object());
+  CliModel cm("strata_spd_scan_test", 13);
+  Model<float>& m = *cm.m;
+  const std::string &ckpt = cm.ckpt, &text = cm.text, &tok_path = cm.tok_path;
+  const auto& dir = cm.dir;
   write_file_atomic(text,
                     "Once upon a time there was a little dog. It liked to run in the park "
                     "with its friend, a big cat who did not like to run at all.\n");
   const std::string out = (dir / "scan.json").string();
-  std::vector<std::string> a = {"strata", "spd",      "scan", "--checkpoint", ckpt, "--text",
-                                text,     "--degree", "4",    "--window",     "16", "--out",
-                                out,      "--quiet"};
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  ASSERT_EQ(cli::cmd_spd(int(argv.size()), argv.data(), 2), 0);
+  ASSERT_EQ(run_spd({"scan", "--checkpoint", ckpt, "--text", text, "--degree", "4", "--window",
+                     "16", "--out", out, "--quiet"}),
+            0);
   const auto js = nlohmann::json::parse(read_file(out, "scan"));
   const Tokenizer tok = Tokenizer::load(tok_path);
   const double base =
@@ -160,7 +180,6 @@ TEST(Spd, ScanIsConsistent) {
   EXPECT_EQ(budget[3]["ppl"].get<double>(), sens[3]["ppl"].get<double>());
   EXPECT_EQ(budget[1]["blocks"][0].get<int>(), ranking[0]);
   EXPECT_EQ(budget[3]["plan"].get<std::string>(), "spd*3;spd_degree=4");
-  fs::remove_all(dir);
 }
 
 // ------------------------------------------------ Algorithm 1's offline tools
@@ -207,10 +226,11 @@ TEST(Spd, BlockForwardAndBackward) {
     }
   }
   // Nothing outside the block gets a gradient.
-  for (const ParamInfo& info : m.layout().tensors())
-    if (info.layer != 1)
-      for (int64_t k = 0; k < info.numel; ++k)
-        ASSERT_EQ(m.grads()[info.offset + k], 0.0) << info.name;
+  for (const ParamInfo& info : m.layout().tensors()) {
+    if (info.layer == 1) continue;
+    for (int64_t k = 0; k < info.numel; ++k)
+      ASSERT_EQ(m.grads()[info.offset + k], 0.0) << info.name;
+  }
 }
 
 // Head grouping's permutation leaves the standard model's logits unchanged
@@ -243,7 +263,9 @@ TEST(Spd, HeadPermutationKeepsTheStandardModel) {
     for (int a = 0; a < kv; ++a)
       for (int b = 0; b < kv; ++b) {
         EXPECT_EQ(hg.distance[size_t(a)][size_t(b)], hg.distance[size_t(b)][size_t(a)]);
-        if (a != b) EXPECT_GT(hg.distance[size_t(a)][size_t(b)], 0);
+        if (a != b) {
+          EXPECT_GT(hg.distance[size_t(a)][size_t(b)], 0);
+        }
       }
     // A permutation that moves units across the two halves.
     std::vector<int> swap(static_cast<size_t>(kv));
@@ -353,17 +375,10 @@ TEST(Spd, CalibrationWindows) {
 // weights and the metadata, and a rerun reuses every result.
 TEST(Spd, PipelineWritesCheckpointAndResumes) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "strata_spd_pipeline_test";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  LlamaConfig c = spd_config(3, 4, false);
-  c.vocab_size = 512;
-  c.finalize();
-  Model<float> m(c, LayerPlan::standard(3), ops::make_backend<float>());
-  m.init_weights(31);
-  const std::string tok_path = std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model";
-  const std::string ckpt = (dir / "m.h5").string(), text = (dir / "t.txt").string();
-  save_model(ckpt, m, read_file(tok_path, "tokenizer"), nlohmann::json::object());
+  CliModel cm("strata_spd_pipeline_test", 31);
+  Model<float>& m = *cm.m;
+  const std::string &ckpt = cm.ckpt, &text = cm.text, &tok_path = cm.tok_path;
+  const auto& dir = cm.dir;
   std::string words;
   for (int i = 0; i < 20; ++i)
     words += "Once upon a time there was a little dog. It liked to run in the park. ";
@@ -376,11 +391,8 @@ TEST(Spd, PipelineWritesCheckpointAndResumes) {
                           "tau1 = -100.0\ntau2 = ", tau2, "\nout_dir = \"", out, "\"\n",
                           "[calibration]\ntext = \"", text, "\"\nsamples = 3\nseq_len = 12\n",
                           "[b2b]\nlr = 1e-3\nepochs = 2\n[report]\ntext = \"", text, "\"\n"));
-    std::vector<std::string> a = {"strata", "spd", recipe, "--quiet"};
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
     ::testing::internal::CaptureStdout();
-    const int rc = cli::cmd_spd(int(argv.size()), argv.data(), 2);
+    const int rc = run_spd({recipe, "--quiet"});
     ::testing::internal::GetCapturedStdout();
     return rc;
   };
@@ -438,17 +450,12 @@ TEST(Spd, PipelineWritesCheckpointAndResumes) {
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("distilled for spd_degree 2"),
             std::string::npos);
   // Other calibration settings in the same directory are refused.
-  write_file_atomic(recipe, read_file(recipe, "r") + "");
   {
     std::string r2 = read_file(recipe, "r");
     r2.replace(r2.find("samples = 3"), 11, "samples = 4");
     write_file_atomic(recipe, r2);
-    std::vector<std::string> a = {"strata", "spd", recipe, "--quiet"};
-    std::vector<char*> argv;
-    for (auto& s : a) argv.push_back(s.data());
-    EXPECT_ERROR(cli::cmd_spd(int(argv.size()), argv.data(), 2), "holds results of other settings");
+    EXPECT_ERROR(run_spd({recipe, "--quiet"}), "holds results of other settings");
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

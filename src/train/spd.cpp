@@ -342,22 +342,24 @@ HeadGrouping group_heads(Model<float>& m, int layer, int degree, const std::vect
   const LayerTensors<float> w = m.layer_params(layer);
   const int U = Hkv, Fs = F / degree;
 
-  // Per window: q, k after RoPE; the attention output; each head's
-  // probabilities (host, T x T lower triangle) for the distances.
+  // Per window: q, k after RoPE and the attention output (the block's own
+  // kernels), then each head's probabilities on the host (T x T lower
+  // triangle). Two passes over the windows (distances, then the scores of
+  // the groups they give), so nothing grows with the number of windows.
   std::vector<float> ln(size_t(seq) * C), rstd(static_cast<size_t>(seq)), qkv(size_t(seq) * QKV),
       att(size_t(seq) * Q), lse(size_t(Hq) * seq);
-  std::vector<double> d2(size_t(U) * U, 0.0);
-  // Per unit (KV head) its heads' partial of o_proj on every window: P_u [n*seq, C].
-  std::vector<std::vector<float>> P(size_t(U), std::vector<float>(size_t(n) * seq * C, 0.f));
-  std::vector<float> ph(size_t(seq) * C);
-  std::vector<float> prob(size_t(Hq) * seq * seq);
-  const float scale = 1.f / std::sqrt(float(D));
-  for (int s = 0; s < n; ++s) {
+  auto attend = [&](int s) {
     const float* x = xs.data() + int64_t(s) * seq * C;
     be.rmsnorm_forward(ln.data(), rstd.data(), x, w.input_norm, seq, C, cfg.rms_norm_eps);
     be.linear_forward(qkv.data(), ln.data(), w.qkv, w.qkv_bias, seq, C, QKV);
     be.rope_forward(qkv.data(), m.rope_cos(), m.rope_sin(), 1, seq, Hq + Hkv, D, QKV, 0);
     be.attention_forward(att.data(), lse.data(), qkv.data(), 1, seq, Hq, Hkv, D);
+  };
+  std::vector<double> d2(size_t(U) * U, 0.0);
+  std::vector<float> prob(size_t(Hq) * seq * seq);
+  const float scale = 1.f / std::sqrt(float(D));
+  for (int s = 0; s < n; ++s) {
+    attend(s);
     for (int h = 0; h < Hq; ++h) {
       const int kvh = h / G;
       for (int t = 0; t < seq; ++t) {
@@ -386,12 +388,6 @@ HeadGrouping group_heads(Model<float>& m, int layer, int degree, const std::vect
         }
         d2[size_t(a) * U + size_t(b)] += acc;
       }
-    for (int a = 0; a < U; ++a) {
-      // The o_proj partial of unit a's G query heads (columns a*G*D ..).
-      be.linear_forward(ph.data(), att.data() + a * G * D, w.o + a * G * D, nullptr, seq, G * D, C,
-                        {Q, Q, 0});
-      std::copy(ph.begin(), ph.end(), P[size_t(a)].begin() + int64_t(s) * seq * C);
-    }
   }
   HeadGrouping hg;
   hg.degree = degree;
@@ -407,19 +403,22 @@ HeadGrouping group_heads(Model<float>& m, int layer, int degree, const std::vect
   hg.spread_before = within_group_sum(hg.distance, identity);
   hg.spread_after = within_group_sum(hg.distance, hg.groups);
 
-  // Scores: MLP slice m on x + P_{A_i} (+ b), summed Frobenius norms.
+  // Scores: MLP slice m on x + P_{A_i} (+ b), summed Frobenius norms, where
+  // P_{A_i} is the o_proj partial of group i's heads.
   hg.score.assign(size_t(degree), std::vector<double>(size_t(degree), 0.0));
-  std::vector<float> hbuf(size_t(seq) * C), gu(size_t(seq) * 2 * Fs), act(size_t(seq) * Fs),
-      z(size_t(seq) * C);
+  std::vector<float> p(size_t(seq) * C), hbuf(size_t(seq) * C), gu(size_t(seq) * 2 * Fs),
+      act(size_t(seq) * Fs), z(size_t(seq) * C);
   const float* gate = w.gateup;
   const float* up = w.gateup + int64_t(F) * C;
-  for (int i = 0; i < degree; ++i)
-    for (int s = 0; s < n; ++s) {
-      const float* x = xs.data() + int64_t(s) * seq * C;
+  for (int s = 0; s < n; ++s) {
+    attend(s);
+    const float* x = xs.data() + int64_t(s) * seq * C;
+    for (int i = 0; i < degree; ++i) {
       std::copy(x, x + int64_t(seq) * C, hbuf.begin());
       for (int u : hg.groups[size_t(i)]) {
-        const float* p = P[size_t(u)].data() + int64_t(s) * seq * C;
-        for (int64_t e = 0; e < int64_t(seq) * C; ++e) hbuf[size_t(e)] += p[e];
+        be.linear_forward(p.data(), att.data() + u * G * D, w.o + u * G * D, nullptr, seq, G * D, C,
+                          {Q, Q, 0});
+        be.residual_forward(hbuf.data(), hbuf.data(), p.data(), int64_t(seq) * C);
       }
       if (w.o_bias) be.bias_add_forward(hbuf.data(), w.o_bias, seq, C);
       be.rmsnorm_forward(ln.data(), rstd.data(), hbuf.data(), w.post_norm, seq, C,
@@ -437,6 +436,7 @@ HeadGrouping group_heads(Model<float>& m, int layer, int degree, const std::vect
         hg.score[size_t(i)][size_t(mm)] += std::sqrt(sq);
       }
     }
+  }
   hg.slice_of_group = best_assignment(hg.score);
   const int per = U / degree;
   hg.unit_order.assign(size_t(U), -1);
