@@ -128,12 +128,6 @@ int int_arg(const std::string& s, const char* what) {
   return v;
 }
 
-std::string fixed(double v, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
-
 }  // namespace
 
 std::string spd_report_markdown(const nlohmann::json& rep) {
@@ -411,7 +405,7 @@ int spd_pipeline(int argc, char** argv, int first) {
     results[j].info = parse_saved(js, base + ".json");
     results[j].weights.resize(bin.size() / sizeof(float));
     std::memcpy(results[j].weights.data(), bin.data(), bin.size());
-    have[j] = results[j].weights.size() == spd::layer_snapshot(m, jobs[j].layer).size();
+    have[j] = int64_t(results[j].weights.size()) == spd::layer_numel(m, jobs[j].layer);
     if (have[j]) say("distillation: reusing " + base + ".json");
   }
   std::vector<int> todo_layers;
@@ -475,7 +469,7 @@ int spd_pipeline(int argc, char** argv, int first) {
   if (world.size() > 1) {
     // Every process gets every job's result (the others' entries are zero).
     for (size_t j = 0; j < jobs.size(); ++j) {
-      const size_t n = spd::layer_snapshot(m, jobs[j].layer).size();
+      const size_t n = size_t(spd::layer_numel(m, jobs[j].layer));
       if (results[j].weights.size() != n) results[j].weights.assign(n, 0.f);
       const int owner = int(j) % world.size();
       world.broadcast(results[j].weights.data(), int64_t(n), owner);

@@ -38,6 +38,12 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 bool parse_int(const std::string& s, int* out) {
   if (s.empty() || s.size() > 11) return false;
   size_t used = 0;

@@ -25,6 +25,9 @@ std::string join(const std::vector<std::string>& items, const std::string& sep);
 // The non-empty comma-separated items of s ("a,,b" -> {"a", "b"}).
 std::vector<std::string> split_commas(const std::string& s);
 
+// v with `digits` digits after the point ("%.*f").
+std::string fixed(double v, int digits);
+
 // s as a whole decimal int (optional sign); false when it is anything else.
 bool parse_int(const std::string& s, int* out);
 

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/philox.h"
 #include "core/sha256.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
@@ -162,12 +163,6 @@ void clear_previous(const std::string& dir) {
   };
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file() && ours(e.path().filename().string())) fs::remove(e.path(), ec);
-}
-
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
 }
 
 std::string with_commas(int64_t n) {

@@ -721,25 +721,30 @@ void Model<T>::embed(const int32_t* tokens, int64_t n, T* x) {
 }
 
 template <typename T>
+void Model<T>::begin_pass(int B, int T_) {
+  have_forward_ = false;
+  pass_ = next_pass_++;
+  ensure_activations(B, T_);
+  run_mode_.assign(size_t(cfg_.num_hidden_layers), RunMode::All);
+  kept_.resize(size_t(cfg_.num_hidden_layers));
+  pending_out_.clear();
+}
+
+template <typename T>
 void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                            const LayerSkipStep* skip) {
-  have_forward_ = false;
-  block_unit_ = -1;
-  pass_ = next_pass_++;
   if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
   plan_.check_exit(exit_layer, "exit layer");
-  ensure_activations(B, T_);
+  begin_pass(B, T_);
+  block_unit_ = -1;
   const int64_t N = int64_t(B) * T_;
   tokens_.assign(tokens, tokens + N);
   embed(tokens, N, streams_[0]);
   const int L = cfg_.num_hidden_layers;
-  run_mode_.assign(size_t(L), RunMode::All);
-  kept_.resize(size_t(L));
   const bool dropping = skip && !skip->keep.empty();
   if (dropping)
     STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
                  " layers, the model has ", L);
-  pending_out_.clear();
   for (const PlanUnit& u : units_) {
     if (u.end() > exit_layer) break;
     RunMode mode = RunMode::All;
@@ -896,14 +901,9 @@ const T* Model<T>::block_forward(int layer, const T* x, int B, int T_) {
     if (units_[k].first == layer) block_unit_ = int(k);
   STRATA_CHECK(block_unit_ >= 0, "block_forward: no unit of plan '", plan_.to_string(),
                "' starts at layer ", layer);
-  have_forward_ = false;
-  pass_ = next_pass_++;
-  ensure_activations(B, T_);
+  begin_pass(B, T_);
   const PlanUnit& u = units_[size_t(block_unit_)];
   be_->copy(streams_[size_t(2 * u.first)], x, int64_t(B) * T_ * cfg_.hidden_size);
-  run_mode_.assign(size_t(cfg_.num_hidden_layers), RunMode::All);
-  kept_.resize(size_t(cfg_.num_hidden_layers));
-  pending_out_.clear();
   unit_forward_mode(u, B, T_, RunMode::All);
   materialize(2 * u.end());
   return streams_[size_t(2 * u.end())];

@@ -175,6 +175,9 @@ class Model {
     std::vector<SpdActs<T>> spd;  // SPD layers: one per virtual rank
   };
   void ensure_activations(int B, int seq);
+  // A new forward pass over B x seq: activations sized, every unit's
+  // LayerSkip mode All, nothing deferred.
+  void begin_pass(int B, int seq);
   void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1,
                    const LayerSkipStep* skip = nullptr);
   void run_backward(const int32_t* tokens, int B, int seq, const LayerSkipStep* skip = nullptr,

@@ -70,6 +70,5 @@ void append_metrics(const Run& run, const nlohmann::json& j);
 
 std::string human_count(double n);
 std::string human_time(double s);
-std::string fixed1(double x);
 
 }  // namespace strata::train_internal

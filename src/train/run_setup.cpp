@@ -59,12 +59,6 @@ std::string human_count(double n) {
   return buf;
 }
 
-std::string fixed1(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", x);
-  return buf;
-}
-
 std::string human_time(double s) {
   char buf[32];
   const long t = long(s + 0.5);

@@ -116,6 +116,8 @@ std::vector<float> layer_snapshot(Model<float>& m, int layer) {
   return s;
 }
 
+int64_t layer_numel(Model<float>& m, int layer) { return layer_range(m, layer).n; }
+
 void restore_layer(Model<float>& m, int layer, const std::vector<float>& snapshot) {
   const LayerRange r = layer_range(m, layer);
   STRATA_CHECK(int64_t(snapshot.size()) == r.n, "layer ", layer, ": a snapshot of ",

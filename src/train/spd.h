@@ -36,8 +36,10 @@ struct BlockIO {
 std::vector<BlockIO> capture_blocks(Model<float>& m, const std::vector<int32_t>& windows, int n,
                                     int seq, int batch, const std::vector<int>& layers);
 
-// One layer's parameters, a contiguous range of the arena (host copy).
+// One layer's parameters, a contiguous range of the arena (host copy), and
+// its number of values.
 std::vector<float> layer_snapshot(Model<float>& m, int layer);
+int64_t layer_numel(Model<float>& m, int layer);
 void restore_layer(Model<float>& m, int layer, const std::vector<float>& snapshot);
 
 // ------------------------------------------------------------- distillation

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/signals.h"
+#include "core/text.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -308,11 +309,11 @@ TrainResult train(const Recipe& recipe) {
     result.step_s = run_wall / double(steps_run);
     result.comm_s = run_comm / double(steps_run);
     if (run.world() == 1)
-      log::info("time per step: ", fixed1(1e3 * result.step_s), " ms (one process)");
+      log::info("time per step: ", fixed(1e3 * result.step_s, 1), " ms (one process)");
     else
-      log::info("time per step: ", fixed1(1e3 * result.step_s), " ms = compute ",
-                fixed1(1e3 * (result.step_s - result.comm_s)), " ms + communication ",
-                fixed1(1e3 * result.comm_s), " ms (dp ", run.grid.dp, " x tp ", run.grid.tp,
+      log::info("time per step: ", fixed(1e3 * result.step_s, 1), " ms = compute ",
+                fixed(1e3 * (result.step_s - result.comm_s), 1), " ms + communication ",
+                fixed(1e3 * result.comm_s, 1), " ms (dp ", run.grid.dp, " x tp ", run.grid.tp,
                 ", communication not hidden by compute)");
   }
 
