@@ -203,10 +203,18 @@ class Backend {
   virtual void scale_inplace(T* x, int64_t n, double s) = 0;
 };
 
-// The one backend factory: "cpu" (float: the fast path; double: gradient
-// checks). Throws strata::Error naming the backends this build has.
+// The one backend factory (ops/backend_factory.cpp), by device name:
+//   "cpu"   the CPU kernels (float: the fast path; double: gradient checks);
+//   "cuda"  the CUDA kernels and cuBLASLt on the current GPU (CUDA builds);
+//   "simt"  the same CUDA kernels on the CPU SIMT executor (tests, no GPU);
+//   "auto"  cuda where a GPU is visible, else cpu.
+// Throws strata::Error naming the devices this build has.
 template <typename T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& name = "cpu");
+// "auto" resolved to the device make_backend would pick; other names as given.
+std::string resolve_device(const std::string& name);
+// The device names this build accepts, for help and errors.
+std::string backend_names();
 
 // RAII allocation in a backend's memory space.
 template <typename T>

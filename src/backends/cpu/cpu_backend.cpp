@@ -155,12 +155,11 @@ class CpuBackend final : public Backend<T> {
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Backend<T>> make_backend(const std::string& name) {
-  STRATA_CHECK(name == "cpu", "unknown backend '", name, "' (this build has: cpu)");
+std::unique_ptr<Backend<T>> make_cpu_backend() {
   return std::make_unique<CpuBackend<T>>();
 }
 
-template std::unique_ptr<Backend<float>> make_backend<float>(const std::string&);
-template std::unique_ptr<Backend<double>> make_backend<double>(const std::string&);
+template std::unique_ptr<Backend<float>> make_cpu_backend<float>();
+template std::unique_ptr<Backend<double>> make_cpu_backend<double>();
 
 }  // namespace strata::ops

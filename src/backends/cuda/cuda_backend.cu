@@ -1,0 +1,191 @@
+// The "cuda" backend: KernelBackend compiled by nvcc, on its own stream, with
+// GEMMs on cuBLASLt (fp32, or bf16 operands with fp32 accumulation; double
+// for completeness).
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
+
+#include "backends/cuda/backends.h"
+#include "backends/cuda/kernel_backend.h"
+
+namespace strata::cuda {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail(cat("cuBLASLt: ", what, " failed: ", cublasLtGetStatusString(s)));
+}
+
+// Largest power of two (<= 16) dividing the address: cuBLASLt picks kernels
+// by operand alignment, and views into larger matrices may be less aligned.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t r = 16;
+  while (r > 1 && a % r) r /= 2;
+  return r;
+}
+
+template <typename T>
+class LtGemm final : public GemmEngine<T> {
+ public:
+  explicit LtGemm(cudaStream_t s) : stream_(s) {
+    check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+    workspace_ = gpu::malloc_device(kWorkspace);
+    int dev = 0, major = 0;
+    gpu::check(cudaGetDevice(&dev), "cudaGetDevice");
+    gpu::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+               "cudaDeviceGetAttribute");
+    native_bf16_ = major >= 8;
+  }
+  ~LtGemm() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& e : plans_) destroy(e.second);
+    gpu::free_device(workspace_);
+    gpu::free_device(bf16_[0]);
+    gpu::free_device(bf16_[1]);
+    cublasLtDestroy(handle_);
+  }
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+            const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+      STRATA_LAUNCH(k_scale_matrix<T>, blocks_for(M * N, 256), 256, 0, stream_, C, M, N, ldc,
+                    beta);
+      return;
+    }
+    bool bf16 = false;
+    const void* a = A;
+    const void* b = B;
+    if constexpr (std::is_same_v<T, float>) {
+      if (precision_ == ops::MatmulPrecision::BF16) {
+        bf16 = true;
+        a = to_bf16(0, A, (ta ? K : M), (ta ? M : K), lda);
+        b = to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
+      }
+    }
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's
+    // first operand is B, its second A.
+    const Key key{ta, tb, M, N, K, lda, ldb, ldc, bf16, alignment(a), alignment(b), alignment(C)};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
+    const Plan& p = it->second;
+    check_lt(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, C, p.out, C,
+                            p.out, &p.algo, workspace_, kWorkspace, stream_),
+             "cublasLtMatmul");
+  }
+  void set_precision(ops::MatmulPrecision p) override { precision_ = p; }
+  ops::MatmulPrecision precision() const override { return precision_; }
+  bool native_bf16() const override { return native_bf16_ && std::is_same_v<T, float>; }
+  std::string path(ops::MatmulPrecision p) const override {
+    return p == ops::MatmulPrecision::FP32 ? "cuBLASLt fp32 (CUBLAS_COMPUTE_32F, no TF32)"
+                                           : "cuBLASLt bf16 operands, fp32 accumulation and output";
+  }
+
+ private:
+  static constexpr size_t kWorkspace = size_t(32) << 20;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                         uint32_t, uint32_t, uint32_t>;
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  Plan make_plan(const Key& k) {
+    const auto [ta, tb, M, N, K, lda, ldb, ldc, bf16, al_a, al_b, al_c] = k;
+    constexpr bool dbl = std::is_same_v<T, double>;
+    const cudaDataType_t out_t = dbl ? CUDA_R_64F : CUDA_R_32F;
+    const cudaDataType_t in_t = bf16 ? CUDA_R_16BF : out_t;
+    Plan p;
+    check_lt(cublasLtMatmulDescCreate(&p.desc, dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
+                                      out_t),
+             "cublasLtMatmulDescCreate");
+    const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                            sizeof(op_first)),
+             "set TRANSA");
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                            sizeof(op_second)),
+             "set TRANSB");
+    // Column-major shapes: B is (tb ? K x N : N x K), A is (ta ? M x K : K x M).
+    check_lt(cublasLtMatrixLayoutCreate(&p.first, in_t, uint64_t(tb ? K : N), uint64_t(tb ? N : K),
+                                        ldb),
+             "layout B");
+    check_lt(cublasLtMatrixLayoutCreate(&p.second, in_t, uint64_t(ta ? M : K),
+                                        uint64_t(ta ? K : M), lda),
+             "layout A");
+    check_lt(cublasLtMatrixLayoutCreate(&p.out, out_t, uint64_t(N), uint64_t(M), ldc), "layout C");
+    cublasLtMatmulPreference_t pref;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t ws = kWorkspace;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof(ws));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_b,
+                                         sizeof(al_b));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_a,
+                                         sizeof(al_a));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                         sizeof(al_c));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                         sizeof(al_c));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    check_lt(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.first, p.second, p.out, p.out, pref,
+                                            1, &result, &found),
+             "cublasLtMatmulAlgoGetHeuristic");
+    cublasLtMatmulPreferenceDestroy(pref);
+    STRATA_CHECK(found > 0, "cuBLASLt has no algorithm for a ", M, "x", N, "x", K, " GEMM (",
+                 bf16 ? "bf16" : dbl ? "fp64" : "fp32", ")");
+    p.algo = result.algo;
+    return p;
+  }
+  static void destroy(Plan& p) {
+    cublasLtMatrixLayoutDestroy(p.first);
+    cublasLtMatrixLayoutDestroy(p.second);
+    cublasLtMatrixLayoutDestroy(p.out);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  // A rows x cols operand (leading dimension ld) as bf16 with the same ld.
+  const void* to_bf16(int slot, const T* src, int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t n = (rows - 1) * ld + cols;
+    if (bf16_n_[slot] < n) {
+      gpu::free_async(bf16_[slot], stream_);
+      bf16_[slot] = gpu::malloc_async(size_t(n) * 2, stream_);
+      bf16_n_[slot] = n;
+    }
+    STRATA_LAUNCH(k_to_bf16, blocks_for(n, 256), 256, 0, stream_,
+                  static_cast<uint16_t*>(bf16_[slot]), reinterpret_cast<const float*>(src), n);
+    return bf16_[slot];
+  }
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  void* bf16_[2] = {nullptr, nullptr};
+  int64_t bf16_n_[2] = {0, 0};
+  bool native_bf16_ = false;
+  ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<ops::Backend<T>> make_cuda_backend(int device) {
+  if (device >= 0) gpu::check(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::shared_ptr<void> owner(static_cast<void*>(s), [](void* p) {
+    cudaStreamDestroy(static_cast<cudaStream_t>(p));
+  });
+  return std::make_unique<KernelBackend<T>>("cuda", s, std::make_unique<LtGemm<T>>(s),
+                                            std::move(owner));
+}
+
+template std::unique_ptr<ops::Backend<float>> make_cuda_backend<float>(int);
+template std::unique_ptr<ops::Backend<double>> make_cuda_backend<double>(int);
+
+}  // namespace strata::cuda

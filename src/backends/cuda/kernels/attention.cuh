@@ -1,0 +1,222 @@
+// Causal grouped-query attention, flash-style: no [T, T] matrix is ever
+// stored. A warp owns one query row (forward, dq) or one key row (dk, dv);
+// its lanes take 32 keys (queries) at a time, each computing a whole dot
+// product, then share the probabilities through the warp's slice of shared
+// memory to accumulate the output, whose D elements the lanes split (D <= 256).
+// Online softmax in the forward; the backward recomputes probabilities from
+// the saved log-sum-exp. Deterministic: no atomics, fixed summation order.
+#pragma once
+
+#include "backends/cuda/kernels/common.cuh"
+
+namespace strata::cuda {
+inline namespace STRATA_TARGET_NS {
+
+constexpr int kAttnWarps = 4;      // warps (rows) per block
+constexpr int kAttnMaxDLane = 8;   // D / 32 elements per lane: D <= 256
+
+// Where the rows live. Query row (b, i, h): q + (b*Tq + i)*q_stride + h*D.
+// Key j of kv head g: k + b*kv_batch + j*kv_stride + g*kv_head (v alike).
+// Query i sees keys 0 .. i + key_offset (causal).
+template <typename T>
+struct AttnView {
+  const T* q;
+  const T* k;
+  const T* v;
+  int64_t q_stride, kv_batch, kv_stride, kv_head;
+  int B, Tq, Hq, Hkv, D, key_offset;
+};
+
+template <typename T>
+STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
+  T s = 0;
+  for (int d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null).
+template <typename T>
+STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
+  STRATA_DYNAMIC_SHARED(T, smem);
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
+  if (row >= int64_t(a.B) * a.Hq * a.Tq) return;  // the whole warp leaves together
+  const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq), b = int(row / (int64_t(a.Tq) * a.Hq));
+  const int g = h / (a.Hq / a.Hkv), D = a.D;
+  T* qs = smem + warp * (D + kWarp);
+  T* ps = qs + D;
+  const T* qrow = a.q + (int64_t(b) * a.Tq + i) * a.q_stride + int64_t(h) * D;
+  for (int d = lane; d < D; d += kWarp) qs[d] = qrow[d];
+  __syncwarp();
+  const T scale = T(1) / g_sqrt(T(D));
+  const T* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const T* vb = a.v + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const int nk = i + 1 + a.key_offset;
+  T m = g_neg_inf<T>(), l = 0;
+  T acc[kAttnMaxDLane];
+  for (int t = 0; t < kAttnMaxDLane; ++t) acc[t] = 0;
+  for (int c = 0; c < nk; c += kWarp) {
+    const int j = c + lane;
+    T s = g_neg_inf<T>();
+    if (j < nk) s = dot_row(qs, kb + int64_t(j) * a.kv_stride, D) * scale;
+    const T mn = g_max(m, warp_max(s));
+    const T p = j < nk ? g_exp(s - mn) : T(0);
+    const T alpha = g_exp(m - mn);
+    l = l * alpha + warp_sum(p);
+    ps[lane] = p;
+    __syncwarp();
+    const int cnt = g_min(kWarp, nk - c);
+    for (int t = 0; t < kAttnMaxDLane; ++t) {
+      const int d = lane + t * kWarp;
+      if (d >= D) break;
+      T o = acc[t] * alpha;
+      for (int u = 0; u < cnt; ++u) o += ps[u] * vb[int64_t(c + u) * a.kv_stride + d];
+      acc[t] = o;
+    }
+    __syncwarp();  // every lane has read ps before the next chunk writes it
+    m = mn;
+  }
+  T* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d < D) orow[d] = acc[t] / l;
+  }
+  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+}
+
+// delta[b, h, i] = sum_d dout * out over the row (the softmax backward's
+// row term).
+template <typename T>
+STRATA_GLOBAL void k_attention_delta(T* delta, const T* dout, const T* out, int B, int T_, int Hq,
+                                     int D) {
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
+  if (row >= int64_t(B) * Hq * T_) return;
+  const int i = int(row % T_), h = int((row / T_) % Hq), b = int(row / (int64_t(T_) * Hq));
+  const int64_t o = (int64_t(b) * T_ + i) * (int64_t(Hq) * D) + int64_t(h) * D;
+  T s = 0;
+  for (int d = lane; d < D; d += kWarp) s += dout[o + d] * out[o + d];
+  s = warp_sum(s);
+  if (lane == 0) delta[(int64_t(b) * Hq + h) * T_ + i] = s;
+}
+
+// dq of query row (b, i, h), written into dqkv (layout of qkv).
+template <typename T>
+STRATA_GLOBAL void k_attention_backward_dq(T* dqkv, const T* dout, const T* qkv, const T* lse,
+                                           const T* delta, int B, int T_, int Hq, int Hkv, int D) {
+  STRATA_DYNAMIC_SHARED(T, smem);
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
+  if (row >= int64_t(B) * Hq * T_) return;
+  const int i = int(row % T_), h = int((row / T_) % Hq), b = int(row / (int64_t(T_) * Hq));
+  const int g = h / (Hq / Hkv);
+  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
+  T* qs = smem + warp * (2 * D + kWarp);
+  T* dos = qs + D;
+  T* ds_s = dos + D;
+  const T* qrow = qkv + (int64_t(b) * T_ + i) * W + int64_t(h) * D;
+  const T* dorow = dout + (int64_t(b) * T_ + i) * (int64_t(Hq) * D) + int64_t(h) * D;
+  for (int d = lane; d < D; d += kWarp) {
+    qs[d] = qrow[d];
+    dos[d] = dorow[d];
+  }
+  __syncwarp();
+  const T scale = T(1) / g_sqrt(T(D));
+  const int64_t lrow = (int64_t(b) * Hq + h) * T_ + i;
+  const T li = lse[lrow], di = delta[lrow];
+  const T* kb = qkv + int64_t(b) * T_ * W + int64_t(Hq + g) * D;
+  const T* vb = qkv + int64_t(b) * T_ * W + int64_t(Hq + Hkv + g) * D;
+  T acc[kAttnMaxDLane];
+  for (int t = 0; t < kAttnMaxDLane; ++t) acc[t] = 0;
+  for (int c = 0; c <= i; c += kWarp) {
+    const int j = c + lane;
+    T ds = 0;
+    if (j <= i) {
+      const T p = g_exp(dot_row(qs, kb + int64_t(j) * W, D) * scale - li);
+      ds = p * (dot_row(dos, vb + int64_t(j) * W, D) - di);
+    }
+    ds_s[lane] = ds;
+    __syncwarp();
+    const int cnt = g_min(kWarp, i + 1 - c);
+    for (int t = 0; t < kAttnMaxDLane; ++t) {
+      const int d = lane + t * kWarp;
+      if (d >= D) break;
+      T o = acc[t];
+      for (int u = 0; u < cnt; ++u) o += ds_s[u] * kb[int64_t(c + u) * W + d];
+      acc[t] = o;
+    }
+    __syncwarp();
+  }
+  T* dq = dqkv + (int64_t(b) * T_ + i) * W + int64_t(h) * D;
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d < D) dq[d] = acc[t] * scale;
+  }
+}
+
+// dk and dv of key row (b, j, g): sums over the query heads of group g and
+// the queries i >= j.
+template <typename T>
+STRATA_GLOBAL void k_attention_backward_dkv(T* dqkv, const T* dout, const T* qkv, const T* lse,
+                                            const T* delta, int B, int T_, int Hq, int Hkv, int D) {
+  STRATA_DYNAMIC_SHARED(T, smem);
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
+  if (row >= int64_t(B) * Hkv * T_) return;
+  const int j = int(row % T_), g = int((row / T_) % Hkv), b = int(row / (int64_t(T_) * Hkv));
+  const int rep = Hq / Hkv;
+  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
+  T* ks = smem + warp * (2 * D + 2 * kWarp);
+  T* vs = ks + D;
+  T* p_s = vs + D;
+  T* ds_s = p_s + kWarp;
+  const T* base = qkv + int64_t(b) * T_ * W;
+  for (int d = lane; d < D; d += kWarp) {
+    ks[d] = base[int64_t(j) * W + int64_t(Hq + g) * D + d];
+    vs[d] = base[int64_t(j) * W + int64_t(Hq + Hkv + g) * D + d];
+  }
+  __syncwarp();
+  const T scale = T(1) / g_sqrt(T(D));
+  T dk[kAttnMaxDLane], dv[kAttnMaxDLane];
+  for (int t = 0; t < kAttnMaxDLane; ++t) dk[t] = dv[t] = 0;
+  for (int h = g * rep; h < (g + 1) * rep; ++h) {
+    const T* qb = base + int64_t(h) * D;
+    const T* dob = dout + int64_t(b) * T_ * (int64_t(Hq) * D) + int64_t(h) * D;
+    const int64_t lb = (int64_t(b) * Hq + h) * T_;
+    for (int c = j; c < T_; c += kWarp) {
+      const int i = c + lane;
+      T p = 0, ds = 0;
+      if (i < T_) {
+        p = g_exp(dot_row(qb + int64_t(i) * W, ks, D) * scale - lse[lb + i]);
+        ds = p * (dot_row(dob + int64_t(i) * Hq * D, vs, D) - delta[lb + i]);
+      }
+      p_s[lane] = p;
+      ds_s[lane] = ds;
+      __syncwarp();
+      const int cnt = g_min(kWarp, T_ - c);
+      for (int t = 0; t < kAttnMaxDLane; ++t) {
+        const int d = lane + t * kWarp;
+        if (d >= D) break;
+        T a = dv[t], e = dk[t];
+        for (int u = 0; u < cnt; ++u) {
+          a += p_s[u] * dob[int64_t(c + u) * Hq * D + d];
+          e += ds_s[u] * qb[int64_t(c + u) * W + d];
+        }
+        dv[t] = a;
+        dk[t] = e;
+      }
+      __syncwarp();
+    }
+  }
+  T* dkrow = dqkv + (int64_t(b) * T_ + j) * W + int64_t(Hq + g) * D;
+  T* dvrow = dkrow + int64_t(Hkv) * D;
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d >= D) break;
+    dkrow[d] = dk[t] * scale;
+    dvrow[d] = dv[t];
+  }
+}
+
+}  // namespace STRATA_TARGET_NS
+}  // namespace strata::cuda

@@ -1,0 +1,94 @@
+// Helpers shared by the CUDA kernels: math for float and double, warp and
+// block reductions, launch shapes. Compiles with nvcc and with the host
+// compiler (portable.h).
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/portable.h"
+
+namespace strata::cuda {
+inline namespace STRATA_TARGET_NS {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+STRATA_DEVICE float g_exp(float x) { return expf(x); }
+STRATA_DEVICE double g_exp(double x) { return exp(x); }
+STRATA_DEVICE float g_log(float x) { return logf(x); }
+STRATA_DEVICE double g_log(double x) { return log(x); }
+STRATA_DEVICE float g_sqrt(float x) { return sqrtf(x); }
+STRATA_DEVICE double g_sqrt(double x) { return sqrt(x); }
+template <typename T>
+STRATA_DEVICE T g_max(T a, T b) {
+  return a > b ? a : b;
+}
+template <typename T>
+STRATA_DEVICE T g_min(T a, T b) {
+  return a < b ? a : b;
+}
+template <typename T>
+STRATA_DEVICE T g_neg_inf() {
+  return -T(INFINITY);
+}
+
+// Sum / max over the 32 lanes of a warp (every lane gets the result; the
+// order of the additions is the same on every lane).
+template <typename T>
+STRATA_DEVICE T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+template <typename T>
+STRATA_DEVICE T warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = g_max(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// Sum / max over a block whose size is a multiple of 32 (at most 1024):
+// every thread gets the result, added in a fixed order. Contains barriers:
+// every thread of the block must call it.
+template <typename T>
+STRATA_DEVICE T block_sum(T v) {
+  __shared__ T part[32];
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int nw = int(blockDim.x) / kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // a previous call's readers are done with `part`
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  T t = part[0];
+  for (int w = 1; w < nw; ++w) t += part[w];
+  return t;
+}
+template <typename T>
+STRATA_DEVICE T block_max(T v) {
+  __shared__ T part[32];
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int nw = int(blockDim.x) / kWarp;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  T t = part[0];
+  for (int w = 1; w < nw; ++w) t = g_max(t, part[w]);
+  return t;
+}
+
+// Round-to-nearest-even bfloat16 bits of a float (NaN stays a quiet NaN), the
+// same rounding as the CPU backend's.
+STRATA_DEVICE uint16_t bf16_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint16_t rounded = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+  return (x & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((x >> 16) | 0x0040u) : rounded;
+}
+
+// Grid-stride loop shapes for n elements.
+inline unsigned blocks_for(int64_t n, int threads, unsigned cap = 4096) {
+  const int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < 1 ? 1 : (b > cap ? cap : b));
+}
+
+}  // namespace STRATA_TARGET_NS
+}  // namespace strata::cuda

@@ -1,0 +1,201 @@
+// The portability layer of the CUDA kernels. Kernel sources
+// (backends/cuda/kernels/*.cuh) are written once against this header and
+// compile two ways:
+//   - with nvcc (__CUDACC__): real CUDA; launches go on a cudaStream_t;
+//   - with the host compiler: the CPU SIMT executor (simt/simt.h) runs them,
+//     threads as fibers, barriers and warp operations with CUDA's semantics,
+//     so CI checks every kernel against the CPU backend without a GPU.
+//
+// Kernels use: STRATA_GLOBAL (a __global__ template), STRATA_DEVICE (an inline
+// __device__ helper), __shared__ arrays, STRATA_DYNAMIC_SHARED, threadIdx /
+// blockIdx / blockDim / gridDim, __syncthreads, __syncwarp, __shfl_*_sync,
+// __ballot_sync / __any_sync / __all_sync, atomicAdd, and the math helpers of
+// kernels/common.cuh (never CUDA's fast-math intrinsics directly). Callers
+// launch with STRATA_LAUNCH(kernel, grid, block, shared_bytes, stream, args...).
+//
+// gpu:: is the memory and stream runtime the backend needs, the same two ways.
+//
+// Both builds of the kernels and of the backend can sit in one binary (a CUDA
+// build links the "cuda" and the "simt" backend): everything compiled against
+// this header lives in the inline namespace STRATA_TARGET_NS (device / simt),
+// so the two sets of definitions never collide at link time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/error.h"
+
+#if defined(__CUDACC__)
+// ==================================================================== CUDA
+#include <cuda_runtime.h>
+
+#define STRATA_TARGET_NS device
+
+#define STRATA_GLOBAL __global__
+#define STRATA_DEVICE __device__ __forceinline__
+#define STRATA_DYNAMIC_SHARED(T, name)                                 \
+  extern __shared__ __align__(16) unsigned char strata_dynamic_smem[]; \
+  T* name = reinterpret_cast<T*>(strata_dynamic_smem)
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                        \
+  do {                                                                               \
+    kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__); \
+    ::strata::gpu::check(cudaGetLastError(), #kernel);                               \
+  } while (0)
+
+namespace strata::gpu {
+inline namespace STRATA_TARGET_NS {
+inline constexpr bool kSimulated = false;
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) ::strata::fail(::strata::cat("CUDA: ", what, ": ", cudaGetErrorString(e)));
+}
+inline void* malloc_device(size_t bytes) {
+  void* p = nullptr;
+  if (bytes) check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+inline void free_device(void* p) {
+  if (p) check(cudaFree(p), "cudaFree");
+}
+// Stream-ordered scratch: safe to free while earlier kernels still use it.
+inline void* malloc_async(size_t bytes, void* s) {
+  void* p = nullptr;
+  if (bytes) check(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(s)), "cudaMallocAsync");
+  return p;
+}
+inline void free_async(void* p, void* s) {
+  if (p) check(cudaFreeAsync(p, static_cast<cudaStream_t>(s)), "cudaFreeAsync");
+}
+inline void copy_async(void* dst, const void* src, size_t bytes, void* s) {
+  if (bytes)
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)),
+          "cudaMemcpyAsync");
+}
+inline void zero_async(void* p, size_t bytes, void* s) {
+  if (bytes) check(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(s)), "cudaMemsetAsync");
+}
+inline void sync(void* s) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+}
+}  // namespace STRATA_TARGET_NS
+}  // namespace strata::gpu
+
+#else
+// ==================================================================== SIMT
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+
+#include "backends/cuda/simt/simt.h"
+
+#define STRATA_TARGET_NS simt
+using dim3 = ::strata::simt::Dim3;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define STRATA_GLOBAL inline
+#define STRATA_DEVICE inline
+#define STRATA_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::strata::simt::dynamic_shared())
+#define threadIdx (::strata::simt::current().thread_idx)
+#define blockIdx (::strata::simt::current().block_idx)
+#define blockDim (::strata::simt::current().block_dim)
+#define gridDim (::strata::simt::current().grid_dim)
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                          \
+  do {                                                                                 \
+    (void)(stream);                                                                    \
+    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem),                   \
+                           [&] { kernel(__VA_ARGS__); });                              \
+  } while (0)
+
+inline void __syncthreads() { ::strata::simt::syncthreads(); }
+inline int __syncthreads_count(int p) { return ::strata::simt::syncthreads_count(p); }
+inline int __syncthreads_and(int p) { return ::strata::simt::syncthreads_and(p); }
+inline int __syncthreads_or(int p) { return ::strata::simt::syncthreads_or(p); }
+inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { ::strata::simt::syncwarp(mask); }
+
+// Shuffles with CUDA's `width` rules: lanes form segments of `width`; a source
+// past the lane's segment (down, xor) or before it (up) gives the lane its own
+// value, as does a lane outside the mask or the block.
+template <typename V>
+V __shfl_sync(unsigned mask, V v, int src, int width = 32) {
+  const int lane = int(::strata::simt::lane_id());
+  const int base = lane / width * width;
+  return ::strata::simt::shfl_exchange(mask, v, base + (src % width), "__shfl_sync");
+}
+template <typename V>
+V __shfl_xor_sync(unsigned mask, V v, int lane_mask, int width = 32) {
+  const int lane = int(::strata::simt::lane_id());
+  const int src = lane ^ lane_mask;
+  const bool inside = src < (lane / width + 1) * width;  // earlier segments are readable
+  return ::strata::simt::shfl_exchange(mask, v, inside ? src : -1, "__shfl_xor_sync");
+}
+template <typename V>
+V __shfl_down_sync(unsigned mask, V v, unsigned delta, int width = 32) {
+  const int lane = int(::strata::simt::lane_id());
+  const int src = lane + int(delta);
+  const bool inside = src / width == lane / width;
+  return ::strata::simt::shfl_exchange(mask, v, inside ? src : -1, "__shfl_down_sync");
+}
+template <typename V>
+V __shfl_up_sync(unsigned mask, V v, unsigned delta, int width = 32) {
+  const int lane = int(::strata::simt::lane_id());
+  const int src = lane - int(delta);
+  const bool inside = src >= lane / width * width;
+  return ::strata::simt::shfl_exchange(mask, v, inside ? src : -1, "__shfl_up_sync");
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  return ::strata::simt::warp_ballot(mask, pred);
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) {
+  return __ballot_sync(mask, !pred) == 0;
+}
+
+template <typename V>
+V atomicAdd(V* p, V v) {
+  return std::atomic_ref<V>(*p).fetch_add(v, std::memory_order_relaxed);
+}
+template <typename V>
+V atomicMax(V* p, V v) {
+  std::atomic_ref<V> a(*p);
+  V old = a.load(std::memory_order_relaxed);
+  while (old < v && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+  return old;
+}
+template <typename V>
+V atomicCAS(V* p, V expected, V desired) {
+  std::atomic_ref<V>(*p).compare_exchange_strong(expected, desired);
+  return expected;
+}
+
+namespace strata::gpu {
+inline namespace STRATA_TARGET_NS {
+inline constexpr bool kSimulated = true;
+inline void* malloc_device(size_t bytes) {
+  if (!bytes) return nullptr;
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  STRATA_CHECK(p, "SIMT backend: out of memory allocating ", bytes, " bytes");
+  std::memset(p, 0, bytes);
+  return p;
+}
+inline void free_device(void* p) { std::free(p); }
+inline void* malloc_async(size_t bytes, void*) { return malloc_device(bytes); }
+inline void free_async(void* p, void*) { std::free(p); }
+inline void copy_async(void* dst, const void* src, size_t bytes, void*) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+inline void zero_async(void* p, size_t bytes, void*) {
+  if (bytes) std::memset(p, 0, bytes);
+}
+inline void sync(void*) {}
+}  // namespace STRATA_TARGET_NS
+}  // namespace strata::gpu
+
+#endif

@@ -1,0 +1,89 @@
+// The CPU SIMT executor: runs CUDA kernels written against
+// backends/cuda/portable.h on the host, with CUDA's execution model kept where
+// kernels can observe it, so a kernel that is wrong on a GPU is wrong here too.
+//
+// - A launch runs every block of the grid; blocks are spread over the OpenMP
+//   threads (one block at a time per thread), so atomics race for real.
+// - The threads of a block are fibers with their own stacks. A thread runs
+//   until it reaches a barrier (__syncthreads, __syncwarp, a shuffle or a
+//   vote), then the next thread runs. The order the threads are resumed in is
+//   a setting (forward, reverse, or a seeded shuffle per round): a kernel
+//   that relies on an order no barrier enforces gives different results under
+//   different orders, which the tests compare.
+// - __syncthreads is a real barrier: every live thread of the block must
+//   reach it. A thread that exits while others wait, or warp lanes that call
+//   different warp operations, is reported as an error naming the kernel's
+//   block and the threads (CUDA leaves this undefined; here it throws).
+// - Warps are 32 consecutive threads (by linear thread index). Shuffles and
+//   votes take the values of every lane in the mask that exists, with CUDA's
+//   rules for `width` and for lanes outside the segment.
+// - __shared__ arrays are per block (thread-local storage of the OS thread
+//   running the block); dynamic shared memory is a per-block buffer of the
+//   launch's size, filled with a poison pattern (NaN) at each block start.
+//
+// Only portable.h and the executor's tests include this file.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+
+namespace strata::simt {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr Dim3() = default;
+  constexpr Dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+// The order threads of a block are resumed in after each barrier.
+enum class Schedule { Forward, Reverse, Shuffled };
+void set_schedule(Schedule s, uint64_t seed = 1);
+Schedule schedule();
+
+// Runs body() once per thread of every block. Throws strata::Error on a
+// barrier misuse (see above) or a launch shape CUDA refuses (more than 1024
+// threads per block, more than 48 KiB... of dynamic shared memory is allowed
+// here but checked against `max_shared`).
+void launch(const char* name, Dim3 grid, Dim3 block, size_t dynamic_shared,
+            const std::function<void()>& body);
+
+// Launches since the process started (tests check a path ran its kernels).
+uint64_t launch_count();
+
+// ---------------------------------------------------------------- per thread
+struct ThreadState {
+  Dim3 thread_idx, block_idx, block_dim, grid_dim;
+  unsigned linear = 0;  // thread index in the block
+};
+ThreadState& current();
+unsigned char* dynamic_shared();
+
+// ---------------------------------------------------------------- barriers
+void syncthreads();
+int syncthreads_count(int pred);
+int syncthreads_and(int pred);
+int syncthreads_or(int pred);
+void syncwarp(unsigned mask);
+// Warp exchange: every participating lane offers `value` (up to 8 bytes);
+// returns the value of lane `src` (its own when src is outside the mask).
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, const char* op);
+unsigned warp_ballot(unsigned mask, int pred);
+
+inline unsigned lane_id() { return current().linear & 31u; }
+
+template <typename V>
+V shfl_exchange(unsigned mask, V v, int src, const char* op) {
+  static_assert(sizeof(V) <= 8 && std::is_trivially_copyable_v<V>);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(V));
+  const uint64_t got = warp_exchange(mask, bits, src, op);
+  V r;
+  std::memcpy(&r, &got, sizeof(V));
+  return r;
+}
+
+}  // namespace strata::simt

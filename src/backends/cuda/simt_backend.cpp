@@ -1,0 +1,64 @@
+// The "simt" backend: KernelBackend compiled with the host compiler, so every
+// CUDA kernel runs on the CPU SIMT executor; the CPU GEMM library stands in
+// for cuBLASLt. Memory is host memory, but the backend reports is_host() =
+// false, so the model, trainer and generation take their device paths.
+#include "backends/cuda/kernel_backend.h"
+
+#include "backends/cpu/gemm.h"
+#include "backends/cuda/backends.h"
+
+namespace strata::cuda {
+namespace {
+
+// cuBLASLt's stand-in. BF16 rounds the operands with the SIMT kernel
+// k_round_bf16 (the CUDA path's bf16 conversion rule) and multiplies in fp32:
+// bf16 products are exact in fp32, so this is the numerics of a bf16 GEMM
+// with fp32 accumulation.
+template <typename T>
+class CpuGemm final : public GemmEngine<T> {
+ public:
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+            const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+    const ops::MatmulPrecision saved = cpu::matmul_precision();
+    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
+    if constexpr (std::is_same_v<T, float>) {
+      if (precision_ == ops::MatmulPrecision::BF16) {
+        A = rounded(0, A, ta ? K : M, ta ? M : K, lda);
+        B = rounded(1, B, tb ? N : K, tb ? K : N, ldb);
+      }
+    }
+    cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(saved);
+  }
+  void set_precision(ops::MatmulPrecision p) override { precision_ = p; }
+  ops::MatmulPrecision precision() const override { return precision_; }
+  bool native_bf16() const override { return false; }
+  std::string path(ops::MatmulPrecision p) const override {
+    return p == ops::MatmulPrecision::FP32
+               ? "SIMT executor; GEMMs on the CPU GEMM library (cuBLASLt stand-in)"
+               : "SIMT executor; operands rounded to bf16 by k_round_bf16, fp32 CPU GEMM";
+  }
+
+ private:
+  const float* rounded(int slot, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
+    std::vector<float>& buf = buf_[slot];
+    buf.resize(size_t(n));
+    if (n) STRATA_LAUNCH(k_round_bf16, blocks_for(n, 256), 256, 0, nullptr, buf.data(), src, n);
+    return buf.data();
+  }
+  ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
+  std::vector<float> buf_[2];
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<ops::Backend<T>> make_simt_backend() {
+  return std::make_unique<KernelBackend<T>>("simt", nullptr, std::make_unique<CpuGemm<T>>());
+}
+
+template std::unique_ptr<ops::Backend<float>> make_simt_backend<float>();
+template std::unique_ptr<ops::Backend<double>> make_simt_backend<double>();
+
+}  // namespace strata::cuda

@@ -1,0 +1,172 @@
+// The whole model on the kernel backends: a training step (loss and every
+// parameter gradient) through the CUDA kernels on the CPU SIMT executor
+// ("simt", which the model must treat as device memory) equals the CPU
+// backend's within 1e-5 in fp32, for every layer kind, LayerSkip (dropped
+// samples and early-exit losses), evaluation, generation's cached attention,
+// and an optimizer step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/simt/simt.h"
+#include "infer/generate.h"
+#include "model/model.h"
+#include "testing.h"
+#include "train/optimizer.h"
+
+namespace strata {
+namespace {
+
+LlamaConfig tiny(int layers, bool tied, int kv_heads, bool bias) {
+  LlamaConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = kv_heads;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  c.attention_bias = bias;
+  c.initializer_range = 0.3;
+  c.finalize();
+  return c;
+}
+
+std::vector<float> host_params(Model<float>& m, bool grads) {
+  std::vector<float> h(static_cast<size_t>(m.num_params()));
+  m.backend().to_host(h.data(), grads ? m.grads() : m.params(), m.num_params());
+  return h;
+}
+
+// Max |a - b| over the arena relative to the largest |b| of each tensor.
+void expect_arena_close(Model<float>& dev, Model<float>& cpu, bool grads, double tol,
+                        const std::string& what) {
+  const auto a = host_params(dev, grads), b = host_params(cpu, grads);
+  for (const auto& t : cpu.layout().tensors()) {
+    double scale = 1e-3, worst = 0;
+    for (int64_t i = 0; i < t.numel; ++i) scale = std::max(scale, double(std::abs(b[t.offset + i])));
+    for (int64_t i = 0; i < t.numel; ++i)
+      worst = std::max(worst, double(std::abs(a[t.offset + i] - b[t.offset + i])));
+    EXPECT_LE(worst / scale, tol) << what << ": tensor " << t.name;
+  }
+}
+
+struct Step {
+  const char* plan;
+  int layers;
+  bool tied, bias, layerskip;
+  int kv_heads;
+};
+
+class ModelOnSimt : public ::testing::TestWithParam<Step> {};
+
+TEST_P(ModelOnSimt, TrainingStepEqualsTheCpuBackend) {
+  const Step s = GetParam();
+  const LlamaConfig c = tiny(s.layers, s.tied, s.kv_heads, s.bias);
+  const LayerPlan plan = LayerPlan::parse(s.plan, s.layers);
+  Model<float> cpu(c, plan, ops::make_backend<float>("cpu"));
+  Model<float> dev(c, plan, ops::make_backend<float>("simt"));
+  for (Model<float>* m : {&cpu, &dev}) {
+    m->init_weights(7);
+    m->zero_grad();
+  }
+  expect_arena_close(dev, cpu, false, 0, "initial weights");
+  const int B = 3, T = 9;
+  const auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
+  auto targets = testing::random_tokens(B * T, c.vocab_size, 2);
+  targets[4] = ops::kIgnoreIndex;
+  LayerSkipStep skip;
+  if (s.layerskip) {
+    skip.keep.assign(size_t(s.layers), std::vector<uint8_t>(B, 1));
+    skip.keep[1][0] = 0;
+    skip.keep[s.layers - 1][2] = 0;
+    skip.exit_weight.assign(size_t(s.layers), 0.0);
+    skip.exit_weight[0] = 0.3;
+    skip.exit_weight[size_t(s.layers - 1)] = 0.7;
+  }
+  const double dloss = 1.0 / 25;
+  const uint64_t launches = simt::launch_count();
+  const LossResult a = cpu.forward_backward(tokens.data(), targets.data(), B, T, dloss,
+                                            s.layerskip ? &skip : nullptr);
+  const LossResult b = dev.forward_backward(tokens.data(), targets.data(), B, T, dloss,
+                                            s.layerskip ? &skip : nullptr);
+  EXPECT_GT(simt::launch_count(), launches + 20u) << "the step did not run the SIMT kernels";
+  EXPECT_EQ(a.n_valid, b.n_valid);
+  EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-5 * std::abs(a.loss_sum));
+  EXPECT_NEAR(b.objective, a.objective, 1e-5 * std::abs(a.objective));
+  expect_arena_close(dev, cpu, true, 1e-5, "gradients");
+
+  // Separate forward and backward (the evaluation / distillation path).
+  for (Model<float>* m : {&cpu, &dev}) m->zero_grad();
+  const LossResult fa = cpu.forward(tokens.data(), targets.data(), B, T);
+  const LossResult fb = dev.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_NEAR(fb.loss_sum, fa.loss_sum, 1e-5 * std::abs(fa.loss_sum));
+  cpu.backward(dloss);
+  dev.backward(dloss);
+  expect_arena_close(dev, cpu, true, 1e-5, "gradients of forward + backward");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, ModelOnSimt,
+    ::testing::Values(Step{"standard*3", 3, true, false, false, 4},
+                      Step{"standard*3", 3, false, true, false, 2},
+                      Step{"standard,ladder*2", 3, false, false, false, 2},
+                      Step{"spd*3;spd_degree=2", 3, false, true, false, 2},
+                      Step{"lp*2,standard", 3, true, false, false, 4},
+                      Step{"standard,skip,standard", 3, false, false, false, 1},
+                      Step{"standard*4", 4, false, false, true, 2},
+                      Step{"standard,ladder*3", 4, true, false, true, 2}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+TEST(ModelOnSimt, OptimizerStepAndEvaluationLogits) {
+  const LlamaConfig c = tiny(2, false, 2, false);
+  Model<float> cpu(c, ops::make_backend<float>("cpu"));
+  Model<float> dev(c, ops::make_backend<float>("simt"));
+  const int B = 2, T = 6;
+  const auto tokens = testing::random_tokens(B * T, c.vocab_size, 3);
+  const auto targets = testing::random_tokens(B * T, c.vocab_size, 4);
+  for (Model<float>* m : {&cpu, &dev}) {
+    m->init_weights(3);
+    m->zero_grad();
+    m->forward_backward(tokens.data(), targets.data(), B, T, 1.0 / (B * T));
+    AdamWConfig oc;
+    oc.weight_decay = 0.1;
+    oc.grad_clip = 0.5;
+    AdamW<float> opt(m->backend(), m->layout(), oc);
+    opt.step(m->params(), m->grads(), 1e-3);
+  }
+  expect_arena_close(dev, cpu, false, 1e-5, "weights after one AdamW step");
+
+  std::vector<float> la(size_t(B * T * c.vocab_size)), lb(la.size());
+  ops::DeviceBuffer<float> dl(&dev.backend(), la.size());
+  cpu.forward_logits(tokens.data(), B, T, la.data());
+  dev.forward_logits(tokens.data(), B, T, dl.data());
+  dev.backend().to_host(lb.data(), dl.data(), int64_t(lb.size()));
+  for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(lb[i], la[i], 1e-4) << i;
+}
+
+TEST(ModelOnSimt, GreedyGenerationEqualsTheCpuBackend) {
+  const LlamaConfig c = tiny(2, true, 2, false);
+  Model<float> cpu(c, ops::make_backend<float>("cpu"));
+  Model<float> dev(c, ops::make_backend<float>("simt"));
+  cpu.init_weights(11);
+  dev.init_weights(11);
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.sampling.temperature = 0;
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  const auto a = generate(cpu, prompt, o);
+  const auto b = generate(dev, prompt, o);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 12u);
+  // Self-speculative decoding (early-exit drafts, cached-attention verify).
+  o.exit_layer = 1;
+  o.speculations = 3;
+  EXPECT_EQ(generate(dev, prompt, o), a);
+}
+
+}  // namespace
+}  // namespace strata

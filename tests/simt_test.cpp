@@ -1,0 +1,214 @@
+// The CPU SIMT executor: CUDA's execution model where kernels can observe it
+// (barriers, shared memory, warp shuffles and votes, atomics, launch shapes),
+// and proof that a kernel with a missing barrier or a divergent shuffle fails
+// here, as it would on a GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "backends/cuda/kernels/common.cuh"
+
+using namespace strata;
+using simt::Schedule;
+
+namespace {
+
+const Schedule kSchedules[] = {Schedule::Forward, Schedule::Reverse, Schedule::Shuffled};
+
+struct ScheduleGuard {
+  ~ScheduleGuard() { simt::set_schedule(Schedule::Forward); }
+};
+
+// Block sum through shared memory, correct: a tree with a barrier per level.
+STRATA_GLOBAL void k_tree_sum(const float* x, float* out, bool broken) {
+  __shared__ float s[256];
+  const unsigned t = threadIdx.x;
+  s[t] = x[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+    if (t < h) s[t] += s[t + h];
+    if (!broken) __syncthreads();  // the deliberately broken kernel leaves it out
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+
+// Warp sum by shuffles; `divergent` lets only half the lanes call it, which
+// CUDA leaves undefined (a hang or garbage) and the executor reports.
+STRATA_GLOBAL void k_warp_sum(const float* x, float* out, bool divergent) {
+  const unsigned t = threadIdx.x;
+  float v = x[t];
+  if (divergent && (t & 31u) >= 16) return;
+  v = cuda::warp_sum(v);
+  if ((t & 31u) == 0) out[t / 32] = v;
+}
+
+STRATA_GLOBAL void k_shuffles(int* out, int width) {
+  const int t = int(threadIdx.x);
+  const int v = 100 + t;
+  out[4 * t + 0] = __shfl_xor_sync(0xFFFFFFFFu, v, 1, width);
+  out[4 * t + 1] = __shfl_down_sync(0xFFFFFFFFu, v, 3, width);
+  out[4 * t + 2] = __shfl_up_sync(0xFFFFFFFFu, v, 2, width);
+  out[4 * t + 3] = __shfl_sync(0xFFFFFFFFu, v, 5, width);
+}
+
+STRATA_GLOBAL void k_votes(unsigned* out) {
+  const unsigned t = threadIdx.x;
+  out[3 * t + 0] = __ballot_sync(0xFFFFFFFFu, t % 3 == 0);
+  out[3 * t + 1] = unsigned(__any_sync(0xFFFFFFFFu, t == 7));
+  out[3 * t + 2] = unsigned(__all_sync(0xFFFFFFFFu, t < 1000));
+  const int c = __syncthreads_count(t % 2 == 0);
+  if (t == 0) out[3 * blockDim.x] = unsigned(c);
+}
+
+STRATA_GLOBAL void k_atomic(double* acc, int* hits) {
+  atomicAdd(acc, 0.5);
+  atomicAdd(hits + blockIdx.x % 4, 1);
+}
+
+STRATA_GLOBAL void k_dims(int* out) {
+  const int block = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  const int thread = int(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  out[block * int(blockDim.x * blockDim.y * blockDim.z) + thread] = block * 1000 + thread;
+}
+
+STRATA_GLOBAL void k_dynamic(float* out) {
+  STRATA_DYNAMIC_SHARED(float, s);
+  const unsigned t = threadIdx.x;
+  s[blockDim.x - 1 - t] = float(t);
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + t] = s[t];
+}
+
+STRATA_GLOBAL void k_barrier_in_branch(float* out) {
+  if (threadIdx.x < 16) __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+}  // namespace
+
+TEST(Simt, SharedMemoryTreeSumWithBarriersIsRightInEveryOrder) {
+  ScheduleGuard g;
+  const int blocks = 3, threads = 256;
+  std::vector<float> x(size_t(blocks * threads)), out(blocks);
+  std::iota(x.begin(), x.end(), 1.0f);
+  for (Schedule s : kSchedules) {
+    simt::set_schedule(s, 7);
+    STRATA_LAUNCH(k_tree_sum, blocks, threads, 0, nullptr, x.data(), out.data(), false);
+    for (int b = 0; b < blocks; ++b) {
+      double want = 0;
+      for (int t = 0; t < threads; ++t) want += x[size_t(b * threads + t)];
+      EXPECT_EQ(out[size_t(b)], float(want)) << "block " << b;
+    }
+  }
+}
+
+// The deliberately broken kernel: without the barrier inside the loop, a
+// thread reads its partner's slot before the partner has added into it. The
+// executor runs threads to the next barrier one after another, so some
+// resumption order exposes it (forward order reads stale sums).
+TEST(Simt, MissingBarrierGivesAWrongSum) {
+  ScheduleGuard g;
+  const int threads = 256;
+  std::vector<float> x(threads), out(1);
+  std::iota(x.begin(), x.end(), 1.0f);
+  const float want = float(threads) * (threads + 1) / 2;
+  int wrong = 0;
+  for (Schedule s : kSchedules) {
+    simt::set_schedule(s, 3);
+    STRATA_LAUNCH(k_tree_sum, 1, threads, 0, nullptr, x.data(), out.data(), true);
+    wrong += out[0] != want;
+  }
+  EXPECT_GE(wrong, 1) << "a kernel with a missing __syncthreads passed in every order";
+  simt::set_schedule(Schedule::Forward);
+  STRATA_LAUNCH(k_tree_sum, 1, threads, 0, nullptr, x.data(), out.data(), true);
+  EXPECT_NE(out[0], want);
+}
+
+TEST(Simt, WarpShuffleSumAndDivergentShuffleIsAnError) {
+  std::vector<float> x(64), out(2);
+  std::iota(x.begin(), x.end(), 0.0f);
+  STRATA_LAUNCH(k_warp_sum, 1, 64, 0, nullptr, x.data(), out.data(), false);
+  EXPECT_EQ(out[0], 496.0f);
+  EXPECT_EQ(out[1], 1520.0f);
+  try {
+    STRATA_LAUNCH(k_warp_sum, 1, 64, 0, nullptr, x.data(), out.data(), true);
+    FAIL() << "a shuffle reached by half the warp did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k_warp_sum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("warp operation"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Simt, ShufflesFollowCudaWidthAndSegmentRules) {
+  for (int width : {32, 8}) {
+    const int n = 48;  // a full warp and a partial one of 16 lanes
+    std::vector<int> out(size_t(4 * n));
+    STRATA_LAUNCH(k_shuffles, 1, n, 0, nullptr, out.data(), width);
+    for (int t = 0; t < n; ++t) {
+      const int lane = t % 32, warp0 = t - lane;
+      const int lanes = std::min(32, n - warp0);
+      const int seg = lane / width * width;
+      auto val = [&](int src_lane) { return 100 + warp0 + src_lane; };
+      auto exists = [&](int src_lane) { return src_lane < lanes; };
+      const int x = lane ^ 1, d = lane + 3, u = lane - 2, i = seg + 5 % width;
+      EXPECT_EQ(out[size_t(4 * t)], x < seg + width && exists(x) ? val(x) : val(lane));
+      EXPECT_EQ(out[size_t(4 * t + 1)],
+                d / width == lane / width && exists(d) ? val(d) : val(lane))
+          << "t " << t << " width " << width;
+      EXPECT_EQ(out[size_t(4 * t + 2)], u >= seg ? val(u) : val(lane));
+      EXPECT_EQ(out[size_t(4 * t + 3)], exists(i) ? val(i) : val(lane));
+    }
+  }
+}
+
+TEST(Simt, VotesAndBarrierCounts) {
+  const int n = 64;
+  std::vector<unsigned> out(size_t(3 * n + 1));
+  STRATA_LAUNCH(k_votes, 1, n, 0, nullptr, out.data());
+  for (int t = 0; t < n; ++t) {
+    unsigned want = 0;
+    for (int l = 0; l < 32; ++l)
+      if ((t / 32 * 32 + l) % 3 == 0) want |= 1u << l;
+    EXPECT_EQ(out[size_t(3 * t)], want);
+    EXPECT_EQ(out[size_t(3 * t + 1)], t < 32 ? 1u : 0u);
+    EXPECT_EQ(out[size_t(3 * t + 2)], 1u);
+  }
+  EXPECT_EQ(out[size_t(3 * n)], unsigned(n / 2));
+}
+
+TEST(Simt, AtomicsFromBlocksOnSeveralThreads) {
+  double acc = 0;
+  std::vector<int> hits(4, 0);
+  STRATA_LAUNCH(k_atomic, 64, 128, 0, nullptr, &acc, hits.data());
+  EXPECT_EQ(acc, 64 * 128 * 0.5);
+  for (int h : hits) EXPECT_EQ(h, 16 * 128);
+}
+
+TEST(Simt, ThreeDimensionalGridsAndBlocks) {
+  const dim3 grid(3, 2, 2), block(4, 3, 2);
+  std::vector<int> out(12 * 24, -1);
+  STRATA_LAUNCH(k_dims, grid, block, 0, nullptr, out.data());
+  for (int b = 0; b < 12; ++b)
+    for (int t = 0; t < 24; ++t) EXPECT_EQ(out[size_t(b * 24 + t)], b * 1000 + t);
+}
+
+TEST(Simt, DynamicSharedMemoryIsPerBlock) {
+  std::vector<float> out(3 * 40);
+  STRATA_LAUNCH(k_dynamic, 3, 40, 40 * sizeof(float), nullptr, out.data());
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < 40; ++t) EXPECT_EQ(out[size_t(b * 40 + t)], float(39 - t));
+}
+
+TEST(Simt, BarrierReachedByPartOfTheBlockAndBadShapesAreErrors) {
+  std::vector<float> out(64);
+  try {
+    STRATA_LAUNCH(k_barrier_in_branch, 1, 64, 0, nullptr, out.data());
+    FAIL() << "a __syncthreads reached by 16 of 64 threads did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("__syncthreads reached by 16 of 64"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(STRATA_LAUNCH(k_dynamic, 1, 2048, 0, nullptr, out.data()), Error);
+  EXPECT_THROW(STRATA_LAUNCH(k_dynamic, 1, 32, 300 * 1024, nullptr, out.data()), Error);
+}
