@@ -85,7 +85,8 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
+void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
+                   const std::string& device) {
   const int64_t N = int64_t(m.B) * m.T, C = m.C, F = m.F, V = m.V, D = m.D();
   const int64_t QKV = int64_t(m.H + 2 * m.Hkv) * D, Q = int64_t(m.H) * D;
   std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
@@ -93,7 +94,7 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
   std::printf("%-18s %-9s %-28s %12s %9s\n", "op", "pass", "shape", "time", "rate");
 
   // Every op runs through the backend interface, as the model calls it.
-  const auto backend = ops::make_backend<float>();
+  const auto backend = ops::make_backend<float>(device);
   ops::Backend<float>& be = *backend;
   using Buf = ops::DeviceBuffer<float>;
   const int64_t big = std::max({N * 2 * F, N * QKV, V * C, 2 * F * C});
@@ -109,7 +110,11 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter) {
   auto run = [&](const std::string& op, const std::string& pass, const std::string& shape,
                  double amount, bool flops, const std::function<void()>& fn) {
     if (!want(op)) return;
-    print_row(Row{op, pass, shape, median_seconds(fn, repeat), amount, flops});
+    auto timed = [&] {
+      fn();
+      be.synchronize();  // device backends queue the work
+    };
+    print_row(Row{op, pass, shape, median_seconds(timed, repeat), amount, flops});
   };
 
   // Linear layers: forward, and backward (dx and dW GEMMs).
@@ -239,6 +244,7 @@ int bench_model(int argc, char** argv, int first) {
       .flag("bf16", "bf16 matmuls with fp32 accumulation (training.precision = \"bf16\")")
       .flag("tied", "tie the embedding and the LM head")
       .option("plan", "TEXT", "layer plan (default: all standard)", "")
+      .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
@@ -259,7 +265,7 @@ int bench_model(int argc, char** argv, int first) {
   const LayerPlan plan = args.get("plan").empty()
                              ? LayerPlan::standard(cfg.num_hidden_layers)
                              : LayerPlan::parse(args.get("plan"), cfg.num_hidden_layers);
-  Model<float> model(cfg, plan, ops::make_backend<float>());
+  Model<float> model(cfg, plan, ops::make_backend<float>(args.get("device")));
   model.init_weights(1);
   if (args.has("bf16")) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const int64_t N = int64_t(bm.B) * bm.T;
@@ -271,6 +277,7 @@ int bench_model(int argc, char** argv, int first) {
   const int steps = std::max(1, args.get_int("steps"));
   print_bench_machine();
   const auto precision = args.has("bf16") ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
+  std::printf("%s\n", ops::device_choice(args.get("device")).c_str());
   std::printf("matmuls: %s %s\n", args.has("bf16") ? "bf16," : "fp32,",
               model.backend().matmul_path(precision).c_str());
   std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls, plan %s\n",
@@ -279,6 +286,7 @@ int bench_model(int argc, char** argv, int first) {
   auto step = [&] {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));
+    model.backend().synchronize();
   };
   const double med = median_seconds(step, steps);
   std::printf("activations: %.1f MiB\n", double(model.activation_bytes()) / (1 << 20));
@@ -318,14 +326,16 @@ int cmd_bench(int argc, char** argv, int first) {
       .option("tokens", "N", "tokens per micro-batch (B = N / T)", "4096")
       .option("repeat", "R", "timed repetitions per op (the median is printed)", "5")
       .option("filter", "TEXT", "only ops whose name contains TEXT")
+      .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first + 1)) return 0;
   apply_threads(args.get_int("threads"));
   print_bench_machine();
-  std::printf("matmuls: fp32, %s\n",
-              ops::make_backend<float>()->matmul_path(ops::MatmulPrecision::FP32).c_str());
+  const std::string device = args.get("device");
+  std::printf("%s\nmatmuls: fp32, %s\n", ops::device_choice(device).c_str(),
+              ops::make_backend<float>(device)->matmul_path(ops::MatmulPrecision::FP32).c_str());
   for (const auto& m : bench_models(args.get("model"), args.get_int("tokens")))
-    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"));
+    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"), device);
   return 0;
 }
 

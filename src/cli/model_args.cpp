@@ -20,7 +20,11 @@ void add_model_options(Args& args) {
       .option("tp", "N",
               "tensor-parallel degree: under mpirun with N processes, each holds 1/N of every "
               "split tensor",
-              "1");
+              "1")
+      .option("device", "NAME",
+              "cpu, cuda (one GPU per process; NCCL under mpirun), simt (the CUDA kernels on the "
+              "CPU SIMT executor) or auto (cuda where a GPU is visible, else cpu)",
+              "auto");
 }
 
 LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark,
@@ -40,6 +44,14 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
   }
   LoadOptions o;
   o.plan = args.get("plan");
+  const std::string device = args.get("device");
+  try {
+    o.device = ops::resolve_device(device);
+    use_device_comms(m.grid, o.device, nullptr);
+  } catch (const Error& e) {
+    fail(cat(command, " --device: ", e.what()));
+  }
+
   o.tp = m.grid.tp > 1 ? m.grid.tp_comm.get() : nullptr;
   STRATA_CHECK(link_delay_us >= 0, command, ": --link-delay-us must be at least 0, got ",
                link_delay_us);
@@ -55,6 +67,8 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
     if (o.plan.empty()) throw;
     fail(cat(command, " --plan: ", e.what()));
   }
+  use_device_comms(m.grid, o.device, m.model->backend().stream());
+  if (o.device != "cpu") log::info(ops::device_choice(device));
   if (!benchmark) m.info.plan.check_not_benchmark_only(command);
   if (!o.plan.empty())
     log::info("plan: ", m.info.plan.to_string(), " (", args.get("checkpoint"), " was saved with ",

@@ -38,6 +38,7 @@ void read_tensor_parts(const CheckpointReader& reader, const std::string& group,
 struct LoadOptions {
   std::string plan;            // run under this plan ("": the checkpoint's)
   Communicator* tp = nullptr;  // a tensor-parallel group: load this rank's parts
+  std::string device = "cpu";  // ops::make_backend's name (cpu, cuda, simt, auto)
 };
 // Builds a float model from a checkpoint and loads its parameters.
 std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info = nullptr,

@@ -215,6 +215,8 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& name = "cpu");
 std::string resolve_device(const std::string& name);
 // The device names this build accepts, for help and errors.
 std::string backend_names();
+// One line for logs: "device cpu (auto: no CUDA device visible)".
+std::string device_choice(const std::string& requested);
 
 // RAII allocation in a backend's memory space.
 template <typename T>

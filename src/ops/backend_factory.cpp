@@ -1,7 +1,10 @@
 // ops::make_backend: the one place a backend is chosen by name.
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/backends.h"
+#include <algorithm>
+
 #include "core/error.h"
 #include "ops/backend.h"
 #if defined(STRATA_HAVE_CUDA)
@@ -22,11 +25,43 @@ std::string backend_names() {
 }
 
 std::string resolve_device(const std::string& name) {
+  bool known = name == "cpu" || name == "simt" || name == "auto";
+#if defined(STRATA_HAVE_CUDA)
+  known = known || name == "cuda";
+#endif
+  STRATA_CHECK(known, "unknown device '", name, "' (this build has: ", backend_names(), ")");
+#if defined(STRATA_HAVE_CUDA)
+  STRATA_CHECK(name != "cuda" || cuda::device_count() > 0,
+               "device 'cuda': no CUDA device is visible here (no driver or no GPU); choose cpu "
+               "or auto");
+#endif
   if (name != "auto") return name;
 #if defined(STRATA_HAVE_CUDA)
   if (cuda::device_count() > 0) return "cuda";
 #endif
   return "cpu";
+}
+
+std::string device_choice(const std::string& requested) {
+  const std::string d = resolve_device(requested);
+  if (requested != "auto") return cat("device ", d);
+#if defined(STRATA_HAVE_CUDA)
+  if (d == "cuda") return cat("device cuda (auto: ", cuda::device_count(), " CUDA device(s) visible)");
+  return "device cpu (auto: no CUDA device visible)";
+#else
+  return "device cpu (auto: this build has no CUDA backend)";
+#endif
+}
+
+// The GPU of this process: its rank on the node (mpirun, srun) modulo the
+// visible devices, so one rank per GPU needs no setting.
+int local_device() {
+#if defined(STRATA_HAVE_CUDA)
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                        "PMIX_LOCAL_RANK"})
+    if (const char* e = std::getenv(v)) return std::atoi(e) % std::max(1, cuda::device_count());
+#endif
+  return 0;
 }
 
 template <typename T>
@@ -35,14 +70,9 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& requested) {
   if (name == "cpu") return make_cpu_backend<T>();
   if (name == "simt") return cuda::make_simt_backend<T>();
 #if defined(STRATA_HAVE_CUDA)
-  if (name == "cuda") {
-    STRATA_CHECK(cuda::device_count() > 0,
-                 "device 'cuda': no CUDA device is visible here (driver or GPU missing); "
-                 "use --device cpu");
-    return cuda::make_cuda_backend<T>();
-  }
+  if (name == "cuda") return cuda::make_cuda_backend<T>(local_device());
 #endif
-  fail(cat("unknown device '", name, "' (this build has: ", backend_names(), ")"));
+  fail(cat("unknown device '", name, "'"));
 }
 
 template std::unique_ptr<Backend<float>> make_backend<float>(const std::string&);

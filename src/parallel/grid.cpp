@@ -7,6 +7,10 @@
 // the same tp_rank, one from each tp group.
 #include "parallel/grid.h"
 
+#if defined(STRATA_HAVE_NCCL)
+#include "parallel/comm_nccl.h"
+#endif
+
 #include <mpi.h>
 
 #include <cstdio>
@@ -121,6 +125,26 @@ ProcessGrid make_grid(int tp, int dp_request) {
   g.dp_comm = world->split(/*color=*/g.tp_rank, /*key=*/g.dp_rank);
   g.world = std::move(world);
   return g;
+}
+
+void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream) {
+  if (device != "cuda" || g.world_size == 1) return;
+#if defined(STRATA_HAVE_NCCL)
+  for (std::unique_ptr<Communicator>* c : {&g.tp_comm, &g.dp_comm}) {
+    if ((*c)->size() == 1) continue;
+    if (auto* n = dynamic_cast<NcclComm*>(c->get())) {  // already on NCCL: a new stream
+      n->set_compute_stream(static_cast<cudaStream_t>(compute_stream));
+      continue;
+    }
+    auto nccl = std::make_unique<NcclComm>(std::move(*c));
+    nccl->set_compute_stream(static_cast<cudaStream_t>(compute_stream));
+    *c = std::move(nccl);
+  }
+#else
+  (void)compute_stream;
+  fail("device cuda on several processes needs NCCL, and this build has none (install NCCL next "
+       "to the CUDA toolkit and reconfigure)");
+#endif
 }
 
 void finalize_mpi() {

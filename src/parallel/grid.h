@@ -36,6 +36,15 @@ bool launched_by_mpi();
 // MpiComm ("mpi"; world is a duplicate of MPI_COMM_WORLD); alone, LocalComm.
 ProcessGrid make_grid(int tp, int dp_request);
 
+// Puts the tensor- and data-parallel groups of more than one process on the
+// device's communicator: for device "cuda", NCCL (NcclComm over the MPI
+// group, one rank per GPU), its collectives ordered after the work queued on
+// `compute_stream` (the backend's stream; Ladder's overlap waits on the
+// stream, not the host). Other devices keep MPI. Throws when "cuda" runs on
+// several processes in a build without NCCL. Called again on a grid already
+// on NCCL, it only sets the stream.
+void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream);
+
 // Finalises MPI if it was initialised (call at exit, after the grid's
 // communicators are gone or no longer used). Only on a path every rank takes:
 // MPI_Finalize synchronises with the other processes, so a rank that fails on

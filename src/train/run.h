@@ -35,6 +35,8 @@ struct Run {
   int micro_batch = 0, seq_len = 0, accum = 0;
   LrSchedule schedule;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::string device;                             // resolved run.device
+  std::unique_ptr<ops::Backend<float>> backend;  // made before the grid's comms, moved into model
   std::unique_ptr<Model<float>> model;
   std::unique_ptr<AdamW<float>> opt;
   std::unique_ptr<Loader> train_loader;

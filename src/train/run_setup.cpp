@@ -276,6 +276,16 @@ void setup_grid(Run& run) {
   } catch (const Error& e) {
     r.fail(r.given("parallelism.dp") ? "parallelism.dp" : "parallelism.tp", e.what());
   }
+  // The device first: on GPUs the groups' collectives run on NCCL, ordered
+  // after the backend's stream.
+  const std::string device = r.get_string("run.device");
+  try {
+    run.device = ops::resolve_device(device);
+    run.backend = ops::make_backend<float>(run.device);
+    use_device_comms(run.grid, run.device, run.backend->stream());
+  } catch (const Error& e) {
+    r.fail("run.device", e.what());
+  }
   auto wrap = [](std::unique_ptr<Communicator>& c) {
     auto timed = std::make_unique<TimedComm>(std::move(c));
     TimedComm* raw = timed.get();
@@ -286,6 +296,7 @@ void setup_grid(Run& run) {
   run.dp = wrap(run.grid.dp_comm);
   // One rank speaks for the job; the others only report errors.
   if (!run.root()) log::set_level(log::Level::Error);
+  if (run.device != "cpu") log::info(ops::device_choice(device));
 }
 
 // Reads tensors `tensors` of checkpoint group `group` into this rank's parts.
@@ -426,7 +437,7 @@ void setup(Run& run) {
     r.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
   try {
-    run.model = std::make_unique<Model<float>>(cfg, plan, ops::make_backend<float>(),
+    run.model = std::make_unique<Model<float>>(cfg, plan, std::move(run.backend),
                                                run.grid.tp > 1 ? run.tp : nullptr);
   } catch (const Error& e) {
     r.fail("parallelism.tp", e.what());

@@ -19,6 +19,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"run.dir", K::String, "\"\"", "output directory (default: runs/<run.name>)"},
       {"run.seed", K::Int, "1234", "seed for initialisation, data order and sampling"},
       {"run.threads", K::Int, "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)"},
+      {"run.device", K::String, "\"auto\"",
+       "cpu, cuda (one GPU per process, NCCL between them), simt (the CUDA kernels on the CPU "
+       "SIMT executor: tests) or auto (cuda where a GPU is visible, else cpu)"},
 
       {"model.init_from", K::String, "\"\"",
        "start from this checkpoint's config, weights, tokenizer"},

@@ -57,7 +57,7 @@ TrainResult train(const Recipe& recipe) {
   const int eval_batches = int(r.get_int("eval.batches"));
   log::info("train: run '", r.get_string("run.name"), "' in ", run.dir, ": steps ", run.step,
             " -> ", run.steps, ", ", run.micro_batch, " x ", run.seq_len, " tokens x ", run.accum,
-            " accumulation, ", num_threads(), " threads");
+            " accumulation, ", num_threads(), " threads, device ", run.device);
 
   StopScope stop_scope;  // SIGINT / SIGTERM: finish the step, save, return
   std::vector<Batch> micro(run.accum);

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# device_parity.sh STRATA OUTDIR: the whole user path on the CUDA kernels
+# without a GPU. Trains the debug recipe on the CPU backend and on the SIMT
+# backend (the CUDA kernels on the CPU SIMT executor, run.device = "simt"),
+# and checks the two runs print the same losses, validation and sample; then
+# evaluates and generates with --device simt from the SIMT run's checkpoint,
+# against --device cpu.
+set -euo pipefail
+strata=$1
+out=$2
+rm -rf "$out"
+mkdir -p "$out"
+common=(--set training.steps=6 --set log.interval=2 --set log.sample_tokens=8
+        --set eval.batches=2 --set data.dataset="$out/data")
+for d in cpu simt; do
+  "$strata" train recipes/debug.toml --set run.device=$d --set run.dir="$out/$d" "${common[@]}" \
+    > "$out/$d.log" 2>&1 || { cat "$out/$d.log"; exit 1; }
+done
+grep -q "device simt" "$out/simt.log" || { echo "the simt run did not say its device"; exit 1; }
+# Everything but the speeds and the run directory must agree.
+strip() { sed -E 's/[0-9]+ tok(ens)?\/s//; s/\| [0-9]+m[0-9]+s.*//; s/[0-9.]+ ms//; s/ [0-9.]+s$//' "$1" |
+          grep -E "^(step|eval|done|sample)|^  " || true; }
+if ! diff <(strip "$out/cpu.log") <(strip "$out/simt.log"); then
+  echo "the cpu and simt runs differ"; exit 1
+fi
+ckpt="$out/simt/checkpoints/step_00000006.h5"
+text=data/corpora/tinystories/tinystories_sample.txt
+for d in cpu simt; do
+  "$strata" eval --checkpoint "$ckpt" --perplexity $text --window 33 --quiet --device $d \
+    > "$out/eval_$d.txt" 2> "$out/eval_$d.err"
+  "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 12 --ignore-eos \
+    --device $d 2> /dev/null | head -n 1 > "$out/gen_$d.txt"
+done
+# Perplexity columns to 6 significant digits (the sums run in another order).
+cols() { awk 'NR > 1 { printf "%s %.6g %.6g %s %.6g\n", $1, $2, $3, $4, $6 }' "$1"; }
+diff <(cols "$out/eval_cpu.txt") <(cols "$out/eval_simt.txt") || { echo "eval differs"; exit 1; }
+diff "$out/gen_cpu.txt" "$out/gen_simt.txt" || { echo "generation differs"; exit 1; }
+grep -qE "^ *[0-9]+ +[0-9.]+ " "$out/eval_simt.txt" || { cat "$out/eval_simt.txt"; exit 1; }
+echo "cpu and simt agree: $(grep '^done' "$out/simt.log")"
