@@ -66,11 +66,13 @@ class TensorParallel : public ::testing::TestWithParam<Case> {};
 
 // With `skip`: LayerSkip layer dropout and early-exit losses too (the fused
 // step only; the masks are the same on every rank, as the trainer's are).
+// `device`: the tensor-parallel model's backend (the reference is the CPU's).
 void check_against_single_process(const Case& k, const char* plan_text, int layers,
-                                  const LayerSkipStep* skip = nullptr) {
+                                  const LayerSkipStep* skip = nullptr,
+                                  const char* device = "cpu") {
   const LlamaConfig cfg = config(k, layers);
   const LayerPlan plan = LayerPlan::parse(plan_text, layers);
-  Model<float> tp(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
+  Model<float> tp(cfg, plan, ops::make_backend<float>(device), g_grid->tp_comm.get());
   Model<float> ref(cfg, plan, ops::make_backend<float>());
   ASSERT_EQ(tp.tp_size(), g_tp);
   tp.init_weights(5);
@@ -129,6 +131,16 @@ void check_against_single_process(const Case& k, const char* plan_text, int laye
 
 TEST_P(TensorParallel, MatchesSingleProcessModel) {
   check_against_single_process(GetParam(), "standard*2", 2);
+}
+
+// The CUDA kernels (SIMT executor) under tensor parallelism: the vocab-parallel
+// head's statistics and logits go through device buffers.
+TEST_P(TensorParallel, SimtBackendMatchesSingleProcessModel) {
+  check_against_single_process(GetParam(), "standard*2", 2, nullptr, "simt");
+  LayerSkipStep skip;
+  skip.keep = {{1, 0}, {0, 1}, {1, 1}};
+  skip.exit_weight = {0.3, 0.2, 0.5};
+  check_against_single_process(GetParam(), "ladder,spd*2;spd_degree=4", 3, &skip, "simt");
 }
 
 // Ladder and hybrid plans: deferred reductions and input gradients across

@@ -277,16 +277,29 @@ const ops::VocabShard<T>* Model<T>::head_shard() {
     shard_.v0 = int64_t(tp_rank()) * v_local();
     // Global log-sum-exp of a row = log sum over ranks of exp(local lse):
     // gather every rank's local values; the target logit lives on one rank.
+    // On a device backend the statistics go through device buffers (NCCL
+    // collectives take device memory) and the small combine runs on the host.
     shard_.combine = [this, P, tp](T* lse, T* target, int64_t rows) {
-      tp_scratch_.resize(size_t(rows) * P);
-      tp->allgather(lse, tp_scratch_.data(), rows);
+      tp_scratch_.resize(size_t(rows) * (P + 1));
+      T* lse_h = tp_scratch_.data() + size_t(rows) * P;
+      if (be_->is_host()) {
+        tp->allgather(lse, tp_scratch_.data(), rows);
+      } else {
+        T* g = tp_device(size_t(rows) * P);
+        tp->allgather(lse, g, rows);
+        be_->to_host(tp_scratch_.data(), g, rows * P);
+      }
       for (int64_t r = 0; r < rows; ++r) {
         T m = tp_scratch_[r];
         for (int p = 1; p < P; ++p) m = std::max(m, tp_scratch_[size_t(p) * rows + r]);
         double z = 0;
         for (int p = 0; p < P; ++p) z += std::exp(double(tp_scratch_[size_t(p) * rows + r] - m));
-        lse[r] = T(double(m) + std::log(z));
+        lse_h[r] = T(double(m) + std::log(z));
       }
+      if (be_->is_host())
+        std::copy_n(lse_h, rows, lse);
+      else
+        be_->from_host(lse, lse_h, rows);
       tp->allreduce_sum(target, rows);
     };
     shard_.reduce = [tp](T* dxn, int64_t n) { tp->allreduce_sum(dxn, n); };
@@ -295,9 +308,23 @@ const ops::VocabShard<T>* Model<T>::head_shard() {
 }
 
 template <typename T>
+T* Model<T>::tp_device(size_t n) {
+  if (tp_gather_.size() < n) tp_gather_ = ops::DeviceBuffer<T>(be_.get(), n);
+  return tp_gather_.data();
+}
+
+template <typename T>
 void Model<T>::gather_vocab(const T* local, int64_t rows, T* full) {
   if constexpr (std::is_same_v<T, float>) {
     const int P = tp_size(), Vl = v_local(), V = cfg_.vocab_size;
+    if (!be_->is_host()) {  // gather on the device, then place each rank's columns
+      T* g = tp_device(size_t(rows) * V);
+      tp_.comm()->allgather(local, g, rows * Vl);  // [P][rows][Vl]
+      for (int p = 0; p < P; ++p)
+        for (int64_t r = 0; r < rows; ++r)
+          be_->copy(full + r * V + int64_t(p) * Vl, g + (int64_t(p) * rows + r) * Vl, Vl);
+      return;
+    }
     tp_scratch_.resize(size_t(rows) * V);
     tp_.comm()->allgather(local, tp_scratch_.data(), rows * Vl);  // [P][rows][Vl]
     for (int p = 0; p < P; ++p)
@@ -926,10 +953,11 @@ void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
                      cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);
     return;
   }
-  std::vector<T> local(size_t(n) * v_local());
-  be_->head_logits(local.data(), xn_scratch, x, param(layout_.final_norm), head_weight(), n,
+  if (tp_local_.size() < size_t(n) * v_local())
+    tp_local_ = ops::DeviceBuffer<T>(be_.get(), size_t(n) * v_local());
+  be_->head_logits(tp_local_.data(), xn_scratch, x, param(layout_.final_norm), head_weight(), n,
                    cfg_.hidden_size, v_local(), cfg_.rms_norm_eps);
-  gather_vocab(local.data(), n, logits);
+  gather_vocab(tp_local_.data(), n, logits);
 }
 
 template class Model<float>;

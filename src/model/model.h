@@ -276,6 +276,9 @@ class Model {
   TpRegion<T> tp_;
   ops::VocabShard<T> shard_;
   std::vector<T> tp_scratch_;
+  // Device backends: the gathered shards, and one rank's head logits.
+  ops::DeviceBuffer<T> tp_gather_, tp_local_;
+  T* tp_device(size_t n);
   std::function<void(int64_t, int64_t)> grad_ready_;
   std::function<void()> progress_;
   void progress() {
