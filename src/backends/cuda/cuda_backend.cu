@@ -156,7 +156,7 @@ class LtGemm final : public GemmEngine<T> {
       bf16_[slot] = gpu::malloc_async(size_t(n) * 2, stream_);
       bf16_n_[slot] = n;
     }
-    STRATA_LAUNCH(k_to_bf16, blocks_for(n, 256), 256, 0, stream_,
+    STRATA_LAUNCH(k_to_bf16<float>, blocks_for(n, 256), 256, 0, stream_,
                   static_cast<uint16_t*>(bf16_[slot]), reinterpret_cast<const float*>(src), n);
     return bf16_[slot];
   }

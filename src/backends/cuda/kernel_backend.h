@@ -363,7 +363,7 @@ class KernelBackend final : public ops::Backend<T> {
     const unsigned parts = blocks_for(n, 256, 1024);
     auto* partial = static_cast<double*>(scratch(kPartial, parts * sizeof(double)));
     STRATA_LAUNCH(k_partial_sums<T>, parts, 256, 0, stream_, partial, x, y, n, kind);
-    STRATA_LAUNCH(k_finish_sum, 1, 256, 0, stream_, acc, static_cast<const double*>(partial),
+    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc, static_cast<const double*>(partial),
                   int(parts), scale);
   }
   double device_sum(const T* x, const T* y, int64_t n, int kind) {
@@ -381,7 +381,7 @@ class KernelBackend final : public ops::Backend<T> {
     const unsigned parts = blocks_for(n, 256, 1024);
     auto* partial = static_cast<double*>(scratch(kPartial, parts * sizeof(double)));
     STRATA_LAUNCH(k_partial_values<T>, parts, 256, 0, stream_, partial, x, n);
-    STRATA_LAUNCH(k_finish_sum, 1, 256, 0, stream_, acc, static_cast<const double*>(partial),
+    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc, static_cast<const double*>(partial),
                   int(parts), 1.0);
     double h = 0;
     gpu::copy_async(&h, acc, sizeof(double), stream_);

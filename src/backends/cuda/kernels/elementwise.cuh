@@ -126,8 +126,9 @@ STRATA_GLOBAL void k_partial_sums(double* partial, const T* x, const T* y, int64
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-STRATA_GLOBAL void k_finish_sum(double* acc, const double* partial, int parts, double scale) {
-  double s = 0;
+template <typename D = double>
+STRATA_GLOBAL void k_finish_sum(D* acc, const D* partial, int parts, D scale) {
+  D s = 0;
   for (int i = int(threadIdx.x); i < parts; i += int(blockDim.x)) s += partial[i];
   s = block_sum(s);
   if (threadIdx.x == 0) *acc += s * scale;
@@ -142,13 +143,16 @@ STRATA_GLOBAL void k_partial_values(double* partial, const T* x, int64_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// dst[i] = bfloat16 bits of src[i] (cuBLASLt's bf16 operands).
-STRATA_GLOBAL void k_to_bf16(uint16_t* dst, const float* src, int64_t n) {
+// dst[i] = bfloat16 bits of src[i] (cuBLASLt's bf16 operands). Templates,
+// like every kernel here, so a header can define them in several units.
+template <typename F = float>
+STRATA_GLOBAL void k_to_bf16(uint16_t* dst, const F* src, int64_t n) {
   STRATA_GRID_LOOP(i, n) dst[i] = bf16_bits(src[i]);
 }
 
 // dst[i] = src[i] rounded to bfloat16, kept as float (SIMT GEMM stand-in).
-STRATA_GLOBAL void k_round_bf16(float* dst, const float* src, int64_t n) {
+template <typename F = float>
+STRATA_GLOBAL void k_round_bf16(F* dst, const F* src, int64_t n) {
   STRATA_GRID_LOOP(i, n) {
     const uint32_t bits = uint32_t(bf16_bits(src[i])) << 16;
     memcpy(dst + i, &bits, 4);

@@ -1,0 +1,90 @@
+// Kernel lab variants: numbered alternatives to the production kernels of
+// src/backends/cuda/kernels/, each validated against the CPU backend and
+// timed by kernel_lab.cpp. Variant 1 of each op is the production kernel; add
+// the next idea as variant N+1 here and register it in kernel_lab.cpp.
+#pragma once
+
+#include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/elementwise.cuh"
+#include "backends/cuda/kernels/rows.cuh"
+
+namespace strata::lab {
+
+using namespace strata::cuda;
+
+// RMSNorm forward v2: one warp per row, shuffles only (no shared memory, no
+// block barrier), four rows per block of 128 threads.
+template <typename T>
+STRATA_GLOBAL void rmsnorm_v2(T* out, T* rstd, const T* x, const T* w, int64_t N, int C, T eps) {
+  const int lane = int(threadIdx.x) % kWarp;
+  const int64_t n = int64_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (n >= N) return;
+  const T* xr = x + n * C;
+  T ss = 0;
+  for (int c = lane; c < C; c += kWarp) ss += xr[c] * xr[c];
+  ss = warp_sum(ss);
+  const T r = T(1) / g_sqrt(ss / T(C) + eps);
+  if (lane == 0) rstd[n] = r;
+  for (int c = lane; c < C; c += kWarp) out[n * C + c] = xr[c] * r * w[c];
+}
+
+// Column sums v2 (bias / norm-weight gradients): blocks over (columns, row
+// chunks) write partial sums, a second kernel adds the chunks in order.
+template <typename T>
+STRATA_GLOBAL void column_sums_v2_partial(T* partial, const T* src, int64_t N, int OC, int chunk) {
+  const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= OC) return;
+  const int64_t r0 = int64_t(blockIdx.y) * chunk;
+  const int64_t r1 = r0 + chunk < N ? r0 + chunk : N;
+  T s = 0;
+  for (int64_t r = r0; r < r1; ++r) s += src[r * OC + j];
+  partial[int64_t(blockIdx.y) * OC + j] = s;
+}
+template <typename T>
+STRATA_GLOBAL void column_sums_v2_finish(T* dst, const T* partial, int chunks, int OC) {
+  const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= OC) return;
+  T s = 0;
+  for (int c = 0; c < chunks; ++c) s += partial[int64_t(c) * OC + j];
+  dst[j] += s;
+}
+
+// Attention forward v2: a warp per query row whose lanes split the head
+// dimension; one dot product (a warp reduction) per key. The naive baseline
+// the production kernel (lanes over keys, shared probabilities) replaced.
+template <typename T>
+STRATA_GLOBAL void attention_v2(T* out, T* lse, AttnView<T> a) {
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
+  if (row >= int64_t(a.B) * a.Hq * a.Tq) return;
+  const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq), b = int(row / (int64_t(a.Tq) * a.Hq));
+  const int g = h / (a.Hq / a.Hkv), D = a.D;
+  const T* q = a.q + (int64_t(b) * a.Tq + i) * a.q_stride + int64_t(h) * D;
+  const T* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const T* vb = a.v + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const T scale = T(1) / g_sqrt(T(D));
+  T m = g_neg_inf<T>(), l = 0, acc[kAttnMaxDLane];
+  for (int t = 0; t < kAttnMaxDLane; ++t) acc[t] = 0;
+  const int nk = i + 1 + a.key_offset;
+  for (int j = 0; j < nk; ++j) {
+    T part = 0;
+    for (int d = lane; d < D; d += kWarp) part += q[d] * kb[int64_t(j) * a.kv_stride + d];
+    const T s = warp_sum(part) * scale;
+    const T mn = g_max(m, s), alpha = g_exp(m - mn), p = g_exp(s - mn);
+    l = l * alpha + p;
+    for (int t = 0; t < kAttnMaxDLane; ++t) {
+      const int d = lane + t * kWarp;
+      if (d < D) acc[t] = acc[t] * alpha + p * vb[int64_t(j) * a.kv_stride + d];
+    }
+    m = mn;
+  }
+  T* o = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d < D) o[d] = acc[t] / l;
+  }
+  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+}
+
+}  // namespace strata::lab
