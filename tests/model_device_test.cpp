@@ -3,7 +3,8 @@
 // ("simt", which the model must treat as device memory) equals the CPU
 // backend's within 1e-5 in fp32, for every layer kind, LayerSkip (dropped
 // samples and early-exit losses), evaluation, generation's cached attention,
-// and an optimizer step.
+// and an optimizer step. The SIMT backend runs strict here: host code that
+// touched device memory directly would stop the test (simt.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,8 @@
 
 namespace strata {
 namespace {
+
+const bool kStrict = (simt::set_strict(true), true);
 
 LlamaConfig tiny(int layers, bool tied, int kv_heads, bool bias) {
   LlamaConfig c;

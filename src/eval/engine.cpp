@@ -65,12 +65,34 @@ void Scorer::run_rows(const std::vector<const Row*>& rows,
   for (int b = 0; b < B; ++b) base[b + 1] = base[b] + rows[b]->positions;
   std::vector<double> lse(positions);
   std::vector<int32_t> argmax(positions);
+  ops::Backend<float>& be = model_.backend();
+  const bool host = be.is_host();
+  if (!host) {  // a device backend: gather and run the head there, read the logits back
+    auto grow = [&](ops::DeviceBuffer<float>& buf, size_t n) {
+      if (buf.size() < n) buf = ops::DeviceBuffer<float>(&be, n);
+      return buf.data();
+    };
+    grow(dev_gathered_, size_t(positions) * C);
+    grow(dev_xn_, size_t(positions) * C);
+    grow(dev_logits_, size_t(positions) * V);
+  }
+  float* gathered = host ? gathered_.data() : dev_gathered_.data();
   for (size_t e = 0; e < exits_.size(); ++e) {
     const float* x = model_.hidden_state(exits_[e] - 1);
-    for (int b = 0; b < B; ++b)
-      std::copy_n(x + (int64_t(b) * T + rows[b]->first) * C, int64_t(rows[b]->positions) * C,
-                  gathered_.data() + base[b] * C);
-    model_.head_rows(gathered_.data(), positions, logits_.data(), xn_.data());
+    for (int b = 0; b < B; ++b) {
+      const float* src = x + (int64_t(b) * T + rows[b]->first) * C;
+      const int64_t n = int64_t(rows[b]->positions) * C;
+      if (host)
+        std::copy_n(src, n, gathered + base[b] * C);
+      else
+        be.copy(gathered + base[b] * C, src, n);
+    }
+    if (host) {
+      model_.head_rows(gathered, positions, logits_.data(), xn_.data());
+    } else {
+      model_.head_rows(gathered, positions, dev_logits_.data(), dev_xn_.data());
+      be.to_host(logits_.data(), dev_logits_.data(), positions * V);
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t g = 0; g < positions; ++g) {
       const float* l = logits_.data() + g * V;

@@ -90,6 +90,8 @@ class Scorer {
   int batch_size_, max_len_;
   std::vector<int> exits_;
   std::vector<float> gathered_, logits_, xn_;
+  // Device backends: the gathered rows, normed rows and logits on the device.
+  ops::DeviceBuffer<float> dev_gathered_, dev_xn_, dev_logits_;
 };
 
 }  // namespace strata

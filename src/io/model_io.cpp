@@ -29,18 +29,25 @@ CheckpointInfo read_checkpoint_info(const CheckpointReader& reader) {
 
 void read_tensor_parts(const CheckpointReader& reader, const std::string& group,
                        const ParamLayout& layout, const std::vector<int>& tensors,
-                       const std::function<float*(int)>& dst) {
-  if (layout.tp() == 1) {
+                       const std::function<float*(int)>& dst, ops::Backend<float>* device) {
+  const bool staged = device && !device->is_host();
+  if (layout.tp() == 1 && !staged) {
     std::vector<TensorRef> refs;
     for (int t : tensors) refs.push_back(TensorRef{layout[t].name, layout[t].shape, dst(t)});
     reader.read(group, refs);
     return;
   }
-  std::vector<float> full;
+  std::vector<float> full, part;
   for (int t : tensors) {
     full.resize(size_t(full_numel(layout[t])));
     reader.read(group, {TensorRef{layout[t].name, layout[t].full_shape, full.data()}});
-    slice_full_tensor(layout, t, full.data(), dst(t));
+    if (!staged) {
+      slice_full_tensor(layout, t, full.data(), dst(t));
+      continue;
+    }
+    part.resize(size_t(layout[t].numel));
+    slice_full_tensor(layout, t, full.data(), part.data());
+    device->from_host(dst(t), part.data(), layout[t].numel);
   }
 }
 
@@ -64,7 +71,8 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
       std::make_unique<Model<float>>(info.config, info.plan, ops::make_backend<float>(o.device), o.tp);
   std::vector<int> all(model->layout().tensors().size());
   for (size_t t = 0; t < all.size(); ++t) all[t] = int(t);
-  read_tensor_parts(reader, "params", model->layout(), all, [&](int t) { return model->param(t); });
+  read_tensor_parts(reader, "params", model->layout(), all, [&](int t) { return model->param(t); },
+                    &model->backend());
   if (info_out) *info_out = std::move(info);
   return model;
 }
@@ -77,6 +85,12 @@ void save_model(const std::string& path, Model<float>& model, const std::string&
   d.state = state;
   d.tokenizer = tokenizer;
   d.params = param_refs(model);
+  std::vector<float> host;  // a device backend's parameters, staged
+  if (!model.backend().is_host()) {
+    host.resize(size_t(model.num_params()));
+    model.backend().to_host(host.data(), model.params(), model.num_params());
+    for (TensorRef& r : d.params) r.data = host.data() + (r.data - model.params());
+  }
   write_checkpoint(path, d);
 }
 

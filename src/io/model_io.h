@@ -31,9 +31,12 @@ CheckpointInfo read_checkpoint_info(const CheckpointReader& reader);
 
 // Reads tensors of checkpoint group `group` (full tensors, whatever layout
 // saved them) into this rank's parts of `layout` at dst(t).
+// With `device` (a backend that is not host memory) dst(t) is device memory:
+// each tensor is read on the host and copied there.
 void read_tensor_parts(const CheckpointReader& reader, const std::string& group,
                        const ParamLayout& layout, const std::vector<int>& tensors,
-                       const std::function<float*(int)>& dst);
+                       const std::function<float*(int)>& dst,
+                       ops::Backend<float>* device = nullptr);
 
 struct LoadOptions {
   std::string plan;            // run under this plan ("": the checkpoint's)

@@ -123,6 +123,16 @@ std::string save(Run& run) {
     d.params = param_refs(*run.model);
     d.exp_avg = moment_refs(*run.model, *run.opt, false);
     d.exp_avg_sq = moment_refs(*run.model, *run.opt, true);
+    std::vector<std::vector<float>> host;  // a device backend's tensors, staged
+    if (!run.model->backend().is_host())
+      for (auto* refs : {&d.params, &d.exp_avg, &d.exp_avg_sq})
+        for (TensorRef& ref : *refs) {
+          int64_t numel = 1;
+          for (int64_t dim : ref.shape) numel *= dim;
+          host.emplace_back(static_cast<size_t>(numel));
+          run.model->backend().to_host(host.back().data(), ref.data, numel);
+          ref.data = host.back().data();
+        }
     write_checkpoint(path, d);
     prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
     return path;
@@ -133,7 +143,15 @@ std::string save(Run& run) {
   const ParamLayout& L = run.model->layout();
   const bool assemble = run.grid.dp_rank == 0;
   std::vector<std::vector<float>> store;  // the full tensors (moved vectors keep their data)
-  auto full = [&](int t, const float* part) {
+  ops::Backend<float>& be = run.model->backend();
+  std::vector<float> staged;
+  // `part` is host memory; `on_device` parts are staged first.
+  auto full = [&](int t, const float* part, bool on_device = false) {
+    if (on_device && !be.is_host()) {
+      staged.resize(size_t(L[t].numel));
+      be.to_host(staged.data(), part, L[t].numel);
+      part = staged.data();
+    }
     std::vector<float> f(size_t(full_numel(L[t])));
     gather_full_tensor(L, t, part, f.data(), *run.tp);
     store.push_back(std::move(f));
@@ -141,7 +159,7 @@ std::string save(Run& run) {
   };
   const int n = int(L.tensors().size());
   if (assemble)
-    for (int t = 0; t < n; ++t) d.params.push_back(full(t, run.model->param(t)));
+    for (int t = 0; t < n; ++t) d.params.push_back(full(t, run.model->param(t), true));
   std::vector<float> m, v;
   for (int t = 0; t < n; ++t) {
     if (run.owner[size_t(t)] < 0) continue;  // frozen: no optimizer state

@@ -302,7 +302,7 @@ void setup_grid(Run& run) {
 // Reads tensors `tensors` of checkpoint group `group` into this rank's parts.
 void read_parts(const Run& run, const CheckpointReader& reader, const std::string& group,
                 const std::vector<int>& tensors, const std::function<float*(int)>& dst) {
-  read_tensor_parts(reader, group, run.model->layout(), tensors, dst);
+  read_tensor_parts(reader, group, run.model->layout(), tensors, dst, &run.model->backend());
 }
 
 // ZeRO-1: each trainable tensor's optimizer state lives on one data-parallel

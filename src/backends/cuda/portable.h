@@ -178,20 +178,16 @@ V atomicCAS(V* p, V expected, V desired) {
 namespace strata::gpu {
 inline namespace STRATA_TARGET_NS {
 inline constexpr bool kSimulated = true;
-inline void* malloc_device(size_t bytes) {
-  if (!bytes) return nullptr;
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  STRATA_CHECK(p, "SIMT backend: out of memory allocating ", bytes, " bytes");
-  std::memset(p, 0, bytes);
-  return p;
-}
-inline void free_device(void* p) { std::free(p); }
+inline void* malloc_device(size_t bytes) { return ::strata::simt::device_alloc(bytes); }
+inline void free_device(void* p) { ::strata::simt::device_free(p); }
 inline void* malloc_async(size_t bytes, void*) { return malloc_device(bytes); }
-inline void free_async(void* p, void*) { std::free(p); }
+inline void free_async(void* p, void*) { free_device(p); }
 inline void copy_async(void* dst, const void* src, size_t bytes, void*) {
+  ::strata::simt::DeviceAccess access;
   if (bytes) std::memmove(dst, src, bytes);
 }
 inline void zero_async(void* p, size_t bytes, void*) {
+  ::strata::simt::DeviceAccess access;
   if (bytes) std::memset(p, 0, bytes);
 }
 inline void sync(void*) {}

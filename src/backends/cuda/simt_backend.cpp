@@ -19,6 +19,7 @@ class CpuGemm final : public GemmEngine<T> {
  public:
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
             const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+    ::strata::simt::DeviceAccess access;  // the stand-in reads device memory on the host
     const ops::MatmulPrecision saved = cpu::matmul_precision();
     if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
     if constexpr (std::is_same_v<T, float>) {

@@ -3,10 +3,16 @@
 #include "backends/cuda/simt/simt.h"
 
 #include <omp.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -312,6 +318,110 @@ int warp_rendezvous(unsigned mask, uint64_t value, const char* op, Warp** out) {
 
 }  // namespace
 
+// ------------------------------------------------------------ device memory
+namespace {
+
+constexpr size_t kPage = 4096;
+std::mutex g_mem_mutex;
+std::map<uintptr_t, size_t> g_regions;  // strict allocations: start -> mapped bytes
+std::atomic<int> g_strict{-1};          // -1: not decided yet (environment)
+int g_access_depth = 0;                 // DeviceAccess nesting (host thread)
+
+void protect_all(int prot) {
+  for (const auto& [start, bytes] : g_regions) mprotect(reinterpret_cast<void*>(start), bytes, prot);
+}
+
+bool in_region(uintptr_t a) {
+  auto it = g_regions.upper_bound(a);
+  if (it == g_regions.begin()) return false;
+  --it;
+  return a < it->first + it->second;
+}
+
+void on_segv(int sig, siginfo_t* info, void*) {
+  const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (in_region(a)) {
+    char msg[200];
+    const int n = std::snprintf(msg, sizeof msg,
+                                "strata: error: host code touched SIMT device memory at %p outside "
+                                "a kernel or a backend copy (it would fail on a GPU)\n",
+                                info->si_addr);
+    if (n > 0) (void)!write(2, msg, size_t(n));
+    _exit(3);
+  }
+  signal(sig, SIG_DFL);  // not ours: crash as usual
+  raise(sig);
+}
+
+void install_handler() {
+  struct sigaction sa {};
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+}
+
+}  // namespace
+
+bool strict() {
+  int s = g_strict.load();
+  if (s < 0) {
+    const char* e = std::getenv("STRATA_SIMT_STRICT");
+    set_strict(e && *e && std::string(e) != "0");
+    s = g_strict.load();
+  }
+  return s == 1;
+}
+
+void set_strict(bool on) {
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  if (on) install_handler();
+  g_strict = on ? 1 : 0;
+}
+
+void* device_alloc(size_t bytes) {
+  if (!bytes) return nullptr;
+  if (!strict()) {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    STRATA_CHECK(p, "SIMT backend: out of memory allocating ", bytes, " bytes");
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  const size_t mapped = (bytes + kPage - 1) / kPage * kPage;
+  void* p = mmap(nullptr, mapped, g_access_depth ? PROT_READ | PROT_WRITE : PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  STRATA_CHECK(p != MAP_FAILED, "SIMT backend: out of memory mapping ", bytes, " bytes");
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  g_regions[reinterpret_cast<uintptr_t>(p)] = mapped;
+  return p;  // fresh anonymous pages are zero
+}
+
+void device_free(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    auto it = g_regions.find(reinterpret_cast<uintptr_t>(p));
+    if (it != g_regions.end()) {
+      munmap(p, it->second);
+      g_regions.erase(it);
+      return;
+    }
+  }
+  std::free(p);
+}
+
+DeviceAccess::DeviceAccess() {
+  if (!strict()) return;
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  if (g_access_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+}
+
+DeviceAccess::~DeviceAccess() {
+  if (!strict()) return;
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  if (--g_access_depth == 0) protect_all(PROT_NONE);
+}
+
 void set_schedule(Schedule s, uint64_t seed) {
   g_schedule = int(s);
   g_seed = seed;
@@ -335,6 +445,7 @@ void launch(const char* name, Dim3 grid, Dim3 block, size_t dynamic_shared_bytes
   ++g_launches;
   const int64_t nblocks = int64_t(grid.x) * grid.y * grid.z;
   if (nblocks == 0) return;
+  DeviceAccess access;
   std::string error;
   Dim3 bad;
 #pragma omp parallel for schedule(dynamic, 1) if (nblocks > 1)

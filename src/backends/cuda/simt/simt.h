@@ -54,6 +54,27 @@ void launch(const char* name, Dim3 grid, Dim3 block, size_t dynamic_shared,
 // Launches since the process started (tests check a path ran its kernels).
 uint64_t launch_count();
 
+// ------------------------------------------------------------ device memory
+// The SIMT backend's "device" memory. In strict mode (STRATA_SIMT_STRICT=1 in
+// the environment, or set_strict) every allocation is its own mapping that
+// is inaccessible except while a kernel, a backend copy or the GEMM stand-in
+// runs (DeviceAccess): host code that reads or writes device memory directly,
+// which would crash or corrupt on a GPU, then stops with a one-line message
+// naming the address instead of silently working. Single-process only (MPI
+// cannot send from protected memory).
+void* device_alloc(size_t bytes);
+void device_free(void* p);
+void set_strict(bool on);
+bool strict();
+// While alive, device memory is accessible (nests).
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
 // ---------------------------------------------------------------- per thread
 struct ThreadState {
   Dim3 thread_idx, block_idx, block_dim, grid_dim;
