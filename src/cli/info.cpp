@@ -58,6 +58,8 @@ int cmd_info(int argc, char** argv, int first) {
 #else
   std::printf("cuda:    backend not built (nvcc not found at configure time)\n");
 #endif
+  std::printf("devices: %s; %s (simt: the CUDA kernels on the CPU SIMT executor)\n",
+              ops::backend_names().c_str(), ops::device_choice("auto").c_str());
   return 0;
 }
 
