@@ -13,6 +13,8 @@
 #            run's curve; every rank computes the same global masks (digests)
 #   lp       a Layer-Parallel pair (one whole layer per tp rank): tp=2 follows
 #            the single run; dp=2 x tp=2 (ZeRO-1) saves at step 10, resumed alone
+#   device   dp=2 x tp=2 (ZeRO-1) on the SIMT device (the CUDA kernels; the
+#            collectives on device buffers) follows the single CPU run
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -94,6 +96,12 @@ signal_one_rank() {
 }
 
 case $phase in
+  device)
+    train1 "$work/single" 20
+    trainp 4 2 "$work/simt" 20 --set parallelism.zero=1 --set run.device=simt
+    grep -q "device simt" "$work/simt.log" || fail "the run does not say it is on simt"
+    compare "$work/single" "$work/simt" 1
+    ;;
   curve)
     train1 "$work/single" 20
     trainp 2 1 "$work/dp2" 20

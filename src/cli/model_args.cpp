@@ -47,7 +47,7 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
   const std::string device = args.get("device");
   try {
     o.device = ops::resolve_device(device);
-    use_device_comms(m.grid, o.device, nullptr);
+    use_device_comms(m.grid, o.device, nullptr, ops::local_cuda_device());
   } catch (const Error& e) {
     fail(cat(command, " --device: ", e.what()));
   }
@@ -67,7 +67,7 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
     if (o.plan.empty()) throw;
     fail(cat(command, " --plan: ", e.what()));
   }
-  use_device_comms(m.grid, o.device, m.model->backend().stream());
+  use_device_comms(m.grid, o.device, m.model->backend().stream(), ops::local_cuda_device());
   if (o.device != "cpu") log::info(ops::device_choice(device));
   if (!benchmark) m.info.plan.check_not_benchmark_only(command);
   if (!o.plan.empty())

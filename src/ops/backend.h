@@ -215,6 +215,10 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& name = "cpu");
 std::string resolve_device(const std::string& name);
 // The device names this build accepts, for help and errors.
 std::string backend_names();
+// The GPU of this process (device "cuda"): its rank on the node (Open MPI,
+// Slurm, MPICH, PMIx variables) modulo the visible devices, so one rank per
+// GPU needs no setting; 0 alone or without CUDA.
+int local_cuda_device();
 // One line for logs: "device cpu (auto: no CUDA device visible)".
 std::string device_choice(const std::string& requested);
 

@@ -53,9 +53,7 @@ std::string device_choice(const std::string& requested) {
 #endif
 }
 
-// The GPU of this process: its rank on the node (mpirun, srun) modulo the
-// visible devices, so one rank per GPU needs no setting.
-int local_device() {
+int local_cuda_device() {
 #if defined(STRATA_HAVE_CUDA)
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
                         "PMIX_LOCAL_RANK"})
@@ -70,7 +68,7 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& requested) {
   if (name == "cpu") return make_cpu_backend<T>();
   if (name == "simt") return cuda::make_simt_backend<T>();
 #if defined(STRATA_HAVE_CUDA)
-  if (name == "cuda") return cuda::make_cuda_backend<T>(local_device());
+  if (name == "cuda") return cuda::make_cuda_backend<T>(local_cuda_device());
 #endif
   fail(cat("unknown device '", name, "'"));
 }

@@ -127,7 +127,7 @@ ProcessGrid make_grid(int tp, int dp_request) {
   return g;
 }
 
-void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream) {
+void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream, int gpu) {
   if (device != "cuda" || g.world_size == 1) return;
 #if defined(STRATA_HAVE_NCCL)
   for (std::unique_ptr<Communicator>* c : {&g.tp_comm, &g.dp_comm}) {
@@ -136,12 +136,13 @@ void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_s
       n->set_compute_stream(static_cast<cudaStream_t>(compute_stream));
       continue;
     }
-    auto nccl = std::make_unique<NcclComm>(std::move(*c));
+    auto nccl = std::make_unique<NcclComm>(std::move(*c), gpu);
     nccl->set_compute_stream(static_cast<cudaStream_t>(compute_stream));
     *c = std::move(nccl);
   }
 #else
   (void)compute_stream;
+  (void)gpu;
   fail("device cuda on several processes needs NCCL, and this build has none (install NCCL next "
        "to the CUDA toolkit and reconfigure)");
 #endif

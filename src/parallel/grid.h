@@ -43,7 +43,9 @@ ProcessGrid make_grid(int tp, int dp_request);
 // stream, not the host). Other devices keep MPI. Throws when "cuda" runs on
 // several processes in a build without NCCL. Called again on a grid already
 // on NCCL, it only sets the stream.
-void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream);
+// `gpu`: this process's CUDA device (NCCL binds to it).
+void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream,
+                      int gpu = 0);
 
 // Finalises MPI if it was initialised (call at exit, after the grid's
 // communicators are gone or no longer used). Only on a path every rank takes:

@@ -282,7 +282,7 @@ void setup_grid(Run& run) {
   try {
     run.device = ops::resolve_device(device);
     run.backend = ops::make_backend<float>(run.device);
-    use_device_comms(run.grid, run.device, run.backend->stream());
+    use_device_comms(run.grid, run.device, run.backend->stream(), ops::local_cuda_device());
   } catch (const Error& e) {
     r.fail("run.device", e.what());
   }
