@@ -87,8 +87,8 @@ class Device {
 };
 
 template <typename T>
-Run<T> run(const Case<T>& c, Backend<T>& be, const std::vector<Host>& in, const std::vector<Host>* dout,
-           double dscalar, const std::vector<Host>* grad_base) {
+Run<T> run(const Case<T>& c, Backend<T>& be, const std::vector<Host>& in,
+           const std::vector<Host>* dout, double dscalar, const std::vector<Host>* grad_base) {
   Device<T> dev(be);
   std::vector<T*> din, dout_p, dgrad;
   for (const Host& h : in) din.push_back(dev.put(h));
@@ -139,26 +139,35 @@ std::vector<Case<T>> table() {
   using V = std::vector<T*>;
 
   // Embedding, whole table and a vocabulary shard.
-  for (auto [N, C, V_, v0, Vl] : {std::tuple{7, 5, 11, 0, -1}, std::tuple{40, 64, 9, 0, -1},
-                                  std::tuple{12, 33, 10, 3, 4}}) {
+  for (auto [N, C, V_, v0, Vl] :
+       {std::tuple{7, 5, 11, 0, -1}, std::tuple{40, 64, 9, 0, -1}, std::tuple{12, 33, 10, 3, 4}}) {
     std::vector<int32_t> tok(static_cast<size_t>(N));
     for (int n = 0; n < N; ++n) tok[size_t(n)] = (n * 7 + n / 3) % V_;
     const int rows = Vl < 0 ? V_ : Vl;
-    t.push_back({"embedding N" + std::to_string(N) + " C" + std::to_string(C) +
-                     (Vl < 0 ? "" : " shard"),
-                 {int64_t(rows) * C}, {true}, {int64_t(N) * C}, {true}, false, nullptr,
-                 [=](Backend<T>& be, const V& in, const V& out) {
-                   be.embedding_forward(out[0], tok.data(), in[0], N, C, V_, v0, Vl);
-                   return std::vector<double>{};
-                 },
-                 [=](Backend<T>& be, const V&, const V&, const V& d, double, const V& g) {
-                   be.embedding_backward(g[0], tok.data(), d[0], N, C, v0, Vl);
-                 }});
+    t.push_back(
+        {"embedding N" + std::to_string(N) + " C" + std::to_string(C) + (Vl < 0 ? "" : " shard"),
+         {int64_t(rows) * C},
+         {true},
+         {int64_t(N) * C},
+         {true},
+         false,
+         nullptr,
+         [=](Backend<T>& be, const V& in, const V& out) {
+           be.embedding_forward(out[0], tok.data(), in[0], N, C, V_, v0, Vl);
+           return std::vector<double>{};
+         },
+         [=](Backend<T>& be, const V&, const V&, const V& d, double, const V& g) {
+           be.embedding_backward(g[0], tok.data(), d[0], N, C, v0, Vl);
+         }});
   }
 
   for (auto [N, C] : {std::pair{3, 8}, std::pair{5, 300}, std::pair{2, 1000}})
     t.push_back({"rmsnorm N" + std::to_string(N) + " C" + std::to_string(C),
-                 {int64_t(N) * C, C}, {true, true}, {int64_t(N) * C, N}, {true, false}, false,
+                 {int64_t(N) * C, C},
+                 {true, true},
+                 {int64_t(N) * C, N},
+                 {true, false},
+                 false,
                  nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.rmsnorm_forward(out[0], out[1], in[0], in[1], N, C, 1e-5);
@@ -169,14 +178,20 @@ std::vector<Case<T>> table() {
                  }});
 
   // Linear with bias, compact and on views (leading dimensions), dx "=" and "+=".
-  for (auto [N, IC, OC, pad] : {std::tuple{4, 6, 5, 0}, std::tuple{33, 20, 17, 0},
-                                std::tuple{9, 12, 7, 3}})
+  for (auto [N, IC, OC, pad] :
+       {std::tuple{4, 6, 5, 0}, std::tuple{33, 20, 17, 0}, std::tuple{9, 12, 7, 3}})
     for (bool acc : {false, true}) {
       const ops::LinearLd ld{pad ? IC + pad : 0, pad ? IC + pad + 1 : 0, pad ? OC + pad : 0};
-      const int64_t lx = pad ? IC + pad : IC, lw = pad ? IC + pad + 1 : IC, lo = pad ? OC + pad : OC;
+      const int64_t lx = pad ? IC + pad : IC, lw = pad ? IC + pad + 1 : IC,
+                    lo = pad ? OC + pad : OC;
       t.push_back({"linear N" + std::to_string(N) + " IC" + std::to_string(IC) +
                        (pad ? " views" : "") + (acc ? " dx+=" : " dx="),
-                   {N * lx, OC * lw, OC}, {true, true, true}, {N * lo}, {true}, false, nullptr,
+                   {N * lx, OC * lw, OC},
+                   {true, true, true},
+                   {N * lo},
+                   {true},
+                   false,
+                   nullptr,
                    [=](Backend<T>& be, const V& in, const V& out) {
                      be.linear_forward(out[0], in[0], in[1], in[2], N, IC, OC, ld);
                      return std::vector<double>{};
@@ -188,8 +203,12 @@ std::vector<Case<T>> table() {
 
   for (auto [N, OC, ld] : {std::tuple{5, 7, 0}, std::tuple{6, 4, 9}})
     t.push_back({"bias_add N" + std::to_string(N) + (ld ? " ld" : ""),
-                 {int64_t(N) * (ld ? ld : OC), OC}, {true, true}, {int64_t(N) * (ld ? ld : OC)},
-                 {true}, false, nullptr,
+                 {int64_t(N) * (ld ? ld : OC), OC},
+                 {true, true},
+                 {int64_t(N) * (ld ? ld : OC)},
+                 {true},
+                 false,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.copy(out[0], in[0], int64_t(N) * (ld ? ld : OC));
                    be.bias_add_forward(out[0], in[1], N, OC, ld);
@@ -201,7 +220,13 @@ std::vector<Case<T>> table() {
                  }});
 
   for (int64_t n : {5, 1000})
-    t.push_back({"axpby n" + std::to_string(n), {n, n}, {true, true}, {n}, {true}, false, nullptr,
+    t.push_back({"axpby n" + std::to_string(n),
+                 {n, n},
+                 {true, true},
+                 {n},
+                 {true},
+                 false,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.axpby_forward(out[0], in[0], in[1], n, 0.3, -1.7);
                    return std::vector<double>{};
@@ -211,7 +236,12 @@ std::vector<Case<T>> table() {
                  }});
 
   for (int64_t n : {3, 777})
-    t.push_back({"residual n" + std::to_string(n), {n, n}, {true, true}, {n}, {true}, false,
+    t.push_back({"residual n" + std::to_string(n),
+                 {n, n},
+                 {true, true},
+                 {n},
+                 {true},
+                 false,
                  nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.residual_forward(out[0], in[0], in[1], n);
@@ -223,7 +253,8 @@ std::vector<Case<T>> table() {
 
   // RoPE on the first H of more heads (row stride), positions from pos0; the
   // backend's own table.
-  for (auto [B, S, H, D, extra, pos0] : {std::tuple{2, 5, 3, 8, 4, 3}, std::tuple{1, 9, 2, 64, 0, 0}}) {
+  for (auto [B, S, H, D, extra, pos0] :
+       {std::tuple{2, 5, 3, 8, 4, 3}, std::tuple{1, 9, 2, 64, 0, 0}}) {
     const int64_t stride = int64_t(H) * D + extra, n = int64_t(B) * S * stride;
     const int max_pos = pos0 + S + 2;
     auto table_of = [=](Backend<T>& be, ops::DeviceBuffer<T>& c, ops::DeviceBuffer<T>& s) {
@@ -233,8 +264,13 @@ std::vector<Case<T>> table() {
       s = ops::DeviceBuffer<T>(&be, size_t(max_pos) * D / 2);
       be.rope_table(c.data(), s.data(), max_pos, D, inv.data());
     };
-    t.push_back({"rope D" + std::to_string(D) + " pos0 " + std::to_string(pos0), {n}, {true},
-                 {n, int64_t(max_pos) * D / 2}, {true, false}, false, nullptr,
+    t.push_back({"rope D" + std::to_string(D) + " pos0 " + std::to_string(pos0),
+                 {n},
+                 {true},
+                 {n, int64_t(max_pos) * D / 2},
+                 {true, false},
+                 false,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    ops::DeviceBuffer<T> c, s;
                    table_of(be, c, s);
@@ -262,7 +298,12 @@ std::vector<Case<T>> table() {
     const int64_t no = int64_t(B) * S * Hq * D, nl = int64_t(B) * Hq * S;
     t.push_back({"attention B" + std::to_string(B) + " T" + std::to_string(S) + " Hq" +
                      std::to_string(Hq) + " Hkv" + std::to_string(Hkv) + " D" + std::to_string(D),
-                 {nq}, {true}, {no, nl}, {true, false}, false, nullptr,
+                 {nq},
+                 {true},
+                 {no, nl},
+                 {true, false},
+                 false,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.attention_forward(out[0], out[1], in[0], B, S, Hq, Hkv, D);
                    return std::vector<double>{};
@@ -275,15 +316,19 @@ std::vector<Case<T>> table() {
                  }});
   }
 
-  for (auto [n, pos0, Hq, Hkv, D, max_len] : {std::tuple{3, 5, 4, 2, 8, 12},
-                                              std::tuple{1, 37, 2, 2, 16, 40}}) {
+  for (auto [n, pos0, Hq, Hkv, D, max_len] :
+       {std::tuple{3, 5, 4, 2, 8, 12}, std::tuple{1, 37, 2, 2, 16, 40}}) {
     const int64_t qs = int64_t(Hq + 2 * Hkv) * D, kv = int64_t(Hkv) * max_len * D;
     t.push_back({"attention_cached n" + std::to_string(n) + " pos0 " + std::to_string(pos0),
-                 {n * qs, kv, kv}, {false, false, false}, {int64_t(n) * Hq * D}, {true}, false,
+                 {n * qs, kv, kv},
+                 {false, false, false},
+                 {int64_t(n) * Hq * D},
+                 {true},
+                 false,
                  nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
-                   be.attention_cached_forward(out[0], in[0], qs, in[1], in[2], n, pos0, Hq, Hkv,
-                                               D, max_len);
+                   be.attention_cached_forward(out[0], in[0], qs, in[1], in[2], n, pos0, Hq, Hkv, D,
+                                               max_len);
                    return std::vector<double>{};
                  },
                  nullptr});
@@ -291,8 +336,13 @@ std::vector<Case<T>> table() {
 
   for (auto [N, F] : {std::pair{3, 4}, std::pair{7, 300}}) {
     const int64_t n = int64_t(N) * F;
-    t.push_back({"swiglu N" + std::to_string(N) + " F" + std::to_string(F), {2 * n}, {true}, {n},
-                 {true}, false, nullptr,
+    t.push_back({"swiglu N" + std::to_string(N) + " F" + std::to_string(F),
+                 {2 * n},
+                 {true},
+                 {n},
+                 {true},
+                 false,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.swiglu_forward(out[0], in[0], N, F);
                    return std::vector<double>{};
@@ -307,9 +357,9 @@ std::vector<Case<T>> table() {
 
   // Fused norm + head + cross-entropy: forward then backward, and the fused
   // forward-backward; an ignored target; a vocabulary shard (one rank).
-  for (auto [N, C, V_, fused, v0] : {std::tuple{6, 8, 13, false, 0}, std::tuple{6, 8, 13, true, 0},
-                                     std::tuple{20, 16, 700, true, 0},
-                                     std::tuple{7, 8, 11, false, 5}}) {
+  for (auto [N, C, V_, fused, v0] :
+       {std::tuple{6, 8, 13, false, 0}, std::tuple{6, 8, 13, true, 0},
+        std::tuple{20, 16, 700, true, 0}, std::tuple{7, 8, 11, false, 5}}) {
     std::vector<int32_t> tg(static_cast<size_t>(N));
     for (int n = 0; n < N; ++n) tg[size_t(n)] = (n * 5 + 2) % (V_ + v0);
     tg[2] = ops::kIgnoreIndex;
@@ -320,8 +370,12 @@ std::vector<Case<T>> table() {
     auto sp = v0 ? shard : nullptr;
     t.push_back({std::string("head_ce ") + (fused ? "fused " : "") + "N" + std::to_string(N) +
                      " V" + std::to_string(V_) + (v0 ? " shard" : ""),
-                 {int64_t(N) * C, C, int64_t(V_) * C}, {true, true, true},
-                 {int64_t(N) * C, N, N, N}, {false, false, false, false}, true, nullptr,
+                 {int64_t(N) * C, C, int64_t(V_) * C},
+                 {true, true, true},
+                 {int64_t(N) * C, N, N, N},
+                 {false, false, false, false},
+                 true,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    int64_t valid = 0;
                    const double loss =
@@ -346,8 +400,12 @@ std::vector<Case<T>> table() {
 
   for (auto [N, C, V_] : {std::tuple{3, 8, 13}, std::tuple{5, 40, 300}})
     t.push_back({"head_logits N" + std::to_string(N) + " V" + std::to_string(V_),
-                 {int64_t(N) * C, C, int64_t(V_) * C}, {false, false, false},
-                 {int64_t(N) * V_, int64_t(N) * C}, {true, false}, false, nullptr,
+                 {int64_t(N) * C, C, int64_t(V_) * C},
+                 {false, false, false},
+                 {int64_t(N) * V_, int64_t(N) * C},
+                 {true, false},
+                 false,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    be.head_logits(out[0], out[1], in[0], in[1], in[2], N, C, V_, 1e-5);
                    return std::vector<double>{};
@@ -355,7 +413,13 @@ std::vector<Case<T>> table() {
                  nullptr});
 
   for (int64_t n : {6, 5000})
-    t.push_back({"mse n" + std::to_string(n), {n, n}, {true, true}, {}, {}, true, nullptr,
+    t.push_back({"mse n" + std::to_string(n),
+                 {n, n},
+                 {true, true},
+                 {},
+                 {},
+                 true,
+                 nullptr,
                  [=](Backend<T>& be, const V& in, const V&) {
                    return std::vector<double>{be.mse_forward(in[0], in[1], n)};
                  },
@@ -365,8 +429,12 @@ std::vector<Case<T>> table() {
 
   // AdamW on (p, g, m, v >= 0): the updated p, m, v.
   for (int64_t n : {7, 3000})
-    t.push_back({"adamw n" + std::to_string(n), {n, n, n, n}, {false, false, false, false},
-                 {n, n, n}, {true, true, true}, false,
+    t.push_back({"adamw n" + std::to_string(n),
+                 {n, n, n, n},
+                 {false, false, false, false},
+                 {n, n, n},
+                 {true, true, true},
+                 false,
                  [](std::vector<Host>& in) {
                    for (double& x : in[3]) x = std::abs(x) * 0.01;
                  },
@@ -386,7 +454,12 @@ std::vector<Case<T>> table() {
   // Gradient-norm helpers: sum of squares into a scalar accumulator (twice,
   // so it accumulates), then scaling in place.
   for (int64_t n : {5, 300000})
-    t.push_back({"sum_squares+scale n" + std::to_string(n), {n}, {false}, {n}, {true}, false,
+    t.push_back({"sum_squares+scale n" + std::to_string(n),
+                 {n},
+                 {false},
+                 {n},
+                 {true},
+                 false,
                  nullptr,
                  [=](Backend<T>& be, const V& in, const V& out) {
                    double* acc = be.alloc_scalars(2);

@@ -14,6 +14,7 @@
 #include "backends/cuda/simt/simt.h"
 #include "infer/generate.h"
 #include "model/model.h"
+#include "plan_reference.h"
 #include "testing.h"
 #include "train/optimizer.h"
 
@@ -22,19 +23,14 @@ namespace {
 
 const bool kStrict = (simt::set_strict(true), true);
 
+// The plan tests' model with a milder init (0.2): the comparison is of two
+// float computations in different orders (and the CPU's exp is an
+// approximation within 4 ulp), which a sharp softmax amplifies. Measured on
+// the Ice Lake machine: largest gradient difference 2.8e-6 of its tensor's
+// largest entry.
 LlamaConfig tiny(int layers, bool tied, int kv_heads, bool bias) {
-  LlamaConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = bias;
-  c.initializer_range = 0.3;
-  c.finalize();
+  LlamaConfig c = testing::plan_test_config(layers, tied, bias, kv_heads);
+  c.initializer_range = 0.2;
   return c;
 }
 
@@ -50,7 +46,8 @@ void expect_arena_close(Model<float>& dev, Model<float>& cpu, bool grads, double
   const auto a = host_params(dev, grads), b = host_params(cpu, grads);
   for (const auto& t : cpu.layout().tensors()) {
     double scale = 1e-3, worst = 0;
-    for (int64_t i = 0; i < t.numel; ++i) scale = std::max(scale, double(std::abs(b[t.offset + i])));
+    for (int64_t i = 0; i < t.numel; ++i)
+      scale = std::max(scale, double(std::abs(b[t.offset + i])));
     for (int64_t i = 0; i < t.numel; ++i)
       worst = std::max(worst, double(std::abs(a[t.offset + i] - b[t.offset + i])));
     EXPECT_LE(worst / scale, tol) << what << ": tensor " << t.name;
@@ -112,17 +109,17 @@ TEST_P(ModelOnSimt, TrainingStepEqualsTheCpuBackend) {
   expect_arena_close(dev, cpu, true, 1e-5, "gradients of forward + backward");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kinds, ModelOnSimt,
-    ::testing::Values(Step{"standard*3", 3, true, false, false, 4},
-                      Step{"standard*3", 3, false, true, false, 2},
-                      Step{"standard,ladder*2", 3, false, false, false, 2},
-                      Step{"spd*3;spd_degree=2", 3, false, true, false, 2},
-                      Step{"lp*2,standard", 3, true, false, false, 4},
-                      Step{"standard,skip,standard", 3, false, false, false, 1},
-                      Step{"standard*4", 4, false, false, true, 2},
-                      Step{"standard,ladder*3", 4, true, false, true, 2}),
-    [](const auto& info) { return "case" + std::to_string(info.index); });
+INSTANTIATE_TEST_SUITE_P(Kinds, ModelOnSimt,
+                         ::testing::Values(Step{"standard*3", 3, true, false, false, 4},
+                                           Step{"standard*3", 3, false, true, false, 2},
+                                           Step{"standard,ladder*2", 3, false, false, false, 2},
+                                           Step{"spd*3;spd_degree=2", 3, false, true, false, 2},
+                                           Step{"lp*2,standard", 3, true, false, false, 4},
+                                           Step{"standard,skip,standard", 3, false, false, false,
+                                                1},
+                                           Step{"standard*4", 4, false, false, true, 2},
+                                           Step{"standard,ladder*3", 4, true, false, true, 2}),
+                         [](const auto& info) { return "case" + std::to_string(info.index); });
 
 TEST(ModelOnSimt, OptimizerStepAndEvaluationLogits) {
   const LlamaConfig c = tiny(2, false, 2, false);

@@ -153,8 +153,7 @@ TEST(Simt, ShufflesFollowCudaWidthAndSegmentRules) {
       auto exists = [&](int src_lane) { return src_lane < lanes; };
       const int x = lane ^ 1, d = lane + 3, u = lane - 2, i = seg + 5 % width;
       EXPECT_EQ(out[size_t(4 * t)], x < seg + width && exists(x) ? val(x) : val(lane));
-      EXPECT_EQ(out[size_t(4 * t + 1)],
-                d / width == lane / width && exists(d) ? val(d) : val(lane))
+      EXPECT_EQ(out[size_t(4 * t + 1)], d / width == lane / width && exists(d) ? val(d) : val(lane))
           << "t " << t << " width " << width;
       EXPECT_EQ(out[size_t(4 * t + 2)], u >= seg ? val(u) : val(lane));
       EXPECT_EQ(out[size_t(4 * t + 3)], exists(i) ? val(i) : val(lane));

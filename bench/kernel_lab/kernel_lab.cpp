@@ -69,8 +69,8 @@ double time_ms(const std::function<void()>& fn, int repeat) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     gpu::sync(nullptr);
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                    .count());
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -81,8 +81,8 @@ void report(const char* op, int variant, const char* what, const std::string& sh
             double ms, double tol) {
   const bool ok = err <= tol;
   failures += !ok;
-  std::printf("%-12s v%-2d %-40s %-26s %10.2e %s %10.3f ms\n", op, variant, what, shape.c_str(), err,
-              ok ? "ok  " : "FAIL", ms);
+  std::printf("%-12s v%-2d %-40s %-26s %10.2e %s %10.3f ms\n", op, variant, what, shape.c_str(),
+              err, ok ? "ok  " : "FAIL", ms);
 }
 
 void lab_rmsnorm(bool model, int repeat) {
@@ -95,18 +95,22 @@ void lab_rmsnorm(bool model, int repeat) {
   Dev d;
   float *dx = d.put(x), *dw = d.put(w), *out = d.zeros(x.size()), *r = d.zeros(size_t(N));
   const std::string shape = std::to_string(N) + "x" + std::to_string(C);
-  double ms = time_ms([&] {
-    STRATA_LAUNCH(cu::k_rmsnorm<float>, cu::blocks_for(N, 1, 8192), 256, 0, nullptr, out, r, dx,
-                  dw, N, C, 1e-5f);
-  }, repeat);
-  report("rmsnorm", 1, "block per row (production)", shape,
-         max_rel_err(d.get(out, x.size()), want), ms, 1e-5);
-  ms = time_ms([&] {
-    STRATA_LAUNCH(lab::rmsnorm_v2<float>, unsigned((N + 3) / 4), 128, 0, nullptr, out, r, dx, dw,
-                  N, C, 1e-5f);
-  }, repeat);
-  report("rmsnorm", 2, "warp per row, shuffles only", shape, max_rel_err(d.get(out, x.size()), want),
+  double ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(cu::k_rmsnorm<float>, cu::blocks_for(N, 1, 8192), 256, 0, nullptr, out, r, dx,
+                      dw, N, C, 1e-5f);
+      },
+      repeat);
+  report("rmsnorm", 1, "block per row (production)", shape, max_rel_err(d.get(out, x.size()), want),
          ms, 1e-5);
+  ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(lab::rmsnorm_v2<float>, unsigned((N + 3) / 4), 128, 0, nullptr, out, r, dx,
+                      dw, N, C, 1e-5f);
+      },
+      repeat);
+  report("rmsnorm", 2, "warp per row, shuffles only", shape,
+         max_rel_err(d.get(out, x.size()), want), ms, 1e-5);
 }
 
 void lab_column_sums(bool model, int repeat) {
@@ -122,10 +126,12 @@ void lab_column_sums(bool model, int repeat) {
     // Each timed call added into dst: compare one call's worth.
     gpu::zero_async(dst, OC * sizeof(float), nullptr);
   };
-  double ms = time_ms([&] {
-    STRATA_LAUNCH(cu::k_column_sums<float>, cu::blocks_for(OC, 128), 128, 0, nullptr, dst, ds, N,
-                  OC, int64_t(OC));
-  }, repeat);
+  double ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(cu::k_column_sums<float>, cu::blocks_for(OC, 128), 128, 0, nullptr, dst, ds,
+                      N, OC, int64_t(OC));
+      },
+      repeat);
   check();
   STRATA_LAUNCH(cu::k_column_sums<float>, cu::blocks_for(OC, 128), 128, 0, nullptr, dst, ds, N, OC,
                 int64_t(OC));
@@ -134,8 +140,8 @@ void lab_column_sums(bool model, int repeat) {
   const int chunk = 256, chunks = int((N + chunk - 1) / chunk);
   float* partial = d.zeros(size_t(chunks) * OC);
   auto v2 = [&] {
-    STRATA_LAUNCH(lab::column_sums_v2_partial<float>, dim3(cu::blocks_for(OC, 128), chunks), 128,
-                  0, nullptr, partial, ds, N, OC, chunk);
+    STRATA_LAUNCH(lab::column_sums_v2_partial<float>, dim3(cu::blocks_for(OC, 128), chunks), 128, 0,
+                  nullptr, partial, ds, N, OC, chunk);
     STRATA_LAUNCH(lab::column_sums_v2_finish<float>, cu::blocks_for(OC, 128), 128, 0, nullptr, dst,
                   partial, chunks, OC);
   };
@@ -155,21 +161,36 @@ void lab_attention(bool model, int repeat) {
                                                              B, T, Hq, Hkv, D);
   Dev d;
   float *dq = d.put(qkv), *out = d.zeros(want.size()), *lse = d.zeros(want_l.size());
-  AttnView<float> v{dq, dq + int64_t(Hq) * D, dq + int64_t(Hq + Hkv) * D, W, int64_t(T) * W, W,
-                    D, B, T, Hq, Hkv, D, 0};
+  AttnView<float> v{dq,
+                    dq + int64_t(Hq) * D,
+                    dq + int64_t(Hq + Hkv) * D,
+                    W,
+                    int64_t(T) * W,
+                    W,
+                    D,
+                    B,
+                    T,
+                    Hq,
+                    Hkv,
+                    D,
+                    0};
   const unsigned blocks = unsigned((int64_t(B) * Hq * T + cu::kAttnWarps - 1) / cu::kAttnWarps);
-  const std::string shape = std::to_string(B) + "x" + std::to_string(T) + "x" +
-                            std::to_string(Hq) + "x" + std::to_string(D);
-  double ms = time_ms([&] {
-    STRATA_LAUNCH(cu::k_attention_forward<float>, blocks, cu::kAttnWarps * cu::kWarp,
-                  cu::kAttnWarps * (D + cu::kWarp) * sizeof(float), nullptr, out, lse, v);
-  }, repeat);
+  const std::string shape = std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(Hq) +
+                            "x" + std::to_string(D);
+  double ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(cu::k_attention_forward<float>, blocks, cu::kAttnWarps * cu::kWarp,
+                      cu::kAttnWarps * (D + cu::kWarp) * sizeof(float), nullptr, out, lse, v);
+      },
+      repeat);
   report("attention", 1, "lanes over 32 keys, shared p (production)", shape,
          max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
-  ms = time_ms([&] {
-    STRATA_LAUNCH(lab::attention_v2<float>, blocks, cu::kAttnWarps * cu::kWarp, 0, nullptr, out,
-                  lse, v);
-  }, repeat);
+  ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(lab::attention_v2<float>, blocks, cu::kAttnWarps * cu::kWarp, 0, nullptr, out,
+                      lse, v);
+      },
+      repeat);
   report("attention", 2, "lanes over D, a reduction per key", shape,
          max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
 }
@@ -203,8 +224,8 @@ int main(int argc, char** argv) {
   std::printf("kernel lab on %s (%s shapes, median of %d)%s\n",
               gpu::kSimulated ? "the CPU SIMT executor" : "the GPU", size.c_str(), repeat,
               gpu::kSimulated ? ": times measure the executor, not a GPU" : "");
-  std::printf("%-12s %-3s %-40s %-26s %10s %-4s %13s\n", "op", "var", "variant", "shape",
-              "max err", "", "time");
+  std::printf("%-12s %-3s %-40s %-26s %10s %-4s %13s\n", "op", "var", "variant", "shape", "max err",
+              "", "time");
   const bool model = size == "model";
   bool any = false;
   if (op.empty() || op == "rmsnorm") any = true, lab_rmsnorm(model, repeat);

@@ -58,7 +58,8 @@ STRATA_GLOBAL void attention_v2(T* out, T* lse, AttnView<T> a) {
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (row >= int64_t(a.B) * a.Hq * a.Tq) return;
-  const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq), b = int(row / (int64_t(a.Tq) * a.Hq));
+  const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq),
+            b = int(row / (int64_t(a.Tq) * a.Hq));
   const int g = h / (a.Hq / a.Hkv), D = a.D;
   const T* q = a.q + (int64_t(b) * a.Tq + i) * a.q_stride + int64_t(h) * D;
   const T* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;

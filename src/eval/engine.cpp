@@ -1,8 +1,8 @@
 #include "eval/engine.h"
 
 #include <algorithm>
-#include <map>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -19,8 +19,7 @@ Scorer::Scorer(Model<float>& model, const Tokenizer& tokenizer, int batch_size,
   const int L = model.config().num_hidden_layers;
   STRATA_CHECK(batch_size >= 1, "eval: batch size must be >= 1, got ", batch_size);
   if (exits_.empty()) exits_.push_back(L);
-  for (int e : exits_)
-    STRATA_CHECK(e >= 1 && e <= L, "eval: exit layer ", e, " is outside 1..", L);
+  for (int e : exits_) STRATA_CHECK(e >= 1 && e <= L, "eval: exit layer ", e, " is outside 1..", L);
   STRATA_CHECK(tokenizer.bos_id() >= 0, "eval: the tokenizer has no BOS token");
   STRATA_CHECK(tokenizer.vocab_size() <= model.config().vocab_size, "eval: the tokenizer has ",
                tokenizer.vocab_size(), " pieces, the model ", model.config().vocab_size);
@@ -115,8 +114,8 @@ void Scorer::run_rows(const std::vector<const Row*>& rows,
   }
 }
 
-std::vector<std::vector<LlResult>> Scorer::run_all(std::vector<Row>& rows, int64_t slots,
-                                                   const std::function<void(int64_t, int64_t)>& progress) {
+std::vector<std::vector<LlResult>> Scorer::run_all(
+    std::vector<Row>& rows, int64_t slots, const std::function<void(int64_t, int64_t)>& progress) {
   // Longest first (ties by input order): a deterministic order that batches similar lengths.
   std::vector<int64_t> order(rows.size());
   std::iota(order.begin(), order.end(), 0);
@@ -177,7 +176,8 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
   return run_all(rows, n, progress);
 }
 
-std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int window, int stride) {
+std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int window,
+                                           int stride) {
   STRATA_CHECK(window >= 2 && window - 1 <= max_len_, "eval: perplexity window ", window,
                " must be in 2..", max_len_ + 1, " (inputs plus the last target)");
   STRATA_CHECK(stride >= 1 && stride <= window - 1, "eval: perplexity stride ", stride,

@@ -67,12 +67,13 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
                 info.plan.to_string(), "' runs ",
                 spd_blocks ? cat("spd_degree ", degree) : std::string("no spd block"));
   }
-  auto model =
-      std::make_unique<Model<float>>(info.config, info.plan, ops::make_backend<float>(o.device), o.tp);
+  auto model = std::make_unique<Model<float>>(info.config, info.plan,
+                                              ops::make_backend<float>(o.device), o.tp);
   std::vector<int> all(model->layout().tensors().size());
   for (size_t t = 0; t < all.size(); ++t) all[t] = int(t);
-  read_tensor_parts(reader, "params", model->layout(), all, [&](int t) { return model->param(t); },
-                    &model->backend());
+  read_tensor_parts(
+      reader, "params", model->layout(), all, [&](int t) { return model->param(t); },
+      &model->backend());
   if (info_out) *info_out = std::move(info);
   return model;
 }

@@ -203,7 +203,7 @@ class Backend {
   virtual void scale_inplace(T* x, int64_t n, double s) = 0;
 };
 
-// The one backend factory (ops/backend_factory.cpp), by device name:
+// The one backend factory (backends/factory.cpp), by device name:
 //   "cpu"   the CPU kernels (float: the fast path; double: gradient checks);
 //   "cuda"  the CUDA kernels and cuBLASLt on the current GPU (CUDA builds);
 //   "simt"  the same CUDA kernels on the CPU SIMT executor (tests, no GPU);

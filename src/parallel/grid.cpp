@@ -143,8 +143,9 @@ void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_s
 #else
   (void)compute_stream;
   (void)gpu;
-  fail("device cuda on several processes needs NCCL, and this build has none (install NCCL next "
-       "to the CUDA toolkit and reconfigure)");
+  fail(
+      "device cuda on several processes needs NCCL, and this build has none (install NCCL next "
+      "to the CUDA toolkit and reconfigure)");
 #endif
 }
 

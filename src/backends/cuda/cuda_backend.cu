@@ -51,8 +51,7 @@ class LtGemm final : public GemmEngine<T> {
             const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
     if (M == 0 || N == 0) return;
     if (K == 0) {
-      STRATA_LAUNCH(k_scale_matrix<T>, blocks_for(M * N, 256), 256, 0, stream_, C, M, N, ldc,
-                    beta);
+      STRATA_LAUNCH(k_scale_matrix<T>, blocks_for(M * N, 256), 256, 0, stream_, C, M, N, ldc, beta);
       return;
     }
     bool bf16 = false;
@@ -99,9 +98,9 @@ class LtGemm final : public GemmEngine<T> {
     const cudaDataType_t out_t = dbl ? CUDA_R_64F : CUDA_R_32F;
     const cudaDataType_t in_t = bf16 ? CUDA_R_16BF : out_t;
     Plan p;
-    check_lt(cublasLtMatmulDescCreate(&p.desc, dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
-                                      out_t),
-             "cublasLtMatmulDescCreate");
+    check_lt(
+        cublasLtMatmulDescCreate(&p.desc, dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, out_t),
+        "cublasLtMatmulDescCreate");
     const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
@@ -111,11 +110,11 @@ class LtGemm final : public GemmEngine<T> {
                                             sizeof(op_second)),
              "set TRANSB");
     // Column-major shapes: B is (tb ? K x N : N x K), A is (ta ? M x K : K x M).
-    check_lt(cublasLtMatrixLayoutCreate(&p.first, in_t, uint64_t(tb ? K : N), uint64_t(tb ? N : K),
-                                        ldb),
-             "layout B");
-    check_lt(cublasLtMatrixLayoutCreate(&p.second, in_t, uint64_t(ta ? M : K),
-                                        uint64_t(ta ? K : M), lda),
+    check_lt(
+        cublasLtMatrixLayoutCreate(&p.first, in_t, uint64_t(tb ? K : N), uint64_t(tb ? N : K), ldb),
+        "layout B");
+    check_lt(cublasLtMatrixLayoutCreate(&p.second, in_t, uint64_t(ta ? M : K), uint64_t(ta ? K : M),
+                                        lda),
              "layout A");
     check_lt(cublasLtMatrixLayoutCreate(&p.out, out_t, uint64_t(N), uint64_t(M), ldc), "layout C");
     cublasLtMatmulPreference_t pref;
@@ -138,7 +137,10 @@ class LtGemm final : public GemmEngine<T> {
              "cublasLtMatmulAlgoGetHeuristic");
     cublasLtMatmulPreferenceDestroy(pref);
     STRATA_CHECK(found > 0, "cuBLASLt has no algorithm for a ", M, "x", N, "x", K, " GEMM (",
-                 bf16 ? "bf16" : dbl ? "fp64" : "fp32", ")");
+                 bf16  ? "bf16"
+                 : dbl ? "fp64"
+                       : "fp32",
+                 ")");
     p.algo = result.algo;
     return p;
   }
@@ -178,9 +180,8 @@ std::unique_ptr<ops::Backend<T>> make_cuda_backend(int device) {
   if (device >= 0) gpu::check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t s = nullptr;
   gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  std::shared_ptr<void> owner(static_cast<void*>(s), [](void* p) {
-    cudaStreamDestroy(static_cast<cudaStream_t>(p));
-  });
+  std::shared_ptr<void> owner(static_cast<void*>(s),
+                              [](void* p) { cudaStreamDestroy(static_cast<cudaStream_t>(p)); });
   return std::make_unique<KernelBackend<T>>("cuda", s, std::make_unique<LtGemm<T>>(s),
                                             std::move(owner));
 }

@@ -97,8 +97,8 @@ class KernelBackend final : public ops::Backend<T> {
                    " is outside the vocabulary [0, ", V, ")");
     if (N == 0) return;
     const int32_t* dt = upload_ints(kTokens, tokens, N);
-    STRATA_LAUNCH(k_embedding<T>, blocks_for(N, 1, 8192), row_threads(C), 0, stream_, out, dt,
-                  wte, N, C, v0, V_local < 0 ? V : V_local);
+    STRATA_LAUNCH(k_embedding<T>, blocks_for(N, 1, 8192), row_threads(C), 0, stream_, out, dt, wte,
+                  N, C, v0, V_local < 0 ? V : V_local);
   }
   void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C,
                           int64_t v0, int V_local) override {
@@ -133,8 +133,8 @@ class KernelBackend final : public ops::Backend<T> {
   void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C,
                        double eps) override {
     if (N == 0) return;
-    STRATA_LAUNCH(k_rmsnorm<T>, blocks_for(N, 1, 8192), row_threads(C), 0, stream_, out, rstd, x,
-                  w, N, C, T(eps));
+    STRATA_LAUNCH(k_rmsnorm<T>, blocks_for(N, 1, 8192), row_threads(C), 0, stream_, out, rstd, x, w,
+                  N, C, T(eps));
   }
   void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd,
                         int64_t N, int C) override {
@@ -209,8 +209,19 @@ class KernelBackend final : public ops::Backend<T> {
                          int D) override {
     check_heads(Hq, Hkv, D);
     const int64_t W = int64_t(Hq + 2 * Hkv) * D;
-    AttnView<T> v{qkv, qkv + int64_t(Hq) * D, qkv + int64_t(Hq + Hkv) * D, W, int64_t(T_) * W, W,
-                  D, B, T_, Hq, Hkv, D, 0};
+    AttnView<T> v{qkv,
+                  qkv + int64_t(Hq) * D,
+                  qkv + int64_t(Hq + Hkv) * D,
+                  W,
+                  int64_t(T_) * W,
+                  W,
+                  D,
+                  B,
+                  T_,
+                  Hq,
+                  Hkv,
+                  D,
+                  0};
     const int64_t rows = int64_t(B) * Hq * T_;
     if (rows == 0) return;
     STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(rows), kAttnWarps * kWarp,
@@ -317,8 +328,21 @@ class KernelBackend final : public ops::Backend<T> {
   }
 
  private:
-  enum Slot { kTokens, kTargets, kFreq, kDelta, kRstd, kLogits, kDxn, kLse, kNll, kTarget, kSum,
-              kPartial, kSlots };
+  enum Slot {
+    kTokens,
+    kTargets,
+    kFreq,
+    kDelta,
+    kRstd,
+    kLogits,
+    kDxn,
+    kLse,
+    kNll,
+    kTarget,
+    kSum,
+    kPartial,
+    kSlots
+  };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;
@@ -348,8 +372,8 @@ class KernelBackend final : public ops::Backend<T> {
   static void check_heads(int Hq, int Hkv, int D) {
     STRATA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: ", Hq, " query heads do not group over ",
                  Hkv, " key/value heads");
-    STRATA_CHECK(D <= kAttnMaxDLane * kWarp, "attention kernels take head_dim <= ",
-                 kAttnMaxDLane * kWarp, ", got ", D);
+    STRATA_CHECK(D <= kAttnMaxDLane * kWarp,
+                 "attention kernels take head_dim <= ", kAttnMaxDLane * kWarp, ", got ", D);
   }
   void rope(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
             int pos0, T sign) {
@@ -363,8 +387,8 @@ class KernelBackend final : public ops::Backend<T> {
     const unsigned parts = blocks_for(n, 256, 1024);
     auto* partial = static_cast<double*>(scratch(kPartial, parts * sizeof(double)));
     STRATA_LAUNCH(k_partial_sums<T>, parts, 256, 0, stream_, partial, x, y, n, kind);
-    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc, static_cast<const double*>(partial),
-                  int(parts), scale);
+    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc,
+                  static_cast<const double*>(partial), int(parts), scale);
   }
   double device_sum(const T* x, const T* y, int64_t n, int kind) {
     auto* acc = static_cast<double*>(scratch(kSum, sizeof(double)));
@@ -381,8 +405,8 @@ class KernelBackend final : public ops::Backend<T> {
     const unsigned parts = blocks_for(n, 256, 1024);
     auto* partial = static_cast<double*>(scratch(kPartial, parts * sizeof(double)));
     STRATA_LAUNCH(k_partial_values<T>, parts, 256, 0, stream_, partial, x, n);
-    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc, static_cast<const double*>(partial),
-                  int(parts), 1.0);
+    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc,
+                  static_cast<const double*>(partial), int(parts), 1.0);
     double h = 0;
     gpu::copy_async(&h, acc, sizeof(double), stream_);
     gpu::sync(stream_);
@@ -404,8 +428,8 @@ class KernelBackend final : public ops::Backend<T> {
     R = std::min(R, N);
     T* logits = static_cast<T*>(scratch(kLogits, size_t(R) * V * sizeof(T)));
     const bool grad = mode != Mode::Forward;
-    T* dxn = grad && (dx || dwn) ? static_cast<T*>(scratch(kDxn, size_t(N) * C * sizeof(T)))
-                                 : nullptr;
+    T* dxn =
+        grad && (dx || dwn) ? static_cast<T*>(scratch(kDxn, size_t(N) * C * sizeof(T))) : nullptr;
     T* lse_buf = lse ? lse : static_cast<T*>(scratch(kLse, size_t(N) * sizeof(T)));
     T* nll_buf = token_nll ? token_nll : static_cast<T*>(scratch(kNll, size_t(N) * sizeof(T)));
     T* tl = shard ? static_cast<T*>(scratch(kTarget, size_t(R) * sizeof(T))) : nullptr;
@@ -434,11 +458,13 @@ class KernelBackend final : public ops::Backend<T> {
       } else {
         const int m = mode == Mode::Forward ? 0 : mode == Mode::Backward ? 2 : 1;
         STRATA_LAUNCH(k_ce_rows<T>, blocks, threads, 0, stream_, logits, rows, V, dt + r0,
-                      lse_buf + r0, mode == Mode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
+                      lse_buf + r0,
+                      mode == Mode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
                       static_cast<T*>(nullptr), m, T(dloss), int64_t(0), int(ops::kIgnoreIndex));
       }
       if (!grad) continue;
-      if (dxn) gemm_->gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
+      if (dxn)
+        gemm_->gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
       if (dwout) gemm_->gemm(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
     }
     if (dxn && shard) shard->reduce(dxn, N * C);

@@ -38,10 +38,10 @@
 #define STRATA_DYNAMIC_SHARED(T, name)                                 \
   extern __shared__ __align__(16) unsigned char strata_dynamic_smem[]; \
   T* name = reinterpret_cast<T*>(strata_dynamic_smem)
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                        \
-  do {                                                                               \
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                            \
+  do {                                                                                   \
     kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__); \
-    ::strata::gpu::check(cudaGetLastError(), #kernel);                               \
+    ::strata::gpu::check(cudaGetLastError(), #kernel);                                   \
   } while (0)
 
 namespace strata::gpu {
@@ -101,16 +101,17 @@ using dim3 = ::strata::simt::Dim3;
 #define __shared__ static thread_local
 #define STRATA_GLOBAL inline
 #define STRATA_DEVICE inline
-#define STRATA_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::strata::simt::dynamic_shared())
+#define STRATA_DYNAMIC_SHARED(T, name) \
+  T* name = reinterpret_cast<T*>(::strata::simt::dynamic_shared())
 #define threadIdx (::strata::simt::current().thread_idx)
 #define blockIdx (::strata::simt::current().block_idx)
 #define blockDim (::strata::simt::current().block_dim)
 #define gridDim (::strata::simt::current().grid_dim)
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                          \
-  do {                                                                                 \
-    (void)(stream);                                                                    \
-    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem),                   \
-                           [&] { kernel(__VA_ARGS__); });                              \
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)        \
+  do {                                                               \
+    (void)(stream);                                                  \
+    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem), \
+                           [&] { kernel(__VA_ARGS__); });            \
   } while (0)
 
 inline void __syncthreads() { ::strata::simt::syncthreads(); }
@@ -153,9 +154,7 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
   return ::strata::simt::warp_ballot(mask, pred);
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
-inline int __all_sync(unsigned mask, int pred) {
-  return __ballot_sync(mask, !pred) == 0;
-}
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, !pred) == 0; }
 
 template <typename V>
 V atomicAdd(V* p, V v) {

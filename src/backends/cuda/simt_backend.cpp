@@ -45,7 +45,8 @@ class CpuGemm final : public GemmEngine<T> {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
     std::vector<float>& buf = buf_[slot];
     buf.resize(size_t(n));
-    if (n) STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, buf.data(), src, n);
+    if (n)
+      STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, buf.data(), src, n);
     return buf.data();
   }
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;

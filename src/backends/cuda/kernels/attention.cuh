@@ -12,8 +12,8 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
-constexpr int kAttnWarps = 4;      // warps (rows) per block
-constexpr int kAttnMaxDLane = 8;   // D / 32 elements per lane: D <= 256
+constexpr int kAttnWarps = 4;     // warps (rows) per block
+constexpr int kAttnMaxDLane = 8;  // D / 32 elements per lane: D <= 256
 
 // Where the rows live. Query row (b, i, h): q + (b*Tq + i)*q_stride + h*D.
 // Key j of kv head g: k + b*kv_batch + j*kv_stride + g*kv_head (v alike).
@@ -41,7 +41,8 @@ STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (row >= int64_t(a.B) * a.Hq * a.Tq) return;  // the whole warp leaves together
-  const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq), b = int(row / (int64_t(a.Tq) * a.Hq));
+  const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq),
+            b = int(row / (int64_t(a.Tq) * a.Hq));
   const int g = h / (a.Hq / a.Hkv), D = a.D;
   T* qs = smem + warp * (D + kWarp);
   T* ps = qs + D;

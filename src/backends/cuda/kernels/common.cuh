@@ -45,34 +45,50 @@ STRATA_DEVICE T warp_max(T v) {
   return v;
 }
 
-// Sum / max over a block whose size is a multiple of 32 (at most 1024):
-// every thread gets the result, added in a fixed order. Contains barriers:
-// every thread of the block must call it.
-template <typename T>
-STRATA_DEVICE T block_sum(T v) {
+// Reduction over a block whose size is a multiple of 32 (at most 1024):
+// every thread gets the result, combined in a fixed order (warps by shuffles,
+// then the warps' partials in warp order). Contains barriers: every thread of
+// the block must call it.
+struct SumOp {
+  template <typename T>
+  STRATA_DEVICE T warp(T v) const {
+    return warp_sum(v);
+  }
+  template <typename T>
+  STRATA_DEVICE T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  template <typename T>
+  STRATA_DEVICE T warp(T v) const {
+    return warp_max(v);
+  }
+  template <typename T>
+  STRATA_DEVICE T operator()(T a, T b) const {
+    return g_max(a, b);
+  }
+};
+template <typename T, typename Op>
+STRATA_DEVICE T block_reduce(T v, Op op) {
   __shared__ T part[32];
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int nw = int(blockDim.x) / kWarp;
-  v = warp_sum(v);
+  v = op.warp(v);
   __syncthreads();  // a previous call's readers are done with `part`
   if (lane == 0) part[warp] = v;
   __syncthreads();
   T t = part[0];
-  for (int w = 1; w < nw; ++w) t += part[w];
+  for (int w = 1; w < nw; ++w) t = op(t, part[w]);
   return t;
 }
 template <typename T>
+STRATA_DEVICE T block_sum(T v) {
+  return block_reduce(v, SumOp{});
+}
+template <typename T>
 STRATA_DEVICE T block_max(T v) {
-  __shared__ T part[32];
-  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
-  const int nw = int(blockDim.x) / kWarp;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  T t = part[0];
-  for (int w = 1; w < nw; ++w) t = g_max(t, part[w]);
-  return t;
+  return block_reduce(v, MaxOp{});
 }
 
 // Round-to-nearest-even bfloat16 bits of a float (NaN stays a quiet NaN), the

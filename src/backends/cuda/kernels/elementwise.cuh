@@ -8,8 +8,8 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
-#define STRATA_GRID_LOOP(i, n)                                                         \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);            \
+#define STRATA_GRID_LOOP(i, n)                                              \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
 template <typename T>

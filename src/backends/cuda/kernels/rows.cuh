@@ -41,8 +41,8 @@ STRATA_GLOBAL void k_rmsnorm_backward_dx(T* dx, const T* dout, const T* x, const
 
 // dw[c] += sum_n dout * x * rstd: a thread per column, rows in order.
 template <typename T>
-STRATA_GLOBAL void k_rmsnorm_backward_dw(T* dw, const T* dout, const T* x, const T* rstd,
-                                         int64_t N, int C) {
+STRATA_GLOBAL void k_rmsnorm_backward_dw(T* dw, const T* dout, const T* x, const T* rstd, int64_t N,
+                                         int C) {
   const int c = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= C) return;
   T s = 0;

@@ -328,7 +328,8 @@ std::atomic<int> g_strict{-1};          // -1: not decided yet (environment)
 int g_access_depth = 0;                 // DeviceAccess nesting (host thread)
 
 void protect_all(int prot) {
-  for (const auto& [start, bytes] : g_regions) mprotect(reinterpret_cast<void*>(start), bytes, prot);
+  for (const auto& [start, bytes] : g_regions)
+    mprotect(reinterpret_cast<void*>(start), bytes, prot);
 }
 
 bool in_region(uintptr_t a) {

@@ -2,8 +2,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "backends/cuda/backends.h"
 #include <algorithm>
+#include "backends/cuda/backends.h"
 
 #include "core/error.h"
 #include "ops/backend.h"
@@ -46,7 +46,8 @@ std::string device_choice(const std::string& requested) {
   const std::string d = resolve_device(requested);
   if (requested != "auto") return cat("device ", d);
 #if defined(STRATA_HAVE_CUDA)
-  if (d == "cuda") return cat("device cuda (auto: ", cuda::device_count(), " CUDA device(s) visible)");
+  if (d == "cuda")
+    return cat("device cuda (auto: ", cuda::device_count(), " CUDA device(s) visible)");
   return "device cpu (auto: no CUDA device visible)";
 #else
   return "device cpu (auto: this build has no CUDA backend)";
@@ -55,8 +56,8 @@ std::string device_choice(const std::string& requested) {
 
 int local_cuda_device() {
 #if defined(STRATA_HAVE_CUDA)
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
-                        "PMIX_LOCAL_RANK"})
+  for (const char* v :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"})
     if (const char* e = std::getenv(v)) return std::atoi(e) % std::max(1, cuda::device_count());
 #endif
   return 0;
