@@ -189,7 +189,7 @@ inline void zero_async(void* p, size_t bytes, void*) {
   ::strata::simt::DeviceAccess access;
   if (bytes) std::memset(p, 0, bytes);
 }
-inline void sync(void*) {}
+inline void sync(void*) { ::strata::simt::note_sync(); }
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 

@@ -71,6 +71,7 @@ constexpr unsigned kMaxThreads = 1024;
 std::atomic<int> g_schedule{int(Schedule::Forward)};
 std::atomic<uint64_t> g_seed{1};
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_syncs{0};
 
 enum class FiberState { Ready, WaitBlock, WaitWarp, Done };
 
@@ -429,6 +430,8 @@ void set_schedule(Schedule s, uint64_t seed) {
 }
 Schedule schedule() { return Schedule(g_schedule.load()); }
 uint64_t launch_count() { return g_launches.load(); }
+uint64_t sync_count() { return g_syncs.load(); }
+void note_sync() { ++g_syncs; }
 
 ThreadState& current() { return runner().cur->st; }
 unsigned char* dynamic_shared() { return runner().smem.data(); }

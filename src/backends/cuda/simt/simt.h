@@ -51,8 +51,12 @@ Schedule schedule();
 void launch(const char* name, Dim3 grid, Dim3 block, size_t dynamic_shared,
             const std::function<void()>& body);
 
-// Launches since the process started (tests check a path ran its kernels).
+// Launches since the process started (tests check a path ran its kernels),
+// and host synchronisations of the SIMT backend's stream (gpu::sync: where a
+// GPU would stall the host; tests count them per training step).
 uint64_t launch_count();
+uint64_t sync_count();
+void note_sync();
 
 // ------------------------------------------------------------ device memory
 // The SIMT backend's "device" memory. In strict mode (STRATA_SIMT_STRICT=1 in
