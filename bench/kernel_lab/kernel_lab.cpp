@@ -153,7 +153,7 @@ void lab_column_sums(bool model, int repeat) {
 }
 
 void lab_attention(bool model, int repeat) {
-  const int B = model ? 16 : 1, T = model ? 256 : 96, Hq = 6, Hkv = 6, D = 48;
+  const int B = model ? 16 : 2, T = model ? 256 : 93, Hq = 6, Hkv = 6, D = 48;
   const int64_t W = int64_t(Hq + 2 * Hkv) * D;
   const auto qkv = random_vec(size_t(B) * T * W, 4);
   std::vector<float> want(size_t(B) * T * Hq * D), want_l(size_t(B) * Hq * T);
@@ -192,6 +192,16 @@ void lab_attention(bool model, int repeat) {
       },
       repeat);
   report("attention", 2, "lanes over D, a reduction per key", shape,
+         max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
+  const size_t smem3 = (2 * cu::kWarp * (D + 1) + cu::kAttnWarps * (D + cu::kWarp)) * sizeof(float);
+  ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(lab::attention_v3<float>,
+                      dim3(unsigned((T + cu::kAttnWarps - 1) / cu::kAttnWarps), unsigned(B * Hq)),
+                      cu::kAttnWarps * cu::kWarp, smem3, nullptr, out, lse, v);
+      },
+      repeat);
+  report("attention", 3, "v1 with K/V chunks shared by the block", shape,
          max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
 }
 

@@ -88,4 +88,73 @@ STRATA_GLOBAL void attention_v2(T* out, T* lse, AttnView<T> a) {
   if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
 }
 
+// Attention forward v3: variant 1 with the keys and values shared by the
+// block. A 2-D grid puts the four warps of a block on four consecutive query
+// rows of one (b, h), which read the same keys: each 32-key chunk of K and V
+// is staged in shared memory once per block (coalesced, rows padded by one
+// element against bank conflicts) instead of once per warp. Block barriers
+// around each chunk; warps past their causal limit mask their lanes but keep
+// taking part in the barriers.
+template <typename T>
+STRATA_GLOBAL void attention_v3(T* out, T* lse, AttnView<T> a) {
+  STRATA_DYNAMIC_SHARED(T, smem);
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int bh = int(blockIdx.y), h = bh % a.Hq, b = bh / a.Hq;
+  const int i = int(blockIdx.x) * kAttnWarps + warp;  // this warp's query row
+  const bool active = i < a.Tq;
+  const int g = h / (a.Hq / a.Hkv), D = a.D, P = D + 1;
+  T* ks = smem;            // [32][D + 1]
+  T* vs = ks + kWarp * P;  // [32][D + 1]
+  T* qs = vs + kWarp * P + warp * (D + kWarp);
+  T* ps = qs + D;
+  const T* qrow = a.q + (int64_t(b) * a.Tq + (active ? i : 0)) * a.q_stride + int64_t(h) * D;
+  for (int d = lane; d < D; d += kWarp) qs[d] = qrow[d];
+  const T* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const T* vb = a.v + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const T scale = T(1) / g_sqrt(T(D));
+  const int nk = (active ? i : 0) + 1 + a.key_offset;
+  // The block's last row sees the most keys.
+  const int last = g_min(a.Tq - 1, int(blockIdx.x) * kAttnWarps + kAttnWarps - 1);
+  const int nk_block = last + 1 + a.key_offset;
+  T m = g_neg_inf<T>(), l = 0, acc[kAttnMaxDLane];
+  for (int t = 0; t < kAttnMaxDLane; ++t) acc[t] = 0;
+  for (int c = 0; c < nk_block; c += kWarp) {
+    const int cnt_block = g_min(kWarp, nk_block - c);
+    __syncthreads();  // the previous chunk is no longer read
+    for (int e = int(threadIdx.x); e < cnt_block * D; e += int(blockDim.x)) {
+      const int r = e / D, d = e % D;
+      ks[r * P + d] = kb[int64_t(c + r) * a.kv_stride + d];
+      vs[r * P + d] = vb[int64_t(c + r) * a.kv_stride + d];
+    }
+    __syncthreads();
+    if (c >= nk) continue;  // this row's keys ended (uniform over the warp)
+    const int j = c + lane;
+    T s = g_neg_inf<T>();
+    if (j < nk) s = dot_row(qs, ks + lane * P, D) * scale;
+    const T mn = g_max(m, warp_max(s));
+    const T p = j < nk ? g_exp(s - mn) : T(0);
+    const T alpha = g_exp(m - mn);
+    l = l * alpha + warp_sum(p);
+    ps[lane] = p;
+    __syncwarp();
+    const int cnt = g_min(kWarp, nk - c);
+    for (int t = 0; t < kAttnMaxDLane; ++t) {
+      const int d = lane + t * kWarp;
+      if (d >= D) break;
+      T o = acc[t] * alpha;
+      for (int u = 0; u < cnt; ++u) o += ps[u] * vs[u * P + d];
+      acc[t] = o;
+    }
+    __syncwarp();
+    m = mn;
+  }
+  if (!active) return;
+  T* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d < D) orow[d] = acc[t] / l;
+  }
+  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+}
+
 }  // namespace strata::lab
