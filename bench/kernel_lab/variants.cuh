@@ -80,12 +80,7 @@ STRATA_GLOBAL void attention_v2(T* out, T* lse, AttnView<T> a) {
     }
     m = mn;
   }
-  T* o = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
-  for (int t = 0; t < kAttnMaxDLane; ++t) {
-    const int d = lane + t * kWarp;
-    if (d < D) o[d] = acc[t] / l;
-  }
-  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+  attn_finish_row(out, lse, a, b, i, h, acc, m, l, lane);
 }
 
 // Attention forward v3: variant 1 with the keys and values shared by the
@@ -149,12 +144,7 @@ STRATA_GLOBAL void attention_v3(T* out, T* lse, AttnView<T> a) {
     m = mn;
   }
   if (!active) return;
-  T* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
-  for (int t = 0; t < kAttnMaxDLane; ++t) {
-    const int d = lane + t * kWarp;
-    if (d < D) orow[d] = acc[t] / l;
-  }
-  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+  attn_finish_row(out, lse, a, b, i, h, acc, m, l, lane);
 }
 
 }  // namespace strata::lab

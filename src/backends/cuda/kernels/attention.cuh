@@ -34,6 +34,19 @@ STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
   return s;
 }
 
+// The end of a query row (b, i, h): out = acc / l over the lane's elements,
+// lse = m + log(l) (lane 0; lse may be null).
+template <typename T>
+STRATA_DEVICE void attn_finish_row(T* out, T* lse, const AttnView<T>& a, int b, int i, int h,
+                                   const T* acc, T m, T l, int lane) {
+  T* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * a.D) + int64_t(h) * a.D;
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d < a.D) orow[d] = acc[t] / l;
+  }
+  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+}
+
 // out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null).
 template <typename T>
 STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
@@ -77,12 +90,7 @@ STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
     __syncwarp();  // every lane has read ps before the next chunk writes it
     m = mn;
   }
-  T* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
-  for (int t = 0; t < kAttnMaxDLane; ++t) {
-    const int d = lane + t * kWarp;
-    if (d < D) orow[d] = acc[t] / l;
-  }
-  if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
+  attn_finish_row(out, lse, a, b, i, h, acc, m, l, lane);
 }
 
 // delta[b, h, i] = sum_d dout * out over the row (the softmax backward's
