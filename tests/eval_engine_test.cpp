@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/tokenizer.h"
@@ -169,6 +172,61 @@ TEST(Scorer, AccAndAccNormDisagreeWhenLengthsDo) {
 }
 
 // Task metrics are identical for any batch size.
+// --log-samples: one JSONL line per example with the harness's fields; the
+// per-sample metrics average to the task's, the logged loglikelihoods decide
+// acc, and the rendered requests are the task's own. Two exits: a file each.
+TEST(Evaluate, PerSampleLogsAgreeWithTheTaskMetrics) {
+  auto m = tiny_model(2, 128);
+  testing::TempDir dir;
+  EvalOptions o;
+  o.tasks = {"copa", "lambada"};
+  o.limit = 9;
+  o.exits = {1, 2};
+  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
+  o.progress = false;
+  o.log_samples_dir = dir / "samples";
+  const auto results = evaluate_tasks(*m, tok512(), o);
+  const TaskData copa = load_task(o.eval_dir, "copa", -1, o.seed, o.limit);
+  for (size_t e = 0; e < 2; ++e)
+    for (size_t t = 0; t < 2; ++t) {
+      const TaskResult& tr = results[e][t];
+      const std::string path =
+          dir / ("samples/samples_" + tr.task + "_exit" + std::to_string(o.exits[e]) + ".jsonl");
+      std::ifstream in(path);
+      ASSERT_TRUE(in.good()) << path;
+      std::string line;
+      double acc = 0;
+      int64_t n = 0;
+      while (std::getline(in, line)) {
+        const auto j = nlohmann::json::parse(line);
+        for (const char* key : {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps",
+                                "filter", "metrics", "doc_hash", "prompt_hash", "target_hash"})
+          EXPECT_TRUE(j.contains(key)) << key << " in " << path;
+        EXPECT_EQ(j["doc_id"].get<int64_t>(), n);
+        EXPECT_EQ(j["prompt_hash"].get<std::string>().size(), 64u);
+        acc += j["acc"].get<double>();
+        if (tr.task == "copa") {
+          const EvalExample& ex = copa.examples[size_t(n)];
+          ASSERT_EQ(j["filtered_resps"].size(), ex.requests.size());
+          EXPECT_EQ(j["arguments"]["gen_args_1"]["arg_0"].get<std::string>(),
+                    ex.requests[1].context);
+          EXPECT_EQ(j["arguments"]["gen_args_1"]["arg_1"].get<std::string>(),
+                    ex.requests[1].continuation);
+          EXPECT_EQ(j["target"].get<int>(), ex.gold);
+          // acc is the argmax of the logged loglikelihoods.
+          const auto& r = j["filtered_resps"];
+          const int best = r[1][0].get<double>() > r[0][0].get<double>() ? 1 : 0;
+          EXPECT_EQ(j["acc"].get<double>(), best == ex.gold ? 1.0 : 0.0);
+        } else {
+          EXPECT_EQ(j["acc"].get<double>(), j["filtered_resps"][0][1].get<bool>() ? 1.0 : 0.0);
+        }
+        ++n;
+      }
+      EXPECT_EQ(n, tr.n) << path;
+      EXPECT_NEAR(acc / double(n), tr.metrics[0].value, 1e-12) << path;
+    }
+}
+
 TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {
   auto m = tiny_model(2, 128);
   std::vector<std::vector<TaskResult>> runs;

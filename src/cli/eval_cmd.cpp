@@ -88,6 +88,9 @@ int cmd_eval(int argc, char** argv, int first) {
       .option("stride", "S", "perplexity: window step (default: window - 1)", "0")
       .option("eval-dir", "DIR", "task definitions", default_eval_dir())
       .option("out", "FILE", "write the results as JSON")
+      .option("log-samples", "DIR",
+              "per-sample logs of multiple-choice and last-word tasks: DIR/samples_<task>.jsonl "
+              "(lm-evaluation-harness fields: arguments, resps, target, acc, hashes)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
       .flag("bf16", "bf16 matmuls")
       .flag("quiet", "no progress lines");
@@ -95,6 +98,9 @@ int cmd_eval(int argc, char** argv, int first) {
   STRATA_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
   STRATA_CHECK(args.has("tasks") != args.has("perplexity"),
                "strata eval: give either --tasks or --perplexity");
+  STRATA_CHECK(!args.has("log-samples") || args.has("tasks"),
+               "strata eval: --log-samples logs the samples of --tasks (a --perplexity file has "
+               "none)");
   apply_threads(args.get_int("threads"));
   if (args.has("tasks")) {  // check the names before loading anything
     const auto known = list_tasks(args.get("eval-dir"));
@@ -163,6 +169,7 @@ int cmd_eval(int argc, char** argv, int first) {
     o.window = args.get_int("window");
     o.stride = args.get_int("stride");
     o.progress = progress;
+    if (lm.root() && args.has("log-samples")) o.log_samples_dir = args.get("log-samples");
     const auto results = evaluate_tasks(*model, tok, o);
     print_table(results, exits);
     out["seed"] = o.seed;

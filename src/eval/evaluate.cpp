@@ -3,9 +3,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/sha256.h"
 #include "core/timer.h"
 
 namespace strata {
@@ -51,7 +54,8 @@ class Progress {
     std::fflush(stdout);
     const double s = timer_.seconds();
     std::fprintf(stderr, "eval %s: %lld/%lld requests, %.0fs, ETA %.0fs\n", what_.c_str(),
-                 (long long)done, (long long)total, s, done ? s / double(done) * double(total - done) : 0.0);
+                 (long long)done, (long long)total, s,
+                 done ? s / double(done) * double(total - done) : 0.0);
   }
 
  private:
@@ -60,13 +64,77 @@ class Progress {
   Timer timer_, last_;
 };
 
-std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool progress) {
+// Per-sample log of a multiple-choice or last-word task at one exit, in
+// lm-evaluation-harness's sample fields: doc_id, doc (what strata keeps of
+// the source row), target, arguments (the rendered context and continuation
+// of each request), resps / filtered_resps ([loglikelihood, is_greedy] per
+// request), filter, metrics, the sha256 doc/prompt/target hashes, and the
+// example's metric values. One JSON object per line, written atomically.
+void write_samples(const std::string& path, const TaskData& task,
+                   const std::vector<LlResult>& res) {
+  std::string text;
+  size_t k = 0;
+  for (size_t i = 0; i < task.examples.size(); ++i) {
+    const EvalExample& ex = task.examples[i];
+    nlohmann::json args = nlohmann::json::object(), resps = nlohmann::json::array(),
+                   filtered = nlohmann::json::array();
+    for (size_t c = 0; c < ex.requests.size(); ++c) {
+      args["gen_args_" + std::to_string(c)] = {{"arg_0", ex.requests[c].context},
+                                               {"arg_1", ex.requests[c].continuation}};
+      const nlohmann::json pair = {res[k + c].logprob, res[k + c].greedy};
+      resps.push_back(nlohmann::json::array({pair}));
+      filtered.push_back(pair);
+    }
+    nlohmann::json doc = {{"source", ex.where}};
+    if (!ex.group.empty()) doc["group"] = ex.group;
+    nlohmann::json j = {{"doc_id", i},
+                        {"doc", doc},
+                        {"arguments", args},
+                        {"resps", resps},
+                        {"filtered_resps", filtered},
+                        {"filter", "none"}};
+    std::string target;
+    if (task.kind == TaskKind::LastWord) {
+      target = ex.requests[0].continuation;
+      j["target"] = target;
+      j["metrics"] = {"acc", "perplexity"};
+      j["acc"] = res[k].greedy ? 1.0 : 0.0;
+      j["perplexity"] = res[k].logprob;  // the harness logs the loglikelihood under this name
+    } else {
+      const ChoicePick pick = pick_choice(ex, res, k);
+      target = std::to_string(ex.gold);
+      j["target"] = ex.gold;
+      j["metrics"] = {"acc", "acc_norm"};
+      j["acc"] = pick.acc == ex.gold ? 1.0 : 0.0;
+      j["acc_norm"] = pick.acc_norm == ex.gold ? 1.0 : 0.0;
+    }
+    j["doc_hash"] = sha256_hex(doc.dump());
+    j["prompt_hash"] = sha256_hex(ex.requests[0].context);
+    j["target_hash"] = sha256_hex(target);
+    text += j.dump() + "\n";
+    k += ex.requests.size();
+  }
+  write_file_atomic(path, text);
+}
+
+std::string samples_path(const EvalOptions& o, const std::string& task, size_t exit_index,
+                         const std::vector<int>& exits) {
+  std::string name = "samples_" + task;
+  if (exits.size() > 1) name += "_exit" + std::to_string(exits[exit_index]);
+  return o.log_samples_dir + "/" + name + ".jsonl";
+}
+
+std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool progress,
+                                      const EvalOptions* log = nullptr) {
   std::vector<LlRequest> requests;
   for (const EvalExample& ex : task.examples)
     requests.insert(requests.end(), ex.requests.begin(), ex.requests.end());
   Progress prog(progress, task.name);
   const auto results = scorer.loglikelihood(requests, [&](int64_t d, int64_t t) { prog(d, t); });
   std::vector<TaskResult> out;
+  if (log && !log->log_samples_dir.empty())
+    for (size_t e = 0; e < results.size(); ++e)
+      write_samples(samples_path(*log, task.name, e, scorer.exits()), task, results[e]);
   for (const auto& res : results) {
     TaskResult tr;
     tr.task = task.name;
@@ -203,6 +271,12 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
   std::vector<std::string> names = o.tasks;
   if (names.size() == 1 && names[0] == "all") names = list_tasks(o.eval_dir);
   STRATA_CHECK(!names.empty(), "eval: no tasks given");
+  if (!o.log_samples_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.log_samples_dir, ec);
+    STRATA_CHECK(!ec, "eval: cannot create the --log-samples directory '", o.log_samples_dir,
+                 "': ", ec.message());
+  }
   Scorer scorer(model, tok, o.batch_size, o.exits);
   const int window = o.window > 0 ? o.window : scorer.max_len() + 1;
   const int stride = o.stride > 0 ? o.stride : window - 1;
@@ -224,7 +298,7 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
         per_exit.push_back(tr);
       }
     } else {
-      per_exit = score_choices(scorer, task, o.progress);
+      per_exit = score_choices(scorer, task, o.progress, &o);
     }
     if (!task.metrics.empty())  // report what the task asks for, in its order
       for (TaskResult& tr : per_exit) {

@@ -42,6 +42,9 @@ struct EvalOptions {
   std::string eval_dir = "eval";   // where the task TOML files are
   int window = 0, stride = 0;      // perplexity tasks (0: max_len + 1, window - 1)
   bool progress = true;            // progress lines on stderr
+  // Per-sample logs: one JSONL file per task (and exit) in this directory,
+  // written when the task is scored; "" for none. See write_samples.
+  std::string log_samples_dir;
 };
 
 // The harness's multiple-choice decision for one example given each choice's
