@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,6 +67,39 @@ void print_table(const std::vector<std::vector<TaskResult>>& results,
     }
 }
 
+// `strata eval --tasks list`: every task of the directory, loaded as it
+// would be scored (so the counts are real), one line each.
+void list_task_table(const std::string& eval_dir) {
+  struct Row {
+    std::string name, kind, metrics, summary;
+    int64_t n;
+    int shots;
+  };
+  std::vector<Row> rows;
+  size_t width = 7;
+  for (const std::string& name : list_tasks(eval_dir)) {
+    const TaskData t = load_task(eval_dir, name, -1, 1234, 0);
+    Row r{name, "", "", t.description, 0, t.shots};
+    for (const std::string& m : t.metrics) r.metrics += (r.metrics.empty() ? "" : ", ") + m;
+    std::set<std::string> groups;
+    for (const EvalExample& ex : t.examples)
+      if (!ex.group.empty()) groups.insert(ex.group);
+    if (!groups.empty()) r.summary += cat(" (", groups.size(), " groups)");
+    r.kind = t.kind == TaskKind::MultipleChoice ? "multiple_choice"
+             : t.kind == TaskKind::LastWord     ? "last_word"
+                                                : "perplexity";
+    r.n = t.kind == TaskKind::Perplexity ? int64_t(t.documents.size()) : int64_t(t.examples.size());
+    width = std::max(width, r.metrics.size());
+    rows.push_back(std::move(r));
+  }
+  const int w = int(width);
+  std::printf("%-14s %-16s %8s %6s  %-*s  %s\n", "task", "kind", "n", "shots", w, "metrics",
+              "summary");
+  for (const Row& r : rows)
+    std::printf("%-14s %-16s %8lld %6d  %-*s  %s\n", r.name.c_str(), r.kind.c_str(), (long long)r.n,
+                r.shots, w, r.metrics.c_str(), r.summary.c_str());
+}
+
 }  // namespace
 
 int cmd_eval(int argc, char** argv, int first) {
@@ -74,7 +108,9 @@ int cmd_eval(int argc, char** argv, int first) {
             "semantics: acc, acc_norm, perplexities, with standard errors) or the perplexity of "
             "a text file, at the full model or at exit layers. Prints a table; --out writes JSON.");
   add_model_options(args);
-  args.option("tasks", "LIST", "comma-separated task names, or all (see eval/README.md)")
+  args.option("tasks", "LIST",
+              "comma-separated task names, all, or list (print the tasks and exit; see "
+              "eval/README.md)")
       .option("perplexity", "FILE", "token perplexity of a text file instead of tasks")
       .option("shots", "N", "few-shot examples (default: each task's own)", "-1")
       .option("limit", "N", "only the first N examples or documents of each task (0: all)", "0")
@@ -88,6 +124,7 @@ int cmd_eval(int argc, char** argv, int first) {
       .option("stride", "S", "perplexity: window step (default: window - 1)", "0")
       .option("eval-dir", "DIR", "task definitions", default_eval_dir())
       .option("out", "FILE", "write the results as JSON")
+      .flag("write-out", "print each task's first rendered example (its requests) before scoring")
       .option("log-samples", "DIR",
               "per-sample logs of multiple-choice and last-word tasks: DIR/samples_<task>.jsonl "
               "(lm-evaluation-harness fields: arguments, resps, target, acc, hashes)")
@@ -95,6 +132,10 @@ int cmd_eval(int argc, char** argv, int first) {
       .flag("bf16", "bf16 matmuls")
       .flag("quiet", "no progress lines");
   if (!args.parse(argc, argv, first)) return 0;
+  if (args.has("tasks") && args.get("tasks") == "list") {
+    list_task_table(args.get("eval-dir"));
+    return 0;
+  }
   STRATA_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
   STRATA_CHECK(args.has("tasks") != args.has("perplexity"),
                "strata eval: give either --tasks or --perplexity");
@@ -169,6 +210,7 @@ int cmd_eval(int argc, char** argv, int first) {
     o.window = args.get_int("window");
     o.stride = args.get_int("stride");
     o.progress = progress;
+    o.write_out = args.has("write-out") && lm.root();
     if (lm.root() && args.has("log-samples")) o.log_samples_dir = args.get("log-samples");
     const auto results = evaluate_tasks(*model, tok, o);
     print_table(results, exits);

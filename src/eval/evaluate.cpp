@@ -117,6 +117,29 @@ void write_samples(const std::string& path, const TaskData& task,
   write_file_atomic(path, text);
 }
 
+// --write-out: the first example's requests as the model sees them.
+void write_out_first(const TaskData& task) {
+  std::printf("== %s (%s), %d-shot: first example", task.name.c_str(), task.description.c_str(),
+              task.shots);
+  if (task.kind == TaskKind::Perplexity) {
+    const std::string d = task.documents.empty() ? "" : task.documents[0];
+    std::printf(" (document 1 of %zu, first 400 bytes)\n%s\n", task.documents.size(),
+                d.substr(0, 400).c_str());
+    return;
+  }
+  if (task.examples.empty()) {
+    std::printf(": none\n");
+    return;
+  }
+  const EvalExample& ex = task.examples[0];
+  std::printf(" (%s)\n", ex.where.c_str());
+  for (size_t c = 0; c < ex.requests.size(); ++c)
+    std::printf("-- request %zu%s\n[context]\n%s\n[continuation]\n%s\n", c,
+                task.kind == TaskKind::MultipleChoice && int(c) == ex.gold ? " (gold)" : "",
+                ex.requests[c].context.c_str(), ex.requests[c].continuation.c_str());
+  std::fflush(stdout);
+}
+
 std::string samples_path(const EvalOptions& o, const std::string& task, size_t exit_index,
                          const std::vector<int>& exits) {
   std::string name = "samples_" + task;
@@ -284,6 +307,7 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
   for (const std::string& name : names) {
     Timer t;
     const TaskData task = load_task(o.eval_dir, name, o.shots, o.seed, o.limit);
+    if (o.write_out) write_out_first(task);
     std::vector<TaskResult> per_exit;
     if (task.kind == TaskKind::Perplexity) {
       const auto r = rolling_docs(scorer, tok, task.documents, window, stride, name, o.progress);

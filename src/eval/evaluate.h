@@ -45,6 +45,8 @@ struct EvalOptions {
   // Per-sample logs: one JSONL file per task (and exit) in this directory,
   // written when the task is scored; "" for none. See write_samples.
   std::string log_samples_dir;
+  // Print each task's first rendered example (its requests) to stdout.
+  bool write_out = false;
 };
 
 // The harness's multiple-choice decision for one example given each choice's
