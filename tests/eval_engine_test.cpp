@@ -227,6 +227,67 @@ TEST(Evaluate, PerSampleLogsAgreeWithTheTaskMetrics) {
     }
 }
 
+// --output-format lm-eval: the harness's results.json layout, checked like a
+// schema: every task key in every table, "<metric>,none" numbers with their
+// "_stderr,none" (a number or "N/A"), MMLU's group = the micro average with
+// its subjects as mmlu_<subject> subtasks.
+TEST(Evaluate, LmEvalResultsLayout) {
+  auto m = tiny_model(2, 128);
+  EvalOptions o;
+  o.tasks = {"copa", "lambada", "mmlu", "tinystories"};
+  o.limit = 4;
+  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
+  o.progress = false;
+  const auto results = evaluate_tasks(*m, tok512(), o);
+  const nlohmann::json cfg = {{"model", "strata"}, {"limit", o.limit}};
+  const nlohmann::json j = lm_eval_results(results, {2}, cfg);
+  for (const char* table : {"results", "groups", "group_subtasks", "configs", "versions", "n-shot",
+                            "higher_is_better", "n-samples", "config"})
+    ASSERT_TRUE(j.contains(table)) << table;
+  for (const TaskResult& t : results[0]) {
+    SCOPED_TRACE(t.task);
+    for (const char* table : {"results", "configs", "versions", "n-shot", "higher_is_better"})
+      EXPECT_TRUE(j[table].contains(t.task)) << table;
+    EXPECT_EQ(j["n-samples"][t.task]["effective"].get<int64_t>(), t.n);
+    EXPECT_TRUE(j["n-samples"][t.task]["original"].is_null());  // a --limit run
+    for (const auto& [key, value] : j["results"][t.task].items()) {
+      if (key == "alias") continue;
+      const auto comma = key.find(',');
+      ASSERT_NE(comma, std::string::npos) << key;
+      EXPECT_EQ(key.substr(comma), ",none");
+      if (key.find("_stderr,") == std::string::npos) {
+        EXPECT_TRUE(value.is_number()) << key;
+        const std::string se = key.substr(0, comma) + "_stderr,none";
+        ASSERT_TRUE(j["results"][t.task].contains(se)) << se;
+        const auto& s = j["results"][t.task][se];
+        EXPECT_TRUE(s.is_number() || s == "N/A") << se;
+      }
+    }
+  }
+  const auto find = [&](const std::string& task, const std::string& metric) {
+    for (const TaskResult& t : results[0])
+      if (t.task == task)
+        for (const Metric& mt : t.metrics)
+          if (mt.name == metric) return mt.value;
+    return -1.0;
+  };
+  EXPECT_EQ(j["results"]["copa"]["acc,none"].get<double>(), find("copa", "acc"));
+  EXPECT_EQ(j["results"]["mmlu"]["acc,none"].get<double>(), find("mmlu", "acc_micro"));
+  EXPECT_EQ(j["results"]["mmlu"]["acc_macro,none"].get<double>(), find("mmlu", "acc"));
+  EXPECT_EQ(j["groups"]["mmlu"]["acc,none"], j["results"]["mmlu"]["acc,none"]);
+  ASSERT_FALSE(j["group_subtasks"]["mmlu"].empty());
+  for (const auto& sub : j["group_subtasks"]["mmlu"]) {
+    EXPECT_EQ(sub.get<std::string>().rfind("mmlu_", 0), 0u);
+    EXPECT_TRUE(j["results"].contains(sub.get<std::string>()));
+  }
+  EXPECT_EQ(j["configs"]["tinystories"]["output_type"], "loglikelihood_rolling");
+  EXPECT_EQ(j["configs"]["lambada"]["output_type"], "loglikelihood");
+  EXPECT_EQ(j["configs"]["copa"]["output_type"], "multiple_choice");
+  EXPECT_EQ(j["higher_is_better"]["tinystories"]["word_perplexity"], false);
+  EXPECT_EQ(j["higher_is_better"]["copa"]["acc"], true);
+  EXPECT_EQ(j["n-shot"]["mmlu"], 5);
+}
+
 TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {
   auto m = tiny_model(2, 128);
   std::vector<std::vector<TaskResult>> runs;

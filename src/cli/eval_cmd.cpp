@@ -124,6 +124,10 @@ int cmd_eval(int argc, char** argv, int first) {
       .option("stride", "S", "perplexity: window step (default: window - 1)", "0")
       .option("eval-dir", "DIR", "task definitions", default_eval_dir())
       .option("out", "FILE", "write the results as JSON")
+      .option("output-format", "NAME",
+              "layout of --out: strata, or lm-eval (lm-evaluation-harness's results.json: "
+              "results[task][\"acc,none\"], configs, versions, n-shot, ...)",
+              "strata")
       .flag("write-out", "print each task's first rendered example (its requests) before scoring")
       .option("log-samples", "DIR",
               "per-sample logs of multiple-choice and last-word tasks: DIR/samples_<task>.jsonl "
@@ -139,6 +143,11 @@ int cmd_eval(int argc, char** argv, int first) {
   STRATA_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
   STRATA_CHECK(args.has("tasks") != args.has("perplexity"),
                "strata eval: give either --tasks or --perplexity");
+  const std::string format = args.get("output-format");
+  STRATA_CHECK(format == "strata" || format == "lm-eval",
+               "strata eval: --output-format must be strata or lm-eval, got '", format, "'");
+  STRATA_CHECK(format == "strata" || args.has("tasks"),
+               "strata eval: --output-format lm-eval lays out --tasks results (not --perplexity)");
   STRATA_CHECK(!args.has("log-samples") || args.has("tasks"),
                "strata eval: --log-samples logs the samples of --tasks (a --perplexity file has "
                "none)");
@@ -228,8 +237,22 @@ int cmd_eval(int argc, char** argv, int first) {
       for (size_t e = 0; e < exits.size(); ++e)
         out["per_exit"][std::to_string(exits[e])] = tasks_json(results[e]);
     }
+    if (format == "lm-eval") {
+      nlohmann::json config = {{"model", "strata"},
+                               {"model_args", cat("checkpoint=", args.get("checkpoint"),
+                                                  ",plan=", info.plan.to_string())},
+                               {"batch_size", args.get_int("batch-size")},
+                               {"limit", o.limit},
+                               {"seed", o.seed},
+                               {"exit_layers", exits},
+                               {"strata_version", STRATA_VERSION}};
+      out = lm_eval_results(results, exits, config);
+    }
   }
-  out["seconds"] = timer.seconds();
+  if (format == "strata")
+    out["seconds"] = timer.seconds();
+  else
+    out["config"]["seconds"] = timer.seconds();
   if (args.has("out") && lm.root()) write_file_atomic(args.get("out"), out.dump(2) + "\n");
   return 0;
 }

@@ -250,6 +250,87 @@ ChoicePick pick_choice(const EvalExample& ex, const std::vector<LlResult>& resul
   return p;
 }
 
+nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& results,
+                               const std::vector<int>& exits, const nlohmann::json& config) {
+  nlohmann::json j = {{"results", nlohmann::json::object()},
+                      {"groups", nlohmann::json::object()},
+                      {"group_subtasks", nlohmann::json::object()},
+                      {"configs", nlohmann::json::object()},
+                      {"versions", nlohmann::json::object()},
+                      {"n-shot", nlohmann::json::object()},
+                      {"higher_is_better", nlohmann::json::object()},
+                      {"n-samples", nlohmann::json::object()},
+                      {"config", config}};
+  auto lower_is_better = [](const std::string& m) {
+    return m.find("perplexity") != std::string::npos || m == "bits_per_byte";
+  };
+  auto entry = [&](const std::string& alias, const std::vector<Metric>& ms) {
+    nlohmann::json e = {{"alias", alias}};
+    for (const Metric& m : ms) {
+      e[m.name + ",none"] = m.value;
+      e[m.name + "_stderr,none"] =
+          m.stderr_ >= 0 ? nlohmann::json(m.stderr_) : nlohmann::json("N/A");
+    }
+    return e;
+  };
+  auto describe = [&](const std::string& key, const TaskResult& t, const std::vector<Metric>& ms) {
+    bool rolling = false, greedy = false;
+    for (const Metric& m : ms) {
+      rolling = rolling || m.name == "word_perplexity";
+      greedy = greedy || m.name == "perplexity";
+    }
+    nlohmann::json list = nlohmann::json::array(), hib = nlohmann::json::object();
+    for (const Metric& m : ms) {
+      list.push_back({{"metric", m.name},
+                      {"aggregation", m.name == "bits_per_byte" ? "bits_per_byte"
+                                      : rolling                 ? "weighted_perplexity"
+                                      : m.name == "perplexity"  ? "perplexity"
+                                                                : "mean"},
+                      {"higher_is_better", !lower_is_better(m.name)}});
+      hib[m.name] = !lower_is_better(m.name);
+    }
+    j["configs"][key] = {{"task", key},
+                         {"num_fewshot", t.shots},
+                         {"output_type", rolling  ? "loglikelihood_rolling"
+                                         : greedy ? "loglikelihood"
+                                                  : "multiple_choice"},
+                         {"metric_list", list}};
+    j["versions"][key] = 1.0;
+    j["n-shot"][key] = t.shots;
+    j["higher_is_better"][key] = hib;
+  };
+  for (size_t e = 0; e < results.size(); ++e)
+    for (const TaskResult& t : results[e]) {
+      const std::string key =
+          exits.size() > 1 ? t.task + "_exit" + std::to_string(exits[e]) : t.task;
+      std::vector<Metric> ms = t.metrics;
+      if (!t.groups.empty()) {
+        // The harness's group score weights subtasks by size: strata's micro
+        // average. The macro average stays, named as such.
+        for (Metric& m : ms)
+          if (m.name == "acc") m.name = "acc_macro";
+        for (Metric& m : ms)
+          if (m.name == "acc_micro") m.name = "acc";
+        nlohmann::json subtasks = nlohmann::json::array();
+        for (const auto& [g, gm] : t.groups) {
+          const std::string sub = t.task + "_" + g;
+          subtasks.push_back(sub);
+          j["results"][sub] = entry(" - " + g, gm);
+          describe(sub, t, gm);
+        }
+        j["group_subtasks"][key] = subtasks;
+        j["groups"][key] = entry(key, ms);
+      }
+      j["results"][key] = entry(key, ms);
+      describe(key, t, ms);
+      j["n-samples"][key] = {
+          {"original",
+           config.value("limit", int64_t(0)) > 0 ? nlohmann::json() : nlohmann::json(t.n)},
+          {"effective", t.n}};
+    }
+  return j;
+}
+
 double PerplexityResult::mean_nll() const { return tokens ? nll_sum / double(tokens) : 0; }
 double PerplexityResult::ppl() const { return std::exp(mean_nll()); }
 double PerplexityResult::word_perplexity() const {

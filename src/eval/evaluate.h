@@ -63,6 +63,17 @@ ChoicePick pick_choice(const EvalExample& example, const std::vector<LlResult>& 
 std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,
                                                     const EvalOptions& options);
 
+// The results in lm-evaluation-harness's JSON layout (v0.4 `results.json`):
+// results[task]["<metric>,none"] and ["<metric>_stderr,none"] ("N/A" without
+// an error), groups and group_subtasks (MMLU: the group's acc is the micro
+// average, as the harness weights subtasks by size; each subject is
+// mmlu_<subject>), configs (task, num_fewshot, output_type, metric_list),
+// versions, n-shot, higher_is_better, n-samples, and `config` (strata's
+// model description: pass checkpoint, plan, batch size, limit, seed). With
+// several exits every task key gets an "_exit<E>" suffix.
+nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& results,
+                               const std::vector<int>& exits, const nlohmann::json& config);
+
 struct PerplexityResult {
   double nll_sum = 0;
   int64_t tokens = 0;  // scored tokens (BOS excluded)
