@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -272,8 +273,8 @@ TEST(Evaluate, LmEvalResultsLayout) {
     return -1.0;
   };
   EXPECT_EQ(j["results"]["copa"]["acc,none"].get<double>(), find("copa", "acc"));
-  EXPECT_EQ(j["results"]["mmlu"]["acc,none"].get<double>(), find("mmlu", "acc_micro"));
-  EXPECT_EQ(j["results"]["mmlu"]["acc_macro,none"].get<double>(), find("mmlu", "acc"));
+  EXPECT_EQ(j["results"]["mmlu"]["acc,none"].get<double>(), find("mmlu", "acc"));
+  EXPECT_EQ(j["results"]["mmlu"]["acc_macro,none"].get<double>(), find("mmlu", "acc_macro"));
   EXPECT_EQ(j["groups"]["mmlu"]["acc,none"], j["results"]["mmlu"]["acc,none"]);
   ASSERT_FALSE(j["group_subtasks"]["mmlu"].empty());
   for (const auto& sub : j["group_subtasks"]["mmlu"]) {
@@ -286,6 +287,46 @@ TEST(Evaluate, LmEvalResultsLayout) {
   EXPECT_EQ(j["higher_is_better"]["tinystories"]["word_perplexity"], false);
   EXPECT_EQ(j["higher_is_better"]["copa"]["acc"], true);
   EXPECT_EQ(j["n-shot"]["mmlu"], 5);
+}
+
+// MMLU's headline acc is the harness's: the mean over every question (its
+// group weights subjects by size); acc_macro gives each subject once. Over
+// two subjects of different sizes (100 and 35 questions) they differ.
+TEST(Evaluate, MmluAccIsTheMicroAverage) {
+  auto m = tiny_model(1, 1024);
+  testing::TempDir dir;
+  EvalOptions o;
+  o.tasks = {"mmlu"};
+  o.shots = 0;
+  o.limit = 135;
+  o.batch_size = 32;
+  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
+  o.progress = false;
+  o.log_samples_dir = dir.path();
+  const TaskResult r = evaluate_tasks(*m, tok512(), o)[0][0];
+  ASSERT_EQ(r.groups.size(), 2u);
+  std::ifstream in(dir / "samples_mmlu.jsonl");
+  std::string line;
+  std::map<std::string, std::pair<double, int>> per;  // subject -> (correct, n)
+  double correct = 0;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    const double a = j["acc"].get<double>();
+    per[j["doc"]["group"].get<std::string>()].first += a;
+    per[j["doc"]["group"].get<std::string>()].second += 1;
+    correct += a;
+    ++n;
+  }
+  ASSERT_EQ(n, 135);
+  double macro = 0;
+  for (const auto& [g, cn] : per) macro += cn.first / cn.second;
+  macro /= double(per.size());
+  ASSERT_EQ(r.metrics[0].name, "acc");
+  ASSERT_EQ(r.metrics[1].name, "acc_macro");
+  EXPECT_NEAR(r.metrics[0].value, correct / n, 1e-12);
+  EXPECT_NEAR(r.metrics[1].value, macro, 1e-12);
+  EXPECT_NE(per.begin()->second.second, per.rbegin()->second.second);
 }
 
 TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {

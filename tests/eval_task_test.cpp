@@ -206,7 +206,7 @@ TEST(ShippedTasks, MmluZeroShot) {
   const TaskData t = load("mmlu");
   EXPECT_EQ(t.shots, 0);
   ASSERT_EQ(t.examples.size(), 14042u);
-  EXPECT_EQ(t.metrics, (std::vector<std::string>{"acc", "acc_micro"}));
+  EXPECT_EQ(t.metrics, (std::vector<std::string>{"acc", "acc_macro"}));
   std::set<std::string> groups;
   for (const EvalExample& ex : t.examples) {
     groups.insert(ex.group);

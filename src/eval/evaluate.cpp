@@ -191,8 +191,9 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
         tr.metrics.push_back(mean_metric("acc", acc));
         tr.metrics.push_back(mean_metric("acc_norm", acc_norm));
       } else {
-        // Macro average over groups (each subject counts once), its standard
-        // error from the subjects' errors; the micro average alongside.
+        // acc: the micro average over every question, the harness's group
+        // score (its groups weight subtasks by size); acc_macro: each group
+        // once, its standard error from the groups' errors.
         double macro = 0, se2 = 0;
         for (const auto& [g, xs] : group_acc) {
           const Metric m = mean_metric("acc", xs);
@@ -201,8 +202,8 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
           se2 += m.stderr_ > 0 ? m.stderr_ * m.stderr_ : 0;
         }
         const double G = double(group_acc.size());
-        tr.metrics.push_back(Metric{"acc", macro / G, std::sqrt(se2) / G});
-        tr.metrics.push_back(mean_metric("acc_micro", acc));
+        tr.metrics.push_back(mean_metric("acc", acc));
+        tr.metrics.push_back(Metric{"acc_macro", macro / G, std::sqrt(se2) / G});
         tr.metrics.push_back(mean_metric("acc_norm", acc_norm));
       }
     }
@@ -303,14 +304,8 @@ nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& resul
     for (const TaskResult& t : results[e]) {
       const std::string key =
           exits.size() > 1 ? t.task + "_exit" + std::to_string(exits[e]) : t.task;
-      std::vector<Metric> ms = t.metrics;
+      const std::vector<Metric>& ms = t.metrics;
       if (!t.groups.empty()) {
-        // The harness's group score weights subtasks by size: strata's micro
-        // average. The macro average stays, named as such.
-        for (Metric& m : ms)
-          if (m.name == "acc") m.name = "acc_macro";
-        for (Metric& m : ms)
-          if (m.name == "acc_micro") m.name = "acc";
         nlohmann::json subtasks = nlohmann::json::array();
         for (const auto& [g, gm] : t.groups) {
           const std::string sub = t.task + "_" + g;

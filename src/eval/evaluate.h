@@ -66,8 +66,8 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
 // The results in lm-evaluation-harness's JSON layout (v0.4 `results.json`):
 // results[task]["<metric>,none"] and ["<metric>_stderr,none"] ("N/A" without
 // an error), groups and group_subtasks (MMLU: the group's acc is the micro
-// average, as the harness weights subtasks by size; each subject is
-// mmlu_<subject>), configs (task, num_fewshot, output_type, metric_list),
+// average, as the harness weights subtasks by size, acc_macro alongside; each
+// subject is mmlu_<subject>), configs (task, num_fewshot, output_type, metric_list),
 // versions, n-shot, higher_is_better, n-samples, and `config` (strata's
 // model description: pass checkpoint, plan, batch size, limit, seed). With
 // several exits every task key gets an "_exit<E>" suffix.

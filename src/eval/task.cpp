@@ -580,7 +580,7 @@ Config read_config(const std::string& path) {
   c.data = resolve_files(tf, "data");
 
   const std::vector<std::string> known_metrics =
-      bit == kMC   ? std::vector<std::string>{"acc", "acc_norm", "acc_micro"}
+      bit == kMC   ? std::vector<std::string>{"acc", "acc_norm", "acc_macro"}
       : bit == kLW ? std::vector<std::string>{"acc", "perplexity"}
                    : std::vector<std::string>{"word_perplexity", "byte_perplexity", "bits_per_byte",
                                               "token_perplexity"};
