@@ -109,7 +109,12 @@ TEST(Scorer, LongContextIsCutFromTheLeftKeepingBos) {
   inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);
   ASSERT_EQ(inputs.size(), 16u);
   const double want = reference_logprob(*m, inputs, cont, int(kept.size()));
-  EXPECT_NEAR(s.loglikelihood({r})[0][0].logprob, want, 1e-5 * std::fabs(want));
+  const LlRequest short_r{"Once upon a time", " there"};
+  const auto res = s.loglikelihood({r, short_r})[0];
+  EXPECT_NEAR(res[0].logprob, want, 1e-5 * std::fabs(want));
+  // Truncation is reported per request (and counted per task).
+  EXPECT_TRUE(res[0].truncated);
+  EXPECT_FALSE(res[1].truncated);
 }
 
 // Scores do not depend on the batch size (nor on the other requests in a
@@ -327,6 +332,31 @@ TEST(Evaluate, MmluAccIsTheMicroAverage) {
   EXPECT_NEAR(r.metrics[0].value, correct / n, 1e-12);
   EXPECT_NEAR(r.metrics[1].value, macro, 1e-12);
   EXPECT_NE(per.begin()->second.second, per.rbegin()->second.second);
+}
+
+// A model with a 16-token context cuts COPA's requests: the task counts
+// them, the JSON and the per-sample logs say so.
+TEST(Evaluate, TruncatedRequestsAreCountedPerTask) {
+  auto m = tiny_model(1, 16);
+  testing::TempDir dir;
+  EvalOptions o;
+  o.tasks = {"copa"};
+  o.limit = 6;
+  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
+  o.progress = false;
+  o.log_samples_dir = dir.path();
+  const TaskResult r = evaluate_tasks(*m, tok512(), o)[0][0];
+  EXPECT_GT(r.truncated, 0);
+  EXPECT_EQ(r.to_json()["truncated_requests"].get<int64_t>(), r.truncated);
+  std::ifstream in(dir / "samples_copa.jsonl");
+  std::string line;
+  int flagged = 0;
+  while (std::getline(in, line)) flagged += nlohmann::json::parse(line)["truncated"].get<bool>();
+  EXPECT_GT(flagged, 0);
+  // The same task with room for every request: none.
+  auto big = tiny_model(1, 256);
+  o.log_samples_dir.clear();
+  EXPECT_EQ(evaluate_tasks(*big, tok512(), o)[0][0].truncated, 0);
 }
 
 TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {

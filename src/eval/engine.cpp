@@ -144,6 +144,7 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
 #pragma omp parallel for schedule(dynamic, 16)
   for (int64_t i = 0; i < n; ++i) tokenize(requests[i], ctxs[i], conts[i]);
   std::vector<Row> rows;
+  std::vector<uint8_t> cut(size_t(n), 0);
   std::map<std::vector<int32_t>, size_t> shared;  // inputs of one-token requests -> row
   const int32_t bos = tok_.bos_id();
   for (int64_t i = 0; i < n; ++i) {
@@ -152,6 +153,7 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
     STRATA_CHECK(!cont.empty(), "eval: request ", i, " has an empty continuation (context '",
                  requests[i].context.substr(0, 40), "...')");
     // BOS + context + continuation, context cut from the left to fit max_len inputs.
+    cut[size_t(i)] = ctx.size() + cont.size() > size_t(max_len_);
     if (cont.size() > size_t(max_len_)) cont.erase(cont.begin(), cont.end() - max_len_);
     const size_t room = size_t(max_len_) - cont.size();
     if (ctx.size() > room) ctx.erase(ctx.begin(), ctx.end() - int64_t(room));
@@ -173,7 +175,10 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
     r.targets.push_back({i, cont});
     rows.push_back(std::move(r));
   }
-  return run_all(rows, n, progress);
+  auto out = run_all(rows, n, progress);
+  for (auto& per_exit : out)
+    for (int64_t i = 0; i < n; ++i) per_exit[size_t(i)].truncated = cut[size_t(i)] != 0;
+  return out;
 }
 
 std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int window,

@@ -27,9 +27,10 @@
 namespace strata {
 
 struct LlResult {
-  double logprob = 0;  // sum of log P(continuation token) over the continuation
-  bool greedy = true;  // every continuation token is the argmax at its position
-  int tokens = 0;      // continuation tokens scored
+  double logprob = 0;      // sum of log P(continuation token) over the continuation
+  bool greedy = true;      // every continuation token is the argmax at its position
+  int tokens = 0;          // continuation tokens scored
+  bool truncated = false;  // the request did not fit the context: cut from the left
 };
 
 struct RollingResult {
@@ -62,7 +63,8 @@ class Scorer {
   std::vector<RollingResult> rolling(const std::vector<int32_t>& ids, int window, int stride);
 
   // The harness's split of a request into token ids (exposed for tests).
-  void tokenize(const LlRequest& r, std::vector<int32_t>& context, std::vector<int32_t>& cont) const;
+  void tokenize(const LlRequest& r, std::vector<int32_t>& context,
+                std::vector<int32_t>& cont) const;
 
  private:
   // One model input row. Requests whose inputs coincide (the choices of a
@@ -73,8 +75,8 @@ class Scorer {
     int first = 0;                // input position predicting the first target
     int positions = 0;            // scored positions: first .. first + positions - 1
     struct Target {
-      int64_t slot;               // output index (request or span)
-      std::vector<int32_t> ids;   // `positions` target ids
+      int64_t slot;              // output index (request or span)
+      std::vector<int32_t> ids;  // `positions` target ids
     };
     std::vector<Target> targets;
   };

@@ -93,6 +93,9 @@ void write_samples(const std::string& path, const TaskData& task,
                         {"resps", resps},
                         {"filtered_resps", filtered},
                         {"filter", "none"}};
+    bool cut = false;
+    for (size_t c = 0; c < ex.requests.size(); ++c) cut = cut || res[k + c].truncated;
+    j["truncated"] = cut;  // a request of this example was cut to fit the context
     std::string target;
     if (task.kind == TaskKind::LastWord) {
       target = ex.requests[0].continuation;
@@ -163,6 +166,7 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
     tr.task = task.name;
     tr.n = int64_t(task.examples.size());
     tr.shots = task.shots;
+    for (const LlResult& r : res) tr.truncated += r.truncated;
     size_t k = 0;
     if (task.kind == TaskKind::LastWord) {
       std::vector<double> acc, ll;
@@ -357,7 +361,10 @@ nlohmann::json TaskResult::to_json() const {
                    {"stderr", m.stderr_ >= 0 ? nlohmann::json(m.stderr_) : nlohmann::json()}};
     return j;
   };
-  nlohmann::json j = {{"n", n}, {"shots", shots}, {"metrics", metric_json(metrics)}};
+  nlohmann::json j = {{"n", n},
+                      {"shots", shots},
+                      {"truncated_requests", truncated},
+                      {"metrics", metric_json(metrics)}};
   if (!groups.empty()) {
     j["groups"] = nlohmann::json::object();
     for (const auto& [g, ms] : groups) j["groups"][g] = metric_json(ms);
@@ -408,6 +415,11 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
             if (m.name == want) kept.push_back(m);
         tr.metrics = std::move(kept);
       }
+    if (per_exit[0].truncated > 0)
+      log::warn("eval ", name, ": ", per_exit[0].truncated,
+                " request(s) longer than the model's context (", scorer.max_len(),
+                " tokens) were cut from the left; the harness does the same, but their scores "
+                "saw less context (truncated_requests in the results)");
     for (size_t e = 0; e < per_exit.size(); ++e) out[e].push_back(per_exit[e]);
     if (o.progress)
       log::info("eval ", name, ": ", per_exit.back().n, " examples, ", task.shots, "-shot, ",

@@ -27,6 +27,7 @@ struct TaskResult {
   std::string task;
   int64_t n = 0;  // examples or documents scored
   int shots = 0;
+  int64_t truncated = 0;  // requests cut from the left to fit the model's context
   std::vector<Metric> metrics;
   std::map<std::string, std::vector<Metric>> groups;  // per group (MMLU subject)
   nlohmann::json to_json() const;
@@ -37,11 +38,11 @@ struct EvalOptions {
   int shots = -1;                  // < 0: each task's default
   int64_t limit = 0;               // > 0: first N examples / documents per task
   int batch_size = 8;
-  std::vector<int> exits;          // exit layers; empty: the full model
-  uint64_t seed = 1234;            // few-shot sampling
-  std::string eval_dir = "eval";   // where the task TOML files are
-  int window = 0, stride = 0;      // perplexity tasks (0: max_len + 1, window - 1)
-  bool progress = true;            // progress lines on stderr
+  std::vector<int> exits;         // exit layers; empty: the full model
+  uint64_t seed = 1234;           // few-shot sampling
+  std::string eval_dir = "eval";  // where the task TOML files are
+  int window = 0, stride = 0;     // perplexity tasks (0: max_len + 1, window - 1)
+  bool progress = true;           // progress lines on stderr
   // Per-sample logs: one JSONL file per task (and exit) in this directory,
   // written when the task is scored; "" for none. See write_samples.
   std::string log_samples_dir;
@@ -78,8 +79,8 @@ struct PerplexityResult {
   double nll_sum = 0;
   int64_t tokens = 0;  // scored tokens (BOS excluded)
   int64_t words = 0, bytes = 0;
-  double ppl() const;        // token perplexity exp(nll / tokens)
-  double mean_nll() const;   // nll / tokens
+  double ppl() const;       // token perplexity exp(nll / tokens)
+  double mean_nll() const;  // nll / tokens
   double word_perplexity() const;
   double byte_perplexity() const;
   double bits_per_byte() const;
@@ -96,7 +97,6 @@ std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokeniz
 std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokenizer& tok,
                                               const std::string& text, const std::string& name,
                                               int window, int stride, int batch_size,
-                                              const std::vector<int>& exits,
-                                              bool progress = true);
+                                              const std::vector<int>& exits, bool progress = true);
 
 }  // namespace strata
