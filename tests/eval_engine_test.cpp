@@ -41,6 +41,16 @@ std::unique_ptr<Model<float>> tiny_model(int layers = 3, int max_pos = 48) {
   return m;
 }
 
+// Options for tasks of the shipped eval/ directory, quiet.
+EvalOptions task_options(std::vector<std::string> tasks, int64_t limit) {
+  EvalOptions o;
+  o.tasks = std::move(tasks);
+  o.limit = limit;
+  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
+  o.progress = false;
+  return o;
+}
+
 // log P(targets at positions first..) computed the plain way: full logits of
 // the whole sequence, log-softmax in double.
 double reference_logprob(Model<float>& m, const std::vector<int32_t>& inputs,
@@ -184,12 +194,8 @@ TEST(Scorer, AccAndAccNormDisagreeWhenLengthsDo) {
 TEST(Evaluate, PerSampleLogsAgreeWithTheTaskMetrics) {
   auto m = tiny_model(2, 128);
   testing::TempDir dir;
-  EvalOptions o;
-  o.tasks = {"copa", "lambada"};
-  o.limit = 9;
+  EvalOptions o = task_options({"copa", "lambada"}, 9);
   o.exits = {1, 2};
-  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
-  o.progress = false;
   o.log_samples_dir = dir / "samples";
   const auto results = evaluate_tasks(*m, tok512(), o);
   const TaskData copa = load_task(o.eval_dir, "copa", -1, o.seed, o.limit);
@@ -239,11 +245,7 @@ TEST(Evaluate, PerSampleLogsAgreeWithTheTaskMetrics) {
 // its subjects as mmlu_<subject> subtasks.
 TEST(Evaluate, LmEvalResultsLayout) {
   auto m = tiny_model(2, 128);
-  EvalOptions o;
-  o.tasks = {"copa", "lambada", "mmlu", "tinystories"};
-  o.limit = 4;
-  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
-  o.progress = false;
+  const EvalOptions o = task_options({"copa", "lambada", "mmlu", "tinystories"}, 4);
   const auto results = evaluate_tasks(*m, tok512(), o);
   const nlohmann::json cfg = {{"model", "strata"}, {"limit", o.limit}};
   const nlohmann::json j = lm_eval_results(results, {2}, cfg);
@@ -300,13 +302,9 @@ TEST(Evaluate, LmEvalResultsLayout) {
 TEST(Evaluate, MmluAccIsTheMicroAverage) {
   auto m = tiny_model(1, 1024);
   testing::TempDir dir;
-  EvalOptions o;
-  o.tasks = {"mmlu"};
+  EvalOptions o = task_options({"mmlu"}, 135);
   o.shots = 0;
-  o.limit = 135;
   o.batch_size = 32;
-  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
-  o.progress = false;
   o.log_samples_dir = dir.path();
   const TaskResult r = evaluate_tasks(*m, tok512(), o)[0][0];
   ASSERT_EQ(r.groups.size(), 2u);
@@ -339,11 +337,7 @@ TEST(Evaluate, MmluAccIsTheMicroAverage) {
 TEST(Evaluate, TruncatedRequestsAreCountedPerTask) {
   auto m = tiny_model(1, 16);
   testing::TempDir dir;
-  EvalOptions o;
-  o.tasks = {"copa"};
-  o.limit = 6;
-  o.eval_dir = std::string(STRATA_SOURCE_DIR) + "/eval";
-  o.progress = false;
+  EvalOptions o = task_options({"copa"}, 6);
   o.log_samples_dir = dir.path();
   const TaskResult r = evaluate_tasks(*m, tok512(), o)[0][0];
   EXPECT_GT(r.truncated, 0);

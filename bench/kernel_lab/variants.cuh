@@ -126,22 +126,7 @@ STRATA_GLOBAL void attention_v3(T* out, T* lse, AttnView<T> a) {
     const int j = c + lane;
     T s = g_neg_inf<T>();
     if (j < nk) s = dot_row(qs, ks + lane * P, D) * scale;
-    const T mn = g_max(m, warp_max(s));
-    const T p = j < nk ? g_exp(s - mn) : T(0);
-    const T alpha = g_exp(m - mn);
-    l = l * alpha + warp_sum(p);
-    ps[lane] = p;
-    __syncwarp();
-    const int cnt = g_min(kWarp, nk - c);
-    for (int t = 0; t < kAttnMaxDLane; ++t) {
-      const int d = lane + t * kWarp;
-      if (d >= D) break;
-      T o = acc[t] * alpha;
-      for (int u = 0; u < cnt; ++u) o += ps[u] * vs[u * P + d];
-      acc[t] = o;
-    }
-    __syncwarp();
-    m = mn;
+    attn_online_chunk(s, j < nk, g_min(kWarp, nk - c), vs, int64_t(P), D, lane, ps, m, l, acc);
   }
   if (!active) return;
   attn_finish_row(out, lse, a, b, i, h, acc, m, l, lane);

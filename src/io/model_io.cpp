@@ -51,6 +51,18 @@ void read_tensor_parts(const CheckpointReader& reader, const std::string& group,
   }
 }
 
+void stage_to_host(ops::Backend<float>& be, std::vector<TensorRef>& refs,
+                   std::vector<std::vector<float>>& store) {
+  if (be.is_host()) return;
+  for (TensorRef& ref : refs) {
+    int64_t numel = 1;
+    for (int64_t dim : ref.shape) numel *= dim;
+    store.emplace_back(static_cast<size_t>(numel));  // moving the outer vector keeps inner data
+    be.to_host(store.back().data(), ref.data, numel);
+    ref.data = store.back().data();
+  }
+}
+
 std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info_out,
                                          const LoadOptions& o) {
   const CheckpointReader reader(path);
@@ -86,12 +98,8 @@ void save_model(const std::string& path, Model<float>& model, const std::string&
   d.state = state;
   d.tokenizer = tokenizer;
   d.params = param_refs(model);
-  std::vector<float> host;  // a device backend's parameters, staged
-  if (!model.backend().is_host()) {
-    host.resize(size_t(model.num_params()));
-    model.backend().to_host(host.data(), model.params(), model.num_params());
-    for (TensorRef& r : d.params) r.data = host.data() + (r.data - model.params());
-  }
+  std::vector<std::vector<float>> host;
+  stage_to_host(model.backend(), d.params, host);
   write_checkpoint(path, d);
 }
 

@@ -43,6 +43,11 @@ struct LoadOptions {
   Communicator* tp = nullptr;  // a tensor-parallel group: load this rank's parts
   std::string device = "cpu";  // ops::make_backend's name (cpu, cuda, simt, auto)
 };
+// Points `refs` (tensors in `be`'s memory) at host copies kept in `store`,
+// for writing a checkpoint from a device backend; nothing on a host backend.
+void stage_to_host(ops::Backend<float>& be, std::vector<TensorRef>& refs,
+                   std::vector<std::vector<float>>& store);
+
 // Builds a float model from a checkpoint and loads its parameters.
 std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo* info = nullptr,
                                          const LoadOptions& options = {});

@@ -124,15 +124,8 @@ std::string save(Run& run) {
     d.exp_avg = moment_refs(*run.model, *run.opt, false);
     d.exp_avg_sq = moment_refs(*run.model, *run.opt, true);
     std::vector<std::vector<float>> host;  // a device backend's tensors, staged
-    if (!run.model->backend().is_host())
-      for (auto* refs : {&d.params, &d.exp_avg, &d.exp_avg_sq})
-        for (TensorRef& ref : *refs) {
-          int64_t numel = 1;
-          for (int64_t dim : ref.shape) numel *= dim;
-          host.emplace_back(static_cast<size_t>(numel));
-          run.model->backend().to_host(host.back().data(), ref.data, numel);
-          ref.data = host.back().data();
-        }
+    for (auto* refs : {&d.params, &d.exp_avg, &d.exp_avg_sq})
+      stage_to_host(run.model->backend(), *refs, host);
     write_checkpoint(path, d);
     prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
     return path;

@@ -382,7 +382,8 @@ class KernelBackend final : public ops::Backend<T> {
     STRATA_LAUNCH(k_rope<T>, blocks_for(n, 256), 256, 0, stream_, x, cos, sin, B, T_, H, D,
                   row_stride, pos0, sign);
   }
-  // *acc += scale * sum of x^2 (kind 0) or (x - y)^2 (kind 1), on the stream.
+  // *acc += scale * sum of x^2 (kind 0), (x - y)^2 (kind 1) or x (kind 2), on
+  // the stream.
   void add_sum(double* acc, const T* x, const T* y, int64_t n, int kind, double scale) {
     const unsigned parts = blocks_for(n, 256, 1024);
     auto* partial = static_cast<double*>(scratch(kPartial, parts * sizeof(double)));
@@ -399,20 +400,6 @@ class KernelBackend final : public ops::Backend<T> {
     gpu::sync(stream_);
     return h;
   }
-  double sum_values(const T* x, int64_t n) {
-    auto* acc = static_cast<double*>(scratch(kSum, sizeof(double)));
-    gpu::zero_async(acc, sizeof(double), stream_);
-    const unsigned parts = blocks_for(n, 256, 1024);
-    auto* partial = static_cast<double*>(scratch(kPartial, parts * sizeof(double)));
-    STRATA_LAUNCH(k_partial_values<T>, parts, 256, 0, stream_, partial, x, n);
-    STRATA_LAUNCH(k_finish_sum<double>, 1, 256, 0, stream_, acc,
-                  static_cast<const double*>(partial), int(parts), 1.0);
-    double h = 0;
-    gpu::copy_async(&h, acc, sizeof(double), stream_);
-    gpu::sync(stream_);
-    return h;
-  }
-
   // The fused norm + head + cross-entropy, chunked over rows as the CPU
   // backend (backends/cpu/head_ce.cpp): per chunk one logits GEMM, the row
   // softmax kernel (gradient in place) and two GEMMs for dxn and dwout.
@@ -473,7 +460,7 @@ class KernelBackend final : public ops::Backend<T> {
     int64_t count = 0;
     for (int64_t n = 0; n < N; ++n) count += targets[n] != ops::kIgnoreIndex;
     if (n_valid) *n_valid = count;
-    return sum_values(nll_buf, N);
+    return device_sum(nll_buf, nullptr, N, 2);
   }
 
   std::shared_ptr<void> owner_;

@@ -34,6 +34,31 @@ STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
   return s;
 }
 
+// One 32-key chunk of the online softmax for a warp's query row: lane
+// `lane` holds the score s of its key (valid: the key is visible), `v` the
+// chunk's first value row (rows v_stride apart, `cnt` of them). Updates the
+// running max m, sum l and the lane's output elements acc; `ps` is the warp's
+// 32-slot shared scratch for the probabilities.
+template <typename T>
+STRATA_DEVICE void attn_online_chunk(T s, bool valid, int cnt, const T* v, int64_t v_stride, int D,
+                                     int lane, T* ps, T& m, T& l, T* acc) {
+  const T mn = g_max(m, warp_max(s));
+  const T p = valid ? g_exp(s - mn) : T(0);
+  const T alpha = g_exp(m - mn);
+  l = l * alpha + warp_sum(p);
+  ps[lane] = p;
+  __syncwarp();
+  for (int t = 0; t < kAttnMaxDLane; ++t) {
+    const int d = lane + t * kWarp;
+    if (d >= D) break;
+    T o = acc[t] * alpha;
+    for (int u = 0; u < cnt; ++u) o += ps[u] * v[int64_t(u) * v_stride + d];
+    acc[t] = o;
+  }
+  __syncwarp();  // every lane has read ps before the next chunk writes it
+  m = mn;
+}
+
 // The end of a query row (b, i, h): out = acc / l over the lane's elements,
 // lse = m + log(l) (lane 0; lse may be null).
 template <typename T>
@@ -73,22 +98,8 @@ STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
     const int j = c + lane;
     T s = g_neg_inf<T>();
     if (j < nk) s = dot_row(qs, kb + int64_t(j) * a.kv_stride, D) * scale;
-    const T mn = g_max(m, warp_max(s));
-    const T p = j < nk ? g_exp(s - mn) : T(0);
-    const T alpha = g_exp(m - mn);
-    l = l * alpha + warp_sum(p);
-    ps[lane] = p;
-    __syncwarp();
-    const int cnt = g_min(kWarp, nk - c);
-    for (int t = 0; t < kAttnMaxDLane; ++t) {
-      const int d = lane + t * kWarp;
-      if (d >= D) break;
-      T o = acc[t] * alpha;
-      for (int u = 0; u < cnt; ++u) o += ps[u] * vb[int64_t(c + u) * a.kv_stride + d];
-      acc[t] = o;
-    }
-    __syncwarp();  // every lane has read ps before the next chunk writes it
-    m = mn;
+    attn_online_chunk(s, j < nk, g_min(kWarp, nk - c), vb + int64_t(c) * a.kv_stride, a.kv_stride,
+                      D, lane, ps, m, l, acc);
   }
   attn_finish_row(out, lse, a, b, i, h, acc, m, l, lane);
 }

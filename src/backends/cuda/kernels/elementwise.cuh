@@ -113,14 +113,14 @@ STRATA_GLOBAL void k_scale(T* x, int64_t n, T s) {
 // Deterministic two-stage sums in double: each block writes the sum of its
 // grid-stride share to partial[blockIdx.x] (threads' shares added in a fixed
 // tree); k_finish_sum adds the partials in order into *acc.
-// kind 0: x[i]^2; kind 1: (x[i] - y[i])^2.
+// kind 0: x[i]^2; kind 1: (x[i] - y[i])^2; kind 2: x[i].
 template <typename T>
 STRATA_GLOBAL void k_partial_sums(double* partial, const T* x, const T* y, int64_t n, int kind) {
   double s = 0;
   STRATA_GRID_LOOP(i, n) {
     const double a = double(x[i]);
-    const double d = kind == 0 ? a : a - double(y[i]);
-    s += d * d;
+    const double d = kind == 1 ? a - double(y[i]) : a;
+    s += kind == 2 ? d : d * d;
   }
   s = block_sum(s);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
@@ -132,15 +132,6 @@ STRATA_GLOBAL void k_finish_sum(D* acc, const D* partial, int parts, D scale) {
   for (int i = int(threadIdx.x); i < parts; i += int(blockDim.x)) s += partial[i];
   s = block_sum(s);
   if (threadIdx.x == 0) *acc += s * scale;
-}
-
-// Summed nll over rows (fixed order, double), for the cross-entropy's loss.
-template <typename T>
-STRATA_GLOBAL void k_partial_values(double* partial, const T* x, int64_t n) {
-  double s = 0;
-  STRATA_GRID_LOOP(i, n) s += double(x[i]);
-  s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
 // dst[i] = bfloat16 bits of src[i] (cuBLASLt's bf16 operands). Templates,
