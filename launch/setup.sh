@@ -19,6 +19,7 @@ PACKAGES=(
   libgtest-dev                          # GoogleTest
   qemu-user                             # tests: the binary on emulated older CPUs (label portability)
   libopenmpi-dev openmpi-bin            # MPI: multi-process training (mpirun) and its tests
+  python3                               # runs HumanEval completions (eval --allow-code-execution)
 )
 
 if [[ "${STRATA_SKIP_APT:-0}" != 1 ]]; then

@@ -9,6 +9,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/text.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"
@@ -60,6 +61,33 @@ TEST(Philox, StreamsAreDeterministicAndDistinct) {
   EXPECT_NEAR(var, 1.0, 0.02);
   EXPECT_GT(umin, 0.0);
   EXPECT_LT(umax, 1.0);
+}
+
+// Text measured as Python measures str (the evaluation harness's len,
+// strip and re.split(r"\s+")); expected values computed with Python 3.11.
+TEST(Text, PythonStringRules) {
+  EXPECT_EQ(utf8_length("abc"), 3);
+  EXPECT_EQ(utf8_length("caf\xc3\xa9"), 4);                   // café: 5 bytes
+  EXPECT_EQ(utf8_length("\xe2\x80\x94\xf0\x9f\x99\x82"), 2);  // em dash, emoji
+  EXPECT_EQ(utf8_length("a\xff"
+                        "b"),
+            3);                           // a stray byte counts once
+  EXPECT_EQ(utf8_length("\xe2\x80"), 2);  // a cut sequence: two stray bytes
+  EXPECT_EQ(python_strip("  x y\t\n"), "x y");
+  EXPECT_EQ(python_strip("\xc2\xa0x\xc2\x85"), "x");  // NBSP and NEL are whitespace
+  EXPECT_EQ(python_strip("\xe3\x80\x80q\x1f"), "q");  // ideographic space, unit separator
+  EXPECT_EQ(python_strip(" \t "), "");
+  EXPECT_EQ(python_strip_end("Answer:\n\xc2\xa0 "), 7u);
+  EXPECT_EQ(python_strip_end("  "), 0u);
+  EXPECT_EQ(python_split_count("a b  c"), 3);
+  EXPECT_EQ(python_split_count(" a b "), 4);  // ['', 'a', 'b', '']
+  EXPECT_EQ(python_split_count(""), 1);       // ['']
+  EXPECT_EQ(python_split_count("a\xe2\x80\x89"
+                               "b"),
+            2);  // thin space splits
+  EXPECT_EQ(python_split_count("a\xc3\xa9"
+                               "b"),
+            1);
 }
 
 TEST(Buffer, AlignedZeroedAndMovable) {

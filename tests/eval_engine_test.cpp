@@ -1,6 +1,7 @@
 // The scoring engine: loglikelihood against a hand computation, the harness's
 // tokenisation rules, left truncation, acc vs acc_norm, batch-size invariance,
-// exits, and rolling perplexity.
+// exits, and rolling perplexity; generate_until tasks (stop strings, filters,
+// exact_match, HumanEval through the sandbox); chat-template rendering.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,9 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/sft.h"
 #include "data/tokenizer.h"
 #include "eval/engine.h"
 #include "eval/evaluate.h"
+#include "infer/generate.h"
+#include "json_schema.h"
 #include "model/model.h"
 #include "testing.h"
 
@@ -101,11 +105,20 @@ TEST(Scorer, TrailingContextSpacesMoveToTheContinuation) {
   s.tokenize({"The cat sat on the", " mat"}, c2, k2);
   EXPECT_EQ(c1, c2);
   EXPECT_EQ(k1, k2);
+  // All trailing whitespace, as Python's rstrip(): newlines too.
+  std::vector<int32_t> c3, k3, c4, k4;
+  s.tokenize({"Question: why?\nAnswer:\n", "Because"}, c3, k3);
+  s.tokenize({"Question: why?\nAnswer:", "\nBecause"}, c4, k4);
+  EXPECT_EQ(c3, c4);
+  EXPECT_EQ(k3, k4);
   const auto r = s.loglikelihood({{"The cat sat on the ", "mat"}, {"The cat sat on the", " mat"}});
   EXPECT_EQ(r[0][0].logprob, r[0][1].logprob);
 }
 
-TEST(Scorer, LongContextIsCutFromTheLeftKeepingBos) {
+// The harness's rule: of BOS + context + continuation the last max_len + 1
+// tokens are kept, the last being only a target; BOS falls off with the
+// oldest context.
+TEST(Scorer, LongContextIsCutFromTheLeftAsTheHarnessDoes) {
   auto m = tiny_model(2, 16);
   Scorer s(*m, tok512(), 2, {});
   const LlRequest r{"Once upon a time, in a land far away, there lived a very old king who",
@@ -113,12 +126,12 @@ TEST(Scorer, LongContextIsCutFromTheLeftKeepingBos) {
   std::vector<int32_t> ctx, cont;
   s.tokenize(r, ctx, cont);
   ASSERT_GT(ctx.size() + cont.size(), 16u);
-  const std::vector<int32_t> kept(ctx.end() - int64_t(16 - cont.size()), ctx.end());
-  std::vector<int32_t> inputs = {tok512().bos_id()};
-  inputs.insert(inputs.end(), kept.begin(), kept.end());
-  inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);
-  ASSERT_EQ(inputs.size(), 16u);
-  const double want = reference_logprob(*m, inputs, cont, int(kept.size()));
+  std::vector<int32_t> full = {tok512().bos_id()};
+  full.insert(full.end(), ctx.begin(), ctx.end());
+  full.insert(full.end(), cont.begin(), cont.end());
+  const std::vector<int32_t> inputs(full.end() - 17, full.end() - 1);
+  ASSERT_NE(inputs[0], tok512().bos_id());
+  const double want = reference_logprob(*m, inputs, cont, int(inputs.size() - cont.size()));
   const LlRequest short_r{"Once upon a time", " there"};
   const auto res = s.loglikelihood({r, short_r})[0];
   EXPECT_NEAR(res[0].logprob, want, 1e-5 * std::fabs(want));
@@ -172,10 +185,12 @@ TEST(Scorer, PerExitEqualsSeparateRuns) {
   EXPECT_THROW(Scorer(*m, tok512(), 1, {4}), Error);
 }
 
-// acc takes the best summed logprob, acc_norm the best per byte of the choice.
+// acc takes the best summed logprob, acc_norm the best per character of the
+// choice (the choice text, without the target delimiter).
 TEST(Scorer, AccAndAccNormDisagreeWhenLengthsDo) {
   EvalExample ex;
   ex.requests = {{"Q:", " yes"}, {"Q:", " a much longer answer"}};
+  ex.choices = {"yes", "a much longer answer"};
   ex.gold = 1;
   std::vector<LlResult> r(2);
   r[0].logprob = -3.0;   // 3 bytes ("yes"): -1.0 per byte
@@ -185,6 +200,21 @@ TEST(Scorer, AccAndAccNormDisagreeWhenLengthsDo) {
   EXPECT_EQ(p.acc_norm, 1);
   r[1].logprob = -25.0;  // -1.25 per byte: now both pick choice 0
   EXPECT_EQ(pick_choice(ex, r, 0).acc_norm, 0);
+}
+
+// The harness's acc_norm divides by len(choice) in Python: code points, not
+// bytes; bytes are acc_bytes. A non-ASCII choice tells them apart.
+TEST(Scorer, AccNormCountsCharactersAccBytesCountsBytes) {
+  EvalExample ex;
+  ex.choices = {"\xc3\xa9t\xc3\xa9 \xc3\xa0", "abcdef"};  // "été à": 5 characters, 8 bytes
+  ex.requests = {{"Q:", " " + ex.choices[0]}, {"Q:", " " + ex.choices[1]}};
+  std::vector<LlResult> r(2);
+  r[0].logprob = -6.0;  // -1.2 per character, -0.75 per byte
+  r[1].logprob = -6.5;  // 6 characters and bytes: -1.083
+  const ChoicePick p = pick_choice(ex, r, 0);
+  EXPECT_EQ(p.acc, 0);
+  EXPECT_EQ(p.acc_norm, 1);
+  EXPECT_EQ(p.acc_bytes, 0);
 }
 
 // Task metrics are identical for any batch size.
@@ -296,6 +326,77 @@ TEST(Evaluate, LmEvalResultsLayout) {
   EXPECT_EQ(j["n-shot"]["mmlu"], 5);
 }
 
+// The same layout against the JSON schema shipped with the tasks
+// (eval/lm-eval-results.schema.json), for every kind of task, MMLU's
+// categories nested as the harness nests them; a document that breaks the
+// layout fails the schema (so the check can fail).
+TEST(Evaluate, LmEvalResultsMatchTheSchema) {
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/eval/lm-eval-results.schema.json");
+  const testing::JsonSchema schema(nlohmann::json::parse(in));
+  auto m = tiny_model(2, 128);
+  EvalOptions o = task_options({"copa", "lambada", "mmlu", "tinystories", "boolq"}, 30);
+  const auto results = evaluate_tasks(*m, tok512(), o);
+  const nlohmann::json j = lm_eval_results(results, {2}, {{"model", "strata"}, {"limit", 30}});
+  const auto errors = schema.validate(j);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  // mmlu -> mmlu_<category> -> mmlu_<subject>, the categories size-weighted.
+  ASSERT_TRUE(j["group_subtasks"].contains("mmlu_stem"));
+  size_t subjects = 0;
+  for (const auto& cat : j["group_subtasks"]["mmlu"]) {
+    EXPECT_TRUE(j["groups"].contains(cat.get<std::string>())) << cat;
+    for (const auto& sub : j["group_subtasks"][cat.get<std::string>()]) {
+      EXPECT_TRUE(j["results"].contains(sub.get<std::string>())) << sub;
+      ++subjects;
+    }
+  }
+  EXPECT_EQ(subjects, 1u);  // --limit 30: all in abstract_algebra
+  EXPECT_EQ(j["configs"]["boolq"]["metadata"]["comparable"], false);
+  EXPECT_NE(j["configs"]["boolq"]["metadata"]["not_comparable_because"], nullptr);
+  // Broken copies fail.
+  nlohmann::json bad = j;
+  bad["results"]["copa"]["acc,none"] = "high";
+  EXPECT_FALSE(schema.validate(bad).empty());
+  bad = j;
+  bad.erase("versions");
+  EXPECT_FALSE(schema.validate(bad).empty());
+  bad = j;
+  bad["configs"]["copa"]["output_type"] = "ranking";
+  EXPECT_FALSE(schema.validate(bad).empty());
+  bad = j;
+  bad["results"]["copa"]["acc"] = 0.5;  // a metric key without its filter
+  EXPECT_FALSE(schema.validate(bad).empty());
+}
+
+// MMLU categories: each is the size-weighted mean of its subjects (the mean
+// over its questions) with the harness's pooled standard error.
+TEST(Evaluate, MmluCategoriesAreSizeWeighted) {
+  auto m = tiny_model(2, 64);
+  EvalOptions o = task_options({"mmlu"}, 0);
+  o.shots = 0;
+  o.limit = 400;  // abstract_algebra (100), anatomy (135), astronomy (152), business_ethics (13)
+  const auto r = evaluate_tasks(*m, tok512(), o)[0][0];
+  ASSERT_EQ(r.categories.size(), 2u);
+  const Metric& stem = r.categories.at("stem")[0];
+  std::vector<double> ses, sizes;
+  double sum = 0, n = 0;
+  for (const char* g : {"abstract_algebra", "anatomy", "astronomy"}) {
+    const Metric& gm = r.groups.at(g)[0];
+    const double size = g == std::string("abstract_algebra") ? 100
+                        : g == std::string("anatomy")        ? 135
+                                                             : 152;
+    sum += gm.value * size;
+    n += size;
+    ses.push_back(gm.stderr_);
+    sizes.push_back(size);
+  }
+  EXPECT_NEAR(stem.value, sum / n, 1e-12);
+  double pooled = 0;
+  for (size_t i = 0; i < 3; ++i) pooled += (sizes[i] - 1) * ses[i] * ses[i] * sizes[i];
+  EXPECT_NEAR(stem.stderr_, std::sqrt(pooled / (n - 3) / n), 1e-12);
+  EXPECT_NEAR(r.categories.at("other")[0].value, r.groups.at("business_ethics")[0].value, 1e-12);
+  EXPECT_EQ(r.group_category.at("anatomy"), "stem");
+}
+
 // MMLU's headline acc is the harness's: the mean over every question (its
 // group weights subjects by size); acc_macro gives each subject once. Over
 // two subjects of different sizes (100 and 35 questions) they differ.
@@ -376,31 +477,269 @@ TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {
       }
 }
 
+// lm-evaluation-harness's get_rolling_token_windows and
+// make_disjoint_window (lm_eval/utils.py), ported as the oracle: (context,
+// continuation) token pairs that together score every token once.
+std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> harness_rolling_windows(
+    const std::vector<int32_t>& tokens, int32_t prefix, int max_seq_len, int context_len) {
+  using V = std::vector<int32_t>;
+  auto slice = [&](int64_t a, int64_t b) {  // tokens[a:b] with Python's clamping
+    const int64_t n = int64_t(tokens.size());
+    a = a < 0 ? std::max<int64_t>(0, n + a) : std::min(a, n);
+    b = b < 0 ? std::max<int64_t>(0, n + b) : std::min(b, n);
+    return a < b ? V(tokens.begin() + a, tokens.begin() + b) : V();
+  };
+  std::vector<std::pair<V, V>> out;
+  if (tokens.empty()) return out;
+  const int64_t pred_len = max_seq_len - context_len + 1;
+  const int64_t n = int64_t(tokens.size());
+  const int64_t first = std::min<int64_t>(max_seq_len, n);
+  V ctx = {prefix};
+  const V head = slice(0, first - 1);
+  ctx.insert(ctx.end(), head.begin(), head.end());
+  out.push_back({ctx, slice(0, first)});
+  int64_t predicted = first;
+  while (predicted < n) {
+    const int64_t window_pred_len = std::min(n - predicted, pred_len);
+    const int64_t window_end = predicted + window_pred_len;
+    out.push_back({slice(window_end - max_seq_len - 1, window_end - 1),
+                   slice(window_end - window_pred_len, window_end)});
+    predicted += window_pred_len;
+  }
+  for (auto& [a, b] : out)  // make_disjoint_window
+    a.resize(a.size() - (b.size() - 1));
+  return out;
+}
+
+// Rolling perplexity with non-overlapping windows (stride = window - 1) is
+// the harness's loglikelihood_rolling: every token scored once, the last
+// window extended to the left to a full context.
+TEST(Scorer, RollingMatchesTheHarnessWindows) {
+  auto m = tiny_model(2, 12);
+  std::vector<int32_t> ids = {tok512().bos_id()};
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t(3 + (i * 37) % 500));
+  const std::vector<int32_t> doc(ids.begin() + 1, ids.end());
+  for (int L : {12, 7, 5}) {
+    double want = 0;
+    int64_t scored = 0;
+    const auto windows = harness_rolling_windows(doc, ids[0], L, 1);
+    for (const auto& [ctx, cont] : windows) {
+      std::vector<int32_t> full = ctx;
+      full.insert(full.end(), cont.begin(), cont.end());
+      ASSERT_LE(full.size(), size_t(L) + 1);
+      const std::vector<int32_t> inputs(full.begin(), full.end() - 1);
+      want -= reference_logprob(*m, inputs, cont, int(inputs.size() - cont.size()));
+      scored += int64_t(cont.size());
+    }
+    ASSERT_EQ(scored, int64_t(doc.size()));
+    // The last window has a full context: (40 - 12) % 12 = 4 tokens after
+    // 8 more of context, not 4 tokens after 1.
+    if (L == 12) EXPECT_EQ(windows.back().first.size() + windows.back().second.size(), 13u);
+    for (int bs : {1, 4}) {
+      const auto r = Scorer(*m, tok512(), bs, {}).rolling(ids, L + 1, L);
+      EXPECT_EQ(r[0].tokens, int64_t(doc.size()));
+      EXPECT_NEAR(r[0].nll, want, 1e-5 * want) << "context " << L << " batch " << bs;
+    }
+  }
+}
+
+// Overlapping windows (stride < window - 1, a strata extension): token j is
+// scored by the first span [a, a+W) (a a multiple of S) with a + W > j, from
+// inputs ids[a .. j); the span that reaches the end starts at n - W.
 TEST(Scorer, RollingScoresEveryTokenOnceWithTheRightContext) {
   auto m = tiny_model(2, 12);
   std::vector<int32_t> ids = {tok512().bos_id()};
   for (int i = 0; i < 40; ++i) ids.push_back(int32_t(3 + (i * 37) % 500));
-  // Reference: window W, stride S; token j scored by the first span [a, a+W)
-  // with a + W > j, from inputs ids[a .. j).
+  const int64_t n = int64_t(ids.size());
   auto reference = [&](int W, int S) {
     double nll = 0;
-    for (size_t j = 1; j < ids.size(); ++j) {
-      size_t a = 0;
-      while (a + size_t(W) <= j) a += size_t(S);
-      const std::vector<int32_t> inputs(ids.begin() + int64_t(a), ids.begin() + int64_t(j));
-      nll -= reference_logprob(*m, inputs, {ids[j]}, int(inputs.size()) - 1);
+    for (int64_t j = 1; j < n; ++j) {
+      int64_t a = 0;
+      while (a + W <= j) a += S;
+      if (a + W >= n) a = std::max<int64_t>(0, n - W);
+      const std::vector<int32_t> inputs(ids.begin() + a, ids.begin() + j);
+      nll -= reference_logprob(*m, inputs, {ids[size_t(j)]}, int(inputs.size()) - 1);
     }
     return nll;
   };
   for (auto [W, S] : {std::pair{13, 12}, std::pair{13, 5}, std::pair{6, 5}, std::pair{8, 1}})
     for (int bs : {1, 4}) {
       const auto r = Scorer(*m, tok512(), bs, {}).rolling(ids, W, S);
-      EXPECT_EQ(r[0].tokens, int64_t(ids.size()) - 1) << W << "/" << S;
+      EXPECT_EQ(r[0].tokens, n - 1) << W << "/" << S;
       const double want = reference(W, S);
       EXPECT_NEAR(r[0].nll, want, 1e-5 * want) << "window " << W << " stride " << S;
     }
   EXPECT_THROW(Scorer(*m, tok512(), 1, {}).rolling(ids, 14, 13), Error);  // window - 1 > context
   EXPECT_THROW(Scorer(*m, tok512(), 1, {}).rolling(ids, 13, 13), Error);  // stride > window - 1
+}
+
+// ------------------------------------------------------------ generate_until
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// The harness's filters and exact_match on fixed strings.
+TEST(Generate, FiltersAndExactMatch) {
+  EXPECT_EQ(cut_at_stops("42\n\nQuestion: next", {"\n\n", "Question:"}), "42");
+  EXPECT_EQ(cut_at_stops("no stop here", {"\n\n"}), "no stop here");
+  FilterStep gsm{"regex", "#### (\\-?[0-9\\.\\,]+)", 0, "[invalid]"};
+  EXPECT_EQ(apply_filters({gsm}, "so 3 + 4 = 7\n#### 7"), "7");
+  EXPECT_EQ(apply_filters({gsm}, "no answer"), "[invalid]");
+  // group_select -1: the last match; a pattern without groups keeps the match.
+  FilterStep last{"regex", "(-?[$0-9.,]{2,})|(-?[0-9]+)", -1, "[invalid]"};
+  EXPECT_EQ(apply_filters({last}, "first 12 then 3 then 45"), "45");
+  FilterStep whole{"regex", "[A-D]\\b", 0, "x"};
+  EXPECT_EQ(apply_filters({whole, {"take_first", "", 0, ""}}, "The answer is C. Done"), "C");
+  EXPECT_EQ(apply_filters({{"strip", "", 0, ""}, {"lowercase", "", 0, ""}}, "  Paris \n"), "paris");
+  ExactMatchSpec plain;
+  EXPECT_TRUE(exact_match(plain, "7", "7"));
+  EXPECT_FALSE(exact_match(plain, " 7", "7"));  // no stripping, as the harness
+  ExactMatchSpec loose{true, true, {",", "\\$", "(?:\\.$)"}};
+  EXPECT_TRUE(exact_match(loose, "$1,000.", "1000"));
+  EXPECT_TRUE(exact_match(loose, "Paris!", "paris"));
+  EXPECT_FALSE(exact_match(loose, "Lyon", "paris"));
+}
+
+// A generate_until task end to end: each answer is the model's greedy
+// continuation of the prompt (as strata generate gives it) cut at the first
+// stop string, filtered, and exact_match is the mean of the logged per-sample
+// scores; a reference equal to the model's own answer scores 1.
+TEST(Generate, TaskAnswersAreTheModelsGreedyContinuations) {
+  auto m = tiny_model(2, 128);
+  testing::TempDir dir;
+  const std::string eval = dir / "eval";
+  std::filesystem::create_directories(eval);
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "She said"};
+  // The model's own greedy answers, 12 tokens, cut at "." (the task's stop).
+  std::vector<std::string> answers;
+  for (const std::string& p : prompts) {
+    std::vector<int32_t> ids = {tok512().bos_id()};
+    const auto enc = tok512().encode("Q: " + p + "\nA:");
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    GenerateOptions go;
+    go.max_new_tokens = 12;
+    go.eos_id = tok512().eos_id();
+    std::vector<int32_t> with_anchor = {ids.back()};
+    for (int32_t t : generate(*m, ids, go))
+      if (t != go.eos_id) with_anchor.push_back(t);
+    const std::string text =
+        tok512().decode(with_anchor).substr(tok512().decode({ids.back()}).size());
+    answers.push_back(cut_at_stops(text, {"."}));
+    EXPECT_GT(answers.back().size(), 3u) << "a trivial answer makes the test weak: " << text;
+  }
+  std::string rows;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    rows += nlohmann::json{{"q", prompts[i]}, {"a", i == 1 ? "wrong" : answers[i]}}.dump() + "\n";
+  write_text(dir / "qa.jsonl", rows);
+  write_text(eval + "/qa.toml",
+             "summary = \"qa\"\nkind = \"generate_until\"\nformat = \"jsonl\"\n"
+             "data = \"../qa.jsonl\"\ntext = \"Q: {q}\\nA:\"\ntarget = \"{a}\"\n"
+             "until = [\".\"]\nmax_gen_toks = 12\nmetrics = [\"exact_match\"]\n");
+  EvalOptions o;
+  o.tasks = {"qa"};
+  o.eval_dir = eval;
+  o.progress = false;
+  o.log_samples_dir = dir / "samples";
+  for (int bs : {1, 2}) {
+    o.batch_size = bs;
+    const auto r = evaluate_tasks(*m, tok512(), o);
+    ASSERT_EQ(r[0][0].metrics.size(), 1u);
+    EXPECT_EQ(r[0][0].metrics[0].name, "exact_match");
+    EXPECT_NEAR(r[0][0].metrics[0].value, 2.0 / 3.0, 1e-12) << "batch " << bs;
+    std::ifstream in(dir / "samples/samples_qa.jsonl");
+    std::string line;
+    for (size_t i = 0; std::getline(in, line); ++i) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["filtered_resps"][0], answers[i]);
+      EXPECT_EQ(j["resps"][0][0], answers[i]);
+      EXPECT_EQ(j["exact_match"], i == 1 ? 0.0 : 1.0);
+      EXPECT_EQ(j["arguments"]["gen_args_0"]["arg_0"], "Q: " + prompts[i] + "\nA:");
+    }
+  }
+}
+
+// HumanEval runs only when allowed; the programs run in the sandbox, and an
+// untrained model's completions fail their tests.
+TEST(Generate, HumanEvalNeedsPermissionAndRunsInTheSandbox) {
+  auto m = tiny_model(2, 128);
+  EvalOptions o = task_options({"humaneval"}, 2);
+  o.max_gen_toks = 8;
+  EXPECT_THROW(evaluate_tasks(*m, tok512(), o), Error);
+  o.allow_code_execution = true;
+  testing::TempDir dir;
+  o.log_samples_dir = dir.path();
+  const auto r = evaluate_tasks(*m, tok512(), o);
+  ASSERT_EQ(r[0][0].metrics[0].name, "pass@1");
+  EXPECT_EQ(r[0][0].metrics[0].value, 0.0);
+  std::ifstream in(dir / "samples_humaneval.jsonl");
+  std::string line;
+  int n = 0;
+  for (; std::getline(in, line); ++n) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_NE(j["sandbox"], "passed");
+    EXPECT_EQ(j["arguments"]["gen_args_0"]["arg_1"]["max_gen_toks"], 8);
+    // The program's first part is the prompt itself.
+    EXPECT_EQ(j["filtered_resps"][0].get<std::string>().rfind(
+                  j["arguments"]["gen_args_0"]["arg_0"].get<std::string>(), 0),
+              0u);
+  }
+  EXPECT_EQ(n, 2);
+}
+
+// ------------------------------------------------------------ chat templates
+
+// --apply-chat-template renders requests in the SFT template, and the engine
+// encodes them exactly as SFT training encodes the same conversation.
+TEST(Chat, RequestsAreTokenisedAsSftConversations) {
+  TaskData t = load_task(std::string(STRATA_SOURCE_DIR) + "/eval", "mmlu", 2, 1234, 1);
+  const EvalExample plain = t.examples[0];
+  ChatOptions chat;
+  chat.apply = true;
+  chat.system_instruction = "Answer with a letter.";
+  chat.fewshot_as_multiturn = true;
+  apply_chat_template(t, chat);
+  const EvalExample& ex = t.examples[0];
+  ASSERT_EQ(ex.requests.size(), 4u);
+  ASSERT_EQ(ex.shots.size(), 2u);
+  // Context text: system (instruction + description), two shot turns, the question.
+  const std::string question = plain.requests[0].context.substr(plain.prefix_size);
+  const ChatTemplate& tm = chat.tmpl;
+  std::string want =
+      tm.system_prefix + "Answer with a letter.\n\n" + ex.description + tm.system_suffix;
+  for (const auto& [q, a] : ex.shots)
+    want += tm.user_prefix + q + tm.user_suffix + tm.assistant_prefix + a + "</s>";
+  want += tm.user_prefix + question + tm.user_suffix + tm.assistant_prefix;
+  EXPECT_EQ(ex.requests[1].context, want);
+  EXPECT_EQ(ex.requests[1].continuation, "B");  // no target delimiter
+  // The same conversation through SFT rendering: identical tokens.
+  std::vector<std::pair<std::string, std::string>> conv = {
+      {"system", "Answer with a letter.\n\n" + ex.description}};
+  for (const auto& [q, a] : ex.shots) {
+    conv.push_back({"user", q});
+    conv.push_back({"assistant", a});
+  }
+  conv.push_back({"user", question});
+  conv.push_back({"assistant", "B"});
+  const SftExample sft = SftDataset::render(conv, tok512(), tm);
+  auto m = tiny_model();
+  Scorer s(*m, tok512(), 1, {});
+  std::vector<int32_t> ctx, cont;
+  s.tokenize(ex.requests[1], ctx, cont);
+  std::vector<int32_t> got = {tok512().bos_id()};
+  got.insert(got.end(), ctx.begin(), ctx.end());
+  got.insert(got.end(), cont.begin(), cont.end());
+  got.push_back(tok512().eos_id());
+  EXPECT_EQ(got, sft.tokens);
+  // Without multiturn: the shots and the question in one user message.
+  TaskData single = load_task(std::string(STRATA_SOURCE_DIR) + "/eval", "mmlu", 2, 1234, 1);
+  chat.fewshot_as_multiturn = false;
+  chat.system_instruction.clear();
+  apply_chat_template(single, chat);
+  EXPECT_EQ(single.examples[0].requests[0].context,
+            tm.system_prefix + plain.description + tm.system_suffix + tm.user_prefix +
+                plain.requests[0].context.substr(plain.description.size()) + tm.user_suffix +
+                tm.assistant_prefix);
 }
 
 }  // namespace

@@ -40,8 +40,17 @@ void expect_request(const LlRequest& r, const std::string& context, const std::s
 TEST(ShippedTasks, List) {
   EXPECT_EQ(list_tasks(kEval),
             (std::vector<std::string>{"arc_challenge", "arc_easy", "boolq", "copa", "hellaswag",
-                                      "lambada", "mmlu", "openbookqa", "piqa", "shakespeare",
-                                      "tinystories", "wikitext2", "winogrande"}));
+                                      "humaneval", "lambada", "mmlu", "openbookqa", "piqa",
+                                      "shakespeare", "tinystories", "wikitext2", "winogrande"}));
+  // `all`: the comparable tasks that run without code execution.
+  EXPECT_EQ(all_tasks(kEval),
+            (std::vector<std::string>{"arc_challenge", "arc_easy", "copa", "lambada", "mmlu",
+                                      "openbookqa", "piqa", "shakespeare", "tinystories",
+                                      "wikitext2", "winogrande"}));
+  EXPECT_FALSE(load("boolq", 0, 1).comparable);
+  EXPECT_NE(load("boolq", 0, 1).not_comparable_because.find("titles"), std::string::npos);
+  EXPECT_FALSE(load("hellaswag", 0, 1).comparable);
+  EXPECT_EQ(load("lambada", 0, 1).harness_task, "lambada_openai");
 }
 
 TEST(ShippedTasks, ArcEasy) {
@@ -84,7 +93,9 @@ TEST(ShippedTasks, BoolqChoicesAreNoYes) {
     EXPECT_EQ(ex.requests[1].continuation, " yes");
     EXPECT_EQ(ex.requests[0].context, ex.requests[1].context);
   }
-  // "Passage: " is dropped: the harness's "{passage}\nQuestion: {question}?\nAnswer:".
+  // "Passage: " is dropped: the harness's "{passage}\nQuestion: {question}?\nAnswer:"
+  // (boolq.yaml), but the passage lacks the harness's "Title -- " prefix, so the
+  // task says it is not comparable.
   const std::string& c = t.examples[0].requests[0].context;
   EXPECT_EQ(c.rfind("All biomass goes through at least some of these steps:", 0), 0u) << c;
   EXPECT_TRUE(c.ends_with("\nQuestion: does ethanol take more energy make that produces?\nAnswer:"))
@@ -95,22 +106,53 @@ TEST(ShippedTasks, BoolqChoicesAreNoYes) {
   EXPECT_EQ(yes, 2033);
 }
 
+// COPA as the harness's copa.yaml renders the SuperGLUE row {premise: "The
+// man turned on the faucet.", choice1: "The toilet filled with water.",
+// choice2: "Water flowed from the spout.", question: "effect"}: doc_to_text
+// premise.strip()[:-1] + " therefore"; doc_to_choice " " + the choice with its
+// first letter lower-cased; the default target delimiter " " before it.
 TEST(ShippedTasks, CopaConnectorAndLowerCasedChoices) {
   const TaskData t = load("copa");
   ASSERT_EQ(t.examples.size(), 100u);
   const EvalExample& ex = t.examples[0];
   ASSERT_EQ(ex.requests.size(), 2u);
-  expect_request(ex.requests[0], "The man turned on the faucet, therefore",
-                 " the toilet filled with water.");
-  expect_request(ex.requests[1], "The man turned on the faucet, therefore",
-                 " water flowed from the spout.");
+  expect_request(ex.requests[0], "The man turned on the faucet therefore",
+                 "  the toilet filled with water.");
+  expect_request(ex.requests[1], "The man turned on the faucet therefore",
+                 "  water flowed from the spout.");
   EXPECT_EQ(ex.gold, 1);
+  for (const EvalExample& e : t.examples) {
+    EXPECT_EQ(e.requests[0].context.find(','), e.requests[0].context.find(", "))
+        << "a comma before the connector: " << e.requests[0].context;
+    EXPECT_FALSE(e.requests[0].context.ends_with(", because") ||
+                 e.requests[0].context.ends_with(", therefore"));
+  }
   int because = 0;
   for (const EvalExample& e : t.examples) {
     const std::string& c = e.requests[0].context;
     because += c.ends_with(" because");
   }
   EXPECT_EQ(because, 52);
+}
+
+// HumanEval as the harness's humaneval.yaml: the prompt as the context,
+// "{test}\ncheck({entry_point})" as the target the completion runs against,
+// greedy, stopped at a new top-level statement.
+TEST(ShippedTasks, HumanEval) {
+  const TaskData t = load("humaneval");
+  EXPECT_EQ(t.kind, TaskKind::Generate);
+  ASSERT_EQ(t.examples.size(), 164u);
+  EXPECT_EQ(t.execute, "humaneval");
+  EXPECT_EQ(t.metrics, std::vector<std::string>{"pass@1"});
+  EXPECT_EQ(t.generation.until,
+            (std::vector<std::string>{"\nclass", "\ndef", "\n#", "\nif", "\nprint"}));
+  EXPECT_EQ(t.generation.max_gen_toks, 1024);
+  EXPECT_FALSE(t.generation.do_sample);
+  const EvalExample& ex = t.examples[0];
+  EXPECT_EQ(ex.requests[0].context, ex.prompt);
+  EXPECT_EQ(ex.prompt.rfind("from typing import List\n\n\ndef has_close_elements(", 0), 0u);
+  EXPECT_TRUE(ex.target.ends_with("\ncheck(has_close_elements)")) << ex.target;
+  EXPECT_EQ(ex.target.find("def check(candidate):"), ex.target.find("def check("));
 }
 
 TEST(ShippedTasks, OpenBookQa) {
@@ -215,6 +257,18 @@ TEST(ShippedTasks, MmluZeroShot) {
     ASSERT_LT(ex.gold, 4);
   }
   EXPECT_EQ(groups.size(), 57u);
+  // The harness's four categories cover every subject (mmlu.toml [categories]).
+  EXPECT_EQ(t.categories.size(), 57u);
+  EXPECT_EQ(t.categories.at("anatomy"), "stem");
+  EXPECT_EQ(t.categories.at("global_facts"), "other");
+  EXPECT_EQ(t.categories.at("sociology"), "social_sciences");
+  EXPECT_EQ(t.categories.at("world_religions"), "humanities");
+  // {question|strip} is Python's strip(): sociology's question 70 ends in
+  // U+0085 (NEL), which the harness's template removes.
+  for (const EvalExample& ex : t.examples)
+    if (ex.where == kBench + "/mmlu_hf_csv/test/sociology_test.csv:71")
+      EXPECT_NE(ex.requests[0].context.find("suggests that\nA. "), std::string::npos)
+          << ex.requests[0].context;
   EXPECT_TRUE(groups.count("abstract_algebra"));
   EXPECT_TRUE(groups.count("high_school_computer_science"));
   const EvalExample& ex = t.examples[0];
@@ -301,9 +355,10 @@ TEST(ShippedTasks, WikitextArticles) {
   ASSERT_EQ(t.documents.size(), 62u);
   EXPECT_EQ(t.metrics, (std::vector<std::string>{"word_perplexity", "byte_perplexity",
                                                  "bits_per_byte", "token_perplexity"}));
-  // Detokenised like the harness: " @-@ " -> "-", " , " -> ", ", " \n" -> "\n".
-  EXPECT_EQ(t.documents[0].substr(0, 129),
-            " = Robert Boulter =\nRobert Boulter is an English film, television and theatre "
+  // Detokenised like the harness: " @-@ " -> "-", " , " -> ", ", " \n" -> "\n";
+  // the blank line after the title is kept (the original layout).
+  EXPECT_EQ(t.documents[0].substr(0, 130),
+            " = Robert Boulter =\n\nRobert Boulter is an English film, television and theatre "
             "actor. He had a guest-starring role on the televisi");
   size_t bytes = 0;
   for (const std::string& d : t.documents) {
@@ -311,7 +366,17 @@ TEST(ShippedTasks, WikitextArticles) {
     EXPECT_EQ(d.find('\r'), std::string::npos);
     bytes += d.size();
   }
-  EXPECT_EQ(bytes, 1239060u);  // the harness's preprocessing, reproduced in Python
+  EXPECT_EQ(bytes, 1240466u);  // the harness's pages and detokenizer, run in Python
+  // Word and byte perplexity divide by the counts of the pages before
+  // detokenising: len(re.split(r"\s+", page)) and len(page.encode()), summed
+  // in Python over the harness's 62 pages.
+  int64_t words = 0, raw_bytes = 0;
+  for (size_t d = 0; d < t.documents.size(); ++d) {
+    words += t.document_words[d];
+    raw_bytes += t.document_bytes[d];
+  }
+  EXPECT_EQ(words, 241335);
+  EXPECT_EQ(raw_bytes, 1290527);
   EXPECT_EQ(load("wikitext2", 0, 5).documents.size(), 5u);
 }
 
@@ -637,6 +702,41 @@ TEST(Errors, TaskFile) {
   EXPECT_ERROR(s.load("summary = \"x\"\nkind = [\n"), "t.toml:2");
   EXPECT_ERROR(s.load(std::string(kGoodHead) + "data = \"rows*.csv\"\n"), "t.toml:4",
                "no file matches");
+  // Comparability, categories, suffix replacement.
+  EXPECT_ERROR(s.load(std::string(kGoodHead) + body + "comparable = false\n"), "t.toml:8",
+               "comparable = false needs a comparable_note");
+  EXPECT_ERROR(s.load(std::string(kGoodHead) + body + "comparable = \"no\"\n"), "t.toml:8",
+               "expected true or false");
+  EXPECT_ERROR(s.load(std::string(kGoodHead) + body +
+                      "group_by = \"q\"\n[categories]\n"
+                      "a = [\"q0\", \"q7\"]\n"),
+               "t.toml", "categories.a: no group 'q7' in the data");
+  EXPECT_ERROR(s.load(std::string(kGoodHead) + body + "[categories]\na = [\"x\"]\nb = [\"x\"]\n"),
+               "t.toml:10", "group 'x' is already in category 'a'");
+  EXPECT_ERROR(s.load(std::string(kGoodHead) + body + "replace_suffix = { q = \",\" }\n"),
+               "t.toml:8",
+               "replace_suffix.q: expected a list of [\"suffix\", \"replacement\"] pairs");
+  EXPECT_ERROR(s.load(std::string(kGoodHead) + body + "replace_suffix = { q = [[\"9\", \"\"]] }\n"),
+               s.path("rows.jsonl") + ":1", "field 'q' ends with none of the suffixes");
+  // generate_until keys.
+  const std::string gen =
+      "summary = \"x\"\nkind = \"generate_until\"\nformat = \"jsonl\"\n"
+      "data = \"rows.jsonl\"\ntext = \"{q}\"\ntarget = \"{q}\"\n";
+  EXPECT_EQ(s.load(gen).examples.size(), 3u);
+  EXPECT_EQ(s.load(gen).generation.until, std::vector<std::string>{"\n\n"});
+  EXPECT_ERROR(s.load(gen + "choices = \"choices\"\n"), "t.toml:7",
+               "'choices' is not used by generate_until tasks");
+  EXPECT_ERROR(s.load(gen + "max_gen_toks = 0\n"), "t.toml:7", "max_gen_toks", "1..100000");
+  EXPECT_ERROR(s.load(gen + "do_sample = true\n"), "t.toml:7", "needs a temperature > 0");
+  EXPECT_ERROR(s.load(gen + "filters = [{ function = \"vote\" }]\n"), "t.toml:7",
+               "unknown function 'vote'");
+  EXPECT_ERROR(s.load(gen + "filters = [{ function = \"regex\", regex_pattern = \"(\" }]\n"),
+               "t.toml:7", "bad regex_pattern '('");
+  EXPECT_ERROR(s.load(gen + "exact_match = { ignore_spaces = true }\n"), "t.toml:7",
+               "exact_match.ignore_spaces: unknown key");
+  EXPECT_ERROR(s.load(gen + "metrics = [\"pass@1\"]\n"), "t.toml:7",
+               "pass@1 needs execute = \"humaneval\"");
+  EXPECT_ERROR(s.load(gen + "execute = \"bash\"\n"), "t.toml:7", "expected one of none, humaneval");
 }
 
 TEST(Errors, DataRows) {

@@ -47,11 +47,19 @@ void print_table(const std::vector<std::vector<TaskResult>>& results,
       for (const Metric& m : t.metrics) {
         std::printf("%-16s %-18s %10s %10s", first ? t.task.c_str() : "", m.name.c_str(),
                     fmt(m.value).c_str(), m.stderr_ >= 0 ? ("±" + fmt(m.stderr_)).c_str() : "");
-        if (first) std::printf(" %7lld %6d", (long long)t.n, t.shots);
+        if (first) std::printf(" %7lld %6d%s", (long long)t.n, t.shots, t.comparable ? "" : "  *");
         std::printf("\n");
         first = false;
       }
+      for (const auto& [c, ms] : t.categories)
+        for (const Metric& m : ms)
+          std::printf("%-16s %-18s %10s %10s\n", (" - " + c).c_str(), m.name.c_str(),
+                      fmt(m.value).c_str(), m.stderr_ >= 0 ? ("±" + fmt(m.stderr_)).c_str() : "");
     }
+    for (const TaskResult& t : results[0])
+      if (!t.comparable)
+        std::printf("* %s: not comparable with lm-evaluation-harness: %s\n", t.task.c_str(),
+                    t.not_comparable_because.c_str());
     return;
   }
   std::printf("%-16s %-18s", "task", "metric");
@@ -74,30 +82,50 @@ void list_task_table(const std::string& eval_dir) {
     std::string name, kind, metrics, summary;
     int64_t n;
     int shots;
+    std::string comparable;
   };
   std::vector<Row> rows;
   size_t width = 7;
   for (const std::string& name : list_tasks(eval_dir)) {
     const TaskData t = load_task(eval_dir, name, -1, 1234, 0);
-    Row r{name, "", "", t.description, 0, t.shots};
+    Row r{name,
+          "",
+          "",
+          t.description,
+          0,
+          t.shots,
+          !t.comparable            ? "no"
+          : t.harness_task.empty() ? "-"
+                                   : "yes"};
     for (const std::string& m : t.metrics) r.metrics += (r.metrics.empty() ? "" : ", ") + m;
     std::set<std::string> groups;
     for (const EvalExample& ex : t.examples)
       if (!ex.group.empty()) groups.insert(ex.group);
     if (!groups.empty()) r.summary += cat(" (", groups.size(), " groups)");
+    std::set<std::string> categories;
+    for (const auto& [g, c] : t.categories) categories.insert(c);
+    if (!categories.empty())
+      r.summary += cat(" (categories: ", join({categories.begin(), categories.end()}, ", "), ")");
+    if (!t.comparable) r.summary += " [not comparable: " + t.not_comparable_because + "]";
+    if (!t.execute.empty()) r.summary += " [runs code: --allow-code-execution]";
     r.kind = t.kind == TaskKind::MultipleChoice ? "multiple_choice"
              : t.kind == TaskKind::LastWord     ? "last_word"
+             : t.kind == TaskKind::Generate     ? "generate_until"
                                                 : "perplexity";
     r.n = t.kind == TaskKind::Perplexity ? int64_t(t.documents.size()) : int64_t(t.examples.size());
     width = std::max(width, r.metrics.size());
     rows.push_back(std::move(r));
   }
   const int w = int(width);
-  std::printf("%-14s %-16s %8s %6s  %-*s  %s\n", "task", "kind", "n", "shots", w, "metrics",
-              "summary");
+  std::printf("%-14s %-16s %8s %6s  %-*s  %-10s  %s\n", "task", "kind", "n", "shots", w, "metrics",
+              "comparable", "summary");
   for (const Row& r : rows)
-    std::printf("%-14s %-16s %8lld %6d  %-*s  %s\n", r.name.c_str(), r.kind.c_str(), (long long)r.n,
-                r.shots, w, r.metrics.c_str(), r.summary.c_str());
+    std::printf("%-14s %-16s %8lld %6d  %-*s  %-10s  %s\n", r.name.c_str(), r.kind.c_str(),
+                (long long)r.n, r.shots, w, r.metrics.c_str(), r.comparable.c_str(),
+                r.summary.c_str());
+  std::printf(
+      "comparable: yes = lm-evaluation-harness's task of the same name (see "
+      "eval/README.md), no = cannot match it (left out of `all`), - = no counterpart\n");
 }
 
 }  // namespace
@@ -129,6 +157,20 @@ int cmd_eval(int argc, char** argv, int first) {
               "results[task][\"acc,none\"], configs, versions, n-shot, ...)",
               "strata")
       .flag("write-out", "print each task's first rendered example (its requests) before scoring")
+      .flag("apply-chat-template",
+            "render requests in the chat template strata trains SFT with (system, user and "
+            "assistant turns; the answer starts the assistant turn)")
+      .option("system-instruction", "TEXT", "with --apply-chat-template: the system message")
+      .flag("fewshot-as-multiturn",
+            "with --apply-chat-template: each few-shot example as its own user/assistant turn")
+      .option("gen-kwargs", "K=V,...",
+              "generate_until overrides: max_gen_toks=N, temperature=T (0: greedy)")
+      .flag("allow-code-execution",
+            "run tasks that execute model-written code (HumanEval), each program in a sandbox: "
+            "a subprocess without network, in a temporary directory, with time and memory "
+            "limits")
+      .option("code-timeout", "S", "sandbox: seconds per program (wall clock and CPU)", "10")
+      .option("code-memory-mb", "MB", "sandbox: address-space limit per program", "1024")
       .option("log-samples", "DIR",
               "per-sample logs of multiple-choice and last-word tasks: DIR/samples_<task>.jsonl "
               "(lm-evaluation-harness fields: arguments, resps, target, acc, hashes)")
@@ -151,6 +193,32 @@ int cmd_eval(int argc, char** argv, int first) {
   STRATA_CHECK(!args.has("log-samples") || args.has("tasks"),
                "strata eval: --log-samples logs the samples of --tasks (a --perplexity file has "
                "none)");
+  STRATA_CHECK(args.has("apply-chat-template") ||
+                   (!args.has("system-instruction") && !args.has("fewshot-as-multiturn")),
+               "strata eval: --system-instruction and --fewshot-as-multiturn go with "
+               "--apply-chat-template");
+  const double code_timeout = args.get_double("code-timeout");
+  const int code_memory = args.get_int("code-memory-mb");
+  STRATA_CHECK(code_timeout > 0 && code_timeout <= 3600,
+               "strata eval: --code-timeout must be in (0, 3600] seconds, got ", code_timeout);
+  STRATA_CHECK(code_memory >= 16, "strata eval: --code-memory-mb must be >= 16, got ", code_memory);
+  int max_gen_toks = -1;
+  double temperature = -1;
+  for (const std::string& kv : split_commas(args.get("gen-kwargs"))) {
+    const size_t eq = kv.find('=');
+    const std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    const bool number = !v.empty() && end && *end == '\0';
+    if (k == "max_gen_toks" && number && x >= 1 && x <= 100000 && x == std::floor(x)) {
+      max_gen_toks = int(x);
+    } else if (k == "temperature" && number && x >= 0 && x <= 100) {
+      temperature = x;
+    } else {
+      fail(cat("strata eval: --gen-kwargs: bad item '", kv,
+               "' (max_gen_toks=1..100000 or temperature=0..100)"));
+    }
+  }
   apply_threads(args.get_int("threads"));
   if (args.has("tasks")) {  // check the names before loading anything
     const auto known = list_tasks(args.get("eval-dir"));
@@ -161,6 +229,8 @@ int cmd_eval(int argc, char** argv, int first) {
         fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"), "/ has: ", list,
                  ")"));
       }
+    require_code_permission(args.get("eval-dir"), split_commas(args.get("tasks")),
+                            args.has("allow-code-execution"));
   }
 
   LoadedModel lm = load_model_from_args(args, "strata eval");
@@ -221,6 +291,15 @@ int cmd_eval(int argc, char** argv, int first) {
     o.progress = progress;
     o.write_out = args.has("write-out") && lm.root();
     if (lm.root() && args.has("log-samples")) o.log_samples_dir = args.get("log-samples");
+    o.chat.apply = args.has("apply-chat-template");
+    o.chat.system_instruction = args.get("system-instruction");
+    o.chat.fewshot_as_multiturn = args.has("fewshot-as-multiturn");
+    o.allow_code_execution = args.has("allow-code-execution");
+    o.sandbox.wall_seconds = code_timeout;
+    o.sandbox.cpu_seconds = code_timeout;
+    o.sandbox.memory_bytes = int64_t(code_memory) << 20;
+    o.max_gen_toks = max_gen_toks;
+    o.temperature = temperature;
     const auto results = evaluate_tasks(*model, tok, o);
     print_table(results, exits);
     out["seed"] = o.seed;

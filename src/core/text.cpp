@@ -57,4 +57,75 @@ bool parse_int(const std::string& s, int* out) {
   }
 }
 
+uint32_t next_code_point(std::string_view s, size_t* at) {
+  const auto byte = [&](size_t i) { return uint32_t(static_cast<unsigned char>(s[i])); };
+  const size_t i = *at;
+  const uint32_t b0 = byte(i);
+  int extra = 0;
+  uint32_t cp = b0, min = 0;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    extra = 1, cp = b0 & 0x1F, min = 0x80;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    extra = 2, cp = b0 & 0x0F, min = 0x800;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    extra = 3, cp = b0 & 0x07, min = 0x10000;
+  }
+  if (extra > 0 && i + size_t(extra) < s.size()) {
+    bool ok = true;
+    for (int k = 1; ok && k <= extra; ++k) {
+      const uint32_t b = byte(i + size_t(k));
+      ok = (b & 0xC0) == 0x80;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF)) {
+      *at = i + size_t(extra) + 1;
+      return cp;
+    }
+  }
+  *at = i + 1;
+  return b0;  // ASCII, or a stray byte counted on its own
+}
+
+int64_t utf8_length(std::string_view s) {
+  int64_t n = 0;
+  for (size_t at = 0; at < s.size(); ++n) next_code_point(s, &at);
+  return n;
+}
+
+bool is_python_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+std::string python_strip(std::string_view s) {
+  size_t begin = s.size(), end = 0;
+  for (size_t at = 0; at < s.size();) {
+    const size_t here = at;
+    if (!is_python_space(next_code_point(s, &at))) {
+      begin = std::min(begin, here);
+      end = at;
+    }
+  }
+  return begin < end ? std::string(s.substr(begin, end - begin)) : std::string();
+}
+
+size_t python_strip_end(std::string_view s) {
+  size_t end = 0;
+  for (size_t at = 0; at < s.size();)
+    if (!is_python_space(next_code_point(s, &at))) end = at;
+  return end;
+}
+
+int64_t python_split_count(std::string_view s) {
+  int64_t pieces = 1;
+  bool in_space = false;
+  for (size_t at = 0; at < s.size();) {
+    const bool space = is_python_space(next_code_point(s, &at));
+    if (space && !in_space) ++pieces;
+    in_space = space;
+  }
+  return pieces;
+}
+
 }  // namespace strata

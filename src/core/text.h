@@ -1,7 +1,9 @@
 // Small text helpers shared by the parsers: one-line error messages and joins.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -30,5 +32,30 @@ std::string fixed(double v, int digits);
 
 // s as a whole decimal int (optional sign); false when it is anything else.
 bool parse_int(const std::string& s, int* out);
+
+// ---- UTF-8 text measured the way Python measures str (the evaluation
+// harness's rules). A byte that does not start a valid UTF-8 sequence counts
+// as one character of its own.
+
+// The next code point of s at byte offset *at (advanced past it).
+uint32_t next_code_point(std::string_view s, size_t* at);
+
+// len(s) in Python: code points.
+int64_t utf8_length(std::string_view s);
+
+// Python's str.isspace() for one code point (what re's \s and str.strip()
+// treat as whitespace: ASCII spaces, \x1c-\x1f, U+0085, U+00A0, U+1680,
+// U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
+bool is_python_space(uint32_t cp);
+
+// Python's s.strip(): leading and trailing Unicode whitespace removed.
+std::string python_strip(std::string_view s);
+
+// len(s.rstrip()) in bytes: where s's trailing Unicode whitespace starts.
+size_t python_strip_end(std::string_view s);
+
+// len(re.split(r"\s+", s)): runs of whitespace split s, and a leading or
+// trailing run still yields an (empty) piece.
+int64_t python_split_count(std::string_view s);
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace strata {
 
@@ -27,12 +28,26 @@ Scorer::Scorer(Model<float>& model, const Tokenizer& tokenizer, int batch_size,
 
 void Scorer::tokenize(const LlRequest& r, std::vector<int32_t>& context,
                       std::vector<int32_t>& cont) const {
+  if (!r.pieces.empty()) {  // chat-rendered: piece by piece, as SFT training encodes
+    context.clear();
+    for (const ContextPiece& p : r.pieces) {
+      if (p.eos) {
+        STRATA_CHECK(tok_.eos_id() >= 0, "eval: a chat template needs an EOS token");
+        context.push_back(tok_.eos_id());
+      } else {
+        const std::vector<int32_t> ids = tok_.encode(p.text);
+        context.insert(context.end(), ids.begin(), ids.end());
+      }
+    }
+    cont = r.continuation.empty() ? std::vector<int32_t>{} : tok_.encode(r.continuation);
+    return;
+  }
+  // The harness's context.rstrip(): trailing whitespace moves to the continuation.
   std::string ctx = r.context, continuation = r.continuation;
-  const size_t keep = ctx.find_last_not_of(' ');
-  const size_t spaces = keep == std::string::npos ? ctx.size() : ctx.size() - keep - 1;
-  if (spaces > 0) {
-    continuation = ctx.substr(ctx.size() - spaces) + continuation;
-    ctx.resize(ctx.size() - spaces);
+  const size_t keep = python_strip_end(ctx);
+  if (keep < ctx.size()) {
+    continuation = ctx.substr(keep) + continuation;
+    ctx.resize(keep);
   }
   const std::vector<int32_t> whole = tok_.encode(ctx + continuation);
   context = ctx.empty() ? std::vector<int32_t>{} : tok_.encode(ctx);
@@ -152,14 +167,16 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
     std::vector<int32_t>& cont = conts[i];
     STRATA_CHECK(!cont.empty(), "eval: request ", i, " has an empty continuation (context '",
                  requests[i].context.substr(0, 40), "...')");
-    // BOS + context + continuation, context cut from the left to fit max_len inputs.
-    cut[size_t(i)] = ctx.size() + cont.size() > size_t(max_len_);
-    if (cont.size() > size_t(max_len_)) cont.erase(cont.begin(), cont.end() - max_len_);
-    const size_t room = size_t(max_len_) - cont.size();
-    if (ctx.size() > room) ctx.erase(ctx.begin(), ctx.end() - int64_t(room));
+    // The harness's left truncation: of BOS + context + continuation, the
+    // last max_len + 1 tokens are kept (BOS falls off first, with the oldest
+    // context) and the last one is only a target. A continuation longer than
+    // max_len keeps its last max_len tokens as targets.
     std::vector<int32_t> inputs = {bos};
     inputs.insert(inputs.end(), ctx.begin(), ctx.end());
-    inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);  // the last token is only a target
+    inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);
+    cut[size_t(i)] = inputs.size() > size_t(max_len_);
+    if (inputs.size() > size_t(max_len_)) inputs.erase(inputs.begin(), inputs.end() - max_len_);
+    if (cont.size() > size_t(max_len_)) cont.erase(cont.begin(), cont.end() - max_len_);
     if (cont.size() == 1) {
       const auto it = shared.find(inputs);
       if (it != shared.end()) {
@@ -169,7 +186,7 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
       shared.emplace(inputs, rows.size());
     }
     Row r;
-    r.first = int(ctx.size());
+    r.first = int(inputs.size() - cont.size());
     r.positions = int(cont.size());
     r.tokens = std::move(inputs);
     r.targets.push_back({i, cont});
@@ -193,6 +210,9 @@ std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int 
   for (int64_t a = 0; scored_to < n - 1; a += stride) {
     const int64_t b = std::min(n, a + window);  // span ids[a, b)
     if (b - 1 <= scored_to) continue;
+    // The last span is extended to the left to a full window, so its tokens
+    // get as much context as the model takes (the harness's last window).
+    if (b == n) a = std::max<int64_t>(0, n - window);
     Row r;
     r.tokens.assign(ids.begin() + a, ids.begin() + (b - 1));
     r.first = int(scored_to - a);

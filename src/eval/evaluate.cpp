@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <regex>
 
 #include <filesystem>
 
@@ -9,7 +10,9 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/sha256.h"
+#include "core/text.h"
 #include "core/timer.h"
+#include "infer/generate.h"
 
 namespace strata {
 namespace {
@@ -30,15 +33,16 @@ Metric mean_metric(const std::string& name, const std::vector<double>& xs) {
   return m;
 }
 
-int64_t count_words(const std::string& s) {
-  int64_t n = 0;
-  bool in_word = false;
-  for (unsigned char c : s) {
-    const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
-    if (!space && !in_word) ++n;
-    in_word = !space;
+// The harness's pooled_sample_stderr: the standard error of a size-weighted
+// mean of subtasks from their standard errors and sizes.
+double pooled_stderr(const std::vector<double>& stderrs, const std::vector<double>& sizes) {
+  double num = 0, total = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    num += (sizes[i] - 1) * stderrs[i] * stderrs[i] * sizes[i];
+    total += sizes[i];
   }
-  return n;
+  const double dof = total - double(sizes.size());
+  return dof > 0 ? std::sqrt(num / dof / total) : -1;
 }
 
 class Progress {
@@ -107,9 +111,10 @@ void write_samples(const std::string& path, const TaskData& task,
       const ChoicePick pick = pick_choice(ex, res, k);
       target = std::to_string(ex.gold);
       j["target"] = ex.gold;
-      j["metrics"] = {"acc", "acc_norm"};
+      j["metrics"] = {"acc", "acc_norm", "acc_bytes"};
       j["acc"] = pick.acc == ex.gold ? 1.0 : 0.0;
       j["acc_norm"] = pick.acc_norm == ex.gold ? 1.0 : 0.0;
+      j["acc_bytes"] = pick.acc_bytes == ex.gold ? 1.0 : 0.0;
     }
     j["doc_hash"] = sha256_hex(doc.dump());
     j["prompt_hash"] = sha256_hex(ex.requests[0].context);
@@ -179,18 +184,20 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
       const double ppl = std::exp(-mll.value);
       tr.metrics.push_back(Metric{"perplexity", ppl, mll.stderr_ >= 0 ? ppl * mll.stderr_ : -1});
     } else {
-      std::vector<double> acc, acc_norm;
+      std::vector<double> acc, acc_norm, acc_bytes;
       std::map<std::string, std::vector<double>> group_acc, group_norm;
       for (const EvalExample& ex : task.examples) {
         const ChoicePick pick = pick_choice(ex, res, k);
         k += ex.requests.size();
         acc.push_back(pick.acc == ex.gold);
         acc_norm.push_back(pick.acc_norm == ex.gold);
+        acc_bytes.push_back(pick.acc_bytes == ex.gold);
         if (!ex.group.empty()) {
           group_acc[ex.group].push_back(acc.back());
           group_norm[ex.group].push_back(acc_norm.back());
         }
       }
+      tr.metrics.push_back(mean_metric("acc_bytes", acc_bytes));
       if (group_acc.empty()) {
         tr.metrics.push_back(mean_metric("acc", acc));
         tr.metrics.push_back(mean_metric("acc_norm", acc_norm));
@@ -209,6 +216,26 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
         tr.metrics.push_back(mean_metric("acc", acc));
         tr.metrics.push_back(Metric{"acc_macro", macro / G, std::sqrt(se2) / G});
         tr.metrics.push_back(mean_metric("acc_norm", acc_norm));
+        // Categories: the size-weighted mean of their groups, pooled error.
+        std::map<std::string, std::vector<std::string>> members;
+        for (const auto& [g, xs] : group_acc) {
+          const auto c = task.categories.find(g);
+          if (c != task.categories.end()) members[c->second].push_back(g);
+        }
+        for (const auto& [cat_name, groups] : members) {
+          std::vector<double> ses, sizes;
+          double sum = 0;
+          for (const std::string& g : groups) {
+            const Metric& m = tr.groups[g][0];
+            ses.push_back(std::max(0.0, m.stderr_));
+            sizes.push_back(double(group_acc[g].size()));
+            sum += m.value * sizes.back();
+          }
+          double n_cat = 0;
+          for (double x : sizes) n_cat += x;
+          tr.categories[cat_name] = {Metric{"acc", sum / n_cat, pooled_stderr(ses, sizes)}};
+          for (const std::string& g : groups) tr.group_category[g] = cat_name;
+        }
       }
     }
     out.push_back(std::move(tr));
@@ -216,8 +243,12 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
   return out;
 }
 
+// Rolling perplexity of documents; words[d] and bytes[d] are the counts word
+// and byte perplexity divide by.
 std::vector<PerplexityResult> rolling_docs(Scorer& scorer, const Tokenizer& tok,
-                                           const std::vector<std::string>& docs, int window,
+                                           const std::vector<std::string>& docs,
+                                           const std::vector<int64_t>& words,
+                                           const std::vector<int64_t>& bytes, int window,
                                            int stride, const std::string& what, bool progress) {
   std::vector<PerplexityResult> out(scorer.exits().size());
   Progress prog(progress, what);
@@ -229,8 +260,8 @@ std::vector<PerplexityResult> rolling_docs(Scorer& scorer, const Tokenizer& tok,
     for (size_t e = 0; e < out.size(); ++e) {
       out[e].nll_sum += r[e].nll;
       out[e].tokens += r[e].tokens;
-      out[e].words += count_words(docs[d]);
-      out[e].bytes += int64_t(docs[d].size());
+      out[e].words += words[d];
+      out[e].bytes += bytes[d];
     }
     prog(int64_t(d + 1), int64_t(docs.size()));
   }
@@ -239,18 +270,207 @@ std::vector<PerplexityResult> rolling_docs(Scorer& scorer, const Tokenizer& tok,
 
 }  // namespace
 
+// ------------------------------------------------------------ generate_until
+
+// The harness's regex filter: every match of the pattern; the group_select-th
+// (negative counts from the end); its first non-empty group when the pattern
+// has groups, else the whole match; stripped. No match: the fallback.
+std::string regex_filter(const FilterStep& f, const std::string& text) {
+  const std::regex re(f.pattern);
+  std::vector<std::smatch> matches;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
+    matches.push_back(*it);
+  if (matches.empty()) return f.fallback;
+  int64_t i = f.group_select < 0 ? int64_t(matches.size()) + f.group_select : f.group_select;
+  if (i < 0 || i >= int64_t(matches.size())) return f.fallback;
+  const std::smatch& m = matches[size_t(i)];
+  std::string picked = m.str(0);
+  if (m.size() > 1) {
+    picked.clear();
+    for (size_t g = 1; g < m.size() && picked.empty(); ++g) picked = m.str(g);
+  }
+  return python_strip(picked);
+}
+
+std::string apply_filters(const std::vector<FilterStep>& filters, std::string text) {
+  for (const FilterStep& f : filters) {
+    if (f.function == "regex") {
+      text = regex_filter(f, text);
+    } else if (f.function == "strip") {
+      text = python_strip(text);
+    } else if (f.function == "lowercase") {
+      for (char& ch : text) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    }  // take_first: one response per example already
+  }
+  return text;
+}
+
+// The harness's exact_match: regexes removed, optionally lower-cased and
+// without ASCII punctuation, then compared as they are (no stripping).
+bool exact_match(const ExactMatchSpec& spec, std::string pred, std::string ref) {
+  for (const std::string& r : spec.regexes_to_ignore) {
+    const std::regex re(r);
+    pred = std::regex_replace(pred, re, "");
+    ref = std::regex_replace(ref, re, "");
+  }
+  auto norm = [&](std::string& s) {
+    if (spec.ignore_case)
+      for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    if (spec.ignore_punctuation)
+      std::erase_if(s, [](char ch) { return std::ispunct(static_cast<unsigned char>(ch)) != 0; });
+  };
+  norm(pred);
+  norm(ref);
+  return pred == ref;
+}
+
+// The generated text up to the first stop string.
+std::string cut_at_stops(std::string text, const std::vector<std::string>& until) {
+  for (const std::string& u : until)
+    if (const size_t at = text.find(u); at != std::string::npos) text.resize(at);
+  return text;
+}
+
+namespace {
+
+// Tokens of a request's context as the model sees them: BOS, then the text
+// (or the chat pieces).
+std::vector<int32_t> prompt_ids(const Tokenizer& tok, const LlRequest& r) {
+  std::vector<int32_t> ids = {tok.bos_id()};
+  if (r.pieces.empty()) {
+    const auto enc = tok.encode(r.context);
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    return ids;
+  }
+  for (const ContextPiece& p : r.pieces) {
+    if (p.eos) {
+      ids.push_back(tok.eos_id());
+    } else {
+      const auto enc = tok.encode(p.text);
+      ids.insert(ids.end(), enc.begin(), enc.end());
+    }
+  }
+  return ids;
+}
+
+struct Generated {
+  std::vector<std::string> raw, filtered;
+  std::vector<double> score;        // exact_match or pass@1 per example
+  std::vector<std::string> status;  // HumanEval: the sandbox's verdict
+  GenerationSpec spec;              // the settings used (task + overrides)
+};
+
+Generated generate_answers(Model<float>& model, const Tokenizer& tok, const TaskData& task,
+                           const EvalOptions& o) {
+  const size_t n = task.examples.size();
+  GenerationSpec g = task.generation;
+  if (o.max_gen_toks > 0) g.max_gen_toks = o.max_gen_toks;
+  if (o.temperature >= 0) g.temperature = o.temperature, g.do_sample = o.temperature > 0;
+  GenerateOptions go;
+  go.max_new_tokens = g.max_gen_toks;
+  go.sampling.temperature = g.do_sample ? g.temperature : 0.0;
+  go.sampling.seed = o.seed;
+  go.eos_id = tok.eos_id();
+  Generated out;
+  out.raw.resize(n);
+  out.spec = g;
+  Progress prog(o.progress, task.name);
+  const int B = std::max(1, o.batch_size);
+  for (size_t start = 0; start < n; start += size_t(B)) {
+    const size_t end = std::min(n, start + size_t(B));
+    std::vector<std::vector<int32_t>> prompts, gen(end - start);
+    std::vector<int32_t> anchor;  // each prompt's last token: decoding starts after it
+    for (size_t i = start; i < end; ++i) {
+      prompts.push_back(prompt_ids(tok, task.examples[i].requests[0]));
+      anchor.push_back(prompts.back().back());
+    }
+    // Stop strings end a sequence as soon as its text holds one.
+    auto text_of = [&](size_t b) {
+      std::vector<int32_t> ids = {anchor[b]};
+      ids.insert(ids.end(), gen[b].begin(), gen[b].end());
+      const std::string whole = tok.decode(ids), head = tok.decode({anchor[b]});
+      return whole.starts_with(head) ? whole.substr(head.size()) : tok.decode(gen[b]);
+    };
+    int current = 0;
+    go.stop_requested = [&] {
+      const std::string t = text_of(size_t(current));
+      for (const std::string& u : g.until)
+        if (t.find(u) != std::string::npos) return true;
+      return false;
+    };
+    generate_batch(model, prompts, go, [&](int i, int32_t t) {
+      current = i;
+      if (t != go.eos_id) gen[size_t(i)].push_back(t);
+    });
+    for (size_t b = 0; b < gen.size(); ++b) out.raw[start + b] = cut_at_stops(text_of(b), g.until);
+    prog(int64_t(end), int64_t(n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const EvalExample& ex = task.examples[i];
+    if (!task.execute.empty()) {
+      // HumanEval: the prompt, the completion and the tests run as one program.
+      const std::string program = ex.prompt + out.raw[i] + "\n" + ex.target + "\n";
+      const SandboxResult r = run_python_sandboxed(program, o.sandbox);
+      out.filtered.push_back(ex.prompt + out.raw[i]);
+      out.score.push_back(r.status == SandboxStatus::Passed ? 1.0 : 0.0);
+      out.status.push_back(sandbox_status_name(r.status));
+    } else {
+      out.filtered.push_back(apply_filters(task.filters, out.raw[i]));
+      out.score.push_back(exact_match(task.exact_match, out.filtered.back(), ex.target) ? 1.0
+                                                                                        : 0.0);
+    }
+  }
+  return out;
+}
+
+void write_generate_samples(const std::string& path, const TaskData& task, const Generated& g) {
+  std::string text;
+  const std::string metric = task.execute.empty() ? "exact_match" : "pass@1";
+  for (size_t i = 0; i < task.examples.size(); ++i) {
+    const EvalExample& ex = task.examples[i];
+    nlohmann::json doc = {{"source", ex.where}};
+    const GenerationSpec& gs = g.spec;
+    nlohmann::json j = {{"doc_id", i},
+                        {"doc", doc},
+                        {"target", ex.target},
+                        {"arguments",
+                         {{"gen_args_0",
+                           {{"arg_0", ex.requests[0].context},
+                            {"arg_1",
+                             {{"until", gs.until},
+                              {"max_gen_toks", gs.max_gen_toks},
+                              {"temperature", gs.temperature},
+                              {"do_sample", gs.do_sample}}}}}}},
+                        {"resps", nlohmann::json::array({nlohmann::json::array({g.raw[i]})})},
+                        {"filtered_resps", nlohmann::json::array({g.filtered[i]})},
+                        {"filter", task.filters.empty() ? "none" : "custom"},
+                        {"metrics", nlohmann::json::array({metric})},
+                        {metric, g.score[i]}};
+    if (!g.status.empty()) j["sandbox"] = g.status[i];
+    j["doc_hash"] = sha256_hex(doc.dump());
+    j["prompt_hash"] = sha256_hex(ex.requests[0].context);
+    j["target_hash"] = sha256_hex(ex.target);
+    text += j.dump() + "\n";
+  }
+  write_file_atomic(path, text);
+}
+
+}  // namespace
+
 ChoicePick pick_choice(const EvalExample& ex, const std::vector<LlResult>& results, size_t first) {
   ChoicePick p;
-  double top = -INFINITY, top_norm = -INFINITY;
+  double top = -INFINITY, top_norm = -INFINITY, top_bytes = -INFINITY;
   for (size_t c = 0; c < ex.requests.size(); ++c) {
     const double lp = results[first + c].logprob;
-    // The harness divides by the length of the choice itself: the target
-    // delimiter (leading whitespace of the continuation) does not count.
-    const std::string& cont = ex.requests[c].continuation;
-    const size_t lead = std::min(cont.size(), cont.find_first_not_of(" \n\t"));
-    const double bytes = double(std::max<size_t>(1, cont.size() - lead));
+    // The harness divides by the length of the choice itself (the target
+    // delimiter does not count): characters for acc_norm, bytes for acc_bytes.
+    const std::string& choice = c < ex.choices.size() ? ex.choices[c] : ex.requests[c].continuation;
+    const double chars = double(std::max<int64_t>(1, utf8_length(choice)));
+    const double bytes = double(std::max<size_t>(1, choice.size()));
     if (lp > top) top = lp, p.acc = int(c);
-    if (lp / bytes > top_norm) top_norm = lp / bytes, p.acc_norm = int(c);
+    if (lp / chars > top_norm) top_norm = lp / chars, p.acc_norm = int(c);
+    if (lp / bytes > top_bytes) top_bytes = lp / bytes, p.acc_bytes = int(c);
   }
   return p;
 }
@@ -279,10 +499,11 @@ nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& resul
     return e;
   };
   auto describe = [&](const std::string& key, const TaskResult& t, const std::vector<Metric>& ms) {
-    bool rolling = false, greedy = false;
+    bool rolling = false, greedy = false, generate = false;
     for (const Metric& m : ms) {
       rolling = rolling || m.name == "word_perplexity";
       greedy = greedy || m.name == "perplexity";
+      generate = generate || m.name == "exact_match" || m.name == "pass@1";
     }
     nlohmann::json list = nlohmann::json::array(), hib = nlohmann::json::object();
     for (const Metric& m : ms) {
@@ -294,13 +515,18 @@ nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& resul
                       {"higher_is_better", !lower_is_better(m.name)}});
       hib[m.name] = !lower_is_better(m.name);
     }
+    nlohmann::json meta = {{"version", double(t.version)}, {"comparable", t.comparable}};
+    if (!t.comparable) meta["not_comparable_because"] = t.not_comparable_because;
+    if (!t.harness_task.empty()) meta["harness_task"] = t.harness_task;
     j["configs"][key] = {{"task", key},
                          {"num_fewshot", t.shots},
-                         {"output_type", rolling  ? "loglikelihood_rolling"
-                                         : greedy ? "loglikelihood"
-                                                  : "multiple_choice"},
-                         {"metric_list", list}};
-    j["versions"][key] = 1.0;
+                         {"output_type", rolling    ? "loglikelihood_rolling"
+                                         : greedy   ? "loglikelihood"
+                                         : generate ? "generate_until"
+                                                    : "multiple_choice"},
+                         {"metric_list", list},
+                         {"metadata", meta}};
+    j["versions"][key] = double(t.version);
     j["n-shot"][key] = t.shots;
     j["higher_is_better"][key] = hib;
   };
@@ -310,14 +536,31 @@ nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& resul
           exits.size() > 1 ? t.task + "_exit" + std::to_string(exits[e]) : t.task;
       const std::vector<Metric>& ms = t.metrics;
       if (!t.groups.empty()) {
-        nlohmann::json subtasks = nlohmann::json::array();
-        for (const auto& [g, gm] : t.groups) {
-          const std::string sub = t.task + "_" + g;
-          subtasks.push_back(sub);
-          j["results"][sub] = entry(" - " + g, gm);
-          describe(sub, t, gm);
+        // The task is a group of its groups (MMLU's subjects); with
+        // categories, of the categories (mmlu_stem, ...), each a group of
+        // its subjects, as the harness nests them.
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& [c, cm] : t.categories) {
+          const std::string sub = key + "_" + c;
+          top.push_back(sub);
+          j["results"][sub] = entry(" - " + c, cm);
+          j["groups"][sub] = entry(" - " + c, cm);
+          j["group_subtasks"][sub] = nlohmann::json::array();
+          describe(sub, t, cm);
         }
-        j["group_subtasks"][key] = subtasks;
+        for (const auto& [g, gm] : t.groups) {
+          const std::string sub = key + "_" + g;
+          std::string parent = key;
+          const auto cat_it = t.group_category.find(g);
+          if (cat_it != t.group_category.end()) parent = key + "_" + cat_it->second;
+          j["results"][sub] = entry(parent == key ? " - " + g : "  - " + g, gm);
+          describe(sub, t, gm);
+          if (parent == key)
+            top.push_back(sub);
+          else
+            j["group_subtasks"][parent].push_back(sub);
+        }
+        j["group_subtasks"][key] = top;
         j["groups"][key] = entry(key, ms);
       }
       j["results"][key] = entry(key, ms);
@@ -361,13 +604,22 @@ nlohmann::json TaskResult::to_json() const {
                    {"stderr", m.stderr_ >= 0 ? nlohmann::json(m.stderr_) : nlohmann::json()}};
     return j;
   };
-  nlohmann::json j = {{"n", n},
-                      {"shots", shots},
-                      {"truncated_requests", truncated},
-                      {"metrics", metric_json(metrics)}};
+  nlohmann::json j = {
+      {"n", n},
+      {"shots", shots},
+      {"truncated_requests", truncated},
+      {"version", version},
+      {"harness_task", harness_task.empty() ? nlohmann::json() : nlohmann::json(harness_task)},
+      {"comparable", comparable},
+      {"metrics", metric_json(metrics)}};
+  if (!comparable) j["not_comparable_because"] = not_comparable_because;
   if (!groups.empty()) {
     j["groups"] = nlohmann::json::object();
     for (const auto& [g, ms] : groups) j["groups"][g] = metric_json(ms);
+  }
+  if (!categories.empty()) {
+    j["categories"] = nlohmann::json::object();
+    for (const auto& [c, ms] : categories) j["categories"][c] = metric_json(ms);
   }
   return j;
 }
@@ -375,8 +627,9 @@ nlohmann::json TaskResult::to_json() const {
 std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,
                                                     const EvalOptions& o) {
   std::vector<std::string> names = o.tasks;
-  if (names.size() == 1 && names[0] == "all") names = list_tasks(o.eval_dir);
+  if (names.size() == 1 && names[0] == "all") names = all_tasks(o.eval_dir);
   STRATA_CHECK(!names.empty(), "eval: no tasks given");
+  require_code_permission(o.eval_dir, names, o.allow_code_execution);  // before any work
   if (!o.log_samples_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.log_samples_dir, ec);
@@ -389,11 +642,27 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
   std::vector<std::vector<TaskResult>> out(scorer.exits().size());
   for (const std::string& name : names) {
     Timer t;
-    const TaskData task = load_task(o.eval_dir, name, o.shots, o.seed, o.limit);
+    TaskData task = load_task(o.eval_dir, name, o.shots, o.seed, o.limit);
+    apply_chat_template(task, o.chat);
     if (o.write_out) write_out_first(task);
     std::vector<TaskResult> per_exit;
-    if (task.kind == TaskKind::Perplexity) {
-      const auto r = rolling_docs(scorer, tok, task.documents, window, stride, name, o.progress);
+    if (task.kind == TaskKind::Generate) {
+      STRATA_CHECK(
+          scorer.exits().size() == 1 && scorer.exits()[0] == model.config().num_hidden_layers,
+          "eval: generate_until tasks run the full model (task '", name,
+          "'; --exits is for loglikelihood tasks)");
+      const Generated g = generate_answers(model, tok, task, o);
+      if (!o.log_samples_dir.empty())
+        write_generate_samples(samples_path(o, name, 0, scorer.exits()), task, g);
+      TaskResult tr;
+      tr.task = name;
+      tr.n = int64_t(task.examples.size());
+      tr.shots = task.shots;
+      tr.metrics.push_back(mean_metric(task.execute.empty() ? "exact_match" : "pass@1", g.score));
+      per_exit.push_back(tr);
+    } else if (task.kind == TaskKind::Perplexity) {
+      const auto r = rolling_docs(scorer, tok, task.documents, task.document_words,
+                                  task.document_bytes, window, stride, name, o.progress);
       for (const PerplexityResult& p : r) {
         TaskResult tr;
         tr.task = name;
@@ -420,6 +689,15 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
                 " request(s) longer than the model's context (", scorer.max_len(),
                 " tokens) were cut from the left; the harness does the same, but their scores "
                 "saw less context (truncated_requests in the results)");
+    for (TaskResult& tr : per_exit) {
+      tr.comparable = task.comparable;
+      tr.not_comparable_because = task.not_comparable_because;
+      tr.harness_task = task.harness_task;
+      tr.version = task.version;
+    }
+    if (!task.comparable)
+      log::warn("eval ", name,
+                ": not comparable with lm-evaluation-harness: ", task.not_comparable_because);
     for (size_t e = 0; e < per_exit.size(); ++e) out[e].push_back(per_exit[e]);
     if (o.progress)
       log::info("eval ", name, ": ", per_exit.back().n, " examples, ", task.shots, "-shot, ",
@@ -443,7 +721,18 @@ std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokeniz
   Scorer scorer(model, tok, batch_size, exits);
   if (window <= 0) window = scorer.max_len() + 1;
   if (stride <= 0) stride = window - 1;
-  return rolling_docs(scorer, tok, {text}, window, stride, name, progress);
+  return rolling_docs(scorer, tok, {text}, {python_split_count(text)}, {int64_t(text.size())},
+                      window, stride, name, progress);
+}
+
+void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,
+                             bool allowed) {
+  if (allowed) return;
+  for (const std::string& name : names)
+    if (name != "all" && !load_task(eval_dir, name, 0, 0, 1).execute.empty())
+      fail_one_line("eval: task '", name,
+                    "' executes model-written code; pass --allow-code-execution to run it "
+                    "(in a sandbox: a subprocess without network, with time and memory limits)");
 }
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 
 #include "data/tokenizer.h"
 #include "eval/engine.h"
+#include "eval/sandbox.h"
 #include "eval/task.h"
 #include "model/model.h"
 
@@ -30,6 +31,15 @@ struct TaskResult {
   int64_t truncated = 0;  // requests cut from the left to fit the model's context
   std::vector<Metric> metrics;
   std::map<std::string, std::vector<Metric>> groups;  // per group (MMLU subject)
+  // Per category of groups (MMLU's stem, humanities, social_sciences, other):
+  // the size-weighted mean with the pooled standard error, as the harness's
+  // weight_by_size groups aggregate.
+  std::map<std::string, std::vector<Metric>> categories;
+  std::map<std::string, std::string> group_category;  // group -> its category
+  bool comparable = true;                             // with the harness's task of the same name
+  std::string not_comparable_because;                 // when not
+  std::string harness_task;
+  int version = 0;
   nlohmann::json to_json() const;
 };
 
@@ -48,17 +58,38 @@ struct EvalOptions {
   std::string log_samples_dir;
   // Print each task's first rendered example (its requests) to stdout.
   bool write_out = false;
+  ChatOptions chat;  // --apply-chat-template, --system-instruction, --fewshot-as-multiturn
+  // Tasks that execute model-written code (HumanEval) run only with this set.
+  bool allow_code_execution = false;
+  SandboxLimits sandbox;  // limits of each execution
+  // Generation overrides (--gen-kwargs): < 0 / empty keeps the task's setting.
+  int max_gen_toks = -1;
+  double temperature = -1;
 };
 
 // The harness's multiple-choice decision for one example given each choice's
 // result: `acc` picks the highest summed logprob, `acc_norm` the highest
-// logprob per byte of the choice (the continuation without its leading
-// target delimiter, as the harness counts). Ties go to the lower index.
+// logprob per character (Unicode code point) of the choice text and
+// `acc_bytes` per UTF-8 byte of it, as the harness counts (the choice itself,
+// without the target delimiter). Ties go to the lower index.
 struct ChoicePick {
-  int acc = 0, acc_norm = 0;
+  int acc = 0, acc_norm = 0, acc_bytes = 0;
 };
 ChoicePick pick_choice(const EvalExample& example, const std::vector<LlResult>& results,
                        size_t first);
+
+// generate_until post-processing, as the harness's: the text up to the first
+// stop string; the task's filters in order (regex: the group_select-th match,
+// its first non-empty group, stripped, else the fallback); exact_match after
+// regexes_to_ignore, ignore_case and ignore_punctuation.
+std::string cut_at_stops(std::string text, const std::vector<std::string>& until);
+std::string apply_filters(const std::vector<FilterStep>& filters, std::string text);
+bool exact_match(const ExactMatchSpec& spec, std::string prediction, std::string reference);
+
+// Throws (one line) when a task of `names` executes model-written code
+// (HumanEval) and `allowed` is false.
+void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,
+                             bool allowed);
 
 // results[e][t]: task t at exits[e] (or the full model).
 std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,

@@ -24,6 +24,8 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <regex>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -244,7 +246,7 @@ class Template {
       out += p.literal;
       std::string v = p.path == "_group" ? row.group : need_text(row, p.path);
       for (Filter f : p.filters) {
-        if (f == Filter::Strip) v = trim_ascii(v);
+        if (f == Filter::Strip) v = python_strip(v);
         if (f == Filter::Spaces) std::replace(v.begin(), v.end(), '_', ' ');
       }
       out += v;
@@ -345,14 +347,25 @@ struct Config {
   std::string target_delimiter = " ", fewshot_delimiter = "\n\n";
   std::string group_by;  // "", "file" or a field path
   std::vector<std::pair<std::string, std::string>> strip_prefix;
+  // field -> (suffix, replacement) pairs; each row's field must end in one.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>
+      replace_suffix;
   std::vector<std::string> metrics;
+  bool comparable = true;
+  std::string comparable_note, harness_task;
+  int version = 0;
+  std::map<std::string, std::string> categories;  // group -> category
+  GenerationSpec generation;
+  std::vector<FilterStep> filters;
+  ExactMatchSpec exact_match;
+  std::string execute;
   Split split = Split::File;
   std::string separator;
   bool detokenize_wikitext = false;
 };
 
 // Which kinds use a key: bit 0 multiple_choice, 1 last_word, 2 perplexity.
-constexpr int kMC = 1, kLW = 2, kPPL = 4, kRows = kMC | kLW, kAll = 7;
+constexpr int kMC = 1, kLW = 2, kPPL = 4, kGen = 8, kRows = kMC | kLW | kGen, kAll = 15;
 struct KeyInfo {
   const char* name;
   int kinds;
@@ -375,6 +388,19 @@ constexpr KeyInfo kKeys[] = {
     {"fewshot_delimiter", kRows},
     {"group_by", kRows},
     {"strip_prefix", kRows},
+    {"replace_suffix", kRows},
+    {"comparable", kAll},
+    {"comparable_note", kAll},
+    {"harness_task", kAll},
+    {"version", kAll},
+    {"categories", kMC},
+    {"until", kGen},
+    {"max_gen_toks", kGen},
+    {"temperature", kGen},
+    {"do_sample", kGen},
+    {"filters", kGen},
+    {"exact_match", kGen},
+    {"execute", kGen},
     {"choices", kMC},
     {"contexts", kMC},
     {"gold", kMC},
@@ -537,16 +563,117 @@ GoldSpec gold_spec(const TaskFile& tf) {
   return g;
 }
 
+// generate_until keys: generation settings, filters, exact_match options,
+// execution.
+void read_generation(const TaskFile& tf, Config& c) {
+  GenerationSpec& g = c.generation;
+  if (tf.get("until")) g.until = tf.str_list("until");
+  for (const std::string& u : g.until)
+    if (u.empty()) fail_one_line(tf.at("until"), ": an empty stop string");
+  const int64_t max_toks = tf.integer("max_gen_toks").value_or(g.max_gen_toks);
+  if (max_toks < 1 || max_toks > 100000)
+    fail_one_line(tf.at("max_gen_toks"), ": expected 1..100000, got ", max_toks);
+  g.max_gen_toks = int(max_toks);
+  if (const toml::node* n = tf.get("temperature")) {
+    if (!n->is_number()) fail_one_line(tf.at("temperature"), ": expected a number");
+    g.temperature = n->value<double>().value_or(0.0);
+    if (!(g.temperature >= 0 && g.temperature <= 100))
+      fail_one_line(tf.at("temperature"), ": expected 0..100, got ", g.temperature);
+  }
+  if (const toml::node* n = tf.get("do_sample")) {
+    if (!n->is_boolean()) fail_one_line(tf.at("do_sample"), ": expected true or false");
+    g.do_sample = n->as_boolean()->get();
+  }
+  if (g.do_sample && g.temperature == 0)
+    fail_one_line(tf.at("do_sample"), ": do_sample = true needs a temperature > 0");
+  if (const toml::node* n = tf.get("filters")) {
+    const toml::array* a = n->as_array();
+    if (!a) fail_one_line(tf.at("filters"), ": expected a list of tables");
+    for (const toml::node& e : *a) {
+      const toml::table* t = e.as_table();
+      if (!t) fail_one_line(tf.at(e), ": filters: expected a table {function = ...}");
+      FilterStep f;
+      for (const auto& [k, v] : *t) {
+        const std::string at = cat(tf.at(v), ": filters.", k.str());
+        if (k == "function" || k == "regex_pattern" || k == "fallback") {
+          if (!v.is_string()) fail_one_line(at, ": expected a string");
+          (k == "function"   ? f.function
+           : k == "fallback" ? f.fallback
+                             : f.pattern) = v.as_string()->get();
+        } else if (k == "group_select") {
+          if (!v.is_integer()) fail_one_line(at, ": expected an integer");
+          f.group_select = int(v.as_integer()->get());
+        } else {
+          fail_one_line(at, ": unknown key (function, regex_pattern, group_select, fallback)");
+        }
+      }
+      static const std::vector<std::string> kFunctions = {"regex", "take_first", "strip",
+                                                          "lowercase"};
+      if (std::find(kFunctions.begin(), kFunctions.end(), f.function) == kFunctions.end())
+        fail_one_line(tf.at(e), ": filters: unknown function '", f.function,
+                      "' (known: ", join(kFunctions, ", "), ")");
+      if (f.function == "regex") {
+        if (f.pattern.empty()) fail_one_line(tf.at(e), ": filters: regex needs regex_pattern");
+        try {
+          std::regex check(f.pattern);
+        } catch (const std::regex_error& err) {
+          fail_one_line(tf.at(e), ": filters: bad regex_pattern '", f.pattern, "': ", err.what());
+        }
+      }
+      c.filters.push_back(std::move(f));
+    }
+  }
+  if (const toml::node* n = tf.get("exact_match")) {
+    const toml::table* t = n->as_table();
+    if (!t) fail_one_line(tf.at("exact_match"), ": expected a table");
+    for (const auto& [k, v] : *t) {
+      const std::string at = cat(tf.at(v), ": exact_match.", k.str());
+      if (k == "ignore_case" || k == "ignore_punctuation") {
+        if (!v.is_boolean()) fail_one_line(at, ": expected true or false");
+        (k == "ignore_case" ? c.exact_match.ignore_case : c.exact_match.ignore_punctuation) =
+            v.as_boolean()->get();
+      } else if (k == "regexes_to_ignore") {
+        const toml::array* a = v.as_array();
+        for (size_t i = 0; a && i < a->size(); ++i) {
+          if (!(*a)[i].is_string()) fail_one_line(at, ": expected a list of strings");
+          const std::string re = (*a)[i].as_string()->get();
+          try {
+            std::regex check(re);
+          } catch (const std::regex_error& err) {
+            fail_one_line(at, ": bad regex '", re, "': ", err.what());
+          }
+          c.exact_match.regexes_to_ignore.push_back(re);
+        }
+        if (!a) fail_one_line(at, ": expected a list of strings");
+      } else {
+        fail_one_line(at, ": unknown key (ignore_case, ignore_punctuation, regexes_to_ignore)");
+      }
+    }
+  }
+  c.execute = tf.choice("execute", {"none", "humaneval"}, "none");
+  if (c.execute == "none") c.execute.clear();
+  for (const std::string& m : c.metrics)
+    if ((m == "pass@1") != !c.execute.empty())
+      fail_one_line(tf.at("metrics"), ": ",
+                    m == "pass@1" ? "pass@1 needs execute = \"humaneval\""
+                                  : "tasks with execute report pass@1 only");
+}
+
 Config read_config(const std::string& path) {
   const TaskFile tf(path);
   Config c;
   c.file = path;
 
-  const std::string kind = tf.choice("kind", {"multiple_choice", "last_word", "perplexity"}, "");
-  const int bit = kind == "multiple_choice" ? kMC : kind == "last_word" ? kLW : kPPL;
-  c.kind = bit == kMC   ? TaskKind::MultipleChoice
-           : bit == kLW ? TaskKind::LastWord
-                        : TaskKind::Perplexity;
+  const std::string kind =
+      tf.choice("kind", {"multiple_choice", "last_word", "perplexity", "generate_until"}, "");
+  const int bit = kind == "multiple_choice" ? kMC
+                  : kind == "last_word"     ? kLW
+                  : kind == "perplexity"    ? kPPL
+                                            : kGen;
+  c.kind = bit == kMC    ? TaskKind::MultipleChoice
+           : bit == kLW  ? TaskKind::LastWord
+           : bit == kGen ? TaskKind::Generate
+                         : TaskKind::Perplexity;
   for (const auto& [k, v] : tf.table()) {
     const std::string key(k.str());
     const KeyInfo* info = nullptr;
@@ -580,17 +707,48 @@ Config read_config(const std::string& path) {
   c.data = resolve_files(tf, "data");
 
   const std::vector<std::string> known_metrics =
-      bit == kMC   ? std::vector<std::string>{"acc", "acc_norm", "acc_macro"}
-      : bit == kLW ? std::vector<std::string>{"acc", "perplexity"}
-                   : std::vector<std::string>{"word_perplexity", "byte_perplexity", "bits_per_byte",
-                                              "token_perplexity"};
+      bit == kMC    ? std::vector<std::string>{"acc", "acc_norm", "acc_bytes", "acc_macro"}
+      : bit == kLW  ? std::vector<std::string>{"acc", "perplexity"}
+      : bit == kGen ? std::vector<std::string>{"exact_match", "pass@1"}
+                    : std::vector<std::string>{"word_perplexity", "byte_perplexity",
+                                               "bits_per_byte", "token_perplexity"};
   c.metrics = tf.str_list("metrics");
   if (c.metrics.empty())
-    c.metrics = bit == kMC ? std::vector<std::string>{"acc", "acc_norm"} : known_metrics;
+    c.metrics = bit == kMC    ? std::vector<std::string>{"acc", "acc_norm"}
+                : bit == kGen ? std::vector<std::string>{"exact_match"}
+                              : known_metrics;
   for (const std::string& m : c.metrics)
     if (std::find(known_metrics.begin(), known_metrics.end(), m) == known_metrics.end())
       fail_one_line(tf.at("metrics"), ": unknown metric '", m, "' for ", kind,
                     " tasks (known: ", join(known_metrics, ", "), ")");
+
+  if (const toml::node* n = tf.get("comparable")) {
+    if (!n->is_boolean()) fail_one_line(tf.at("comparable"), ": expected true or false");
+    c.comparable = n->as_boolean()->get();
+  }
+  c.comparable_note = tf.str("comparable_note").value_or("");
+  if (!c.comparable && c.comparable_note.empty())
+    fail_one_line(tf.at("comparable"), ": comparable = false needs a comparable_note (the reason)");
+  c.harness_task = tf.str("harness_task").value_or("");
+  const int64_t version = tf.integer("version").value_or(0);
+  if (version < 0) fail_one_line(tf.at("version"), ": expected >= 0, got ", version);
+  c.version = int(version);
+  if (const toml::node* n = tf.get("categories")) {
+    const toml::table* t = n->as_table();
+    if (!t) fail_one_line(tf.at("categories"), ": expected a table {category = [groups]}");
+    for (const auto& [k, v] : *t) {
+      const toml::array* a = v.as_array();
+      if (!a) fail_one_line(tf.at(v), ": categories.", k.str(), ": expected a list of groups");
+      for (const toml::node& g : *a) {
+        if (!g.is_string())
+          fail_one_line(tf.at(v), ": categories.", k.str(), ": expected a list of group names");
+        const std::string name = g.as_string()->get();
+        if (!c.categories.emplace(name, std::string(k.str())).second)
+          fail_one_line(tf.at(v), ": categories.", k.str(), ": group '", name,
+                        "' is already in category '", c.categories[name], "'");
+      }
+    }
+  }
 
   if (bit == kPPL) {
     const std::string split =
@@ -638,12 +796,39 @@ Config read_config(const std::string& path) {
       c.strip_prefix.emplace_back(std::string(k.str()), v.as_string()->get());
     }
   }
+  if (const toml::node* n = tf.get("replace_suffix")) {
+    const toml::table* t = n->as_table();
+    if (!t)
+      fail_one_line(tf.at("replace_suffix"),
+                    ": expected a table {field = [[\"suffix\", \"replacement\"], ...]}");
+    for (const auto& [k, v] : *t) {
+      std::vector<std::pair<std::string, std::string>> pairs;
+      const toml::array* a = v.as_array();
+      for (size_t i = 0; a && i < a->size(); ++i) {
+        const toml::array* p = (*a)[i].as_array();
+        if (!p || p->size() != 2 || !(*p)[0].is_string() || !(*p)[1].is_string()) {
+          a = nullptr;
+          break;
+        }
+        pairs.emplace_back((*p)[0].as_string()->get(), (*p)[1].as_string()->get());
+      }
+      if (!a || pairs.empty())
+        fail_one_line(tf.at(v), ": replace_suffix.", k.str(),
+                      ": expected a list of [\"suffix\", \"replacement\"] pairs");
+      c.replace_suffix.emplace_back(std::string(k.str()), std::move(pairs));
+    }
+  }
   if (auto d = tf.str("description")) c.description = Template(*d, tf.at("description"));
   if (auto t = tf.str("text")) c.text = Template(*t, tf.at("text"));
   if (auto t = tf.str("target")) c.target = Template(*t, tf.at("target"));
 
   if (bit == kLW) {
     if (!c.text || !c.target) fail_one_line(path, ": last_word tasks need text and target");
+    return c;
+  }
+  if (bit == kGen) {
+    if (!c.text || !c.target) fail_one_line(path, ": generate_until tasks need text and target");
+    read_generation(tf, c);
     return c;
   }
   if (tf.get("contexts")) {
@@ -848,6 +1033,22 @@ std::vector<Row> read_rows(const Config& c, const std::vector<std::string>& file
             it->get_ref<const std::string&>().rfind(prefix, 0) == 0)
           *it = it->get<std::string>().substr(prefix.size());
       }
+      for (const auto& [field, pairs] : c.replace_suffix) {
+        const auto it = r.fields.find(field);
+        if (it == r.fields.end() || !it->is_string())
+          fail_one_line(r.where, ": replace_suffix: field '", field, "' is missing or not text");
+        std::string v = it->get<std::string>();
+        bool done = false;
+        for (const auto& [suffix, with] : pairs)
+          if (!done && v.ends_with(suffix)) {
+            v = v.substr(0, v.size() - suffix.size()) + with;
+            done = true;
+          }
+        if (!done)
+          fail_one_line(r.where, ": field '", field,
+                        "' ends with none of the suffixes in replace_suffix");
+        *it = std::move(v);
+      }
       if (c.group_by == "file")
         r.group = file_group;
       else if (!c.group_by.empty())
@@ -887,11 +1088,12 @@ Item make_item(const Config& c, const Row& row) {
   return it;
 }
 
-// The item with its answer, as a few-shot example.
-std::string solved(const Config& c, const Item& it) {
-  if (c.kind == TaskKind::LastWord) return it.text + c.target_delimiter + it.target;
-  if (c.contexts) return it.options[size_t(it.gold)] + c.target_delimiter + it.target;
-  return it.text + c.target_delimiter + it.options[size_t(it.gold)];
+// The item as a few-shot example: (question, answer); the shot's text is
+// question + target_delimiter + answer.
+std::pair<std::string, std::string> solved(const Config& c, const Item& it) {
+  if (c.kind != TaskKind::MultipleChoice) return {it.text, it.target};
+  if (c.contexts) return {it.options[size_t(it.gold)], it.target};
+  return {it.text, it.options[size_t(it.gold)]};
 }
 
 // k distinct entries of `pool` (sorted indices), never `self`: the first k
@@ -1093,6 +1295,15 @@ std::vector<std::string> list_tasks(const std::string& eval_dir) {
   return names;
 }
 
+std::vector<std::string> all_tasks(const std::string& eval_dir) {
+  std::vector<std::string> out;
+  for (const std::string& name : list_tasks(eval_dir)) {
+    const Config c = read_config((fs::path(eval_dir) / (name + ".toml")).string());
+    if (c.comparable && c.execute.empty()) out.push_back(name);
+  }
+  return out;
+}
+
 TaskData load_task(const std::string& eval_dir, const std::string& name, int shots, uint64_t seed,
                    int64_t limit) {
   const std::vector<std::string> known = list_tasks(eval_dir);
@@ -1106,20 +1317,45 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
   task.file = c.file;
   task.kind = c.kind;
   task.metrics = c.metrics;
+  task.comparable = c.comparable;
+  task.not_comparable_because = c.comparable_note;
+  task.harness_task = c.harness_task;
+  task.version = c.version;
+  task.categories = c.categories;
+  task.target_delimiter = c.target_delimiter;
+  task.fewshot_delimiter = c.fewshot_delimiter;
+  task.generation = c.generation;
+  task.filters = c.filters;
+  task.exact_match = c.exact_match;
+  task.execute = c.execute;
   auto keep = [&](size_t n) { return limit > 0 ? std::min(n, size_t(limit)) : n; };
 
   if (c.kind == TaskKind::Perplexity) {
     for (const std::string& f : c.data)
-      for (std::string& d : split_documents(c, f))
+      for (std::string& d : split_documents(c, f)) {
+        // The harness counts the words and bytes of the page as stored, before
+        // its detokenizer runs (wikitext's process_results).
+        task.document_words.push_back(python_split_count(d));
+        task.document_bytes.push_back(int64_t(d.size()));
         task.documents.push_back(c.detokenize_wikitext ? wikitext_detokenize(std::move(d))
                                                        : std::move(d));
+      }
     task.documents.resize(keep(task.documents.size()));
+    task.document_words.resize(task.documents.size());
+    task.document_bytes.resize(task.documents.size());
     return task;  // no few-shot examples
   }
 
   std::vector<Item> items;
   for (const Row& r : read_rows(c, c.data, c.labels)) items.push_back(make_item(c, r));
   if (items.empty()) fail_one_line(c.data_at, ": no examples in the data");
+  if (!c.categories.empty()) {  // every categorised group must exist (typos)
+    std::set<std::string> groups;
+    for (const Item& it : items) groups.insert(it.group);
+    for (const auto& [g, category] : c.categories)
+      if (!groups.count(g))
+        fail_one_line(c.file, ": categories.", category, ": no group '", g, "' in the data");
+  }
   const bool own_pool = c.fewshot_data.empty();
   std::vector<Item> pool_items;
   if (!own_pool)
@@ -1147,25 +1383,33 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
     task.shots = std::min(task.shots, int(available));
   }
 
-  std::vector<std::optional<std::string>> solved_cache(pool.size());
+  std::vector<std::optional<std::pair<std::string, std::string>>> solved_cache(pool.size());
   task.examples.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const Item& it = items[i];
+    EvalExample ex;
     std::string prefix = it.description;
+    ex.description = it.description;
     if (task.shots > 0) {
       const int self = own_pool ? int(i) : -1;
       const PhiloxStream rng(seed, kFewshotStream, uint32_t(i));
       for (int s : draw_shots(candidates(it), self, task.shots, c.first_n, rng)) {
-        std::optional<std::string>& shot = solved_cache[size_t(s)];
+        auto& shot = solved_cache[size_t(s)];
         if (!shot) shot = solved(c, pool[size_t(s)]);
-        prefix += *shot + c.fewshot_delimiter;
+        prefix += shot->first + c.target_delimiter + shot->second + c.fewshot_delimiter;
+        ex.shots.push_back(*shot);
       }
     }
-    EvalExample ex;
+    ex.prefix_size = prefix.size();
     ex.gold = it.gold;
     ex.group = it.group;
     ex.where = it.where;
-    if (c.kind == TaskKind::LastWord) {
+    if (c.kind == TaskKind::MultipleChoice) ex.choices = it.options;
+    if (c.kind == TaskKind::Generate) {
+      ex.requests.push_back({prefix + it.text, ""});
+      ex.target = it.target;
+      ex.prompt = it.text;
+    } else if (c.kind == TaskKind::LastWord) {
       ex.requests.push_back({prefix + it.text, c.target_delimiter + it.target});
     } else if (c.contexts) {
       for (const std::string& ctx : it.options)
@@ -1178,6 +1422,55 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
     task.examples.push_back(std::move(ex));
   }
   return task;
+}
+
+void apply_chat_template(TaskData& task, const ChatOptions& chat) {
+  if (!chat.apply) return;
+  const ChatTemplate& t = chat.tmpl;
+  for (EvalExample& ex : task.examples) {
+    for (LlRequest& r : ex.requests) {
+      const std::string question = r.context.substr(ex.prefix_size);
+      std::vector<ContextPiece> pieces;
+      auto add = [&](const std::string& text) {
+        if (!text.empty()) pieces.push_back({text, false});
+      };
+      // The system message: the instruction, then the task's description.
+      std::string system = chat.system_instruction;
+      if (!ex.description.empty())
+        system += (system.empty() ? "" : task.fewshot_delimiter) + ex.description;
+      if (!system.empty()) {
+        add(t.system_prefix);
+        add(system);
+        add(t.system_suffix);
+      }
+      if (chat.fewshot_as_multiturn) {
+        for (const auto& [q, a] : ex.shots) {
+          add(t.user_prefix);
+          add(q);
+          add(t.user_suffix);
+          add(t.assistant_prefix);
+          add(a);
+          add(t.assistant_suffix);
+          pieces.push_back({"", true});
+        }
+        add(t.user_prefix);
+        add(question);
+        add(t.user_suffix);
+      } else {
+        add(t.user_prefix);
+        add(r.context.substr(ex.description.size()));  // the shots and the question
+        add(t.user_suffix);
+      }
+      add(t.assistant_prefix);
+      r.pieces = std::move(pieces);
+      r.context.clear();
+      for (const ContextPiece& p : r.pieces) r.context += p.eos ? "</s>" : p.text;
+      // The answer starts the assistant's turn: no delimiter before it.
+      if (r.continuation.starts_with(task.target_delimiter))
+        r.continuation.erase(0, task.target_delimiter.size());
+    }
+    if (!ex.requests.empty()) ex.prefix_size = 0;
+  }
 }
 
 }  // namespace strata
