@@ -659,6 +659,42 @@ TEST(Generate, TaskAnswersAreTheModelsGreedyContinuations) {
   }
 }
 
+// `all` is the comparable tasks; others run when named, next to it or alone.
+TEST(Evaluate, AllLeavesOutIncomparableTasksUnlessNamed) {
+  auto m = tiny_model(2, 64);
+  testing::TempDir dir;
+  const std::string eval = dir / "eval";
+  std::filesystem::create_directories(eval);
+  write_text(dir / "rows.jsonl", "{\"q\": \"Is it?\", \"gold\": 1}\n");
+  const std::string body =
+      "kind = \"multiple_choice\"\nformat = \"jsonl\"\ndata = \"../rows.jsonl\"\n"
+      "text = \"{q}\"\nchoices = [\"no\", \"yes\"]\ngold = \"gold\"\n";
+  write_text(eval + "/good.toml", "summary = \"good\"\n" + body);
+  write_text(eval + "/odd.toml",
+             "summary = \"odd\"\ncomparable = false\n"
+             "comparable_note = \"made up\"\n" +
+                 body);
+  EXPECT_EQ(all_tasks(eval), std::vector<std::string>{"good"});
+  EvalOptions o;
+  o.eval_dir = eval;
+  o.progress = false;
+  auto run = [&](std::vector<std::string> tasks) {
+    o.tasks = std::move(tasks);
+    std::vector<std::string> names;
+    const auto results = evaluate_tasks(*m, tok512(), o);
+    for (const TaskResult& t : results[0]) names.push_back(t.task);
+    return names;
+  };
+  EXPECT_EQ(run({"all"}), std::vector<std::string>{"good"});
+  EXPECT_EQ(run({"all", "odd"}), (std::vector<std::string>{"good", "odd"}));
+  EXPECT_EQ(run({"odd", "all", "odd"}), (std::vector<std::string>{"odd", "good"}));
+  o.tasks = {"odd"};
+  const TaskResult odd = evaluate_tasks(*m, tok512(), o)[0][0];
+  EXPECT_FALSE(odd.comparable);
+  EXPECT_EQ(odd.not_comparable_because, "made up");
+  EXPECT_EQ(odd.to_json()["not_comparable_because"], "made up");
+}
+
 // HumanEval runs only when allowed; the programs run in the sandbox, and an
 // untrained model's completions fail their tests.
 TEST(Generate, HumanEvalNeedsPermissionAndRunsInTheSandbox) {

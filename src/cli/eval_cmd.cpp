@@ -137,8 +137,9 @@ int cmd_eval(int argc, char** argv, int first) {
             "a text file, at the full model or at exit layers. Prints a table; --out writes JSON.");
   add_model_options(args);
   args.option("tasks", "LIST",
-              "comma-separated task names, all, or list (print the tasks and exit; see "
-              "eval/README.md)")
+              "comma-separated task names, all (every task comparable with "
+              "lm-evaluation-harness that runs no code), or list (print the tasks and exit; "
+              "see eval/README.md)")
       .option("perplexity", "FILE", "token perplexity of a text file instead of tasks")
       .option("shots", "N", "few-shot examples (default: each task's own)", "-1")
       .option("limit", "N", "only the first N examples or documents of each task (0: all)", "0")
@@ -169,11 +170,13 @@ int cmd_eval(int argc, char** argv, int first) {
             "run tasks that execute model-written code (HumanEval), each program in a sandbox: "
             "a subprocess without network, in a temporary directory, with time and memory "
             "limits")
-      .option("code-timeout", "S", "sandbox: seconds per program (wall clock and CPU)", "10")
+      .option("code-timeout", "S",
+              "sandbox: seconds per program, wall clock and CPU (the harness's code_eval: 3)", "3")
       .option("code-memory-mb", "MB", "sandbox: address-space limit per program", "1024")
       .option("log-samples", "DIR",
-              "per-sample logs of multiple-choice and last-word tasks: DIR/samples_<task>.jsonl "
-              "(lm-evaluation-harness fields: arguments, resps, target, acc, hashes)")
+              "per-sample logs of multiple-choice, last-word and generative tasks: "
+              "DIR/samples_<task>.jsonl (lm-evaluation-harness fields: arguments, resps, "
+              "target, acc, hashes)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
       .flag("bf16", "bf16 matmuls")
       .flag("quiet", "no progress lines");

@@ -2,11 +2,14 @@
 // rolling perplexity of documents, at one or several exit layers, with
 // lm-evaluation-harness tokenisation so numbers are comparable.
 //
-// Tokenisation of a request (as the harness does): trailing spaces of the
-// context move to the front of the continuation; the continuation's tokens
-// are encode(context + continuation) past the tokens of encode(context). The
-// sequence is BOS + context tokens + continuation tokens; when it does not fit
-// the model's context, context tokens are dropped from the left (BOS stays).
+// Tokenisation of a request (as the harness does): trailing whitespace of the
+// context (Python's rstrip) moves to the front of the continuation; the
+// continuation's tokens are encode(context + continuation) past the tokens of
+// encode(context). The sequence is BOS + context tokens + continuation tokens;
+// when it does not fit the model's context, its last max_len + 1 tokens are
+// kept (BOS falls off first, with the oldest context), the harness's rule. A
+// chat-rendered request (LlRequest::pieces) encodes each piece on its own, as
+// SFT training does, and its continuation on its own.
 //
 // Requests are sorted by length (longest first) and run in padded batches of
 // `batch_size` rows; each row's positions only see their own row (causal
@@ -57,7 +60,9 @@ class Scorer {
   // Token-level rolling perplexity of `ids` (the caller puts BOS first; it is
   // never scored): spans of `window` tokens (inputs plus the last target,
   // window - 1 <= max_len) advance by `stride` (1..window-1); every token is
-  // scored exactly once, by the first span that predicts it. stride = window
+  // scored exactly once, by the first span that predicts it; the span that
+  // reaches the end starts at n - window (a full context, as the harness's
+  // last rolling window). stride = window
   // - 1 is non-overlapping scoring with one token of context carried; smaller
   // strides give later tokens more context. Result per exit.
   std::vector<RollingResult> rolling(const std::vector<int32_t>& ids, int window, int stride);

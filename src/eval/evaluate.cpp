@@ -1,5 +1,6 @@
 #include "eval/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <regex>
@@ -626,8 +627,11 @@ nlohmann::json TaskResult::to_json() const {
 
 std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,
                                                     const EvalOptions& o) {
-  std::vector<std::string> names = o.tasks;
-  if (names.size() == 1 && names[0] == "all") names = all_tasks(o.eval_dir);
+  // "all" expands in place to the comparable tasks; a name given twice runs once.
+  std::vector<std::string> names;
+  for (const std::string& t : o.tasks)
+    for (const std::string& n : t == "all" ? all_tasks(o.eval_dir) : std::vector<std::string>{t})
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   STRATA_CHECK(!names.empty(), "eval: no tasks given");
   require_code_permission(o.eval_dir, names, o.allow_code_execution);  // before any work
   if (!o.log_samples_dir.empty()) {

@@ -44,7 +44,7 @@ struct TaskResult {
 };
 
 struct EvalOptions {
-  std::vector<std::string> tasks;  // task names, or {"all"}
+  std::vector<std::string> tasks;  // task names; "all" stands for all_tasks()
   int shots = -1;                  // < 0: each task's default
   int64_t limit = 0;               // > 0: first N examples / documents per task
   int batch_size = 8;
