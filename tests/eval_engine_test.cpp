@@ -659,6 +659,39 @@ TEST(Generate, TaskAnswersAreTheModelsGreedyContinuations) {
   }
 }
 
+// Perplexity tasks log a line per document whose [loglikelihood, weight]
+// pairs aggregate to the task's word and byte perplexities.
+TEST(Evaluate, RollingSampleLogsAggregateToTheTaskMetrics) {
+  auto m = tiny_model(2, 64);
+  testing::TempDir dir;
+  EvalOptions o = task_options({"tinystories"}, 0);
+  o.log_samples_dir = dir.path();
+  const auto r = evaluate_tasks(*m, tok512(), o)[0][0];
+  std::ifstream in(dir / "samples_tinystories.jsonl");
+  std::string line;
+  double ll = 0, words = 0, bytes = 0, tokens = 0;
+  int n = 0;
+  for (; std::getline(in, line); ++n) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["doc_id"], n);
+    ll += j["resps"][0][0].get<double>();
+    EXPECT_EQ(j["word_perplexity"][0], j["resps"][0][0]);
+    words += j["word_perplexity"][1].get<double>();
+    bytes += j["byte_perplexity"][1].get<double>();
+    tokens += j["token_perplexity"][1].get<double>();
+  }
+  EXPECT_EQ(n, 5);
+  auto metric = [&](const std::string& name) {
+    for (const Metric& mt : r.metrics)
+      if (mt.name == name) return mt.value;
+    return -1.0;
+  };
+  EXPECT_NEAR(std::exp(-ll / words), metric("word_perplexity"), 1e-9 * metric("word_perplexity"));
+  EXPECT_NEAR(-ll / bytes / std::log(2.0), metric("bits_per_byte"), 1e-9);
+  EXPECT_NEAR(std::exp(-ll / tokens), metric("token_perplexity"),
+              1e-9 * metric("token_perplexity"));
+}
+
 // `all` is the comparable tasks; others run when named, next to it or alone.
 TEST(Evaluate, AllLeavesOutIncomparableTasksUnlessNamed) {
   auto m = tiny_model(2, 64);

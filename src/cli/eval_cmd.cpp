@@ -40,12 +40,17 @@ std::string fmt(double v) {
 void print_table(const std::vector<std::vector<TaskResult>>& results,
                  const std::vector<int>& exits) {
   if (exits.size() == 1) {
-    std::printf("%-16s %-18s %10s %10s %7s %6s\n", "task", "metric", "value", "stderr", "n",
+    int w = 16;  // the first column fits every task and category label
+    for (const TaskResult& t : results[0]) {
+      w = std::max(w, int(t.task.size()));
+      for (const auto& [c, ms] : t.categories) w = std::max(w, int(c.size()) + 3);
+    }
+    std::printf("%-*s %-18s %10s %10s %7s %6s\n", w, "task", "metric", "value", "stderr", "n",
                 "shots");
     for (const TaskResult& t : results[0]) {
       bool first = true;
       for (const Metric& m : t.metrics) {
-        std::printf("%-16s %-18s %10s %10s", first ? t.task.c_str() : "", m.name.c_str(),
+        std::printf("%-*s %-18s %10s %10s", w, first ? t.task.c_str() : "", m.name.c_str(),
                     fmt(m.value).c_str(), m.stderr_ >= 0 ? ("±" + fmt(m.stderr_)).c_str() : "");
         if (first) std::printf(" %7lld %6d%s", (long long)t.n, t.shots, t.comparable ? "" : "  *");
         std::printf("\n");
@@ -53,7 +58,7 @@ void print_table(const std::vector<std::vector<TaskResult>>& results,
       }
       for (const auto& [c, ms] : t.categories)
         for (const Metric& m : ms)
-          std::printf("%-16s %-18s %10s %10s\n", (" - " + c).c_str(), m.name.c_str(),
+          std::printf("%-*s %-18s %10s %10s\n", w, (" - " + c).c_str(), m.name.c_str(),
                       fmt(m.value).c_str(), m.stderr_ >= 0 ? ("±" + fmt(m.stderr_)).c_str() : "");
     }
     for (const TaskResult& t : results[0])
@@ -174,7 +179,7 @@ int cmd_eval(int argc, char** argv, int first) {
               "sandbox: seconds per program, wall clock and CPU (the harness's code_eval: 3)", "3")
       .option("code-memory-mb", "MB", "sandbox: address-space limit per program", "1024")
       .option("log-samples", "DIR",
-              "per-sample logs of multiple-choice, last-word and generative tasks: "
+              "per-sample logs of every task: "
               "DIR/samples_<task>.jsonl (lm-evaluation-harness fields: arguments, resps, "
               "target, acc, hashes)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")

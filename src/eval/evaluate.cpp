@@ -126,6 +126,39 @@ void write_samples(const std::string& path, const TaskData& task,
   write_file_atomic(path, text);
 }
 
+// Per-sample log of a perplexity task at one exit, in the harness's fields
+// for loglikelihood_rolling: the document's loglikelihood in resps, and per
+// metric the (loglikelihood, weight) pair the harness aggregates (words for
+// word_perplexity, bytes for byte_perplexity and bits_per_byte), plus the
+// token count strata's token_perplexity uses.
+void write_rolling_samples(const std::string& path, const TaskData& task,
+                           const std::vector<std::vector<RollingResult>>& per_doc, size_t exit) {
+  std::string text;
+  for (size_t d = 0; d < per_doc.size(); ++d) {
+    const RollingResult& r = per_doc[d][exit];
+    const double ll = -r.nll;
+    const nlohmann::json doc = {{"source", task.file}, {"document", d}};
+    nlohmann::json j = {
+        {"doc_id", d},
+        {"doc", doc},
+        {"target", task.documents[d]},
+        {"arguments", {{"gen_args_0", {{"arg_0", task.documents[d]}}}}},
+        {"resps", nlohmann::json::array({nlohmann::json::array({ll})})},
+        {"filtered_resps", nlohmann::json::array({ll})},
+        {"filter", "none"},
+        {"metrics", {"word_perplexity", "byte_perplexity", "bits_per_byte", "token_perplexity"}},
+        {"word_perplexity", {ll, task.document_words[d]}},
+        {"byte_perplexity", {ll, task.document_bytes[d]}},
+        {"bits_per_byte", {ll, task.document_bytes[d]}},
+        {"token_perplexity", {ll, r.tokens}},
+        {"doc_hash", sha256_hex(doc.dump())},
+        {"prompt_hash", sha256_hex(task.documents[d])},
+        {"target_hash", sha256_hex(task.documents[d])}};
+    text += j.dump() + "\n";
+  }
+  write_file_atomic(path, text);
+}
+
 // --write-out: the first example's requests as the model sees them.
 void write_out_first(const TaskData& task) {
   std::printf("== %s (%s), %d-shot: first example", task.name.c_str(), task.description.c_str(),
@@ -246,11 +279,11 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
 
 // Rolling perplexity of documents; words[d] and bytes[d] are the counts word
 // and byte perplexity divide by.
-std::vector<PerplexityResult> rolling_docs(Scorer& scorer, const Tokenizer& tok,
-                                           const std::vector<std::string>& docs,
-                                           const std::vector<int64_t>& words,
-                                           const std::vector<int64_t>& bytes, int window,
-                                           int stride, const std::string& what, bool progress) {
+std::vector<PerplexityResult> rolling_docs(
+    Scorer& scorer, const Tokenizer& tok, const std::vector<std::string>& docs,
+    const std::vector<int64_t>& words, const std::vector<int64_t>& bytes, int window, int stride,
+    const std::string& what, bool progress,
+    std::vector<std::vector<RollingResult>>* per_doc = nullptr) {
   std::vector<PerplexityResult> out(scorer.exits().size());
   Progress prog(progress, what);
   for (size_t d = 0; d < docs.size(); ++d) {
@@ -258,6 +291,7 @@ std::vector<PerplexityResult> rolling_docs(Scorer& scorer, const Tokenizer& tok,
     const auto enc = tok.encode(docs[d]);
     ids.insert(ids.end(), enc.begin(), enc.end());
     const auto r = scorer.rolling(ids, window, stride);
+    if (per_doc) per_doc->push_back(r);
     for (size_t e = 0; e < out.size(); ++e) {
       out[e].nll_sum += r[e].nll;
       out[e].tokens += r[e].tokens;
@@ -665,8 +699,14 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
       tr.metrics.push_back(mean_metric(task.execute.empty() ? "exact_match" : "pass@1", g.score));
       per_exit.push_back(tr);
     } else if (task.kind == TaskKind::Perplexity) {
-      const auto r = rolling_docs(scorer, tok, task.documents, task.document_words,
-                                  task.document_bytes, window, stride, name, o.progress);
+      std::vector<std::vector<RollingResult>> per_doc;
+      const bool log = !o.log_samples_dir.empty();
+      const auto r =
+          rolling_docs(scorer, tok, task.documents, task.document_words, task.document_bytes,
+                       window, stride, name, o.progress, log ? &per_doc : nullptr);
+      if (log)
+        for (size_t e = 0; e < r.size(); ++e)
+          write_rolling_samples(samples_path(o, name, e, scorer.exits()), task, per_doc, e);
       for (const PerplexityResult& p : r) {
         TaskResult tr;
         tr.task = name;
@@ -730,13 +770,13 @@ std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokeniz
 }
 
 void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,
-                             bool allowed) {
+                             bool allowed, const std::string& how) {
   if (allowed) return;
   for (const std::string& name : names)
     if (name != "all" && !load_task(eval_dir, name, 0, 0, 1).execute.empty())
-      fail_one_line("eval: task '", name,
-                    "' executes model-written code; pass --allow-code-execution to run it "
-                    "(in a sandbox: a subprocess without network, with time and memory limits)");
+      fail_one_line("eval: task '", name, "' executes model-written code; ", how,
+                    " to run it (in a sandbox: a subprocess without network, with time and "
+                    "memory limits)");
 }
 
 }  // namespace strata

@@ -88,8 +88,9 @@ bool exact_match(const ExactMatchSpec& spec, std::string prediction, std::string
 
 // Throws (one line) when a task of `names` executes model-written code
 // (HumanEval) and `allowed` is false.
+// `how` says how to allow it.
 void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,
-                             bool allowed);
+                             bool allowed, const std::string& how = "pass --allow-code-execution");
 
 // results[e][t]: task t at exits[e] (or the full model).
 std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,

@@ -91,6 +91,7 @@ void run_eval_tasks(Run& run, nlohmann::json& record) {
   o.batch_size = run.micro_batch;
   o.seed = run.seed;
   o.progress = false;
+  o.allow_code_execution = run.r.get_bool("eval.allow_code_execution");
   Timer t;
   const auto results = evaluate_tasks(*run.model, *run.tokenizer, o);
   std::string line;

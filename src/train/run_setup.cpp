@@ -356,6 +356,13 @@ void setup(Run& run) {
   for (const char* k : {"checkpoint.interval", "checkpoint.keep", "eval.interval", "eval.batches"})
     positive(r, k, 0);
   positive(r, "log.interval");
+  try {  // before anything is written: a task that runs code needs the recipe's permission
+    require_code_permission(r.get_string("eval.task_dir"), r.get_strings("eval.tasks"),
+                            r.get_bool("eval.allow_code_execution"),
+                            "set eval.allow_code_execution = true");
+  } catch (const Error& e) {
+    r.fail("eval.tasks", e.what());
+  }
 
   run.dir = r.get_string("run.dir").empty() ? "runs/" + r.get_string("run.name")
                                             : r.get_string("run.dir");

@@ -118,6 +118,8 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"eval.task_limit", K::Int, "0", "first N examples of each task (0: all)"},
       {"eval.task_shots", K::Int, "-1", "few-shot examples (-1: each task's default)"},
       {"eval.task_dir", K::String, "\"eval\"", "directory of the task definitions"},
+      {"eval.allow_code_execution", K::Bool, "false",
+       "let eval.tasks run model-written code (HumanEval) in the sandbox"},
 
       {"log.interval", K::Int, "10", "print and record metrics every N steps"},
       {"log.sample_prompt", K::String, "\"\"", "at the end, print a sample continuing this prompt"},
