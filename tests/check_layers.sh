@@ -14,7 +14,7 @@ declare -A allowed=(
   [data]="core ops"
   [io]="core ops parallel model"
   [infer]="core ops parallel model"
-  [eval]="core ops parallel model data"
+  [eval]="core ops parallel model data infer"
   [train]="core ops parallel model data io infer eval"
   [cli]="core ops backends parallel model data io infer eval train"
 )

@@ -551,12 +551,12 @@ TEST(Scorer, RollingScoresEveryTokenOnceWithTheRightContext) {
   std::vector<int32_t> ids = {tok512().bos_id()};
   for (int i = 0; i < 40; ++i) ids.push_back(int32_t(3 + (i * 37) % 500));
   const int64_t n = int64_t(ids.size());
-  auto reference = [&](int W, int S) {
+  auto reference = [&](int W, int S, bool full_last = true) {
     double nll = 0;
     for (int64_t j = 1; j < n; ++j) {
       int64_t a = 0;
       while (a + W <= j) a += S;
-      if (a + W >= n) a = std::max<int64_t>(0, n - W);
+      if (full_last && a + W >= n) a = std::max<int64_t>(0, n - W);
       const std::vector<int32_t> inputs(ids.begin() + a, ids.begin() + j);
       nll -= reference_logprob(*m, inputs, {ids[size_t(j)]}, int(inputs.size()) - 1);
     }
@@ -568,6 +568,10 @@ TEST(Scorer, RollingScoresEveryTokenOnceWithTheRightContext) {
       EXPECT_EQ(r[0].tokens, n - 1) << W << "/" << S;
       const double want = reference(W, S);
       EXPECT_NEAR(r[0].nll, want, 1e-5 * want) << "window " << W << " stride " << S;
+      // Chunked (--last-window chunked): the last span stays where the stride puts it.
+      const auto c = Scorer(*m, tok512(), bs, {}).rolling(ids, W, S, false);
+      const double chunked = reference(W, S, false);
+      EXPECT_NEAR(c[0].nll, chunked, 1e-5 * chunked) << "chunked " << W << "/" << S;
     }
   EXPECT_THROW(Scorer(*m, tok512(), 1, {}).rolling(ids, 14, 13), Error);  // window - 1 > context
   EXPECT_THROW(Scorer(*m, tok512(), 1, {}).rolling(ids, 13, 13), Error);  // stride > window - 1

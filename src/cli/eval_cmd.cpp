@@ -156,6 +156,10 @@ int cmd_eval(int argc, char** argv, int first) {
               "(default: the model's context + 1)",
               "0")
       .option("stride", "S", "perplexity: window step (default: window - 1)", "0")
+      .option("last-window", "MODE",
+              "--perplexity: full (the last window extended left to a full context, the "
+              "harness's rule) or chunked (where the stride puts it, as llama2.c's chunks)",
+              "full")
       .option("eval-dir", "DIR", "task definitions", default_eval_dir())
       .option("out", "FILE", "write the results as JSON")
       .option("output-format", "NAME",
@@ -201,6 +205,9 @@ int cmd_eval(int argc, char** argv, int first) {
   STRATA_CHECK(!args.has("log-samples") || args.has("tasks"),
                "strata eval: --log-samples logs the samples of --tasks (a --perplexity file has "
                "none)");
+  STRATA_CHECK(args.get("last-window") == "full" || args.get("last-window") == "chunked",
+               "strata eval: --last-window must be full or chunked, got '", args.get("last-window"),
+               "'");
   STRATA_CHECK(args.has("apply-chat-template") ||
                    (!args.has("system-instruction") && !args.has("fewshot-as-multiturn")),
                "strata eval: --system-instruction and --fewshot-as-multiturn go with "
@@ -269,9 +276,9 @@ int cmd_eval(int argc, char** argv, int first) {
                         {"batch_size", args.get_int("batch-size")}};
   Timer timer;
   if (args.has("perplexity")) {
-    const auto r =
-        file_perplexity(*model, tok, args.get("perplexity"), args.get_int("window"),
-                        args.get_int("stride"), args.get_int("batch-size"), exits, progress);
+    const auto r = file_perplexity(*model, tok, args.get("perplexity"), args.get_int("window"),
+                                   args.get_int("stride"), args.get_int("batch-size"), exits,
+                                   progress, args.get("last-window") == "full");
     std::printf("%-8s %10s %10s %10s %12s %12s\n", "exit", "ppl", "nll", "tokens", "word_ppl",
                 "bits/byte");
     for (size_t e = 0; e < exits.size(); ++e)

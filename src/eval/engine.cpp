@@ -198,8 +198,8 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
   return out;
 }
 
-std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int window,
-                                           int stride) {
+std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int window, int stride,
+                                           bool full_last) {
   STRATA_CHECK(window >= 2 && window - 1 <= max_len_, "eval: perplexity window ", window,
                " must be in 2..", max_len_ + 1, " (inputs plus the last target)");
   STRATA_CHECK(stride >= 1 && stride <= window - 1, "eval: perplexity stride ", stride,
@@ -212,7 +212,7 @@ std::vector<RollingResult> Scorer::rolling(const std::vector<int32_t>& ids, int 
     if (b - 1 <= scored_to) continue;
     // The last span is extended to the left to a full window, so its tokens
     // get as much context as the model takes (the harness's last window).
-    if (b == n) a = std::max<int64_t>(0, n - window);
+    if (b == n && full_last) a = std::max<int64_t>(0, n - window);
     Row r;
     r.tokens.assign(ids.begin() + a, ids.begin() + (b - 1));
     r.first = int(scored_to - a);

@@ -62,10 +62,12 @@ class Scorer {
   // window - 1 <= max_len) advance by `stride` (1..window-1); every token is
   // scored exactly once, by the first span that predicts it; the span that
   // reaches the end starts at n - window (a full context, as the harness's
-  // last rolling window). stride = window
+  // last rolling window; full_last = false keeps it where the stride puts it,
+  // as chunked evaluation such as llama2.c's does). stride = window
   // - 1 is non-overlapping scoring with one token of context carried; smaller
   // strides give later tokens more context. Result per exit.
-  std::vector<RollingResult> rolling(const std::vector<int32_t>& ids, int window, int stride);
+  std::vector<RollingResult> rolling(const std::vector<int32_t>& ids, int window, int stride,
+                                     bool full_last = true);
 
   // The harness's split of a request into token ids (exposed for tests).
   void tokenize(const LlRequest& r, std::vector<int32_t>& context,

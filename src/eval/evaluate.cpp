@@ -283,14 +283,14 @@ std::vector<PerplexityResult> rolling_docs(
     Scorer& scorer, const Tokenizer& tok, const std::vector<std::string>& docs,
     const std::vector<int64_t>& words, const std::vector<int64_t>& bytes, int window, int stride,
     const std::string& what, bool progress,
-    std::vector<std::vector<RollingResult>>* per_doc = nullptr) {
+    std::vector<std::vector<RollingResult>>* per_doc = nullptr, bool full_last = true) {
   std::vector<PerplexityResult> out(scorer.exits().size());
   Progress prog(progress, what);
   for (size_t d = 0; d < docs.size(); ++d) {
     std::vector<int32_t> ids = {tok.bos_id()};
     const auto enc = tok.encode(docs[d]);
     ids.insert(ids.end(), enc.begin(), enc.end());
-    const auto r = scorer.rolling(ids, window, stride);
+    const auto r = scorer.rolling(ids, window, stride, full_last);
     if (per_doc) per_doc->push_back(r);
     for (size_t e = 0; e < out.size(); ++e) {
       out[e].nll_sum += r[e].nll;
@@ -753,20 +753,21 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
 std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokenizer& tok,
                                               const std::string& path, int window, int stride,
                                               int batch_size, const std::vector<int>& exits,
-                                              bool progress) {
+                                              bool progress, bool full_last) {
   return text_perplexity(model, tok, read_file(path, "perplexity"), path, window, stride,
-                         batch_size, exits, progress);
+                         batch_size, exits, progress, full_last);
 }
 
 std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokenizer& tok,
                                               const std::string& text, const std::string& name,
                                               int window, int stride, int batch_size,
-                                              const std::vector<int>& exits, bool progress) {
+                                              const std::vector<int>& exits, bool progress,
+                                              bool full_last) {
   Scorer scorer(model, tok, batch_size, exits);
   if (window <= 0) window = scorer.max_len() + 1;
   if (stride <= 0) stride = window - 1;
   return rolling_docs(scorer, tok, {text}, {python_split_count(text)}, {int64_t(text.size())},
-                      window, stride, name, progress);
+                      window, stride, name, progress, nullptr, full_last);
 }
 
 void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,

@@ -124,11 +124,12 @@ struct PerplexityResult {
 std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokenizer& tok,
                                               const std::string& path, int window, int stride,
                                               int batch_size, const std::vector<int>& exits,
-                                              bool progress = true);
+                                              bool progress = true, bool full_last = true);
 // The same for text in memory (`name` labels progress and errors).
 std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokenizer& tok,
                                               const std::string& text, const std::string& name,
                                               int window, int stride, int batch_size,
-                                              const std::vector<int>& exits, bool progress = true);
+                                              const std::vector<int>& exits, bool progress = true,
+                                              bool full_last = true);
 
 }  // namespace strata
