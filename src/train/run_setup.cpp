@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/signals.h"
+#include "core/text.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -366,10 +367,7 @@ void setup(Run& run) {
 
   run.dir = r.get_string("run.dir").empty() ? "runs/" + r.get_string("run.name")
                                             : r.get_string("run.dir");
-  if (run.root()) {
-    fs::create_directories(run.dir);
-    write_file_atomic(run.dir + "/recipe.toml", r.to_toml());
-  }
+  if (run.root()) fs::create_directories(run.dir);  // recipe.toml once everything checks out
   run.metrics_path = run.dir + "/metrics.jsonl";
 
   // Where the weights come from: a checkpoint of this run (resume), another
@@ -384,6 +382,21 @@ void setup(Run& run) {
   if (!source.empty()) {
     reader = std::make_unique<CheckpointReader>(source);
     info = read_checkpoint_info(*reader);
+  }
+  if (!resume.empty()) {
+    // The state is user-editable JSON: check it before trusting it.
+    for (const char* key : {"step", "tokens_seen"}) {
+      const auto it = info.state.find(key);
+      if (it == info.state.end() || !it->is_number_integer() || it->get<int64_t>() < 0)
+        fail_one_line(resume, ": malformed checkpoint state: '", key,
+                      "' must be a non-negative integer, got ",
+                      it == info.state.end() ? std::string("nothing") : it->dump());
+    }
+    if (info.state["step"].get<int64_t>() > run.steps)
+      fail_one_line(resume, " is at step ", info.state["step"].get<int64_t>(),
+                    ", past training.steps = ", run.steps,
+                    " (raise training.steps to continue, or set checkpoint.resume = \"none\" "
+                    "to start over)");
   }
 
   // Tokenizer: the recipe's, else the checkpoint's.
@@ -416,12 +429,45 @@ void setup(Run& run) {
       log::info("plan: ", plan.to_string(), " on the weights of ", source, " (trained as ",
                 info.plan.to_string(), ")");
     }
-    std::string ignored;
-    for (const KeySpec& k : train_recipe_schema())
-      if (k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
-          !(new_plan && k.path == "model.plan") && r.given(k.path))
-        ignored += (ignored.empty() ? "" : ", ") + k.path;
-    if (!ignored.empty()) log::warn("the model comes from ", source, "; ignoring ", ignored);
+    // The checkpoint defines the model. Recipe keys that agree with it are
+    // fine; ones that disagree are an error on resume (the run would
+    // silently change architecture) and a warning with init_from.
+    const nlohmann::json have = cfg.to_json();
+    std::string differ;
+    for (const KeySpec& k : train_recipe_schema()) {
+      if (k.path.rfind("model.", 0) != 0 || k.path == "model.init_from" ||
+          (new_plan && k.path == "model.plan") || !r.given(k.path))
+        continue;
+      const std::string name = k.path.substr(6);
+      std::string want, got;
+      if (k.path == "model.plan") {
+        want = r.get_string(k.path), got = info.plan.to_string();
+        try {
+          want = LayerPlan::parse(want, cfg.num_hidden_layers).to_string();
+        } catch (const Error&) {
+        }
+      } else if (!have.contains(name)) {
+        want = "(set)", got = "(from the checkpoint)";
+      } else if (k.type == KeyType::Int) {
+        want = std::to_string(r.get_int(k.path)), got = have[name].dump();
+      } else if (k.type == KeyType::Float) {
+        const double a = r.get_float(k.path), b = have[name].get<double>();
+        if (std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b))) continue;
+        want = cat(a), got = cat(b);
+      } else if (k.type == KeyType::Bool) {
+        want = r.get_bool(k.path) ? "true" : "false", got = have[name].dump();
+      } else {
+        want = r.get_string(k.path),
+        got = have[name].is_string() ? have[name].get<std::string>() : have[name].dump();
+      }
+      if (want != got)
+        differ += cat(differ.empty() ? "" : ", ", k.path, " = ", want, " (checkpoint: ", got, ")");
+    }
+    if (!differ.empty() && !resume.empty())
+      fail_one_line(resume, ": the recipe's model differs from the checkpoint's: ", differ,
+                    " (a resumed run keeps its architecture: drop those keys, or use another "
+                    "run.dir)");
+    if (!differ.empty()) log::warn("the model comes from ", source, "; ignoring ", differ);
   } else {
     cfg = model_config_from_recipe(r, run.tokenizer.get(), run.seq_len);
     try {
@@ -525,8 +571,8 @@ void setup(Run& run) {
     STRATA_CHECK(reader->has_optimizer(), resume, ": has no optimizer state to resume from");
     read_moments(*reader);
     run.opt->set_steps_taken(reader->optimizer_step());
-    run.step = info.state.value("step", int64_t(0));
-    run.tokens_seen = info.state.value("tokens_seen", int64_t(0));
+    run.step = info.state["step"].get<int64_t>();  // checked above
+    run.tokens_seen = info.state["tokens_seen"].get<int64_t>();
     STRATA_CHECK(info.state.contains("loader"), resume, ": state has no data loader position");
     run.train_loader->set_state(info.state["loader"]);
     if (run.root()) truncate_metrics(run.metrics_path, run.step);
@@ -541,6 +587,8 @@ void setup(Run& run) {
     if (run.root()) std::remove(run.metrics_path.c_str());
     if (!init_from.empty()) log::info("init: weights from ", init_from);
   }
+  // Everything checked (recipe, data, checkpoint): now the run's record.
+  if (run.root()) write_file_atomic(run.dir + "/recipe.toml", r.to_toml());
 
   int64_t n_train = 0;
   for (size_t i = 0; i < mask.size(); ++i)

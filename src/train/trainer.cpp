@@ -333,9 +333,14 @@ TrainResult train(const Recipe& recipe) {
     std::fprintf(stderr, "sample (temperature %.2f):\n%s\n", g.sampling.temperature, text.c_str());
     write_file_atomic(run.dir + "/sample.txt", text + "\n");
   }
-  log::info("done: ", run.step, " steps, last loss ", result.last_loss,
-            result.last_val_loss >= 0 ? cat(", val_loss ", result.last_val_loss) : std::string(),
-            ", ", static_cast<long>(result.tokens_per_s), " tokens/s");
+  if (result.losses.empty())  // resumed at its last step: nothing was trained
+    log::info("done: the run is already at step ", run.step, " of ", run.steps,
+              "; nothing to train (raise training.steps to continue)");
+  else
+    log::info("done: ", run.step, " steps, last loss ", result.last_loss,
+              result.last_val_loss >= 0 ? cat(", val_loss ", result.last_val_loss)
+                                        : std::string(),
+              ", ", static_cast<long>(result.tokens_per_s), " tokens/s");
   return result;
 }
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# reliability.sh STRATA OUTDIR: regression cases of the reliability probe
+# (../shared/design/reliability-probe.md, issue 19), each a command as a
+# user would type it and the outcome it must have: one line naming what is
+# wrong and a non-zero exit, and nothing half-written. Prints one line per
+# case and a count; exits non-zero when any case fails.
+set -uo pipefail
+strata=$1
+out=$2
+rm -rf "$out"
+mkdir -p "$out"
+pass=0
+fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+# expect_fail NAME REGEX CMD...: non-zero exit, exactly one stderr line matching REGEX.
+expect_fail() {
+  local name=$1 re=$2
+  shift 2
+  "$@" > "$out/$name.out" 2> "$out/$name.err"
+  local rc=$?
+  local lines
+  lines=$(wc -l < "$out/$name.err")
+  if ((rc == 0)); then
+    bad "$name" "exit 0"
+  elif ((lines != 1)); then
+    bad "$name" "$lines stderr lines: $(head -c 300 "$out/$name.err")"
+  elif ! grep -Eq "$re" "$out/$name.err"; then
+    bad "$name" "stderr does not match '$re': $(cat "$out/$name.err")"
+  else
+    ok "$name"
+  fi
+}
+train() { "$strata" train recipes/debug.toml --set data.dataset="$out/data" --set log.interval=2 \
+  --set eval.batches=1 --set log.sample_tokens=4 "$@"; }
+
+# A finished 4-step run to resume from.
+run="$out/run"
+train --set training.steps=4 --set run.dir="$run" > "$out/base.log" 2>&1 || {
+  cat "$out/base.log"
+  exit 1
+}
+cp "$run/recipe.toml" "$out/recipe.before"
+
+# B6: resuming past training.steps is an error; at exactly training.steps
+# there is nothing to train, said as such (no made-up loss).
+expect_fail b6_past_steps "step_00000004.h5 is at step 4, past training.steps = 2" \
+  train --set training.steps=2 --set run.dir="$run"
+if train --set training.steps=4 --set run.dir="$run" > "$out/b6_done.log" 2>&1 &&
+  grep -q "already at step 4 of 4; nothing to train" "$out/b6_done.log" &&
+  ! grep -q "last loss 0" "$out/b6_done.log"; then
+  ok b6_nothing_to_train
+else
+  bad b6_nothing_to_train "$(tail -2 "$out/b6_done.log")"
+fi
+
+# B4: a run refused at validation leaves the existing run's recipe.toml alone.
+printf '{"prompt": "a", "response": "b"}\n{"prompt": \n' > "$out/sft_broken.jsonl"
+expect_fail b4_refused_run "sft_broken.jsonl:2" \
+  train --set training.steps=8 --set data.kind=sft --set data.sft_train="$out/sft_broken.jsonl" \
+  --set run.dir="$run"
+if cmp -s "$run/recipe.toml" "$out/recipe.before"; then
+  ok b4_recipe_untouched
+else
+  bad b4_recipe_untouched "recipe.toml was rewritten"
+fi
+
+# B5: resuming another model's checkpoint does not switch architecture.
+other="$out/other"
+train --set training.steps=2 --set model.num_hidden_layers=3 --set model.hidden_size=32 \
+  --set model.intermediate_size=64 --set run.dir="$other" > "$out/other.log" 2>&1 ||
+  bad b5_setup "$(tail -1 "$out/other.log")"
+expect_fail b5_other_architecture \
+  "step_00000002.h5: the recipe's model differs from the checkpoint's: model.hidden_size = 64 \\(checkpoint: 32\\)" \
+  train --set training.steps=4 --set checkpoint.resume="$other/checkpoints/step_00000002.h5" \
+  --set run.dir="$out/b5"
+[[ ! -e "$out/b5/recipe.toml" ]] && ok b5_nothing_written || bad b5_nothing_written "recipe.toml written"
+
+echo "reliability: $pass passed, $fail failed"
+((fail == 0))
