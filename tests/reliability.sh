@@ -25,7 +25,7 @@ expect_fail() {
     bad "$name" "exit 0"
   elif ((lines != 1)); then
     bad "$name" "$lines stderr lines: $(head -c 300 "$out/$name.err")"
-  elif ! grep -Eq "$re" "$out/$name.err"; then
+  elif ! grep -Eq -e "$re" "$out/$name.err"; then
     bad "$name" "stderr does not match '$re': $(cat "$out/$name.err")"
   else
     ok "$name"
@@ -75,6 +75,35 @@ expect_fail b5_other_architecture \
   train --set training.steps=4 --set checkpoint.resume="$other/checkpoints/step_00000002.h5" \
   --set run.dir="$out/b5"
 [[ ! -e "$out/b5/recipe.toml" ]] && ok b5_nothing_written || bad b5_nothing_written "recipe.toml written"
+
+ckpt="$run/checkpoints/step_00000004.h5"
+# B12: perplexity of nothing, or of something that is not text, is refused.
+: > "$out/empty.txt"
+printf 'a\0b\n' > "$out/nul.bin"
+printf 'caf\xe9\n' > "$out/latin1.txt"
+expect_fail b12_empty "empty.txt: nothing to score" \
+  "$strata" eval --checkpoint "$ckpt" --perplexity "$out/empty.txt"
+expect_fail b12_binary "nul.bin: not a text file \\(a NUL byte at offset 1\\)" \
+  "$strata" eval --checkpoint "$ckpt" --perplexity "$out/nul.bin"
+expect_fail b12_not_utf8 "latin1.txt: not UTF-8 text \\(byte 0xe9 at offset 3\\)" \
+  "$strata" eval --checkpoint "$ckpt" --perplexity "$out/latin1.txt"
+# B17: out-of-range eval options.
+expect_fail b17_limit "--limit must be >= 0" "$strata" eval --checkpoint "$ckpt" --tasks copa --limit -5
+expect_fail b17_shots "--shots must be >= 0 \\(or -1" "$strata" eval --checkpoint "$ckpt" --tasks copa --shots -3
+expect_fail b17_stride "--window and --stride must be >= 0" \
+  "$strata" eval --checkpoint "$ckpt" --perplexity recipes/debug.toml --stride -1
+# B16, B17: bad sampling options stop generate before any output.
+for opt in "--top-p 2" "--top-p 0" "--temperature inf" "--temperature nan" "--temperature -1" \
+  "--top-k -3" "--exit-layer 9"; do
+  name="b16_${opt// /_}"
+  # shellcheck disable=SC2086
+  expect_fail "$name" "strata generate: --" \
+    "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" $opt
+  [[ -s "$out/$name.out" ]] && bad "${name}_no_output" "printed: $(cat "$out/$name.out")"
+done
+# B15: a tokenizer that does not belong to the checkpoint.
+expect_fail b15_tokenizer "austen-4k.model" \
+  "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --tokenizer data/tokenizers/austen-4k.model
 
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

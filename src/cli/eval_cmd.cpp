@@ -234,6 +234,16 @@ int cmd_eval(int argc, char** argv, int first) {
                "' (max_gen_toks=1..100000 or temperature=0..100)"));
     }
   }
+  STRATA_CHECK(args.get_int("limit") >= 0, "strata eval: --limit must be >= 0 (0: all), got ",
+               args.get_int("limit"));
+  STRATA_CHECK(args.get_int("shots") >= -1,
+               "strata eval: --shots must be >= 0 (or -1: each task's default), got ",
+               args.get_int("shots"));
+  STRATA_CHECK(args.get_int("window") >= 0 && args.get_int("stride") >= 0,
+               "strata eval: --window and --stride must be >= 0 (0: the default), got ",
+               args.get_int("window"), " and ", args.get_int("stride"));
+  STRATA_CHECK(args.get_int("batch-size") >= 1, "strata eval: --batch-size must be >= 1, got ",
+               args.get_int("batch-size"));
   apply_threads(args.get_int("threads"));
   if (args.has("tasks")) {  // check the names before loading anything
     const auto known = list_tasks(args.get("eval-dir"));

@@ -1,4 +1,5 @@
 // `strata generate --checkpoint C --prompt TEXT [--max-new-tokens N] [--temperature T] ...`
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -146,9 +147,20 @@ int cmd_generate(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
-  // Options are checked before the model loads.
+  // Options are checked before the model loads (and before any output).
   STRATA_CHECK(args.get_int("max-new-tokens") >= 0,
                "strata generate: --max-new-tokens must be >= 0");
+  const double temperature = args.get_double("temperature"), top_p = args.get_double("top-p");
+  STRATA_CHECK(std::isfinite(temperature) && temperature >= 0,
+               "strata generate: --temperature must be finite and >= 0 (0: greedy), got ",
+               args.get("temperature"));
+  STRATA_CHECK(top_p > 0 && top_p <= 1, "strata generate: --top-p must be in (0, 1], got ",
+               args.get("top-p"));
+  STRATA_CHECK(args.get_int("top-k") >= 0, "strata generate: --top-k must be >= 0 (0: all), got ",
+               args.get_int("top-k"));
+  STRATA_CHECK(args.get_int("exit-layer") >= 0,
+               "strata generate: --exit-layer must be >= 0 (0: every layer), got ",
+               args.get_int("exit-layer"));
 
   LoadedModel lm = load_model_from_args(args, "strata generate");
   Model<float>* model = lm.model.get();
@@ -158,6 +170,17 @@ int cmd_generate(int argc, char** argv, int first) {
   const Tokenizer tok = args.has("tokenizer")
                             ? Tokenizer::load(args.get("tokenizer"))
                             : Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
+  STRATA_CHECK(tok.vocab_size() <= model->config().vocab_size, "strata generate: ",
+               args.has("tokenizer") ? args.get("tokenizer") : args.get("checkpoint"),
+               ": the tokenizer has ", tok.vocab_size(), " pieces but the model's vocabulary is ",
+               model->config().vocab_size);
+  if (args.has("tokenizer") && !info.tokenizer.empty())
+    STRATA_CHECK(
+        Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint")).sha256() == tok.sha256(),
+        "strata generate: --tokenizer ", args.get("tokenizer"), " is not the tokenizer stored in ",
+        args.get("checkpoint"), " (drop --tokenizer to use the stored one)");
+  if (args.get_int("exit-layer") > 0)
+    info.plan.check_exit(args.get_int("exit-layer"), "strata generate: --exit-layer");
   if (!args.get("prompts").empty()) return generate_prompts_file(args, *model, tok, lm.root());
   std::vector<int32_t> ids;
   if (!args.has("no-bos") && tok.bos_id() >= 0) ids.push_back(tok.bos_id());

@@ -754,8 +754,22 @@ std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokeniz
                                               const std::string& path, int window, int stride,
                                               int batch_size, const std::vector<int>& exits,
                                               bool progress, bool full_last) {
-  return text_perplexity(model, tok, read_file(path, "perplexity"), path, window, stride,
-                         batch_size, exits, progress, full_last);
+  const std::string text = read_file(path, "perplexity");
+  // Perplexity of something that is not text is a number without meaning.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    fail_one_line(path, ": not a text file (a NUL byte at offset ", nul, ")");
+  for (size_t at = 0; at < text.size();) {
+    const size_t here = at;
+    const unsigned char b = static_cast<unsigned char>(text[at]);
+    next_code_point(text, &at);
+    if (b >= 0x80 && at == here + 1) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "%02x", b);
+      fail_one_line(path, ": not UTF-8 text (byte 0x", hex, " at offset ", here, ")");
+    }
+  }
+  return text_perplexity(model, tok, text, path, window, stride, batch_size, exits, progress,
+                         full_last);
 }
 
 std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokenizer& tok,
@@ -763,6 +777,8 @@ std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokeniz
                                               int window, int stride, int batch_size,
                                               const std::vector<int>& exits, bool progress,
                                               bool full_last) {
+  if (python_strip(text).empty())
+    fail_one_line(name, ": nothing to score (the text is empty or only whitespace)");
   Scorer scorer(model, tok, batch_size, exits);
   if (window <= 0) window = scorer.max_len() + 1;
   if (stride <= 0) stride = window - 1;

@@ -1340,6 +1340,8 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
         task.documents.push_back(c.detokenize_wikitext ? wikitext_detokenize(std::move(d))
                                                        : std::move(d));
       }
+    if (task.documents.empty())
+      fail_one_line(c.data_at, ": no documents (the text is empty or only whitespace)");
     task.documents.resize(keep(task.documents.size()));
     task.document_words.resize(task.documents.size());
     task.document_bytes.resize(task.documents.size());
