@@ -76,6 +76,17 @@ expect_fail b5_other_architecture \
   --set run.dir="$out/b5"
 [[ ! -e "$out/b5/recipe.toml" ]] && ok b5_nothing_written || bad b5_nothing_written "recipe.toml written"
 
+# B9, B10: optimizer numbers are finite and in range, each error names its own
+# key and where it was set; a refused run writes nothing.
+for kv in optimizer.lr=nan optimizer.lr=inf optimizer.lr=-1.0 optimizer.beta1=nan \
+  optimizer.beta2=1.0 optimizer.eps=0.0 lr_scheduler.decay_steps=-5 training.grad_clip=-1; do
+  expect_fail "b9_${kv}" "^strata: error: --set: ${kv%%=*}: must be" \
+    train --set "$kv" --set run.dir="$out/b9"
+done
+expect_fail b10_freeze_origin "^strata: error: --set: training.freeze: bad layer range 'layers:9-1'" \
+  train --set 'training.freeze=["layers:9-1"]' --set run.dir="$out/b9"
+[[ ! -e "$out/b9" ]] && ok b9_nothing_written || bad b9_nothing_written "$(ls "$out/b9")"
+
 ckpt="$run/checkpoints/step_00000004.h5"
 # B12: perplexity of nothing, or of something that is not text, is refused.
 : > "$out/empty.txt"

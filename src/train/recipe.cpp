@@ -609,8 +609,11 @@ std::string Recipe::where(const std::string& path) const {
 void Recipe::fail(const std::string& path, const std::string& message) const {
   const Impl& r = loaded(impl_);
   const auto& v = r.values[r.position(path, "fail")];
-  // An unset key has no line to point at; the recipe file is the best place.
-  fail_one_line(v ? v->where : r.files.front(), ": ", path, ": ", message);
+  // An unset or defaulted key has no line to point at; the recipe file is the
+  // best place, and the message says the value is the default.
+  if (!v || v->where == "default")
+    fail_one_line(r.files.front(), ": ", path, v ? " (default)" : "", ": ", message);
+  fail_one_line(v->where, ": ", path, ": ", message);
 }
 
 std::string Recipe::to_toml() const {

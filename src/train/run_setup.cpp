@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -343,6 +344,28 @@ void setup(Run& run) {
   if (r.get_string("optimizer.name") != "adamw")
     r.fail("optimizer.name",
            cat("unknown optimizer '", r.get_string("optimizer.name"), "' (adamw)"));
+  // Optimizer numbers: finite and in range, each named by its own key.
+  auto in_range = [&](const char* key, double lo, double hi, bool lo_open, bool hi_open,
+                      const char* what) {
+    const double v = r.get_float(key);
+    const bool ok =
+        std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    if (!ok) r.fail(key, cat("must be ", what, ", got ", v));
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  in_range("optimizer.lr", 0, inf, false, true, "finite and >= 0");
+  in_range("lr_scheduler.min_lr", 0, inf, false, true, "finite and >= 0");
+  in_range("optimizer.beta1", 0, 1, false, true, "in [0, 1)");
+  in_range("optimizer.beta2", 0, 1, false, true, "in [0, 1)");
+  in_range("optimizer.eps", 0, inf, true, true, "finite and > 0");
+  in_range("optimizer.weight_decay", 0, inf, false, true, "finite and >= 0");
+  in_range("training.grad_clip", 0, inf, false, true, "finite and >= 0 (0: no clipping)");
+  if (r.get_int("lr_scheduler.decay_steps") < 0)
+    r.fail("lr_scheduler.decay_steps",
+           cat("must be >= 0 (0: training.steps), got ", r.get_int("lr_scheduler.decay_steps")));
+  if (r.get_int("lr_scheduler.warmup_steps") < 0)
+    r.fail("lr_scheduler.warmup_steps",
+           cat("must be >= 0, got ", r.get_int("lr_scheduler.warmup_steps")));
   run.schedule.kind = r.get_string("lr_scheduler.kind");
   run.schedule.lr = r.get_float("optimizer.lr");
   run.schedule.min_lr = r.get_float("lr_scheduler.min_lr");
@@ -367,7 +390,6 @@ void setup(Run& run) {
 
   run.dir = r.get_string("run.dir").empty() ? "runs/" + r.get_string("run.name")
                                             : r.get_string("run.dir");
-  if (run.root()) fs::create_directories(run.dir);  // recipe.toml once everything checks out
   run.metrics_path = run.dir + "/metrics.jsonl";
 
   // Where the weights come from: a checkpoint of this run (resume), another
@@ -407,9 +429,6 @@ void setup(Run& run) {
   } else if (!info.tokenizer.empty()) {
     run.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, source));
   }
-
-  if (run.tokenizer && run.root())
-    write_file_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
 
   // Model.
   LlamaConfig cfg;
@@ -535,9 +554,15 @@ void setup(Run& run) {
 
   std::vector<std::string> names;
   for (const auto& t : run.model->layout().tensors()) names.push_back(t.name);
+  // The trainable patterns alone first, so a bad freeze pattern is blamed on
+  // training.freeze (and where it was set), not on training.trainable.
+  const auto trainable = r.get_strings("training.trainable");
+  const auto freeze = r.get_strings("training.freeze");
+  const char* pattern_key = freeze.empty() ? "training.trainable" : "training.freeze";
+  resolve_trainable(names, trainable, {},
+                    cat(r.where("training.trainable"), ": training.trainable"));
   const auto mask =
-      resolve_trainable(names, r.get_strings("training.trainable"),
-                        r.get_strings("training.freeze"), r.where("training.trainable"));
+      resolve_trainable(names, trainable, freeze, cat(r.where(pattern_key), ": ", pattern_key));
   run.model->set_trainable(mask);
   AdamWConfig oc;
   oc.lr = run.schedule.lr;
@@ -562,9 +587,15 @@ void setup(Run& run) {
                [&](int t) { return run.opt->exp_avg_sq(t); });
   };
 
-  // Every rank reads the run directory's files from here on.
-  if (run.world() > 1) run.grid.world->barrier();
-
+  // The run directory's first files, now that the recipe, the checkpoint and
+  // the model check out: the tokenizer (data preparation reads it), then,
+  // once the data is read too, recipe.toml.
+  if (run.root()) {
+    fs::create_directories(run.dir);
+    if (run.tokenizer)
+      write_file_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
+  }
+  if (run.world() > 1) run.grid.world->barrier();  // every rank reads the directory from here
   setup_data(run);
 
   if (!resume.empty()) {
