@@ -116,5 +116,24 @@ done
 expect_fail b15_tokenizer "austen-4k.model" \
   "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --tokenizer data/tokenizers/austen-4k.model
 
+# B18: an integer too large for 64 bits is called that.
+expect_fail b18_big_int "training.steps: 99999999999999999999999 is out of range for an integer" \
+  train --set training.steps=99999999999999999999999 --set run.dir="$out/b18"
+# B19: usage errors exit 2 (the README's promise), other errors 1.
+usage_status() {
+  local name=$1
+  shift
+  "$@" > /dev/null 2> "$out/$name.err"
+  local rc=$?
+  ((rc == 2)) && ok "$name" || bad "$name" "exit $rc: $(head -c 200 "$out/$name.err")"
+}
+usage_status b19_unknown_option "$strata" train recipes/debug.toml --bogus
+usage_status b19_no_recipe "$strata" train
+usage_status b19_two_recipes "$strata" train recipes/debug.toml --set run.name=foo bar
+usage_status b19_set_without_value "$strata" train recipes/debug.toml --set
+usage_status b19_bad_integer "$strata" eval --limit x
+usage_status b19_missing_checkpoint "$strata" generate --prompt hi
+usage_status b19_bench "$strata" bench frob
+
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

@@ -6,6 +6,12 @@
 
 namespace strata::cli {
 
+// STRATA_CHECK for the command line: a failed condition is a usage error (exit 2).
+#define STRATA_USAGE_CHECK(cond, ...)                                    \
+  do {                                                                   \
+    if (!(cond)) throw ::strata::UsageError(::strata::cat(__VA_ARGS__)); \
+  } while (0)
+
 Args& Args::option(const std::string& name, const std::string& metavar, const std::string& help,
                    const std::string& default_value) {
   opts_.push_back(Opt{name, metavar, help, default_value, false, false, false, {}});
@@ -46,15 +52,16 @@ bool Args::parse(int argc, char** argv, int first) {
       Opt* opt = nullptr;
       for (auto& o : opts_)
         if (o.name == name) opt = &o;
-      STRATA_CHECK(opt, command_, ": unknown option '--", name, "' (see ", command_, " --help)");
+      STRATA_USAGE_CHECK(opt, command_, ": unknown option '--", name, "' (see ", command_,
+                         " --help)");
       if (opt->is_flag) {
-        STRATA_CHECK(!inline_value, command_, ": option --", name, " takes no value");
+        STRATA_USAGE_CHECK(!inline_value, command_, ": option --", name, " takes no value");
         opt->given = true;
         continue;
       }
       if (!inline_value) {
-        STRATA_CHECK(i + 1 < argc, command_, ": option --", name, " needs a value (", opt->metavar,
-                     ")");
+        STRATA_USAGE_CHECK(i + 1 < argc, command_, ": option --", name, " needs a value (",
+                           opt->metavar, ")");
         value = argv[++i];
       }
       opt->value = value;
@@ -62,15 +69,15 @@ bool Args::parse(int argc, char** argv, int first) {
       if (opt->repeatable) opt->values.push_back(value);
       continue;
     }
-    STRATA_CHECK(next_pos < pos_.size(), command_, ": unexpected argument '", a, "' (see ",
-                 command_, " --help)");
+    STRATA_USAGE_CHECK(next_pos < pos_.size(), command_, ": unexpected argument '", a, "' (see ",
+                       command_, " --help)");
     pos_[next_pos].value = a;
     pos_[next_pos].given = true;
     ++next_pos;
   }
   for (const auto& p : pos_)
-    STRATA_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (see ",
-                 command_, " --help)");
+    STRATA_USAGE_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (see ",
+                       command_, " --help)");
   return true;
 }
 
@@ -108,7 +115,7 @@ int Args::get_int(const std::string& name) const {
     if (used == v.size()) return x;
   } catch (const std::exception&) {
   }
-  fail(cat(command_, ": --", name, " expects an integer, got '", v, "'"));
+  throw UsageError(cat(command_, ": --", name, " expects an integer, got '", v, "'"));
 }
 
 double Args::get_double(const std::string& name) const {
@@ -119,7 +126,7 @@ double Args::get_double(const std::string& name) const {
     if (used == v.size()) return x;
   } catch (const std::exception&) {
   }
-  fail(cat(command_, ": --", name, " expects a number, got '", v, "'"));
+  throw UsageError(cat(command_, ": --", name, " expects a number, got '", v, "'"));
 }
 
 std::string Args::help() const {
@@ -158,7 +165,7 @@ int run_subcommand(const std::string& command, const std::string& usage,
   const std::string sub = argv[first];
   for (const Subcommand& s : subs)
     if (sub == s.name) return s.run(argc, argv, first + 1);
-  fail(cat(command, ": unknown command '", sub, "' (see ", command, " --help)"));
+  throw UsageError(cat(command, ": unknown command '", sub, "' (see ", command, " --help)"));
 }
 
 bool parse_recipe_command(const std::string& command, const char* usage,
@@ -176,19 +183,21 @@ bool parse_recipe_command(const std::string& command, const char* usage,
       return false;
     }
     if (a == "--set") {
-      STRATA_CHECK(i + 1 < argc, command, ": --set needs section.key=value");
+      STRATA_USAGE_CHECK(i + 1 < argc, command, ": --set needs section.key=value");
       out.sets.push_back(argv[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       out.sets.push_back(a.substr(6));
     } else if (a.rfind("--", 0) == 0) {
-      if (!own(a, i)) fail(cat(command, ": unknown option '", a, "' (see ", command, " --help)"));
+      if (!own(a, i))
+        throw UsageError(cat(command, ": unknown option '", a, "' (see ", command, " --help)"));
     } else {
-      STRATA_CHECK(out.recipe.empty(), command, ": more than one recipe given ('", out.recipe,
-                   "', '", a, "')");
+      STRATA_USAGE_CHECK(out.recipe.empty(), command, ": more than one recipe given ('", out.recipe,
+                         "', '", a, "')");
       out.recipe = a;
     }
   }
-  STRATA_CHECK(!out.recipe.empty(), command, ": missing <recipe.toml> (see ", command, " --help)");
+  STRATA_USAGE_CHECK(!out.recipe.empty(), command, ": missing <recipe.toml> (see ", command,
+                     " --help)");
   return true;
 }
 

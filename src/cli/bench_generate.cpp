@@ -84,7 +84,7 @@ int bench_generate(int argc, char** argv, int first) {
               "0")
       .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("checkpoint"), "strata bench generate: --checkpoint is required");
+  STRATA_USAGE_CHECK(args.has("checkpoint"), "strata bench generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
   LoadedModel lm =
       load_model_from_args(args, "strata bench generate", true, args.get_int("link-delay-us"));

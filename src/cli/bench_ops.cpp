@@ -306,7 +306,7 @@ int cmd_bench(int argc, char** argv, int first) {
       "  comm      (under mpirun) all-reduce time exposed behind compute, with and without "
       "progress polls\n\n"
       "see strata bench <ops|model|generate|comm> --help\n";
-  STRATA_CHECK(
+  STRATA_USAGE_CHECK(
       first < argc,
       "strata bench: which benchmark? (ops, model, generate or comm; see strata bench --help)");
   if (std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
@@ -317,8 +317,8 @@ int cmd_bench(int argc, char** argv, int first) {
   if (sub == "model") return bench_model(argc, argv, first + 1);
   if (sub == "generate") return bench_generate(argc, argv, first + 1);
   if (sub == "comm") return bench_comm(argc, argv, first + 1);
-  STRATA_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub,
-               "' (choose ops, model, generate or comm)");
+  STRATA_USAGE_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub,
+                     "' (choose ops, model, generate or comm)");
   Args args("strata bench ops",
             "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
             "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");

@@ -126,7 +126,7 @@ int convert_plan(int argc, char** argv, int first) {
       .positional("out.h5", "checkpoint to write")
       .option("plan", "TEXT", "the new layer plan (e.g. \"standard*3,ladder*3\")");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("plan"), "strata convert plan: --plan is required");
+  STRATA_USAGE_CHECK(args.has("plan"), "strata convert plan: --plan is required");
   const std::string in = args.get("in.h5"), out = args.get("out.h5");
   STRATA_CHECK(in != out, "strata convert plan: ", out, " is the input; write to another file");
   CheckpointInfo info;

@@ -47,8 +47,8 @@ int data_prepare(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
   PrepareOptions o;
-  STRATA_CHECK(args.has("tokenizer"), cmd, ": --tokenizer FILE is required");
-  STRATA_CHECK(args.has("out"), cmd, ": --out DIR is required");
+  STRATA_USAGE_CHECK(args.has("tokenizer"), cmd, ": --tokenizer FILE is required");
+  STRATA_USAGE_CHECK(args.has("out"), cmd, ": --out DIR is required");
   o.tokenizer = args.get("tokenizer");
   o.inputs = args.get_all("input");
   STRATA_CHECK(!o.inputs.empty(), cmd, ": give at least one --input FILE");

@@ -194,9 +194,9 @@ int cmd_eval(int argc, char** argv, int first) {
     list_task_table(args.get("eval-dir"));
     return 0;
   }
-  STRATA_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
-  STRATA_CHECK(args.has("tasks") != args.has("perplexity"),
-               "strata eval: give either --tasks or --perplexity");
+  STRATA_USAGE_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
+  STRATA_USAGE_CHECK(args.has("tasks") != args.has("perplexity"),
+                     "strata eval: give either --tasks or --perplexity");
   const std::string format = args.get("output-format");
   STRATA_CHECK(format == "strata" || format == "lm-eval",
                "strata eval: --output-format must be strata or lm-eval, got '", format, "'");

@@ -145,7 +145,7 @@ int cmd_generate(int argc, char** argv, int first) {
       .flag("no-cache", "recompute the whole sequence for every token (reference path)")
       .flag("json", "print the text and timings as one JSON object instead");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
+  STRATA_USAGE_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
   apply_threads(args.get_int("threads"));
   // Options are checked before the model loads (and before any output).
   STRATA_CHECK(args.get_int("max-new-tokens") >= 0,

@@ -225,7 +225,7 @@ int lp_merge(int argc, char** argv, int first) {
       .positional("out.h5", "checkpoint to write")
       .option("range", "S:E", "the layers to merge, 0-based, E exclusive (at least 2 layers)");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("range"), "strata lp merge: --range S:E is required");
+  STRATA_USAGE_CHECK(args.has("range"), "strata lp merge: --range S:E is required");
   const std::string in = args.get("in.h5"), out = args.get("out.h5");
   STRATA_CHECK(in != out, "strata lp merge: ", out, " is the input; write to another file");
   const std::string range = args.get("range");

@@ -83,6 +83,10 @@ int main(int argc, char** argv) {
       const int rc = c.run(argc, argv, 2);
       strata::finalize_mpi();
       return rc;
+    } catch (const strata::UsageError& e) {
+      strata::abort_job_if_distributed(e.what());
+      std::fprintf(stderr, "strata: error: %s\n", e.what());
+      return 2;
     } catch (const strata::Error& e) {
       // In a multi-process job the other ranks may be waiting in a
       // collective: end them all rather than hang.

@@ -29,7 +29,7 @@ void add_model_options(Args& args) {
 
 LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark,
                                  int link_delay_us) {
-  STRATA_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
+  STRATA_USAGE_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
   const int tp = args.get_int("tp");
   STRATA_CHECK(tp >= 1, command, ": --tp must be at least 1, got ", tp);
   LoadedModel m;
@@ -88,7 +88,7 @@ void add_scan_options(Args& args, const std::string& svg_help) {
 }
 
 ScanInput load_scan_input(const Args& args, const std::string& command) {
-  STRATA_CHECK(args.has("text"), command, ": --text is required");
+  STRATA_USAGE_CHECK(args.has("text"), command, ": --text is required");
   STRATA_CHECK(!args.has("plan"), command, ": --plan is not taken: the scan sets the plans");
   const int limit = args.get_int("limit-bytes");
   STRATA_CHECK(limit >= 0, command, ": --limit-bytes must be at least 0");

@@ -30,8 +30,8 @@ int tokenizer_train(int argc, char** argv, int first) {
   TokenizerTrainOptions o;
   o.inputs = args.get_all("input");
   STRATA_CHECK(!o.inputs.empty(), "strata tokenizer train: give at least one --input FILE");
-  STRATA_CHECK(args.has("vocab-size"), "strata tokenizer train: --vocab-size N is required");
-  STRATA_CHECK(args.has("out"), "strata tokenizer train: --out FILE is required");
+  STRATA_USAGE_CHECK(args.has("vocab-size"), "strata tokenizer train: --vocab-size N is required");
+  STRATA_USAGE_CHECK(args.has("out"), "strata tokenizer train: --out FILE is required");
   o.out = args.get("out");
   o.vocab_size = args.get_int("vocab-size");
   o.model_type = args.get("model-type");
@@ -53,8 +53,9 @@ int tokenizer_encode(int argc, char** argv, int first) {
       .option("text", "TEXT", "text to encode")
       .flag("pieces", "print the pieces instead of the ids");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("tokenizer"), "strata tokenizer encode: --tokenizer FILE is required");
-  STRATA_CHECK(args.has("text"), "strata tokenizer encode: --text TEXT is required");
+  STRATA_USAGE_CHECK(args.has("tokenizer"),
+                     "strata tokenizer encode: --tokenizer FILE is required");
+  STRATA_USAGE_CHECK(args.has("text"), "strata tokenizer encode: --text TEXT is required");
   const Tokenizer tok = Tokenizer::load(args.get("tokenizer"));
   std::string line;
   for (const int32_t id : tok.encode(args.get("text"))) {
@@ -71,8 +72,9 @@ int tokenizer_decode(int argc, char** argv, int first) {
   args.option("tokenizer", "FILE", "sentencepiece .model file")
       .option("ids", "IDS", "token ids, e.g. \"403 407 261 378\"");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_CHECK(args.has("tokenizer"), "strata tokenizer decode: --tokenizer FILE is required");
-  STRATA_CHECK(args.has("ids"), "strata tokenizer decode: --ids IDS is required");
+  STRATA_USAGE_CHECK(args.has("tokenizer"),
+                     "strata tokenizer decode: --tokenizer FILE is required");
+  STRATA_USAGE_CHECK(args.has("ids"), "strata tokenizer decode: --ids IDS is required");
   const std::string text = args.get("ids");
   std::vector<int32_t> ids;
   size_t i = 0;

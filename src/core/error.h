@@ -14,6 +14,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// A command line that cannot be run as given (unknown option, missing or
+// malformed argument): the CLI exits with status 2 instead of 1.
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& msg) : Error(msg) {}
+};
+
 // Concatenates any streamable values into one string.
 template <typename... Args>
 std::string cat(const Args&... args) {
@@ -31,4 +38,11 @@ std::string cat(const Args&... args) {
   do {                                            \
     if (!(cond)) [[unlikely]]                     \
       ::strata::fail(::strata::cat(__VA_ARGS__)); \
+  } while (0)
+
+// STRATA_CHECK for the command line: a failed condition is a UsageError.
+#define STRATA_USAGE_CHECK(cond, ...)                         \
+  do {                                                        \
+    if (!(cond)) [[unlikely]]                                 \
+      throw ::strata::UsageError(::strata::cat(__VA_ARGS__)); \
   } while (0)

@@ -477,6 +477,15 @@ void Recipe::Impl::apply_set(const std::string& set) {
 
   const std::string text = set.substr(eq + 1);
   std::optional<toml::table> parsed = parse_value(text);
+  if (!parsed && spec.type == KeyType::Int) {  // digits that are no int64: say so
+    std::string digits = text;
+    digits.erase(0, digits.find_first_not_of(" \t"));
+    digits.erase(digits.find_last_not_of(" \t") + 1);
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits.erase(0, 1);
+    if (!digits.empty() && digits.find_first_not_of("0123456789_") == std::string::npos)
+      fail_one_line(context, ": ", path, ": ", text,
+                    " is out of range for an integer (at most 9223372036854775807)");
+  }
   if (!parsed || (spec.type == KeyType::String && !parsed->get("v")->is_string())) {
     // A bare string must still be valid UTF-8, or to_toml() would write a
     // recipe that cannot be read back; a quoted copy parses only if it is.
