@@ -135,5 +135,35 @@ usage_status b19_bad_integer "$strata" eval --limit x
 usage_status b19_missing_checkpoint "$strata" generate --prompt hi
 usage_status b19_bench "$strata" bench frob
 
+# B2: one run per directory. A second run on a directory in use stops at once,
+# naming the holder's PID, and writes nothing; after the first ends, its lock
+# file left behind is not a lock.
+lockrun="$out/locked"
+"$strata" train recipes/debug.toml --set data.dataset="$out/data" --set eval.batches=1 \
+  --set training.steps=100000 --set log.interval=1000 --set run.dir="$lockrun" \
+  > "$out/locked.log" 2>&1 &
+holder=$!  # strata itself, so the signal below reaches it
+for _ in $(seq 100); do
+  [[ -s "$lockrun/.lock" && -e "$lockrun/tokenizer.model" ]] && break
+  sleep 0.1
+done
+expect_fail b2_second_run "run.dir .*locked is in use by another process \\(pid $holder\\)" \
+  train --set training.steps=100000 --set optimizer.lr=1e-4 --set run.dir="$lockrun"
+kill -TERM "$holder"
+wait "$holder"
+if grep -q "lr = 1e-04" "$lockrun/recipe.toml" 2> /dev/null; then
+  bad b2_recipe_kept "the second run rewrote recipe.toml"
+else
+  ok b2_recipe_kept
+fi
+steps=$(grep -o '"step":[0-9]*' "$lockrun/metrics.jsonl" | sort | uniq -d | wc -l)
+((steps == 0)) && ok b2_no_duplicate_steps || bad b2_no_duplicate_steps "$steps steps logged twice"
+if train --set training.steps=2 --set checkpoint.resume=none --set run.dir="$lockrun" \
+  > "$out/relock.log" 2>&1; then
+  ok b2_stale_lock_file
+else
+  bad b2_stale_lock_file "$(tail -1 "$out/relock.log")"
+fi
+
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

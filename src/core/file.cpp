@@ -1,16 +1,17 @@
 #include "core/file.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
-
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include "core/text.h"
 
 namespace strata {
 namespace fs = std::filesystem;
@@ -46,6 +47,48 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     fs::remove(tmp, ec);
     fail(cat("cannot rename ", tmp, " to ", path, ": ", why));
   }
+}
+
+DirLock DirLock::acquire(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail_one_line(what, " ", dir, ": cannot create the directory: ", ec.message());
+  const std::string path = dir + "/.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail_one_line(what, " ", dir, ": cannot create ", path, ": ", std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string pid = n > 0 ? std::string(buf, size_t(n)) : std::string("unknown");
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      fail_one_line(what, " ", dir, " is in use by another process (pid ", pid,
+                    "): wait for it to end, or use another directory");
+    }
+    if (err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP)
+      fail_one_line(what, " ", dir, ": cannot lock ", path, ": ", std::strerror(err));
+    return DirLock();  // a file system without locks: nothing to hold
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The lock holds without the PID; the PID only helps the message.
+  }
+  return DirLock(fd);
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // the kernel drops the lock
 }
 
 FileDescriptor::~FileDescriptor() {

@@ -24,6 +24,27 @@ struct FileDescriptor {
   ~FileDescriptor();
 };
 
+// An exclusive advisory lock (flock) on "<dir>/.lock", held while the object
+// lives and released by the kernel when the process ends (a lock file left
+// behind is not a lock). The file holds the owner's PID. acquire() creates
+// `dir` if needed; when another process holds the lock it throws
+// "<what> <dir> is in use by another process (pid N) ...".
+class DirLock {
+ public:
+  static DirLock acquire(const std::string& dir, const std::string& what);
+  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  DirLock() = default;
+  ~DirLock();
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  explicit DirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 // fsyncs directory `dir` so a rename inside it is durable. Where the file
 // system cannot sync directories (EINVAL, EROFS) or the directory cannot be
 // opened, nothing happens; other failures throw "<prefix>cannot sync

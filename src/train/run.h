@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "model/model.h"
@@ -30,12 +31,13 @@ namespace strata::train_internal {
 struct Run {
   const Recipe& r;
   std::string dir;
+  DirLock dir_lock;  // rank 0: one writer per run directory, for the run's life
   uint64_t seed = 0;
   int64_t steps = 0;
   int micro_batch = 0, seq_len = 0, accum = 0;
   LrSchedule schedule;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::string device;                             // resolved run.device
+  std::string device;                            // resolved run.device
   std::unique_ptr<ops::Backend<float>> backend;  // made before the grid's comms, moved into model
   std::unique_ptr<Model<float>> model;
   std::unique_ptr<AdamW<float>> opt;

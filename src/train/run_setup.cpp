@@ -591,7 +591,9 @@ void setup(Run& run) {
   // the model check out: the tokenizer (data preparation reads it), then,
   // once the data is read too, recipe.toml.
   if (run.root()) {
-    fs::create_directories(run.dir);
+    // One writer per run directory: a second run on it stops here, having
+    // written nothing.
+    run.dir_lock = DirLock::acquire(run.dir, "run.dir");
     if (run.tokenizer)
       write_file_atomic(run.dir + "/tokenizer.model", run.tokenizer->model_bytes());
   }
