@@ -165,5 +165,23 @@ else
   bad b2_stale_lock_file "$(tail -1 "$out/relock.log")"
 fi
 
+# B1: a checkpoint that cannot be written (here: a file-size limit, as a full
+# disk would) is one error line and exit 1, not a crash in HDF5 at exit; the
+# temporary file is gone.
+(
+  trap '' XFSZ
+  ulimit -f 1024
+  train --set training.steps=10 --set checkpoint.interval=5 --set run.dir="$out/b1" \
+    > "$out/b1.log" 2>&1
+  echo $? > "$out/b1.rc"
+)
+rc=$(cat "$out/b1.rc")
+if ((rc == 1)) && tail -1 "$out/b1.log" | grep -q "^strata: error: checkpoint .*step_00000005.h5.tmp: cannot write"; then
+  ok b1_write_fails
+else
+  bad b1_write_fails "exit $rc: $(tail -1 "$out/b1.log" | head -c 200)"
+fi
+[[ ! -e "$out/b1/checkpoints/step_00000005.h5.tmp" ]] && ok b1_no_tmp_left || bad b1_no_tmp_left "the .tmp is left"
+
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

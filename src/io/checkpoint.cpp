@@ -41,6 +41,16 @@ constexpr int64_t kVersion = 1;
 void hdf5_init() {
   thread_local bool done = false;
   if (done) return;
+  // No library teardown at exit: after a failed write (a full disk) HDF5 can
+  // keep the failed file's id, and closing it again from its atexit handler
+  // crashes the process after the error was reported. Every file is closed
+  // explicitly on the way out; the kernel reclaims the rest. This must come
+  // before the library is initialised, so once per process, first.
+  static const bool no_atexit = [] {
+    H5dont_atexit();
+    return true;
+  }();
+  (void)no_atexit;
   H5open();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   done = true;
