@@ -3,6 +3,8 @@
 // checkpoint intact), run-directory listing and pruning, and `strata inspect`.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/file.h>
@@ -271,6 +273,33 @@ TEST(Checkpoint, MissingTensorNamesFileAndTensor) {
     r.read("optimizer/exp_avg", {{"model.missing.weight", {16}, buf.data()}});
   });
   testing::expect_one_line(msg2, {dir / "ck.h5", "optimizer/exp_avg/model.missing.weight"});
+}
+
+// A NaN or inf in a stored tensor (a checkpoint edited, or written by a run
+// that diverged elsewhere) is refused on reading, naming file, tensor and
+// index, instead of producing garbage without an error (issue 19, B7).
+TEST(Checkpoint, NonFiniteValuesAreRefused) {
+  TempDir dir;
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    Contents c = make_contents(9);
+    c.params[3].data[5] = bad;  // model.layers.0.mlp.down_proj.weight
+    c.exp_avg_sq[1].data[0] = bad;
+    write_checkpoint(dir / "ck.h5", c.data());
+    CheckpointReader r(dir / "ck.h5");
+    std::vector<float> buf(16 * 40);
+    testing::expect_one_line(
+        testing::thrown_message([&] {
+          r.read("params", {{"model.layers.0.mlp.down_proj.weight", {16, 40}, buf.data()}});
+        }),
+        {dir / "ck.h5", "params/model.layers.0.mlp.down_proj.weight", "non-finite", "index 5"});
+    testing::expect_one_line(
+        testing::thrown_message([&] {
+          r.read("optimizer/exp_avg_sq", {{"model.norm.weight", {16}, buf.data()}});
+        }),
+        {"optimizer/exp_avg_sq/model.norm.weight", "index 0"});
+    // The finite tensors still read.
+    r.read("params", {{"model.norm.weight", {16}, buf.data()}});
+  }
 }
 
 TEST(Checkpoint, ShapeMismatchNamesFileTensorAndShapes) {

@@ -422,6 +422,25 @@ TEST(Safetensors, ReadsAHandEncodedFile) {
                            {"'i'", "I64"});
 }
 
+// Model weights read for conversion must be finite (issue 19, B7): a NaN or
+// inf is an error naming file, tensor and index; the file-level reader still
+// returns special values as stored (the round-trip tests above).
+TEST(Safetensors, ModelWeightsMustBeFinite) {
+  TempDir dir;
+  for (const float bad : {std::nanf(""), INFINITY}) {
+    const std::vector<float> ok = {1, 2, 3}, poisoned = {0.5f, bad, 1};
+    write_safetensors(dir / "model.safetensors",
+                      {{"fine", {3}, ok.data()}, {"poisoned", {3}, poisoned.data()}}, "F32");
+    const SafetensorsModel m = SafetensorsModel::open_dir(dir.path());
+    std::vector<float> out(3);
+    m.read_f32("fine", {3}, out.data());
+    EXPECT_EQ(out, ok);
+    testing::expect_one_line(
+        testing::thrown_message([&] { m.read_f32("poisoned", {3}, out.data()); }),
+        {dir / "model.safetensors", "'poisoned'", "non-finite", "index 1"});
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/sha256.h"
+#include "core/text.h"
 
 namespace strata {
 namespace {
@@ -610,6 +612,14 @@ void CheckpointReader::read(const std::string& group, const std::vector<TensorRe
     STRATA_CHECK(t.data, "checkpoint ", path_, ": no buffer to read ", what, " into");
     if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data) < 0)
       fail_h5(path_, "cannot read " + what + " (truncated or corrupt file?)");
+    // Weights and moments are finite in any checkpoint strata writes: a NaN
+    // or inf here would turn every output into garbage without an error.
+    const float* v = t.data;
+    const int64_t n = numel(shape);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i])) [[unlikely]]
+        fail_one_line("checkpoint ", path_, ": ", what, " holds a non-finite value (", v[i],
+                      " at index ", i, ")");
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -530,6 +531,13 @@ void SafetensorsModel::read_f32(const std::string& name, const std::vector<int64
   STRATA_CHECK(e.info->shape == shape, "safetensors ", e.file->path(), ": tensor ", name_str(name),
                " has shape ", shape_str(e.info->shape), ", expected ", shape_str(shape));
   e.file->read_f32(*e.info, out);
+  // Model weights are finite: refuse NaN and inf with the tensor named,
+  // rather than convert them into a checkpoint that produces garbage.
+  const int64_t n = e.info->numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(out[i])) [[unlikely]]
+      fail_one_line("safetensors ", e.file->path(), ": tensor ", name_str(name),
+                    " holds a non-finite value (", out[i], " at index ", i, ")");
 }
 
 const std::string& SafetensorsModel::file_of(const std::string& name) const {

@@ -68,6 +68,7 @@ class SafetensorsModel {
   const SafeTensorInfo* find(const std::string& name) const;
   // Reads `name` as float32 after checking its shape equals `shape`; errors
   // name the tensor, the expected and the found shape.
+  // (A NaN or inf value is an error naming the tensor.)
   void read_f32(const std::string& name, const std::vector<int64_t>& shape, float* out) const;
   // The file holding a tensor (for messages).
   const std::string& file_of(const std::string& name) const;
