@@ -461,8 +461,9 @@ TEST(Recipe, FailNamesWhereAndKey) {
             "test.toml:4: training.steps: must be positive");
   EXPECT_EQ(error_of([&] { r.fail("training.lr", "must be positive"); }),
             "--set: training.lr: must be positive");
+  // A defaulted key points at the recipe file and says it is the default.
   EXPECT_EQ(error_of([&] { r.fail("model.layers", "too many"); }),
-            "default: model.layers: too many");
+            "test.toml: model.layers (default): too many");
 }
 
 // ---------------------------------------------------------------------------
