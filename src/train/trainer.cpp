@@ -338,8 +338,7 @@ TrainResult train(const Recipe& recipe) {
               "; nothing to train (raise training.steps to continue)");
   else
     log::info("done: ", run.step, " steps, last loss ", result.last_loss,
-              result.last_val_loss >= 0 ? cat(", val_loss ", result.last_val_loss)
-                                        : std::string(),
+              result.last_val_loss >= 0 ? cat(", val_loss ", result.last_val_loss) : std::string(),
               ", ", static_cast<long>(result.tokens_per_s), " tokens/s");
   return result;
 }
