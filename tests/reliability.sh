@@ -183,5 +183,24 @@ else
 fi
 [[ ! -e "$out/b1/checkpoints/step_00000005.h5.tmp" ]] && ok b1_no_tmp_left || bad b1_no_tmp_left "the .tmp is left"
 
+# B11: file-system trouble is the user's to fix: one line naming the path
+# (shortened when huge), never "internal error".
+long=$(printf 'n%.0s' $(seq 300))
+expect_fail b11_long_name "^strata: error: run.dir .*\\.\\.\\..*File name too long" \
+  train --set run.name="$long" --set run.dir="$out/$long"
+: > "$out/afile"
+expect_fail b11_file_as_dir "^strata: error: run.dir .*afile/run: cannot create the directory: Not a directory" \
+  train --set run.dir="$out/afile/run"
+expect_fail b11_export_onto_file "^strata: error: .*afile" \
+  "$strata" export hf "$ckpt" "$out/afile"
+grep -q "internal error" "$out"/b11_*.err && bad b11_not_internal "an internal error" || ok b11_not_internal
+# B13: data prepare refuses binary input.
+head -c 3000 /dev/urandom > "$out/garbage.bin"
+printf '\0' >> "$out/garbage.bin"
+expect_fail b13_binary_corpus "input .*garbage.bin: not (a text file|UTF-8 text)" \
+  "$strata" data prepare --tokenizer data/tokenizers/tok512.model --input "$out/garbage.bin" \
+  --out "$out/garbage"
+[[ ! -e "$out/garbage" ]] && ok b13_nothing_written || bad b13_nothing_written "$(ls "$out/garbage")"
+
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

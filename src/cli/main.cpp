@@ -2,12 +2,14 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/signals.h"
+#include "core/text.h"
 #include "parallel/grid.h"
 
 namespace {
@@ -92,6 +94,17 @@ int main(int argc, char** argv) {
       // collective: end them all rather than hang.
       strata::abort_job_if_distributed(e.what());
       std::fprintf(stderr, "strata: error: %s\n", e.what());
+      return 1;
+    } catch (const std::filesystem::filesystem_error& e) {
+      // A path that cannot be created or written (read-only, too long, a
+      // file where a directory should be): the user's to fix, so not an
+      // internal error. Paths are shortened: the message stays one line.
+      std::string msg =
+          strata::one_line(strata::shorten(e.path1().string()) + ": " + e.code().message());
+      if (!e.path2().empty())
+        msg += strata::one_line(" (and " + strata::shorten(e.path2().string()) + ")");
+      strata::abort_job_if_distributed(msg);
+      std::fprintf(stderr, "strata: error: %s\n", msg.c_str());
       return 1;
     } catch (const std::bad_alloc&) {
       const std::string why =

@@ -50,12 +50,14 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 DirLock DirLock::acquire(const std::string& dir, const std::string& what) {
+  const std::string shown = shorten(dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) fail_one_line(what, " ", dir, ": cannot create the directory: ", ec.message());
+  if (ec) fail_one_line(what, " ", shown, ": cannot create the directory: ", ec.message());
   const std::string path = dir + "/.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) fail_one_line(what, " ", dir, ": cannot create ", path, ": ", std::strerror(errno));
+  if (fd < 0)
+    fail_one_line(what, " ", shown, ": cannot create ", shorten(path), ": ", std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {};
@@ -64,11 +66,11 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& what) {
     if (err == EWOULDBLOCK) {
       std::string pid = n > 0 ? std::string(buf, size_t(n)) : std::string("unknown");
       while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-      fail_one_line(what, " ", dir, " is in use by another process (pid ", pid,
+      fail_one_line(what, " ", shown, " is in use by another process (pid ", pid,
                     "): wait for it to end, or use another directory");
     }
     if (err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP)
-      fail_one_line(what, " ", dir, ": cannot lock ", path, ": ", std::strerror(err));
+      fail_one_line(what, " ", shown, ": cannot lock ", shorten(path), ": ", std::strerror(err));
     return DirLock();  // a file system without locks: nothing to hold
   }
   const std::string pid = std::to_string(::getpid()) + "\n";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <stdexcept>
 
 namespace strata {
@@ -19,6 +20,12 @@ std::string one_line(const std::string& s) {
     }
   }
   return out;
+}
+
+std::string shorten(const std::string& s, size_t max) {
+  if (s.size() <= max || max < 8) return s;
+  const size_t tail = max / 3, head = max - tail - 3;
+  return s.substr(0, head) + "..." + s.substr(s.size() - tail);
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& sep) {
@@ -108,6 +115,21 @@ std::string python_strip(std::string_view s) {
     }
   }
   return begin < end ? std::string(s.substr(begin, end - begin)) : std::string();
+}
+
+void require_text(std::string_view s, const std::string& what) {
+  if (const size_t nul = s.find('\0'); nul != std::string_view::npos)
+    fail_one_line(what, ": not a text file (a NUL byte at offset ", nul, ")");
+  for (size_t at = 0; at < s.size();) {
+    const size_t here = at;
+    const auto b = static_cast<unsigned char>(s[at]);
+    next_code_point(s, &at);
+    if (b >= 0x80 && at == here + 1) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "%02x", b);
+      fail_one_line(what, ": not UTF-8 text (byte 0x", hex, " at offset ", here, ")");
+    }
+  }
 }
 
 size_t python_strip_end(std::string_view s) {

@@ -21,6 +21,10 @@ template <typename... Parts>
   fail(one_line(cat(parts...)));
 }
 
+// s itself when it has at most `max` bytes, else its head and tail around
+// "..." (paths and names quoted in one-line messages).
+std::string shorten(const std::string& s, size_t max = 160);
+
 // items joined with sep between them.
 std::string join(const std::vector<std::string>& items, const std::string& sep);
 
@@ -50,6 +54,10 @@ bool is_python_space(uint32_t cp);
 
 // Python's s.strip(): leading and trailing Unicode whitespace removed.
 std::string python_strip(std::string_view s);
+
+// Throws "<what>: not a text file (a NUL byte at offset N)" or "<what>: not
+// UTF-8 text (byte 0xXX at offset N)" unless `s` is NUL-free UTF-8.
+void require_text(std::string_view s, const std::string& what);
 
 // len(s.rstrip()) in bytes: where s's trailing Unicode whitespace starts.
 size_t python_strip_end(std::string_view s);

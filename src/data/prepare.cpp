@@ -200,6 +200,7 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
   std::vector<int64_t> doc_counts;
   for (const auto& path : o.inputs) {
     const std::string text = read_file(path, "input");
+    require_text(text, cat("input ", path));  // binary data is not a corpus
     total_bytes += text.size();
     hashes.push_back(sha256_hex(text));
     const int64_t n = int64_t(split_documents(path, text, o).size());

@@ -755,19 +755,7 @@ std::vector<PerplexityResult> file_perplexity(Model<float>& model, const Tokeniz
                                               int batch_size, const std::vector<int>& exits,
                                               bool progress, bool full_last) {
   const std::string text = read_file(path, "perplexity");
-  // Perplexity of something that is not text is a number without meaning.
-  if (const size_t nul = text.find('\0'); nul != std::string::npos)
-    fail_one_line(path, ": not a text file (a NUL byte at offset ", nul, ")");
-  for (size_t at = 0; at < text.size();) {
-    const size_t here = at;
-    const unsigned char b = static_cast<unsigned char>(text[at]);
-    next_code_point(text, &at);
-    if (b >= 0x80 && at == here + 1) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "%02x", b);
-      fail_one_line(path, ": not UTF-8 text (byte 0x", hex, " at offset ", here, ")");
-    }
-  }
+  require_text(text, path);  // perplexity of something that is not text means nothing
   return text_perplexity(model, tok, text, path, window, stride, batch_size, exits, progress,
                          full_last);
 }
