@@ -93,6 +93,13 @@ TEST(Generate, StopsAtEosAndAtTheContext) {
   const auto all = generate(*m, p, o, {}, &st);
   EXPECT_TRUE(st.hit_context);
   EXPECT_EQ(int(all.size()), 64 - 10 + 1);  // the last token needs no cache slot
+  // The cache-free reference stops at the same place with the same tokens,
+  // and so does a prompt longer than the context (its last 63 tokens kept).
+  EXPECT_EQ(generate_simple(*m, p, o), all);
+  const auto long_prompt = prompt_of(100, 61, 4);
+  const auto kept = generate(*m, long_prompt, o, {}, &st);
+  EXPECT_EQ(int(kept.size()), 2);
+  EXPECT_EQ(generate_simple(*m, long_prompt, o), kept);
   // EOS: choose a token the run emits and stop there.
   o.max_new_tokens = 20;
   o.eos_id = all[5];

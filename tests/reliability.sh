@@ -202,5 +202,17 @@ expect_fail b13_binary_corpus "input .*garbage.bin: not (a text file|UTF-8 text)
   --out "$out/garbage"
 [[ ! -e "$out/garbage" ]] && ok b13_nothing_written || bad b13_nothing_written "$(ls "$out/garbage")"
 
+# B14: the cache-free reference and cached generation agree token for token,
+# past the context too (both stop when it is full).
+"$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 200 --ignore-eos \
+  > "$out/b14_cache.txt" 2> /dev/null
+"$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 200 --ignore-eos \
+  --no-cache > "$out/b14_nocache.txt" 2> /dev/null
+if [[ -s "$out/b14_cache.txt" ]] && cmp -s "$out/b14_cache.txt" "$out/b14_nocache.txt"; then
+  ok b14_no_cache_agrees
+else
+  bad b14_no_cache_agrees "outputs differ"
+fi
+
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

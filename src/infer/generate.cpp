@@ -14,13 +14,17 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
                                      const std::function<void(int32_t)>& on_token) {
   STRATA_CHECK(!prompt.empty(), "generate: the prompt is empty (it needs at least BOS)");
   const int V = model.config().vocab_size, window = model.config().max_position_embeddings;
-  std::vector<int32_t> seq = prompt, out;
+  // The cached path's limits, so the two agree token for token: the prompt
+  // keeps its last window - 1 tokens, and generation stops once the last
+  // token no longer fits the window.
+  std::vector<int32_t> seq(prompt.end() - std::min<ptrdiff_t>(ptrdiff_t(prompt.size()), window - 1),
+                           prompt.end());
+  std::vector<int32_t> out;
   std::vector<float> logits;
-  for (int i = 0; i < o.max_new_tokens; ++i) {
-    const int64_t start = std::max<int64_t>(0, int64_t(seq.size()) - window);
-    const int T = int(seq.size() - start);
+  for (int i = 0; i < o.max_new_tokens && int(seq.size()) <= window; ++i) {
+    const int T = int(seq.size());
     logits.resize(size_t(T) * V);
-    model.forward_logits(seq.data() + start, 1, T, logits.data());
+    model.forward_logits(seq.data(), 1, T, logits.data());
     const int32_t next = sample_token(logits.data() + size_t(T - 1) * V, V, o.sampling, seq.size());
     seq.push_back(next);
     out.push_back(next);

@@ -51,9 +51,9 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
                               GenerateStats* stats = nullptr);
 
 // Extends `prompt` (token ids, usually starting with BOS) and returns only the
-// new tokens. `on_token` (optional) sees each token as it is chosen. When the
-// sequence outgrows max_position_embeddings, the oldest tokens fall out of
-// the window.
+// new tokens. `on_token` (optional) sees each token as it is chosen. Limits
+// as generate()'s: a prompt longer than the context keeps its last tokens,
+// and generation stops when the context is full.
 std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int32_t>& prompt,
                                      const GenerateOptions& options,
                                      const std::function<void(int32_t)>& on_token = {});
