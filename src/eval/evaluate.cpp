@@ -778,7 +778,7 @@ void require_code_permission(const std::string& eval_dir, const std::vector<std:
                              bool allowed, const std::string& how) {
   if (allowed) return;
   for (const std::string& name : names)
-    if (name != "all" && !load_task(eval_dir, name, 0, 0, 1).execute.empty())
+    if (name != "all" && task_runs_code(eval_dir, name))
       fail_one_line("eval: task '", name, "' executes model-written code; ", how,
                     " to run it (in a sandbox: a subprocess without network, with time and "
                     "memory limits)");

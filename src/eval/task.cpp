@@ -1295,6 +1295,12 @@ std::vector<std::string> list_tasks(const std::string& eval_dir) {
   return names;
 }
 
+bool task_runs_code(const std::string& eval_dir, const std::string& name) {
+  const std::vector<std::string> known = list_tasks(eval_dir);
+  if (std::find(known.begin(), known.end(), name) == known.end()) return false;
+  return !read_config((fs::path(eval_dir) / (name + ".toml")).string()).execute.empty();
+}
+
 std::vector<std::string> all_tasks(const std::string& eval_dir) {
   std::vector<std::string> out;
   for (const std::string& name : list_tasks(eval_dir)) {

@@ -133,6 +133,10 @@ std::vector<std::string> list_tasks(const std::string& eval_dir);
 // execution), sorted.
 std::vector<std::string> all_tasks(const std::string& eval_dir);
 
+// Whether task `name` executes model-written code (execute = ...); reads only
+// its TOML file, not its data. false for a name eval_dir does not have.
+bool task_runs_code(const std::string& eval_dir, const std::string& name);
+
 // Loads and renders a task. shots < 0 uses the task's default. Few-shot
 // examples come from the task's few-shot split (or, when it has none, from the
 // evaluation split excluding the example itself), drawn with a Philox stream
