@@ -78,6 +78,10 @@ std::string suggestion(const std::string& path, const std::vector<KeySpec>& sche
   const KeySpec* best = nullptr;
   size_t best_distance = std::max<size_t>(1, path.size() / 4) + 1;
   for (const KeySpec& spec : schema) {
+    // The distance is at least the difference in length: a long key (a
+    // pasted line, a hostile --set) is not compared cell by cell.
+    const size_t longer = std::max(path.size(), spec.path.size());
+    if (longer - std::min(path.size(), spec.path.size()) >= best_distance) continue;
     const size_t d = edit_distance(path, spec.path);
     if (d < best_distance) best = &spec, best_distance = d;
   }
