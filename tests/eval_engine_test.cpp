@@ -534,7 +534,9 @@ TEST(Scorer, RollingMatchesTheHarnessWindows) {
     ASSERT_EQ(scored, int64_t(doc.size()));
     // The last window has a full context: (40 - 12) % 12 = 4 tokens after
     // 8 more of context, not 4 tokens after 1.
-    if (L == 12) EXPECT_EQ(windows.back().first.size() + windows.back().second.size(), 13u);
+    if (L == 12) {
+      EXPECT_EQ(windows.back().first.size() + windows.back().second.size(), 13u);
+    }
     for (int bs : {1, 4}) {
       const auto r = Scorer(*m, tok512(), bs, {}).rolling(ids, L + 1, L);
       EXPECT_EQ(r[0].tokens, int64_t(doc.size()));

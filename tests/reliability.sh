@@ -214,5 +214,62 @@ else
   bad b14_no_cache_agrees "outputs differ"
 fi
 
+# B3: memory is estimated before anything is allocated and a job that cannot
+# fit is refused in one line with the figures and what to lower, having
+# written nothing. STRATA_MEMORY_LIMIT stands in for a small machine.
+expect_fail b3_train_too_big "training 1.65B parameters needs about .* GB .*weights .*gradients .*AdamW moments .*but 3.00 GB is available \(STRATA_MEMORY_LIMIT\); use a smaller model" \
+  env STRATA_MEMORY_LIMIT=3GB "$strata" train recipes/debug.toml --set model.hidden_size=8192 \
+  --set model.num_hidden_layers=8 --set run.dir="$out/b3_big"
+[[ ! -e "$out/b3_big" ]] && ok b3_nothing_written || bad b3_nothing_written "$(ls "$out/b3_big")"
+expect_fail b3_activations "needs about .*activations .*; lower training.micro_batch_size or training.seq_len" \
+  env STRATA_MEMORY_LIMIT=40MB "$strata" train recipes/debug.toml --set training.micro_batch_size=64 \
+  --set run.dir="$out/b3_acts"
+expect_fail b3_terabytes "^strata: error: recipes/debug.toml: training .*B parameters needs about .* TB" \
+  "$strata" train recipes/debug.toml --set model.hidden_size=65536 --set model.num_hidden_layers=100 \
+  --set run.dir="$out/b3_tb"
+"$strata" train recipes/debug.toml --dry-run --set run.dir="$out/b3_dry" > "$out/b3_dry.toml" 2> /dev/null
+if grep -q "^# memory per process (estimate): weights .* + gradients .* + AdamW moments .* + activations .* = " \
+  "$out/b3_dry.toml" && [[ ! -e "$out/b3_dry" ]]; then
+  ok b3_dry_run_prints_estimate
+else
+  bad b3_dry_run_prints_estimate "$(tail -3 "$out/b3_dry.toml")"
+fi
+expect_fail b3_dry_run_refuses "needs about .* but 1.0 MB is available" \
+  env STRATA_MEMORY_LIMIT=1MB "$strata" train recipes/debug.toml --dry-run --set run.dir="$out/b3_dry"
+# A config.json claiming more layers than its weights hold: refused from the
+# headers at once, not after allocating the claimed model (probe: OOM-killed).
+mkdir -p "$out/b3_hf"
+cp tests/fixtures/hf_gqa_untied/* "$out/b3_hf/"
+sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 100000/' "$out/b3_hf/config.json"
+expect_fail b3_hf_layers "b3_hf: tensor 'model.layers.2.input_layernorm.weight' is missing from the weights \(config.json: 100000 layers\)" \
+  "$strata" convert hf "$out/b3_hf" "$out/b3_hf.h5"
+sed -i 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 1000000000/' "$out/b3_hf/config.json"
+expect_fail b3_hf_absurd "config.json \(1000000000 layers, hidden .*\) describes a model that needs about .* TB" \
+  "$strata" convert hf "$out/b3_hf" "$out/b3_hf.h5"
+[[ ! -e "$out/b3_hf.h5" ]] && ok b3_hf_nothing_written || bad b3_hf_nothing_written "b3_hf.h5 exists"
+expect_fail b3_generate "strata generate: .*step_00000004.h5 needs about .*KV cache .* is available \(STRATA_MEMORY_LIMIT\)" \
+  env STRATA_MEMORY_LIMIT=620kB "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:"
+expect_fail b3_eval "strata eval: .*step_00000004.h5 needs about .*activations .*logits .*; lower --batch-size" \
+  env STRATA_MEMORY_LIMIT=8MB "$strata" eval --checkpoint "$ckpt" --tasks copa --batch-size 64
+
+# A non-finite loss or gradient norm stops training at that step, naming the
+# last good checkpoint (saved from finite weights), which still loads.
+train --set optimizer.lr=1e30 --set lr_scheduler.warmup_steps=0 --set checkpoint.interval=1 \
+  --set training.steps=6 --set run.dir="$out/div" > /dev/null 2> "$out/div.err"
+rc=$?
+last=$(tail -1 "$out/div.err")
+if ((rc == 1)) && [[ $(grep -c "error" "$out/div.err") == 1 ]] &&
+  [[ "$last" =~ ^strata:\ error:\ training\ diverged\ at\ step\ 2:\ the\ gradient\ norm\ is\ NaN\ \(the\ update\ was\ not\ applied\)\;\ the\ last\ good\ checkpoint\ is\ .*div/checkpoints/step_00000001\.h5\ \(step\ 1\) ]]; then
+  ok diverged
+else
+  bad diverged "exit $rc: $last"
+fi
+if "$strata" generate --checkpoint "$out/div/checkpoints/step_00000001.h5" --prompt "A" \
+  --max-new-tokens 4 > /dev/null 2>&1 && [[ ! -e "$out/div/checkpoints/step_00000002.h5" ]]; then
+  ok diverged_last_good_loads
+else
+  bad diverged_last_good_loads "step 1 does not load, or a step 2 checkpoint was written"
+fi
+
 echo "reliability: $pass passed, $fail failed"
 ((fail == 0))

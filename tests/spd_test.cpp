@@ -446,7 +446,9 @@ TEST(Spd, PipelineWritesCheckpointAndResumes) {
   EXPECT_NE(spd::layer_snapshot(*spd_model, ranking[0]), spd::layer_snapshot(m, ranking[0]));
   // Another degree than the blocks were distilled for is flagged.
   ::testing::internal::CaptureStderr();
-  load_model(out + "/spd.h5", nullptr, {cli::spd_plan(3, on, 4), nullptr});
+  LoadOptions other_degree;
+  other_degree.plan = cli::spd_plan(3, on, 4);
+  load_model(out + "/spd.h5", nullptr, other_degree);
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("distilled for spd_degree 2"),
             std::string::npos);
   // Other calibration settings in the same directory are refused.

@@ -63,6 +63,20 @@ int local_cuda_device() {
   return 0;
 }
 
+MemoryLimit memory_available(const std::string& device) {
+#if defined(STRATA_HAVE_CUDA)
+  const char* env = std::getenv("STRATA_MEMORY_LIMIT");
+  if (device == "cuda" && !(env && *env)) {
+    const int gpu = local_cuda_device();
+    const int64_t free_bytes = cuda::free_memory(gpu);
+    if (free_bytes >= 0) return {free_bytes, cat("GPU ", gpu, " free memory")};
+  }
+#else
+  (void)device;
+#endif
+  return host_memory_available();
+}
+
 template <typename T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& requested) {
   const std::string name = resolve_device(requested);

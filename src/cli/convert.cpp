@@ -11,6 +11,7 @@
 #include "io/hf.h"
 #include "io/llama2c.h"
 #include "io/model_io.h"
+#include "model/memory.h"
 #include "ops/backend.h"
 
 namespace strata::cli {
@@ -99,6 +100,10 @@ int convert_llama2c(int argc, char** argv, int first) {
       .option("tokenizer", "FILE", "sentencepiece model of the same vocabulary (tok512.model ...)");
   if (!args.parse(argc, argv, first)) return 0;
   const Llama2cModel src = read_llama2c(args.get("model.bin"));
+  // The file's tensors are in memory already; the model needs as much again.
+  check_memory(estimate_memory(src.config, LayerPlan{}, MemoryUse{}), host_memory_available(), 1,
+               cat("strata convert llama2c: ", args.get("model.bin")),
+               "use a machine with more memory");
   Model<float> model(src.config, ops::make_backend<float>());
   for (const auto& [name, data] : src.tensors) {
     const int i = model.layout().find(name);

@@ -258,7 +258,18 @@ int cmd_eval(int argc, char** argv, int first) {
                             args.has("allow-code-execution"));
   }
 
-  LoadedModel lm = load_model_from_args(args, "strata eval");
+  MemoryPlan memory;
+  memory.hint = "lower --batch-size";
+  memory.use = [&](const CheckpointInfo& info) {
+    // At most: a batch of full windows through the model and its logits.
+    MemoryUse u;
+    const int ctx = info.config.max_position_embeddings;
+    u.batch = args.get_int("batch-size");
+    u.seq = args.get_int("window") > 0 ? std::min(args.get_int("window"), ctx) : ctx;
+    u.logits_rows = int64_t(u.batch) * u.seq;
+    return u;
+  };
+  LoadedModel lm = load_model_from_args(args, "strata eval", false, 0, memory);
   Model<float>* model = lm.model.get();
   const CheckpointInfo& info = lm.info;
   const bool progress = !args.has("quiet") && lm.root();

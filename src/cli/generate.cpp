@@ -1,6 +1,8 @@
 // `strata generate --checkpoint C --prompt TEXT [--max-new-tokens N] [--temperature T] ...`
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "cli/args.h"
@@ -162,7 +164,28 @@ int cmd_generate(int argc, char** argv, int first) {
                "strata generate: --exit-layer must be >= 0 (0: every layer), got ",
                args.get_int("exit-layer"));
 
-  LoadedModel lm = load_model_from_args(args, "strata generate");
+  MemoryPlan memory;
+  if (!args.get("prompts").empty())
+    memory.hint = "give fewer prompts per run (--prompts) or split the model with --tp";
+  memory.use = [&](const CheckpointInfo& info) {
+    MemoryUse u;
+    const int ctx = info.config.max_position_embeddings;
+    if (args.has("no-cache")) {  // the whole model over the whole sequence, per token
+      u.batch = 1, u.seq = ctx, u.logits_rows = ctx;
+      return u;
+    }
+    int prompts = 1;
+    if (!args.get("prompts").empty()) {  // one cache per prompt (the file's non-blank lines)
+      prompts = 0;
+      std::istringstream lines(read_file(args.get("prompts"), "prompts"));
+      for (std::string line; std::getline(lines, line);)
+        prompts += line.find_first_not_of(" \t\r") != std::string::npos;
+      prompts = std::max(prompts, 1);
+    }
+    u.kv_batch = prompts, u.kv_len = ctx, u.logits_rows = prompts;
+    return u;
+  };
+  LoadedModel lm = load_model_from_args(args, "strata generate", false, 0, memory);
   Model<float>* model = lm.model.get();
   const CheckpointInfo& info = lm.info;
   STRATA_CHECK(args.has("tokenizer") || !info.tokenizer.empty(), args.get("checkpoint"),

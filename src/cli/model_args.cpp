@@ -28,7 +28,7 @@ void add_model_options(Args& args) {
 }
 
 LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark,
-                                 int link_delay_us) {
+                                 int link_delay_us, const MemoryPlan& memory) {
   STRATA_USAGE_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
   const int tp = args.get_int("tp");
   STRATA_CHECK(tp >= 1, command, ": --tp must be at least 1, got ", tp);
@@ -61,10 +61,29 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
     m.link = std::make_unique<DelayedComm>(*o.tp, std::chrono::microseconds(link_delay_us));
     o.tp = m.link.get();
   }
+  bool in_memory_check = false;  // its refusal is not --plan's fault
+  o.before_alloc = [&](const CheckpointInfo& info) {
+    MemoryUse use = memory.use ? memory.use(info) : MemoryUse{};
+    use.tp = tp;
+    const MemoryEstimate need = estimate_memory(info.config, info.plan, use);
+    const MemoryLimit have = ops::memory_available(o.device);
+    in_memory_check = true;
+    check_memory(need, have, processes_on_this_node(), cat(command, ": ", args.get("checkpoint")),
+                 memory.hint.empty() ? cat("use a machine with more memory",
+                                           tp == 1 ? " or split the model with --tp" : "")
+                                     : memory.hint);
+    // Printed where it matters: a large model, or a tight machine.
+    if (need.total() >= int64_t(1e9) || (have.bytes >= 0 && need.total() * 2 > have.bytes))
+      log::info("memory: ", need.to_string(), " per process",
+                have.bytes >= 0
+                    ? cat("; ", human_bytes(double(have.bytes)), " available (", have.source, ")")
+                    : std::string());
+    in_memory_check = false;
+  };
   try {
     m.model = load_model(args.get("checkpoint"), &m.info, o);
   } catch (const Error& e) {
-    if (o.plan.empty()) throw;
+    if (o.plan.empty() || in_memory_check) throw;
     fail(cat(command, " --plan: ", e.what()));
   }
   use_device_comms(m.grid, o.device, m.model->backend().stream(), ops::local_cuda_device());

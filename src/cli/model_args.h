@@ -5,6 +5,7 @@
 // prints them (the others' stdout goes nowhere and they log only errors).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "eval/evaluate.h"
 #include "io/model_io.h"
+#include "model/memory.h"
 #include "parallel/grid.h"
 
 namespace strata::cli {
@@ -30,12 +32,22 @@ struct LoadedModel {
   bool root() const { return grid.is_root(); }
 };
 
+// What a command will hold besides the weights, from the checkpoint's
+// configuration (model/memory.h), and the setting to lower when it does not fit.
+struct MemoryPlan {
+  std::function<MemoryUse(const CheckpointInfo&)> use;
+  std::string hint;
+};
+
 // Loads the model the options name; `command` prefixes errors ("strata eval").
+// Before allocating, prints the memory estimate (weights, plus `memory`'s
+// buffers) and refuses in one line when it does not fit (check_memory).
 // Plans with benchmark-only kinds (nocomm) are refused unless `benchmark`;
 // `link_delay_us` > 0 (benchmarks) delays every tp collective's completion by
 // that much (parallel/delayed_comm.h).
 LoadedModel load_model_from_args(const Args& args, const std::string& command,
-                                 bool benchmark = false, int link_delay_us = 0);
+                                 bool benchmark = false, int link_delay_us = 0,
+                                 const MemoryPlan& memory = {});
 
 // The plan scans (lp scan, spd scan). Their options besides the model's and
 // their own: --text, --limit-bytes, --window, --batch-size, --out, --svg

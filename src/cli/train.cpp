@@ -21,7 +21,10 @@ const char* kUsage =
     "command resumes from the newest checkpoint (checkpoint.resume = \"auto\").\n\n"
     "options:\n"
     "  --set section.key=value  override a recipe key (repeatable; applied last)\n"
-    "  --dry-run                resolve the recipe, print it as TOML and exit\n"
+    "  --dry-run                check the recipe, its checkpoint and the model as a run would,\n"
+    "                           print the resolved recipe as TOML and the memory estimate\n"
+    "                           per process (weights, gradients, AdamW moments, activations)\n"
+    "                           and exit; writes nothing\n"
     "  --help-recipe            list every recipe key with its default\n"
     "  --help                   show this help\n";
 
@@ -35,8 +38,10 @@ int cmd_train(int argc, char** argv, int first) {
           [&](const std::string& a, int&) { return a == "--dry-run" && (dry_run = true); }))
     return 0;
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
-  if (dry_run) {
+  if (dry_run) {  // everything checked as a run would, nothing written
+    const std::string memory = train_dry_run(recipe);
     std::fputs(recipe.to_toml().c_str(), stdout);
+    std::fputs(memory.c_str(), stdout);
     return 0;
   }
   const TrainResult r = train(recipe);

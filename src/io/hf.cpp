@@ -8,6 +8,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "io/safetensors.h"
+#include "model/memory.h"
 #include "ops/backend.h"
 
 namespace strata {
@@ -15,7 +16,8 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* info) {
   const std::string config_path = dir + "/config.json";
-  STRATA_CHECK(fs::is_directory(dir), dir, ": not a directory (expected a Hugging Face model directory)");
+  STRATA_CHECK(fs::is_directory(dir), dir,
+               ": not a directory (expected a Hugging Face model directory)");
   const std::string text = read_file(config_path, "config");
   nlohmann::json j;
   try {
@@ -29,12 +31,26 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
   const LlamaConfig cfg = LlamaConfig::from_json(j, config_path);
   const SafetensorsModel weights = SafetensorsModel::open_dir(dir);
 
+  // Before anything is allocated: the model config.json describes must fit in
+  // memory, and every tensor it implies must be in the weights' headers (a
+  // config claiming more layers than the weights hold stops here).
+  check_memory(estimate_memory(cfg, LayerPlan{}, MemoryUse{}), host_memory_available(), 1,
+               cat(config_path, " (", cfg.num_hidden_layers, " layers, hidden ", cfg.hidden_size,
+                   ") describes a model that"),
+               "check num_hidden_layers, hidden_size and intermediate_size against the weights, "
+               "or use a machine with more memory");
+  {
+    const ParamLayout expected(cfg);
+    for (const ParamInfo& t : expected.tensors())
+      STRATA_CHECK(weights.find(t.name), dir, ": tensor '", t.name,
+                   "' is missing from the weights (config.json: ", cfg.num_hidden_layers,
+                   " layers)");
+  }
   auto model = std::make_unique<Model<float>>(cfg, ops::make_backend<float>());
   const ParamLayout& layout = model->layout();
   std::set<std::string> used;
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
     const ParamInfo& t = layout[int(i)];
-    STRATA_CHECK(weights.find(t.name), dir, ": tensor '", t.name, "' is missing from the weights");
     weights.read_f32(t.name, t.shape, model->param(int(i)));
     used.insert(t.name);
   }
@@ -52,8 +68,9 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
     // open_dir reads model.safetensors when present, else the index.
     info->weights = fs::exists(dir + "/model.safetensors") ? dir + "/model.safetensors"
                                                            : dir + "/model.safetensors.index.json";
-    info->tokenizer =
-        fs::exists(dir + "/tokenizer.model") ? read_file(dir + "/tokenizer.model", "tokenizer") : "";
+    info->tokenizer = fs::exists(dir + "/tokenizer.model")
+                          ? read_file(dir + "/tokenizer.model", "tokenizer")
+                          : "";
   }
   return model;
 }

@@ -79,6 +79,7 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
                 info.plan.to_string(), "' runs ",
                 spd_blocks ? cat("spd_degree ", degree) : std::string("no spd block"));
   }
+  if (o.before_alloc) o.before_alloc(info);
   auto model = std::make_unique<Model<float>>(info.config, info.plan,
                                               ops::make_backend<float>(o.device), o.tp);
   std::vector<int> all(model->layout().tensors().size());

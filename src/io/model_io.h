@@ -42,6 +42,9 @@ struct LoadOptions {
   std::string plan;            // run under this plan ("": the checkpoint's)
   Communicator* tp = nullptr;  // a tensor-parallel group: load this rank's parts
   std::string device = "cpu";  // ops::make_backend's name (cpu, cuda, simt, auto)
+  // Called with the checkpoint's configuration and the plan to run, after the
+  // file's header is read and before the model is allocated (memory checks).
+  std::function<void(const CheckpointInfo&)> before_alloc;
 };
 // Points `refs` (tensors in `be`'s memory) at host copies kept in `store`,
 // for writing a checkpoint from a device backend; nothing on a host backend.

@@ -30,7 +30,6 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
                "tensor parallelism runs float models only");
   params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
-  grads_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
   const size_t table = size_t(cfg_.max_position_embeddings) * (cfg_.head_dim / 2);
   mixed_norm_ = ops::DeviceBuffer<T>(be_.get(), size_t(cfg_.hidden_size));
@@ -129,6 +128,7 @@ void Model<T>::init_weights(uint64_t seed) {
 
 template <typename T>
 void Model<T>::zero_grad() {
+  ensure_grads();
   be_->zero(grads_.data(), layout_.total());
 }
 
@@ -872,6 +872,7 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
 template <typename T>
 void Model<T>::backward(double dloss) {
   STRATA_CHECK(have_forward_, "backward() needs a completed forward() first");
+  ensure_grads();
   const int64_t N = int64_t(batch_) * seq_;
   be_->zero(dstream_, N * cfg_.hidden_size);
   be_->head_ce_backward(dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}),
@@ -888,6 +889,7 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
   if (skip && !skip->exit_weight.empty())
     STRATA_CHECK(int(skip->exit_weight.size()) == L, "layer skip: exit weights for ",
                  skip->exit_weight.size(), " layers, the model has ", L);
+  ensure_grads();
   run_forward(tokens, B, T_, -1, skip);
   const int64_t N = int64_t(B) * T_;
   targets_.assign(targets, targets + N);

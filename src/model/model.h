@@ -84,7 +84,12 @@ class Model {
 
   // Arenas (backend memory) and the tensors in them.
   T* params() { return params_.data(); }
-  T* grads() { return grads_.data(); }
+  // The gradient arena is allocated on first use (training): evaluation,
+  // generation and conversion hold the weights only.
+  T* grads() {
+    ensure_grads();
+    return grads_.data();
+  }
   int64_t num_params() const { return layout_.total(); }  // this rank's elements
   int tp_size() const { return tp_.size(); }
   int tp_rank() const { return tp_.rank(); }
@@ -108,7 +113,10 @@ class Model {
   // drives MPI's progress while compute runs.
   void set_progress_hook(std::function<void()> hook) { progress_ = std::move(hook); }
   T* param(int index) { return params_.data() + layout_[index].offset; }
-  T* grad(int index) { return grads_.data() + layout_[index].offset; }
+  T* grad(int index) {
+    ensure_grads();
+    return grads_.data() + layout_[index].offset;
+  }
 
   // N(0, initializer_range) for matrices and the embedding, 1 for norms, 0 for
   // biases; drawn from Philox keyed by (seed, tensor index), so the weights do
@@ -165,8 +173,13 @@ class Model {
 
   // Bytes held by the activation arena for the current (B, T).
   int64_t activation_bytes() const;
+  // Bytes held by the gradient arena (0 until a training call needs it).
+  int64_t gradient_bytes() const { return int64_t(grads_.size() * sizeof(T)); }
 
  private:
+  void ensure_grads() {
+    if (!grads_.data()) grads_ = ops::DeviceBuffer<T>(be_.get(), size_t(layout_.total()));
+  }
   class ForwardPass;   // UnitForward for training and evaluation (model.cpp)
   class BackwardPass;  // UnitBackward for training
   struct LayerActs {

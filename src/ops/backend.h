@@ -27,6 +27,8 @@
 #include <memory>
 #include <string>
 
+#include "core/memory_info.h"
+
 #include "ops/types.h"
 
 namespace strata::ops {
@@ -221,6 +223,10 @@ std::string backend_names();
 int local_cuda_device();
 // One line for logs: "device cpu (auto: no CUDA device visible)".
 std::string device_choice(const std::string& requested);
+// The memory left to allocate on a resolved device: this process's GPU's free
+// memory for "cuda" (source "GPU <n> free memory"), the host's otherwise
+// (host_memory_available, core/memory_info.h). STRATA_MEMORY_LIMIT overrides both.
+MemoryLimit memory_available(const std::string& device);
 
 // RAII allocation in a backend's memory space.
 template <typename T>

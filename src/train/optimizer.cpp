@@ -43,6 +43,7 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   const double replicated = squares[1];
   if (tp_) split = tp_->allreduce_sum(split);
   const double norm = std::sqrt(split + replicated);
+  if (!std::isfinite(norm)) return norm;
   const double clip = cfg_.grad_clip > 0 ? ops::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
   ++step_;
   ops::AdamWStep s;

@@ -41,7 +41,9 @@ class AdamW {
 
   // Clips the trainable gradients to the global norm (if configured), then
   // updates the owned trainable parameters with learning rate `lr`. Returns
-  // the gradient norm before clipping.
+  // the gradient norm before clipping. A non-finite norm (NaN or inf in a
+  // gradient) updates nothing: weights, moments and the step count stay as
+  // they were, and the caller decides (training stops).
   double step(T* params, T* grads, double lr);
 
   int64_t steps_taken() const { return step_; }

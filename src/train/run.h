@@ -17,6 +17,7 @@
 #include "core/file.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "model/memory.h"
 #include "model/model.h"
 #include "parallel/grid.h"
 #include "parallel/timed_comm.h"
@@ -45,6 +46,9 @@ struct Run {
   std::function<std::unique_ptr<Loader>()> make_val_loader;  // fresh, from the start
   int64_t step = 0, tokens_seen = 0;
   std::string metrics_path;
+  bool dry_run = false;         // setup() stops after the memory check
+  MemoryEstimate memory;        // per process, before allocation
+  MemoryLimit memory_limit;     // what was available then
   // Parallelism: the grid, and its groups wrapped to time communication.
   ProcessGrid grid;
   TimedComm* tp = nullptr;  // owned by grid.tp_comm

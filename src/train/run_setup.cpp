@@ -32,6 +32,7 @@
 #include "infer/generate.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
+#include "model/memory.h"
 #include "model/model.h"
 #include "model/sharding.h"
 #include "parallel/grid.h"
@@ -332,6 +333,60 @@ void assign_owners(Run& run, const std::vector<bool>& trainable) {
   }
 }
 
+// Memory, estimated from the configuration before the model is allocated:
+// printed, and refused in one line (naming what to lower) when it cannot fit.
+void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan) {
+  const Recipe& r = run.r;
+  MemoryUse u;
+  u.tp = run.grid.tp;
+  run.memory_limit = ops::memory_available(run.device);
+  const int procs = processes_on_this_node();
+  const std::string what = cat(r.files().back(), ": training ",
+                               human_count(double(cfg.num_parameters())), " parameters");
+  const std::string model_hint =
+      "use a smaller model (model.hidden_size, model.num_hidden_layers), freeze tensors "
+      "(training.freeze), or spread it with parallelism.tp or the optimizer state with "
+      "parallelism.zero";
+  const bool patterns =
+      !r.get_strings("training.trainable").empty() || !r.get_strings("training.freeze").empty();
+  u.gradients = true;
+  u.batch = run.micro_batch;
+  u.seq = run.seq_len;
+  u.optimizer_share = run.zero && run.grid.dp > 1 ? 1.0 / run.grid.dp : 1.0;
+  // Without freeze patterns every tensor trains and this is the estimate;
+  // with them, the weights alone first, so an absurd model is refused before
+  // its layout is built to count the trainable share.
+  if (patterns) {
+    MemoryUse weights_only;
+    weights_only.tp = u.tp;
+    check_memory(estimate_memory(cfg, plan, weights_only), run.memory_limit, procs, what,
+                 model_hint);
+  }
+  // The optimizer holds two moments per trainable element (1/dp of them under ZeRO-1).
+  double share = 1;
+  if (patterns) try {
+      const ParamLayout layout(cfg);
+      std::vector<std::string> names;
+      for (const auto& t : layout.tensors()) names.push_back(t.name);
+      const auto mask = resolve_trainable(names, r.get_strings("training.trainable"),
+                                          r.get_strings("training.freeze"), "");
+      double n = 0;
+      for (size_t i = 0; i < mask.size(); ++i)
+        if (mask[i]) n += double(layout[int(i)].numel);
+      share = layout.total() > 0 ? n / double(layout.total()) : 1;
+    } catch (const Error&) {
+      // a bad pattern is reported, with its key, where the mask is set
+    }
+  if (run.zero && run.grid.dp > 1) share /= run.grid.dp;
+  u.optimizer_share = share;
+  run.memory = estimate_memory(cfg, plan, u);  // printed once the run starts
+  const bool activations_first = run.memory.bytes_of("activations") * 2 > run.memory.total();
+  check_memory(run.memory, run.memory_limit, procs, what,
+               activations_first ? "lower training.micro_batch_size or training.seq_len (raise "
+                                   "training.grad_accum_steps to keep the batch)"
+                                 : model_hint);
+}
+
 void setup(Run& run) {
   const Recipe& r = run.r;
   if (r.get_int("run.threads") > 0) set_num_threads(int(r.get_int("run.threads")));
@@ -508,11 +563,18 @@ void setup(Run& run) {
   if (run.grid.tp > 1 && !r.get_strings("eval.tasks").empty())
     r.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
+  check_train_memory(run, cfg, plan);
+  if (run.dry_run) return;
   try {
     run.model = std::make_unique<Model<float>>(cfg, plan, std::move(run.backend),
                                                run.grid.tp > 1 ? run.tp : nullptr);
   } catch (const Error& e) {
-    r.fail("parallelism.tp", e.what());
+    // The layout's checks name tensor parallelism or the plan; anything else
+    // (an allocation the estimate missed) is the recipe's as a whole.
+    const std::string msg = e.what();
+    if (run.grid.tp > 1 && msg.find("tensor") != std::string::npos) r.fail("parallelism.tp", msg);
+    if (msg.rfind("layer plan", 0) == 0) r.fail("model.plan", msg);
+    fail_one_line(r.files().back(), ": ", msg);
   }
   std::string precision = r.get_string("training.precision");
   ops::MatmulPrecision matmul = ops::MatmulPrecision::FP32;
@@ -631,6 +693,10 @@ void setup(Run& run) {
             human_count(double(cfg.num_parameters())), " parameters (",
             human_count(double(n_train)), " trainable), plan ", plan.to_string(), ", ", precision,
             " matmuls");
+  log::info("memory: ", run.memory.to_string(), " per process",
+            run.memory_limit.bytes >= 0 ? cat("; ", human_bytes(double(run.memory_limit.bytes)),
+                                              " available (", run.memory_limit.source, ")")
+                                        : std::string());
   if (run.world() > 1) {
     int64_t state = 0;
     for (int t = 0; t < n_tensors; ++t)

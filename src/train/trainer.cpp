@@ -45,6 +45,34 @@
 namespace strata {
 using namespace train_internal;
 
+namespace {
+
+// A non-finite loss or gradient norm: the step is not taken and the run stops
+// in one line naming the step and the newest checkpoint (all saved from
+// finite states), from which a resume with gentler settings can start.
+[[noreturn]] void stop_diverged(const Run& run, const char* what, double value) {
+  const auto ckpts = list_checkpoints(run.dir);
+  fail(cat("training diverged at step ", run.step + 1, ": the ", what, " is ",
+           std::isnan(value) ? std::string("NaN") : cat(value), " (the update was not applied); ",
+           ckpts.empty() ? std::string("no checkpoint was written")
+                         : cat("the last good checkpoint is ", ckpts.back().second, " (step ",
+                               ckpts.back().first, ")"),
+           "; lower optimizer.lr, raise lr_scheduler.warmup_steps or set training.grad_clip"));
+}
+
+}  // namespace
+
+std::string train_dry_run(const Recipe& recipe) {
+  Run run(recipe);
+  run.dry_run = true;
+  setup(run);
+  std::string out = cat("# memory per process (estimate): ", run.memory.to_string(), "\n");
+  if (run.memory_limit.bytes >= 0)
+    out += cat("# memory available: ", human_bytes(double(run.memory_limit.bytes)), " (",
+               run.memory_limit.source, ")\n");
+  return out;
+}
+
 TrainResult train(const Recipe& recipe) {
   Run run(recipe);
   setup(run);
@@ -183,9 +211,9 @@ TrainResult train(const Recipe& recipe) {
           ++window_exit_n[size_t(l)];
         }
     const double loss = n_valid ? loss_sum / double(n_valid) : 0.0;
-    STRATA_CHECK(std::isfinite(loss), "training diverged: loss is ", loss, " at step ",
-                 run.step + 1, " (lower optimizer.lr or raise lr_scheduler.warmup_steps)");
+    if (!std::isfinite(loss)) stop_diverged(run, "loss", loss);
     const double gnorm = run.opt->step(run.model->params(), run.model->grads(), lr);
+    if (!std::isfinite(gnorm)) stop_diverged(run, "gradient norm", gnorm);  // nothing updated
     if (run.zero && dp_sync)  // ZeRO-1: each tensor's owner sends its update to the others
       for (size_t t = 0; t < run.owner.size(); ++t)
         if (run.owner[t] >= 0)

@@ -36,6 +36,12 @@ struct TrainResult {
 // training step, with a one-line message naming the file and key.
 TrainResult train(const Recipe& recipe);
 
+// `strata train --dry-run`: checks the recipe, its checkpoint and the model as
+// train() does before its first write, and returns the memory estimate per
+// process as TOML comment lines ("# memory: ..."). Writes nothing; throws the
+// error train() would (a run that cannot fit included).
+std::string train_dry_run(const Recipe& recipe);
+
 // Resolves `training.trainable` / `training.freeze` patterns to a per-tensor
 // mask. Patterns are globs over tensor names ("model.layers.*.mlp.*",
 // "lm_head.weight") or layer ranges "layers:A-B" (inclusive; "layers:3" for

@@ -18,4 +18,15 @@ int runtime_version() {
   return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
 }
 
+long long free_memory(int device) {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) return -1;
+  if (current != device && cudaSetDevice(device) != cudaSuccess) return -1;
+  size_t free_bytes = 0, total = 0;
+  const bool ok = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess;
+  if (current != device) cudaSetDevice(current);
+  if (!ok) cudaGetLastError();
+  return ok ? static_cast<long long>(free_bytes) : -1;
+}
+
 }  // namespace strata::cuda

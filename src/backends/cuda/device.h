@@ -8,5 +8,7 @@ namespace strata::cuda {
 int device_count();
 // Runtime version as major*1000 + minor*10 (CUDA's encoding), 0 if unknown.
 int runtime_version();
+// Free memory of device `device` in bytes (cudaMemGetInfo); -1 if unknown.
+long long free_memory(int device);
 
 }  // namespace strata::cuda

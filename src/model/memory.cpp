@@ -1,0 +1,215 @@
+#include "model/memory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata {
+namespace {
+
+// Sizes are counted in double: exact below 2^53 (the tests compare them with
+// the allocations), and no overflow from an absurd configuration.
+// 64-byte (16-float) rounding, as the arenas carve.
+double round16(double n) { return std::ceil(n / 16) * 16; }
+// Bytes for a Part, saturating far beyond any machine.
+int64_t bytes(double b) { return b < 9e18 ? int64_t(b) : int64_t(9e18); }
+
+// One layer's sizes on tensor-parallel rank 0 (mirrors ParamLayout::share and
+// LayerDims::of): heads and MLP columns cut into the shard's parts, or none
+// when the shard starts past rank 0.
+struct Dims {
+  double Hq = 0, Hkv = 0, F = 0;
+};
+
+}  // namespace
+
+int64_t MemoryEstimate::total() const {
+  double t = 0;
+  for (const Part& p : parts) t += double(p.bytes);
+  return bytes(t);
+}
+
+int64_t MemoryEstimate::bytes_of(const std::string& name) const {
+  for (const Part& p : parts)
+    if (p.name == name) return p.bytes;
+  return 0;
+}
+
+std::string MemoryEstimate::to_string() const {
+  std::string s;
+  for (const Part& p : parts) {
+    if (p.bytes == 0) continue;
+    s += cat(s.empty() ? "" : " + ", p.name, " ", human_bytes(double(p.bytes)));
+  }
+  int shown = 0;
+  for (const Part& p : parts) shown += p.bytes > 0;
+  if (shown <= 1) return s.empty() ? "nothing" : s;
+  return cat(s, " = ", human_bytes(double(total())));
+}
+
+MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
+                               const MemoryUse& u) {
+  LlamaConfig c = cfg_in;
+  c.finalize();
+  const int tp = std::max(1, u.tp);
+  const int L = c.num_hidden_layers;
+  const double C = c.hidden_size, D = c.head_dim, V = c.vocab_size;
+  std::vector<TpShard> shards =
+      plan.num_layers() == L ? plan.tp_shards(tp) : std::vector<TpShard>{};
+  auto dims = [&](int l) {
+    const TpShard s = shards.empty() ? TpShard{0, tp} : shards[size_t(l)];
+    Dims d;
+    if (s.first > 0) return d;  // rank 0 holds none of this layer
+    d.Hq = c.num_attention_heads / s.ranks;
+    d.Hkv = c.num_key_value_heads / s.ranks;
+    d.F = c.intermediate_size / s.ranks;
+    return d;
+  };
+
+  // Layers grouped by their sizes on rank 0 (a plan places some on other
+  // ranks), so an absurd layer count costs nothing to count.
+  struct Group {
+    Dims d;
+    bool spd = false;
+    double count = 0;
+  };
+  std::vector<Group> groups;
+  const bool have_plan = plan.num_layers() == L;
+  for (int l = 0; l < L; ++l) {
+    const Dims d = dims(l);
+    const bool spd_layer = have_plan && plan.kinds[size_t(l)] == LayerKind::Spd;
+    if (!have_plan && l > 0) {  // no plan: every layer is the first one's
+      groups[0].count = double(L);
+      break;
+    }
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.d.Hq == d.Hq && g.d.Hkv == d.Hkv && g.d.F == d.F && g.spd == spd_layer;
+    });
+    if (it == groups.end())
+      groups.push_back({d, spd_layer, 1});
+    else
+      ++it->count;
+  }
+
+  // Parameters: the order and alignment of ParamLayout. Each layer starts
+  // aligned (its input norm), so a layer adds its span rounded to 16.
+  auto span = [&](const Dims& d) {
+    double n = 0;
+    auto add = [&](double k, bool align) {
+      if (align) n = round16(n);
+      n += k;
+    };
+    add(C, true);
+    add(d.Hq * D * C, true);
+    add(d.Hkv * D * C, false);
+    add(d.Hkv * D * C, false);
+    if (c.attention_bias) {
+      add(d.Hq * D, true);
+      add(d.Hkv * D, false);
+      add(d.Hkv * D, false);
+    }
+    add(C * d.Hq * D, true);
+    if (c.attention_bias) add(C, true);
+    add(C, true);
+    add(d.F * C, true);
+    add(d.F * C, false);
+    add(C * d.F, true);
+    return round16(n);
+  };
+  double P = round16(V / tp * C);
+  double maxF = 0, maxQKV = 0, maxQ = 0;
+  for (const Group& g : groups) {
+    P += g.count * span(g.d);
+    maxF = std::max(maxF, g.d.F);
+    maxQKV = std::max(maxQKV, (g.d.Hq + 2 * g.d.Hkv) * D);
+    maxQ = std::max(maxQ, g.d.Hq * D);
+  }
+  P += c.tie_word_embeddings ? C : round16(C) + V / tp * C;
+
+  MemoryEstimate e;
+  e.parameters = bytes(P);
+  const double f = sizeof(float);
+  // The model's small fixed buffers: RoPE tables and two norm vectors.
+  const double fixed = (double(c.max_position_embeddings) * std::floor(D / 2) * 2 + 2 * C) * f;
+  e.parts.push_back({"weights", bytes(P * f + fixed)});
+  if (u.gradients) e.parts.push_back({"gradients", bytes(P * f)});
+  if (u.optimizer_share > 0)
+    e.parts.push_back({"AdamW moments", bytes(2 * P * u.optimizer_share * f)});
+
+  if (u.batch > 0 && u.seq > 0) {
+    // The activation arena (Model::ensure_acts), element for element.
+    const double N = double(u.batch) * u.seq;
+    double a = (2 * double(L) + 1) * round16(N * C);
+    bool deferring = false, pairs = false, par_groups = false, spd = false;
+    for (const PlanUnit& unit : have_plan ? plan.units() : std::vector<PlanUnit>{}) {
+      deferring |= unit.kind == LayerKind::Ladder || unit.kind == LayerKind::Parallel ||
+                   unit.kind == LayerKind::Par;
+      pairs |= unit.kind == LayerKind::Lp || unit.kind == LayerKind::Par;
+      par_groups |= unit.kind == LayerKind::Par;
+      spd |= unit.kind == LayerKind::Spd;
+    }
+    const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
+    for (const Group& g : groups) {
+      const Dims& d = g.d;
+      double per = 2 * round16(N * C) + 2 * round16(N) + round16(N * (d.Hq + 2 * d.Hkv) * D) +
+                   round16(N * d.Hq * D) + round16(double(u.batch) * d.Hq * u.seq) +
+                   round16(N * 2 * d.F) + round16(N * d.F);
+      if (g.spd)
+        per += spd_v * (2 * round16(N * C) + round16(N) + round16(N * std::floor(2 * d.F / spd_v)) +
+                        round16(N * std::floor(d.F / spd_v)));
+      a += g.count * per;
+    }
+    a += round16(N * C) + 2 * round16(N);  // final norm, its rstd, the head's LSE
+    a += 7 * round16(N * C);               // module outputs, sub-batches, backward streams
+    a += round16(N * maxQKV) + round16(N * maxQ) + round16(N * 2 * maxF) + round16(N * maxF);
+    a +=
+        (double(deferring) + double(pairs) + 2 * double(spd) + double(par_groups)) * round16(N * C);
+    if (spd) a += round16(N * C + 3 * C);
+    e.parts.push_back({"activations", bytes(a * f)});
+  }
+  if (u.kv_batch > 0 && u.kv_len > 0) {
+    double heads = 0;
+    for (const Group& g : groups) heads += g.count * g.d.Hkv;
+    e.parts.push_back({"KV cache", bytes(2 * double(u.kv_batch) * heads * u.kv_len * D * f)});
+  }
+  if (u.logits_rows > 0)
+    e.parts.push_back({"logits", bytes(double(u.logits_rows) * (V + 2 * C) * f)});
+  if (u.other_bytes > 0) e.parts.push_back({u.other_name, u.other_bytes});
+  return e;
+}
+
+int processes_on_this_node() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
+                        "SLURM_NTASKS_PER_NODE"}) {
+    const char* s = std::getenv(v);
+    if (s && *s) {
+      const int n = std::atoi(s);
+      if (n >= 1) return n;
+    }
+  }
+  return 1;
+}
+
+void check_memory(const MemoryEstimate& need, const MemoryLimit& limit, int processes,
+                  const std::string& what, const std::string& hint) {
+  if (limit.bytes < 0) return;
+  const int n = std::max(1, processes);
+  const double total = double(need.total()) * n;
+  if (total <= double(limit.bytes)) return;
+  const std::string per = n > 1 ? cat(" per process x ", n, " processes on this machine") : "";
+  const std::string msg =
+      cat(what, " needs about ", human_bytes(double(need.total())), per, " (", need.to_string(),
+          ") but ", human_bytes(double(limit.bytes)), " is available (", limit.source, "); ", hint);
+  const char* env = std::getenv("STRATA_MEMORY_CHECK");
+  if (env && std::string(env) == "0") {
+    log::warn(msg, " (going on: STRATA_MEMORY_CHECK=0)");
+    return;
+  }
+  fail(msg);
+}
+
+}  // namespace strata

@@ -1,0 +1,66 @@
+// Memory estimates made before anything large is allocated: the bytes a
+// process will need for weights, gradients, optimizer moments, activations,
+// KV caches and logits, from the model's configuration and the command's
+// shapes alone, and the one-line refusal when they cannot fit.
+//
+//   MemoryUse u;  u.gradients = true;  u.optimizer_share = 1;  u.batch = 8;  u.seq = 512;
+//   const MemoryEstimate e = estimate_memory(cfg, plan, u);
+//   check_memory(e, ops::memory_available(device), ranks_on_node, "training", hint);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory_info.h"
+#include "model/config.h"
+#include "model/plan.h"
+
+namespace strata {
+
+// What a command will hold at its peak on one process (one tensor-parallel
+// rank; the figures are tensor-parallel rank 0's, the one holding the most).
+struct MemoryUse {
+  int tp = 1;
+  bool gradients = false;      // the gradient arena (training)
+  double optimizer_share = 0;  // the fraction of this rank's weights with AdamW moments
+  // The model's activation arena for a [batch, seq] forward/backward (0: none):
+  // what Model::forward_backward and Model::forward_hidden carve.
+  int batch = 0, seq = 0;
+  int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
+  int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
+  int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)
+  std::string other_name = "buffers";
+};
+
+struct MemoryEstimate {
+  struct Part {
+    std::string name;
+    int64_t bytes = 0;
+  };
+  std::vector<Part> parts;  // weights, gradients, AdamW moments, activations, ...
+  int64_t parameters = 0;   // this rank's parameter elements
+  int64_t total() const;
+  int64_t bytes_of(const std::string& name) const;  // 0 when absent
+  // "weights 1.2 MB + gradients 1.2 MB + ... = 3.0 MB" (parts of 0 bytes left out).
+  std::string to_string() const;
+};
+
+// Analytic, exact up to the arenas' 64-byte alignment for weights, gradients,
+// moments and activations (tests compare it with the allocations); never
+// allocates in proportion to the model, so an absurd configuration costs
+// nothing to estimate.
+MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, const MemoryUse& u);
+
+// Refuses, in one line, work whose estimate times `processes` (processes on
+// this machine sharing `limit`) exceeds it: "<what> needs about X per process
+// (...) but Y is available (source); <hint>". With STRATA_MEMORY_CHECK=0 it
+// warns instead. Unknown limits (bytes < 0) pass.
+void check_memory(const MemoryEstimate& need, const MemoryLimit& limit, int processes,
+                  const std::string& what, const std::string& hint);
+
+// Processes of this job on this machine, from the launcher's environment
+// (Open MPI, MPICH, SLURM, PMIx); 1 when run alone.
+int processes_on_this_node();
+
+}  // namespace strata
