@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -30,19 +31,38 @@ void LlamaConfig::finalize(const std::string& where) {
   }
   positive(head_dim, "head_dim");
   STRATA_CHECK(head_dim % 2 == 0, where, ": head_dim must be even for RoPE, got ", head_dim);
-  STRATA_CHECK(rope_theta > 0, where, ": rope_theta must be positive");
-  STRATA_CHECK(rms_norm_eps > 0, where, ": rms_norm_eps must be positive");
-  STRATA_CHECK(initializer_range > 0, where, ": initializer_range must be positive");
+  // The widths the model computes in int (q_dim(), qkv_dim()) and the
+  // parameter count (int64) must not overflow: a garbage config stops here.
+  const int64_t q = int64_t(num_attention_heads) * head_dim;
+  const int64_t kv = int64_t(num_key_value_heads) * head_dim;
+  STRATA_CHECK(q + 2 * kv <= std::numeric_limits<int>::max(), where,
+               ": num_attention_heads x head_dim (", q, ") and num_key_value_heads x head_dim (",
+               kv, ") are too large");
+  const double C = hidden_size, F = intermediate_size, V = vocab_size;
+  const double params =
+      2 * V * C + num_hidden_layers * (C * double(q + 2 * kv) + double(q) * C + 3 * C * F + 2 * C +
+                                       double(q + 2 * kv + C));
+  STRATA_CHECK(params <= 1e15, where, ": the config describes about ", params,
+               " parameters, more than any model (vocab_size, hidden_size, intermediate_size or "
+               "num_hidden_layers is implausible)");
+  auto positive_finite = [&](double v, const char* key) {
+    STRATA_CHECK(std::isfinite(v) && v > 0, where, ": ", key, " must be positive and finite, got ",
+                 v);
+  };
+  positive_finite(rope_theta, "rope_theta");
+  positive_finite(rms_norm_eps, "rms_norm_eps");
+  positive_finite(initializer_range, "initializer_range");
   if (!rope_scaling.type.empty()) {
     STRATA_CHECK(rope_scaling.type == "llama3" || rope_scaling.type == "linear", where,
                  ": unknown rope_scaling type '", rope_scaling.type, "'");
-    STRATA_CHECK(rope_scaling.factor > 0, where, ": rope_scaling.factor must be positive");
+    positive_finite(rope_scaling.factor, "rope_scaling.factor");
     if (rope_scaling.type == "llama3")
       STRATA_CHECK(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
                        rope_scaling.low_freq_factor > 0 &&
+                       std::isfinite(rope_scaling.high_freq_factor) &&
                        rope_scaling.original_max_position_embeddings > 0,
                    where, ": rope_scaling (llama3) needs 0 < low_freq_factor < high_freq_factor ",
-                   "and original_max_position_embeddings > 0");
+                   "(finite) and original_max_position_embeddings > 0");
   }
 }
 
@@ -89,8 +109,15 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
       STRATA_CHECK(!required, where, ": missing required field '", key, "'");
       return;
     }
-    STRATA_CHECK(j[key].is_number_integer(), where, ": field '", key, "' must be an integer");
-    out = j[key].get<int>();
+    const auto& v = j[key];
+    STRATA_CHECK(v.is_number_integer(), where, ": field '", key, "' must be an integer");
+    // Read wide, then range-checked: get<int>() would wrap 4294967297 to 1.
+    const bool fits = v.is_number_unsigned()
+                          ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max())
+                          : v.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                                v.get<int64_t>() <= std::numeric_limits<int>::max();
+    STRATA_CHECK(fits, where, ": field '", key, "' is ", v.dump(), ", out of range for an integer");
+    out = int(v.get<int64_t>());
   };
   auto get_double = [&](const char* key, double& out) {
     if (!j.contains(key) || j[key].is_null()) return;
@@ -136,8 +163,10 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains(rope_key) && !j[rope_key].is_null()) {
     const auto& rs = j[rope_key];
     STRATA_CHECK(rs.is_object(), where, ": ", rope_key, " must be an object or null");
-    const std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
-                                                      : rs.value("type", std::string("default"));
+    const char* type_key = rs.contains("rope_type") ? "rope_type" : "type";
+    STRATA_CHECK(!rs.contains(type_key) || rs[type_key].is_string(), where, ": ", rope_key, ".",
+                 type_key, " must be a string");
+    const std::string type = rs.contains(type_key) ? rs[type_key].get<std::string>() : "default";
     STRATA_CHECK(type == "llama3" || type == "linear" || type == "default", where, ": ", rope_key,
                  " type '", type, "' is not supported (llama3, linear)");
     if (type != "default") {
@@ -156,6 +185,10 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
         num("low_freq_factor", c.rope_scaling.low_freq_factor, true);
         num("high_freq_factor", c.rope_scaling.high_freq_factor, true);
         num("original_max_position_embeddings", orig, true);
+        STRATA_CHECK(
+            orig >= 1 && orig <= std::numeric_limits<int>::max() && orig == std::floor(orig), where,
+            ": ", rope_key,
+            ".original_max_position_embeddings must be a whole number of positions, got ", orig);
         c.rope_scaling.original_max_position_embeddings = int(orig);
       }
     }
