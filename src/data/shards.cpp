@@ -1,6 +1,7 @@
 // Token shards and dataset metadata (format in shards.h).
 #include "data/shards.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace strata {
 namespace {
@@ -138,6 +140,12 @@ T get_field(const nlohmann::json& j, const char* key, const std::string& where) 
     STRATA_CHECK(v.is_boolean(), where, ": field '", key, "' must be true or false");
   } else {
     STRATA_CHECK(v.is_number_integer(), where, ": field '", key, "' must be an integer");
+    // Range-checked: get<int>() would wrap 4294967808 to 512.
+    const bool fits = v.is_number_unsigned()
+                          ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                          : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                                v.get<int64_t>() <= int64_t(std::numeric_limits<T>::max());
+    STRATA_CHECK(fits, where, ": field '", key, "' is ", v.dump(), ", out of range");
   }
   return v.get<T>();
 }
@@ -153,9 +161,11 @@ SplitMeta split_from_json(const nlohmann::json& j, const char* name, const std::
   for (const auto& f : s.at("shards")) {
     STRATA_CHECK(f.is_string(), w, ": field 'shards' must be a list of file names");
     const std::string name_s = f.get<std::string>();
-    STRATA_CHECK(
-        !name_s.empty() && name_s.find('/') == std::string::npos && name_s != "." && name_s != "..",
-        w, ": bad shard file name '", name_s, "'");
+    const bool control = std::any_of(name_s.begin(), name_s.end(),
+                                     [](char ch) { return static_cast<unsigned char>(ch) < 0x20; });
+    STRATA_CHECK(!name_s.empty() && name_s.find('/') == std::string::npos && name_s != "." &&
+                     name_s != ".." && !control,
+                 w, ": bad shard file name '", one_line(name_s), "'");
     m.shards.push_back(name_s);
   }
   m.tokens = get_field<int64_t>(s, "tokens", w);
@@ -190,7 +200,7 @@ DatasetMeta DatasetMeta::from_json(const nlohmann::json& j, const std::string& w
   STRATA_CHECK(j.is_object(), where, ": expected a JSON object");
   DatasetMeta m;
   m.format = get_field<std::string>(j, "format", where);
-  STRATA_CHECK(m.format == "strata-tokens-v1", where, ": unknown format '", m.format,
+  STRATA_CHECK(m.format == "strata-tokens-v1", where, ": unknown format '", one_line(m.format),
                "' (expected strata-tokens-v1)");
   m.tokenizer_sha256 = get_field<std::string>(j, "tokenizer_sha256", where);
   m.vocab_size = get_field<int>(j, "vocab_size", where);
@@ -230,8 +240,15 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
   const SplitMeta& sm = split == "train" ? meta->train : meta->val;
 
   TokenDataset ds;
-  ds.tokens_.reserve(size_t(sm.tokens));
-  ds.doc_starts_.reserve(size_t(sm.documents) + 1);
+  // Room for what the shards can hold, not for what meta.json claims: a
+  // wrong count must not allocate before the shards are checked against it.
+  uint64_t shard_bytes = 0;
+  for (const auto& name : sm.shards) {
+    const uintmax_t n = fs::file_size(fs::path(dir) / name, ec);
+    if (!ec) shard_bytes += n;  // a missing shard is reported when it is read
+  }
+  ds.tokens_.reserve(size_t(std::min<uint64_t>(uint64_t(sm.tokens), shard_bytes / 2)));
+  ds.doc_starts_.reserve(size_t(std::min<uint64_t>(uint64_t(sm.documents), shard_bytes / 8)) + 1);
   for (const auto& name : sm.shards)
     read_shard_checked((fs::path(dir) / name).string(), ds.tokens_, ds.doc_starts_,
                        meta->vocab_size, meta->token_bytes);
