@@ -12,9 +12,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "ops/types.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/row_loader.h"
+#include "ops/types.h"
 
 namespace strata {
 namespace {
@@ -60,7 +61,8 @@ std::vector<std::pair<std::string, std::string>> parse_conversation(const nlohma
                  i + 1, ": 'content' must be a string");
     const std::string role = msg.at("role").get<std::string>();
     STRATA_CHECK(role == "system" || role == "user" || role == "assistant", where, ": message ",
-                 i + 1, ": unknown role '", role, "' (expected system, user or assistant)");
+                 i + 1, ": unknown role '", one_line(role),
+                 "' (expected system, user or assistant)");
     assistant |= role == "assistant";
     msgs.emplace_back(role, msg.at("content").get<std::string>());
   }
@@ -194,7 +196,7 @@ SftExample SftDataset::render(const std::vector<std::pair<std::string, std::stri
         ex.loss.push_back(1);
       }
     } else {
-      fail(cat("sft: message ", i + 1, ": unknown role '", role,
+      fail(cat("sft: message ", i + 1, ": unknown role '", one_line(role),
                "' (expected system, user or assistant)"));
     }
   }
