@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -137,8 +138,10 @@ bool lookup(const json& v, std::string_view path, json& out) {
       return true;
     }
     size_t i = 0;
-    std::from_chars(index.data(), index.data() + index.size(), i);
-    return i < v.size() && lookup(v[i], rest, out);
+    // An index too large for size_t is missing, not element 0.
+    const bool parsed =
+        std::from_chars(index.data(), index.data() + index.size(), i).ec == std::errc();
+    return parsed && i < v.size() && lookup(v[i], rest, out);
   }
   const size_t end = std::min(path.size(), path.find_first_of(".["));
   if (!v.is_object()) return false;
@@ -314,13 +317,19 @@ struct GoldSpec {
       return int(it - keys.begin());
     }
     const json v = need(row, field);
-    if (v.is_number_integer()) return v.get<int>();
+    if (v.is_number_integer()) {  // range-checked: get<int>() would wrap 4294967296 to 0
+      if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX)
+                                 : v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
+        fail_one_line(row.where, ": gold ", v.dump(), " is not a choice index");
+      return int(v.get<int64_t>());
+    }
     std::string s;
     if (v.is_string()) s = trim_ascii(v.get<std::string>());
     int g = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), g);
     if (s.empty() || ec != std::errc() || end != s.data() + s.size())
-      fail_one_line(row.where, ": gold field '", field, "' is ", v.dump(),
+      fail_one_line(row.where, ": gold field '", field, "' is ",
+                    v.dump(-1, ' ', false, json::error_handler_t::replace),
                     ", expected an integer index");
     return g;
   }
@@ -543,7 +552,8 @@ GoldSpec gold_spec(const TaskFile& tf) {
         if (!valid_path(g.index_in)) fail_one_line(at_k, ": bad field '", g.index_in, "'");
       } else if (k == "map" && v.is_table()) {
         for (const auto& [mk, mv] : *v.as_table()) {
-          if (!mv.is_integer()) fail_one_line(at_k, ": map values are choice indices (integers)");
+          if (!mv.is_integer() || mv.as_integer()->get() < 0 || mv.as_integer()->get() > INT32_MAX)
+            fail_one_line(at_k, ": map values are choice indices (integers from 0)");
           g.map[std::string(mk.str())] = int(mv.as_integer()->get());
         }
         if (g.map.empty()) fail_one_line(at_k, ": empty map");
@@ -601,7 +611,9 @@ void read_generation(const TaskFile& tf, Config& c) {
            : k == "fallback" ? f.fallback
                              : f.pattern) = v.as_string()->get();
         } else if (k == "group_select") {
-          if (!v.is_integer()) fail_one_line(at, ": expected an integer");
+          if (!v.is_integer() || v.as_integer()->get() < INT32_MIN ||
+              v.as_integer()->get() > INT32_MAX)
+            fail_one_line(at, ": expected an integer (a match index)");
           f.group_select = int(v.as_integer()->get());
         } else {
           fail_one_line(at, ": unknown key (function, regex_pattern, group_select, fallback)");
@@ -731,7 +743,8 @@ Config read_config(const std::string& path) {
     fail_one_line(tf.at("comparable"), ": comparable = false needs a comparable_note (the reason)");
   c.harness_task = tf.str("harness_task").value_or("");
   const int64_t version = tf.integer("version").value_or(0);
-  if (version < 0) fail_one_line(tf.at("version"), ": expected >= 0, got ", version);
+  if (version < 0 || version > INT32_MAX)
+    fail_one_line(tf.at("version"), ": expected 0..", INT32_MAX, ", got ", version);
   c.version = int(version);
   if (const toml::node* n = tf.get("categories")) {
     const toml::table* t = n->as_table();
