@@ -39,7 +39,14 @@ Tokenizer Tokenizer::load(const std::string& path) {
 Tokenizer Tokenizer::from_bytes(const std::string& model_bytes, const std::string& name) {
   STRATA_CHECK(!model_bytes.empty(), "tokenizer ", name, ": empty file, not a sentencepiece model");
   auto sp = std::make_shared<sentencepiece::SentencePieceProcessor>();
-  const auto status = sp->LoadFromSerializedProto(model_bytes);
+  sentencepiece::util::Status status;
+  try {
+    status = sp->LoadFromSerializedProto(model_bytes);
+  } catch (const std::exception& e) {
+    // Sentencepiece reports most bad models in the status, but a piece table
+    // it cannot index (an empty piece) throws from its trie builder.
+    fail(cat("tokenizer ", name, ": not a sentencepiece model (", one_line(e.what()), ")"));
+  }
   STRATA_CHECK(status.ok(), "tokenizer ", name, ": not a sentencepiece model (",
                one_line(status.ToString()), ")");
   STRATA_CHECK(sp->GetPieceSize() > 0, "tokenizer ", name, ": the model has no pieces");
