@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,24 +29,63 @@ std::string read_file(const std::string& path, const std::string& what) {
   return ss.str();
 }
 
+namespace {
+
+// Writes all of `bytes` to `fd`; false (errno set) when the file system takes
+// no more (a short write that makes no progress counts as ENOSPC).
+bool write_all(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return false;
+    }
+    done += size_t(n);
+  }
+  return true;
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
-  std::error_code ec;
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    STRATA_CHECK(out, "cannot write ", tmp);
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      fail(cat("write error on ", tmp, " (disk full?)"));
+    FileDescriptor out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    if (out.fd < 0) fail_one_line("cannot write ", shorten(tmp), ": ", std::strerror(errno));
+    const bool written = write_all(out.fd, bytes);
+    const int err = errno;
+    const int closed = ::close(out.fd);  // NFS and quotas report late, here
+    const int close_err = errno;
+    out.fd = -1;
+    if (!written || closed != 0) {
+      ::unlink(tmp.c_str());
+      fail_one_line("cannot write ", shorten(tmp), ": ", std::strerror(written ? close_err : err));
     }
   }
+  std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     const std::string why = ec.message();
     fs::remove(tmp, ec);
-    fail(cat("cannot rename ", tmp, " to ", path, ": ", why));
+    fail_one_line("cannot rename ", shorten(tmp), " to ", shorten(path), ": ", why);
+  }
+}
+
+void append_record(const std::string& path, const std::string& bytes, const std::string& what) {
+  FileDescriptor out{::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)};
+  if (out.fd < 0) fail_one_line(what, " ", shorten(path), ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(out.fd, &st) != 0)
+    fail_one_line(what, " ", shorten(path), ": cannot stat: ", std::strerror(errno));
+  if (!write_all(out.fd, bytes)) {
+    const int err = errno;
+    // Part of the record may be in: cut the file back to what it held.
+    if (::ftruncate(out.fd, st.st_size) != 0) {
+      // Nothing more to do; a reader skips a torn last line (resume does).
+    }
+    fail_one_line(what, " ", shorten(path), ": cannot append a record: ", std::strerror(err));
   }
 }
 

@@ -18,6 +18,12 @@ std::string read_text_sample(const std::string& path, int64_t limit_bytes);
 // file; on failure the temporary is removed.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Appends `bytes` (one record, e.g. a JSON line) to `path`, creating it if
+// needed. A record that does not fit (a full disk) is taken out again, so the
+// file never ends in a torn record, and the error reads "<what> <path>: cannot
+// append a record: <reason>".
+void append_record(const std::string& path, const std::string& bytes, const std::string& what);
+
 // A POSIX file descriptor closed on scope exit.
 struct FileDescriptor {
   int fd = -1;

@@ -10,7 +10,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -183,8 +182,9 @@ std::string save(Run& run) {
 
 void append_metrics(const Run& run, const nlohmann::json& j) {
   if (!run.root()) return;
-  std::ofstream f(run.metrics_path, std::ios::app);
-  f << j.dump() << "\n";
+  // One write per record; a full disk stops the run (the step's numbers
+  // would be lost otherwise) and leaves no torn line behind.
+  append_record(run.metrics_path, j.dump() + "\n", "metrics");
 }
 
 }  // namespace strata::train_internal
