@@ -20,6 +20,8 @@ PACKAGES=(
   qemu-user                             # tests: the binary on emulated older CPUs (label portability)
   libopenmpi-dev openmpi-bin            # MPI: multi-process training (mpirun) and its tests
   python3                               # runs HumanEval completions (eval --allow-code-execution)
+  clang libclang-rt-14-dev              # fuzz/run.sh: clang++ and its libFuzzer and sanitizer
+                                        # runtimes (the fuzz harnesses, label fuzz)
 )
 
 if [[ "${STRATA_SKIP_APT:-0}" != 1 ]]; then
