@@ -20,7 +20,8 @@
 # last line is "faults: N passed, M failed"; the exit status is non-zero when
 # any trial failed. Environment: FAULTS_SEED (default 19) seeds the kill
 # delays; FAULTS_MPIRUN (default: mpirun on PATH); FAULTS_TRIALS (default
-# "1 2 3 4 5 6") picks trials. Needs python3 (the JSON checks).
+# "1 2 3 4 5 6") picks trials; OMP_NUM_THREADS (default 1). Needs python3
+# (the JSON checks).
 set -uo pipefail
 if (($# < 2)); then
   echo "usage: $0 STRATA OUTDIR [KILLS]" >&2
@@ -34,6 +35,10 @@ mpirun=${FAULTS_MPIRUN:-$(command -v mpirun || true)}
 [[ -x $strata ]] || { echo "faults: $1 is not an executable" >&2; exit 2; }
 [[ $kills =~ ^[0-9]+$ ]] || { echo "faults: KILLS must be a number, got '$kills'" >&2; exit 2; }
 command -v python3 > /dev/null || { echo "faults: python3 is needed for the JSON checks" >&2; exit 2; }
+# One thread per process, waiting passively: with OpenMP's default spinning, a
+# machine busy with other work (ctest -j, a build) makes each step 5x slower.
+# Every run of a comparison gets the same setting, so results stay comparable.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 # Mounts and background processes of ours, undone on exit.
 mounts=()
@@ -202,7 +207,7 @@ one_error_line() {
   fi
 }
 
-echo "faults: strata $strata, output $out, $kills kills, seed $seed, $(nproc) cores"
+echo "faults: strata $strata, output $out, $kills kills, seed $seed, $(getconf _NPROCESSORS_ONLN) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
 # The dataset, prepared once.
 if ! train_fg --set training.steps=1 --set run.dir="$out/prep" > "$out/prep.log" 2>&1; then
   tail -5 "$out/prep.log"
@@ -472,7 +477,7 @@ trial_read_only() {
 trial_two_runs() {
   local t0=$SECONDS d=$out/two run=$out/two/run
   mkdir -p "$d"
-  local args=(--set training.steps=300 --set checkpoint.interval=50 --set run.dir="$run")
+  local args=(--set training.steps=150 --set checkpoint.interval=50 --set run.dir="$run")
   train_bg "${args[@]}" > "$d/first.log" 2>&1 &
   local first=$!
   bg+=("$first")
@@ -492,12 +497,12 @@ trial_two_runs() {
   local rc1=$?
   forget "$first"
   ((rc1 == 0)) || problem "the first run: exit $rc1: $(tail -1 "$d/first.log")"
-  grep -q "done: 300 steps" "$d/first.log" || problem "the first run did not finish its 300 steps"
-  check_metrics_full "$run/metrics.jsonl" 300
+  grep -q "done: 150 steps" "$d/first.log" || problem "the first run did not finish its 150 steps"
+  check_metrics_full "$run/metrics.jsonl" 150
   cmp -s "$run/recipe.toml" "$d/recipe.before" || problem "the second run changed recipe.toml"
   # A lock file left by a killed run (its PID inside) is not a lock.
   local stale=$d/stale pid rc
-  train_bg --set training.steps=300 --set checkpoint.interval=5 --set run.dir="$stale" > "$d/stale1.log" 2>&1 &
+  train_bg --set training.steps=60 --set checkpoint.interval=5 --set run.dir="$stale" > "$d/stale1.log" 2>&1 &
   pid=$!
   bg+=("$pid")
   wait_lines "$stale/metrics.jsonl" 12 "$pid"
@@ -505,7 +510,7 @@ trial_two_runs() {
   wait "$pid" 2> /dev/null
   forget "$pid"
   [[ $(cat "$stale/.lock" 2> /dev/null) == "$pid" ]] || problem "the killed run's .lock does not hold its pid"
-  train_fg --set training.steps=300 --set checkpoint.interval=5 --set run.dir="$stale" > "$d/stale2.log" 2>&1
+  train_fg --set training.steps=60 --set checkpoint.interval=5 --set run.dir="$stale" > "$d/stale2.log" 2>&1
   rc=$?
   ((rc == 0)) && grep -q "resume: .* at step" "$d/stale2.log" ||
     problem "after a killed run (a stale .lock), the next run: exit $rc: $(tail -1 "$d/stale2.log")"
@@ -515,7 +520,7 @@ trial_two_runs() {
   train_fg --set training.steps=2 --set run.dir="$d/pid1" > "$d/pid1.log" 2>&1
   rc=$?
   ((rc == 0)) || problem "a .lock naming pid 1 but not locked: exit $rc: $(tail -1 "$d/pid1.log")"
-  report "4 two runs" "the second stopped after $(secs "$ms") s with exit $rc2 ('$(cut -c1-100 "$d/second.err" | head -1)'), the first finished (exit $rc1), metrics.jsonl steps 1-300 once each; a killed run's stale .lock and a .lock naming pid 1: the next runs started" "$t0"
+  report "4 two runs" "the second stopped after $(secs "$ms") s with exit $rc2 ('$(cut -c1-100 "$d/second.err" | head -1)'), the first finished (exit $rc1), metrics.jsonl steps 1-150 once each; a killed run's stale .lock and a .lock naming pid 1: the next runs started" "$t0"
 }
 
 # ---------------------------------------------------------------------------
