@@ -231,8 +231,16 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
   STRATA_CHECK(fs::is_regular_file(meta_path, ec), "dataset ", dir,
                ": no meta.json (not a prepared dataset, or `strata data prepare` did not finish)");
   nlohmann::json j;
+  // Nesting is bounded while parsing: "sources" is copied, recursively, and
+  // a value nested 100,000 deep would overflow the stack.
+  constexpr int kMaxDepth = 64;
+  const nlohmann::json::parser_callback_t bounded = [&](int depth, nlohmann::json::parse_event_t,
+                                                        nlohmann::json&) {
+    STRATA_CHECK(depth <= kMaxDepth, meta_path, ": nests JSON deeper than ", kMaxDepth, " levels");
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(read_all(meta_path, "dataset metadata"));
+    j = nlohmann::json::parse(read_all(meta_path, "dataset metadata"), bounded);
   } catch (const nlohmann::json::exception& e) {
     fail(cat(meta_path, ": not valid JSON (", e.what(), ")"));
   }

@@ -891,8 +891,14 @@ std::vector<Row> read_jsonl(const std::string& path) {
     if (trim_ascii(s).empty()) continue;
     Row r;
     r.where = cat(path, ":", line);
+    // Nesting is bounded while parsing: fields are copied recursively when
+    // they are looked up, and a value nested 100,000 deep overflowed the stack.
+    const json::parser_callback_t bounded = [&](int depth, json::parse_event_t, json&) {
+      if (depth > 64) fail_one_line(r.where, ": JSON nested deeper than 64 levels");
+      return true;
+    };
     try {
-      r.fields = json::parse(s);
+      r.fields = json::parse(s, bounded);
     } catch (const json::parse_error& e) {
       fail_one_line(r.where, ": malformed JSON: ", e.what());
     }

@@ -274,8 +274,18 @@ int64_t read_int_attr(hid_t loc, const char* name, const std::string& file,
 
 nlohmann::json parse_json_attr(hid_t loc, const char* name, const std::string& file) {
   const std::string text = read_text_attr(loc, name, file, "/");
+  // Nesting is bounded while parsing: nlohmann::json parses any depth, but
+  // copies and prints values recursively (inspect, a resume), and a value
+  // nested 100,000 deep overflows the stack there.
+  constexpr int kMaxDepth = 64;
+  const nlohmann::json::parser_callback_t bounded = [&](int depth, nlohmann::json::parse_event_t,
+                                                        nlohmann::json&) {
+    STRATA_CHECK(depth <= kMaxDepth, "checkpoint ", file, ": attribute '", name,
+                 "' nests JSON deeper than ", kMaxDepth, " levels");
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, bounded);
   } catch (const nlohmann::json::exception& e) {
     fail(cat("checkpoint ", file, ": attribute '", name, "' is not valid JSON: ", e.what()));
   }

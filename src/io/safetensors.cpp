@@ -42,6 +42,10 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // a sane header is far smal
 constexpr size_t kChunkBytes = size_t(4) << 20;     // I/O and conversion granularity
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
+// JSON nested deeper is refused while it is parsed: nlohmann::json parses any
+// depth, but prints and copies values recursively (a header nested 100,000
+// deep overflowed the stack printing its error message).
+constexpr int kMaxJsonDepth = 64;
 
 // ---------------------------------------------------------------------------
 // Messages
@@ -347,6 +351,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   bool has_duplicate = false;
   const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event,
                                                 json& parsed) {
+    if (depth > kMaxJsonDepth)
+      fail(cat(where, ": header nests JSON deeper than ", kMaxJsonDepth, " levels"));
     if (depth == 1 && event == json::parse_event_t::key && !has_duplicate) {
       const auto& k = parsed.get_ref<const std::string&>();
       if (!keys.insert(k).second) {
@@ -472,8 +478,13 @@ SafetensorsModel SafetensorsModel::open_dir(const std::string& dir) {
   const std::string where = cat("safetensors index ", index);
   const std::string text = read_file(index, "safetensors index");
   json j;
+  const json::parser_callback_t bounded = [&](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth)
+      fail(cat(where, ": nests JSON deeper than ", kMaxJsonDepth, " levels"));
+    return true;
+  };
   try {
-    j = json::parse(text);
+    j = json::parse(text, bounded);
   } catch (const json::exception& e) {
     fail(cat(where, ": not valid JSON: ", one_line(e.what())));
   }
