@@ -134,6 +134,9 @@ std::string read_text(const std::string& path, std::string& out) {
   const fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) return "no such file";
   if (fs::is_directory(st)) return "it is a directory";
+  // A device (base = "/dev/zero") would be read without end; a pipe is fine
+  // (strata train <(...)).
+  if (fs::is_character_file(st) || fs::is_block_file(st)) return "it is a device, not a file";
   std::ifstream in(path, std::ios::binary);
   if (!in) return "cannot open it";
   out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
