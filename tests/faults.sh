@@ -195,7 +195,7 @@ check_metrics_full() {
     problem "$1: expected steps 1-$2 once each: $torn torn, $dup duplicate, $gaps gaps, steps $first-$last"
 }
 # The lines of a run's stderr that are not its progress report.
-progress_lines() { grep -Ev '^(data|model|train|checkpoint|resume|time per step): |^(step|eval) |^sample |^done: '; }
+progress_lines() { grep -Ev '^(data|model|memory|train|checkpoint|resume|time per step): |^(step|eval) |^sample |^done: '; }
 # one_error_line FILE REGEX: FILE (a stderr) is exactly one line matching REGEX.
 one_error_line() {
   local n
