@@ -128,7 +128,7 @@ for t in "${targets[@]}"; do
     rc=0
     t0=$(date +%s)
     "$build/fuzz/fuzz_$t" "$corpus" "${dict[@]}" -max_total_time=$((seconds - elapsed)) \
-      -print_final_stats=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 \
+      -print_final_stats=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=5 \
       -close_fd_mask=1 -artifact_prefix="$artifacts/" > "$log" 2>&1 || rc=$?
     elapsed=$((elapsed + $(date +%s) - t0))
     rm -rf "${STRATA_FUZZ_TMP:?}"/*
