@@ -571,6 +571,12 @@ std::string CheckpointReader::tokenizer() const {
                "checkpoint ", path_, ": ", what, " is not uint8");
   const auto shape = dataset_shape(dset.get(), path_, what);
   STRATA_CHECK(shape.size() == 1, "checkpoint ", path_, ": ", what, " is not 1-D");
+  // A sentencepiece model is megabytes. A dataset's shape is only a claim (its
+  // storage may not exist): a larger one is refused before the buffer is
+  // allocated (a 1 TB claim in a 20 KB file asked for 1 TB).
+  constexpr int64_t kMaxTokenizerBytes = int64_t(1) << 30;
+  STRATA_CHECK(shape[0] >= 0 && shape[0] <= kMaxTokenizerBytes, "checkpoint ", path_, ": ", what,
+               " claims ", shape[0], " bytes, more than a tokenizer holds (at most 1 GiB)");
   std::string bytes(size_t(shape[0]), '\0');
   if (!bytes.empty() &&
       H5Dread(dset.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
