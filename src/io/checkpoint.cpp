@@ -76,7 +76,9 @@ std::string hdf5_detail() {
 
 [[noreturn]] void fail_h5(const std::string& file, const std::string& what) {
   const std::string detail = hdf5_detail();
-  fail(cat("checkpoint ", file, ": ", what, detail.empty() ? "" : " (HDF5: " + detail + ")"));
+  // `what` may name an object of the file (a tensor), whose name may hold anything.
+  fail(one_line(
+      cat("checkpoint ", file, ": ", what, detail.empty() ? "" : " (HDF5: " + detail + ")")));
 }
 
 // Owns one HDF5 identifier and closes it with the matching H5?close.
@@ -509,7 +511,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
                ": not a strata checkpoint (no 'format' attribute on '/')");
   const std::string format = read_text_attr(f, "format", path, "/");
   STRATA_CHECK(format == kFormat, "checkpoint ", path, ": not a strata checkpoint (format '",
-               format, "', expected '", kFormat, "')");
+               one_line(format), "', expected '", kFormat, "')");
   const int64_t version = read_int_attr(f, "version", path, "/");
   STRATA_CHECK(version >= 1 && version <= kVersion, "checkpoint ", path, ": format version ",
                version, " is not supported (this strata reads version ", kVersion, ")");
@@ -534,7 +536,14 @@ nlohmann::json CheckpointReader::config() const {
 }
 
 std::string CheckpointReader::plan() const {
-  return read_text_attr(hid_t(file_), "plan", path_, "/");
+  std::string plan = read_text_attr(hid_t(file_), "plan", path_, "/");
+  // A layer plan is one line of kinds and options: a control character (a
+  // corrupt or hostile file) is refused here, the text quoted on one line.
+  STRATA_CHECK(std::none_of(plan.begin(), plan.end(),
+                            [](char c) { return static_cast<unsigned char>(c) < 0x20; }),
+               "checkpoint ", path_, ": attribute 'plan' is not a layer plan ('", one_line(plan),
+               "')");
+  return plan;
 }
 
 std::string CheckpointReader::recipe() const {
@@ -584,7 +593,7 @@ std::string CheckpointReader::tokenizer() const {
   const std::string want = read_text_attr(dset.get(), "sha256", path_, "'/tokenizer'");
   const std::string got = sha256_hex(bytes);
   STRATA_CHECK(got == want, "checkpoint ", path_, ": ", what, " is corrupt (sha256 ", got,
-               ", attribute says ", want, ")");
+               ", attribute says ", one_line(want), ")");
   return bytes;
 }
 
