@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/text.h"
 #include "fuzz_util.h"
 #include "model/config.h"
 
@@ -43,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (j.contains("model_type") && j["model_type"].is_string())
       STRATA_CHECK(j["model_type"] == "llama", path, ": model_type '",
-                   j["model_type"].get<std::string>(), "' is not supported (llama)");
+                   one_line(j["model_type"].get<std::string>()), "' is not supported (llama)");
     const LlamaConfig cfg = LlamaConfig::from_json(j, path);
     (void)cfg.num_parameters();
     LlamaConfig back;

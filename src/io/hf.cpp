@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "io/safetensors.h"
 #include "model/memory.h"
 #include "ops/backend.h"
@@ -27,7 +28,7 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
   }
   if (j.contains("model_type") && j["model_type"].is_string())
     STRATA_CHECK(j["model_type"] == "llama", config_path, ": model_type '",
-                 j["model_type"].get<std::string>(), "' is not supported (llama)");
+                 one_line(j["model_type"].get<std::string>()), "' is not supported (llama)");
   const LlamaConfig cfg = LlamaConfig::from_json(j, config_path);
   const SafetensorsModel weights = SafetensorsModel::open_dir(dir);
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace strata {
 
@@ -168,7 +169,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
                  type_key, " must be a string");
     const std::string type = rs.contains(type_key) ? rs[type_key].get<std::string>() : "default";
     STRATA_CHECK(type == "llama3" || type == "linear" || type == "default", where, ": ", rope_key,
-                 " type '", type, "' is not supported (llama3, linear)");
+                 " type '", one_line(type), "' is not supported (llama3, linear)");
     if (type != "default") {
       c.rope_scaling.type = type;
       auto num = [&](const char* key, double& out, bool required) {
@@ -195,7 +196,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   }
   if (j.contains("hidden_act") && j["hidden_act"].is_string())
     STRATA_CHECK(j["hidden_act"] == "silu", where, ": hidden_act '",
-                 j["hidden_act"].get<std::string>(), "' is not supported (only silu)");
+                 one_line(j["hidden_act"].get<std::string>()), "' is not supported (only silu)");
   c.finalize(where);
   return c;
 }
