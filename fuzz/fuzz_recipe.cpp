@@ -107,8 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return guarded([&] {
     const Recipe r = Recipe::load(path, sets, train_recipe_schema());
     const std::string resolved = r.to_toml();
-    // The round trip recipe.h promises: not an expected refusal, so any
-    // error here escapes guarded() as a finding.
+    // The round trip recipe.h promises: an error here is not an expected
+    // refusal but a finding.
     std::string again_text;
     try {
       const Recipe again = Recipe::from_string(resolved, "resolved.toml", train_recipe_schema());

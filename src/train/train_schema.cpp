@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -143,7 +144,7 @@ std::vector<bool> resolve_trainable(const std::vector<std::string>& names,
       const int got = std::sscanf(range.c_str(), "%d-%d%c", &a, &b, &tail);
       if (got == 1) b = a;
       STRATA_CHECK((got == 1 || got == 2) && a >= 0 && b >= a, where, ": bad layer range '",
-                   pattern, "' (use layers:A-B or layers:N)");
+                   one_line(pattern), "' (use layers:A-B or layers:N)");
       int layer = -1;
       if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) != 1) return false;
       return layer >= a && layer <= b;
@@ -158,7 +159,7 @@ std::vector<bool> resolve_trainable(const std::vector<std::string>& names,
           mask[i] = value;
           any = true;
         }
-      STRATA_CHECK(any, where, ": pattern '", p, "' matches no tensor (names look like ",
+      STRATA_CHECK(any, where, ": pattern '", one_line(p), "' matches no tensor (names look like ",
                    "'model.layers.0.mlp.up_proj.weight', 'lm_head.weight')");
     }
   };
