@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/memory_info.h"
 #include "data/tokenizer.h"
 #include "io/hf.h"
 #include "io/llama2c.h"
@@ -16,36 +17,6 @@
 
 namespace strata::cli {
 namespace {
-
-// Parses sizes like "5GB", "500MB", "1048576".
-uint64_t parse_size(const std::string& s) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    fail(cat("bad size '", s, "' (e.g. 5GB, 200MB)"));
-  }
-  const std::string unit = s.substr(used);
-  double k = 1;
-  if (unit == "KB" || unit == "kB")
-    k = 1e3;
-  else if (unit == "MB")
-    k = 1e6;
-  else if (unit == "GB")
-    k = 1e9;
-  else if (unit == "KiB")
-    k = 1024.0;
-  else if (unit == "MiB")
-    k = 1024.0 * 1024;
-  else if (unit == "GiB")
-    k = 1024.0 * 1024 * 1024;
-  else
-    STRATA_CHECK(unit.empty() || unit == "B", "bad size unit in '", s,
-                 "' (B, KB, MB, GB, KiB, MiB, GiB)");
-  STRATA_CHECK(v > 0, "size must be positive, got '", s, "'");
-  return uint64_t(v * k);
-}
 
 // Loads an optional tokenizer and checks it fits the model's vocabulary.
 std::string tokenizer_for(const std::string& path, const std::string& fallback_bytes,
@@ -194,7 +165,11 @@ int cmd_export(int argc, char** argv, int first) {
   for (char& ch : dtype) ch = char(std::toupper(static_cast<unsigned char>(ch)));
   HfExportOptions o;
   o.dtype = dtype;
-  o.max_shard_bytes = parse_size(args.get("max-shard-size"));
+  const int64_t shard =
+      parse_bytes(args.get("max-shard-size"), "strata export hf: --max-shard-size");
+  STRATA_CHECK(shard > 0, "strata export hf: --max-shard-size must be positive, got '",
+               args.get("max-shard-size"), "'");
+  o.max_shard_bytes = uint64_t(shard);
   STRATA_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16",
                "strata export hf: unknown dtype '", dtype, "' (f32, bf16 or f16)");
   CheckpointInfo info;
