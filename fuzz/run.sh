@@ -83,7 +83,8 @@ export STRATA_FUZZ_TMP=$work/tmp
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$repo/fuzz/lsan.supp:print_suppressions=0}
-cpu=$(lscpu 2> /dev/null | sed -n 's/^Model name: *//p' | head -1)
+# The CPU's name for the table; never fatal (a chroot may lack lscpu's /sys).
+cpu=$({ lscpu 2> /dev/null || true; } | sed -n 's/^Model name: *//p' | head -1)
 echo "fuzz: ${#targets[@]} target(s), $seconds s each, on $(nproc) cores${cpu:+ of $cpu}"
 
 # Where a crash happened, from the first stack frame of its report that is
