@@ -61,6 +61,13 @@ if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" 2>
 fi
 
 # --- build ------------------------------------------------------------------
+# One run per build directory: a second one would delete the first's corpus.
+mkdir -p "$build"
+exec 9> "$build/.fuzz-run.lock"
+if ! flock -n 9; then
+  echo "fuzz/run.sh: $build is in use by another fuzz/run.sh (set STRATA_FUZZ_BUILD)" >&2
+  exit 1
+fi
 start=$(date +%s)
 if [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
   generator=()
