@@ -24,34 +24,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Read bandwidth of this machine: every thread sums its part of a 1 GiB
-// buffer with 16 independent float lanes (vectorised, so the loads, not the
-// adds, limit it); the best of 3 passes, in GB/s.
-double memory_bandwidth_gbs() {
-  const size_t n = size_t(1) << 28;  // 256M floats = 1 GiB
-  std::vector<float> buf(n);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;  // first touch by the reading thread
-  double best = 0;
-  for (int r = 0; r < 3; ++r) {
-    Timer t;
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      float lane[16] = {};
-#pragma omp for schedule(static)
-      for (size_t i = 0; i < n; i += 16)
-#pragma omp simd
-        for (int k = 0; k < 16; ++k) lane[k] += buf[i + size_t(k)];
-      for (float x : lane) total += x;
-    }
-    const double s = t.seconds();
-    if (total <= 0) std::fprintf(stderr, "bandwidth check: unexpected sum\n");
-    best = std::max(best, double(n * sizeof(float)) / s / 1e9);
-  }
-  return best;
-}
-
 const char* kDefaultPrompts[] = {
     "It is a truth universally acknowledged",
     "Emma Woodhouse, handsome, clever, and rich,",
@@ -173,7 +145,7 @@ int bench_generate(int argc, char** argv, int first) {
   const double bytes = double(c.num_parameters() -
                               (c.tie_word_embeddings ? 0 : int64_t(c.vocab_size) * c.hidden_size)) *
                        4.0;
-  const double bw = memory_bandwidth_gbs();
+  const double bw = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
   const double bound = bw * 1e9 / bytes;
   const Mode& plain = modes.front();
   const double plain_tps = double(plain.tokens) / plain.decode_s;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "model/model.h"
+#include "train/optimizer.h"
 
 namespace strata::cli {
 namespace {
@@ -231,10 +233,20 @@ double step_flops(const LlamaConfig& c, int B, int T) {
   return 6 * N * matrices + 3 * attn;  // model FLOPs: backward counted as 2x forward
 }
 
-int bench_model(int argc, char** argv, int first) {
-  Args args("strata bench model",
-            "Times whole training steps (forward + backward, fused LM head) of a randomly "
-            "initialised model and prints tokens/s and the achieved GFLOP/s.");
+// `bench model` (forward + backward) and `bench train` (the whole optimizer
+// step a recipe runs: zero_grad, forward + backward, global-norm clipping and
+// AdamW). Both report the fraction of the fp32 (or bf16) FMA peak measured on
+// the spot, the peak RSS, and end with a machine-readable `result:` line.
+int bench_step(int argc, char** argv, int first, bool train) {
+  const std::string name = train ? "strata bench train" : "strata bench model";
+  Args args(name,
+            train ? "Times whole optimizer steps (forward + backward with the fused LM head, "
+                    "gradient clipping to norm 1 and AdamW, as `strata train` runs them) of a "
+                    "randomly initialised model, and prints tokens/s, GFLOP/s and the fraction "
+                    "of the measured FMA peak."
+                  : "Times whole training steps (forward + backward, fused LM head) of a randomly "
+                    "initialised model and prints tokens/s, GFLOP/s and the fraction of the "
+                    "measured FMA peak.");
   args.option("model", "NAME", "288 (6L-288), 768 (12L-768)", "288")
       .option("batch", "B", "micro-batch size (0: tokens / seq)", "0")
       .option("tokens", "N", "tokens per step when --batch is 0", "4096")
@@ -245,6 +257,9 @@ int bench_model(int argc, char** argv, int first) {
       .flag("tied", "tie the embedding and the LM head")
       .option("plan", "TEXT", "layer plan (default: all standard)", "")
       .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
+      .option("peak", "GFLOPS",
+              "the FMA peak to divide by (0: measure it, about 1 s; fp32, or bf16 with --bf16)",
+              "0")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
@@ -252,6 +267,8 @@ int bench_model(int argc, char** argv, int first) {
   if (args.get_int("seq") > 0) bm.T = args.get_int("seq");
   bm.B = args.get_int("batch") > 0 ? args.get_int("batch")
                                    : std::max(1, args.get_int("tokens") / bm.T);
+  STRATA_USAGE_CHECK(args.get_int("vocab") >= 2, name, ": --vocab must be at least 2");
+  STRATA_USAGE_CHECK(args.get_double("peak") >= 0, name, ": --peak must be >= 0");
   LlamaConfig cfg;
   cfg.vocab_size = args.get_int("vocab");
   cfg.hidden_size = bm.C;
@@ -265,9 +282,26 @@ int bench_model(int argc, char** argv, int first) {
   const LayerPlan plan = args.get("plan").empty()
                              ? LayerPlan::standard(cfg.num_hidden_layers)
                              : LayerPlan::parse(args.get("plan"), cfg.num_hidden_layers);
-  Model<float> model(cfg, plan, ops::make_backend<float>(args.get("device")));
+  const bool bf16 = args.has("bf16");
+  const std::string device = args.get("device");
+  print_bench_machine();
+  // The peak first, on an idle process (before the model takes its memory).
+  const bool cpu = ops::resolve_device(device) == "cpu";
+  double peak = args.get_double("peak");
+  std::string peak_what = "given with --peak";
+  if (peak == 0 && cpu) {
+    const FmaPeak f = measure_fma_peak(0.25);
+    peak = bf16 && f.bf16 > 0 ? f.bf16 : f.fp32;
+    peak_what = bf16 && f.bf16 > 0 ? f.bf16_path : f.fp32_path;
+    if (bf16 && f.bf16 == 0) peak_what += ", no native bf16";
+    std::printf("peak: %.1f GFLOP/s (%s, measured now; strata bench peak)\n", peak,
+                peak_what.c_str());
+  }
+  Model<float> model(cfg, plan, ops::make_backend<float>(device));
   model.init_weights(1);
-  if (args.has("bf16")) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  if (bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  std::unique_ptr<AdamW<float>> opt;
+  if (train) opt = std::make_unique<AdamW<float>>(model.backend(), model.layout(), AdamWConfig{});
   const int64_t N = int64_t(bm.B) * bm.T;
   std::vector<int32_t> tokens(N), targets(N);
   for (int64_t i = 0; i < N; ++i) {
@@ -275,23 +309,33 @@ int bench_model(int argc, char** argv, int first) {
     targets[i] = int32_t((i * 104729 + 1) % cfg.vocab_size);
   }
   const int steps = std::max(1, args.get_int("steps"));
-  print_bench_machine();
-  const auto precision = args.has("bf16") ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
-  std::printf("%s\n", ops::device_choice(args.get("device")).c_str());
-  std::printf("matmuls: %s %s\n", args.has("bf16") ? "bf16," : "fp32,",
+  const auto precision = bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
+  std::printf("%s\n", ops::device_choice(device).c_str());
+  std::printf("matmuls: %s %s\n", bf16 ? "bf16," : "fp32,",
               model.backend().matmul_path(precision).c_str());
-  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d, %d threads, %s matmuls, plan %s\n",
+  std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d%s, %d threads, %s matmuls, plan %s%s\n",
               bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
-              num_threads(), args.has("bf16") ? "bf16" : "fp32", plan.to_string().c_str());
+              cfg.tie_word_embeddings ? " (tied)" : "", num_threads(), bf16 ? "bf16" : "fp32",
+              plan.to_string().c_str(), train ? ", AdamW with clipping" : "");
   auto step = [&] {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));
+    if (opt) opt->step(model.params(), model.grads(), 1e-5);
     model.backend().synchronize();
   };
   const double med = median_seconds(step, steps);
+  const double gflops = step_flops(cfg, bm.B, bm.T) / med * 1e-9;
   std::printf("activations: %.1f MiB\n", double(model.activation_bytes()) / (1 << 20));
-  std::printf("step: %.1f ms (median of %d), %.0f tokens/s, %.1f GFLOP/s\n", med * 1e3, steps,
-              double(N) / med, step_flops(cfg, bm.B, bm.T) / med * 1e-9);
+  std::printf("step: %.1f ms (median of %d), %.0f tokens/s, %.1f GFLOP/s", med * 1e3, steps,
+              double(N) / med, gflops);
+  if (peak > 0) std::printf(", %.1f%% of the %s peak", 100 * gflops / peak, bf16 ? "bf16" : "fp32");
+  const double rss = peak_rss_mib();
+  std::printf("\npeak RSS: %.1f MiB\n", rss);
+  std::printf(
+      "result: tokens_per_s=%.1f step_ms=%.2f gflops=%.2f peak_fraction=%.4f "
+      "peak_gflops=%.1f peak_rss_mib=%.1f params=%lld threads=%d\n",
+      double(N) / med, med * 1e3, gflops, peak > 0 ? gflops / peak : 0.0, peak, rss,
+      static_cast<long long>(cfg.num_parameters()), num_threads());
   return 0;
 }
 
@@ -299,26 +343,31 @@ int bench_model(int argc, char** argv, int first) {
 
 int cmd_bench(int argc, char** argv, int first) {
   const std::string usage =
-      "usage: strata bench <ops|model|generate|comm> [options]\n\n"
+      "usage: strata bench <peak|ops|model|train|generate|comm> [options]\n\n"
+      "  peak      the machine's limits: fp32 (and bf16) FMA peak, DRAM read bandwidth\n"
       "  ops       per-op GFLOP/s or GB/s on the shapes of a 6L-288 and a 12L-768 model\n"
-      "  model     whole training steps: ms/step, tokens/s, GFLOP/s\n"
+      "  model     forward + backward steps: ms/step, tokens/s, GFLOP/s, % of peak\n"
+      "  train     whole optimizer steps (+ clipping and AdamW): the same figures\n"
       "  generate  prefill/decode tokens/s, early exit, self-speculative decoding\n"
       "  comm      (under mpirun) all-reduce time exposed behind compute, with and without "
       "progress polls\n\n"
-      "see strata bench <ops|model|generate|comm> --help\n";
+      "see strata bench <peak|ops|model|train|generate|comm> --help\n";
   STRATA_USAGE_CHECK(
       first < argc,
-      "strata bench: which benchmark? (ops, model, generate or comm; see strata bench --help)");
+      "strata bench: which benchmark? (peak, ops, model, train, generate or comm; see strata "
+      "bench --help)");
   if (std::string(argv[first]) == "--help" || std::string(argv[first]) == "-h") {
     std::fputs(usage.c_str(), stdout);
     return 0;
   }
   const std::string sub = argv[first];
-  if (sub == "model") return bench_model(argc, argv, first + 1);
+  if (sub == "model") return bench_step(argc, argv, first + 1, false);
+  if (sub == "train") return bench_step(argc, argv, first + 1, true);
   if (sub == "generate") return bench_generate(argc, argv, first + 1);
   if (sub == "comm") return bench_comm(argc, argv, first + 1);
+  if (sub == "peak") return bench_peak(argc, argv, first + 1);
   STRATA_USAGE_CHECK(sub == "ops", "strata bench: unknown benchmark '", sub,
-                     "' (choose ops, model, generate or comm)");
+                     "' (choose peak, ops, model, train, generate or comm)");
   Args args("strata bench ops",
             "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
             "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");

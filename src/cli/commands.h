@@ -2,12 +2,16 @@
 // index of its first own argument, and returns the process exit code.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 namespace strata::cli {
 
 int cmd_info(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
 int bench_generate(int argc, char** argv, int first);  // cli/bench_generate.cpp
 int bench_comm(int argc, char** argv, int first);      // cli/bench_comm.cpp
+int bench_peak(int argc, char** argv, int first);      // cli/bench_peak.cpp
 int cmd_train(int argc, char** argv, int first);       // cli/train.cpp
 int cmd_generate(int argc, char** argv, int first);    // cli/generate.cpp
 int cmd_inspect(int argc, char** argv, int first);     // cli/inspect.cpp
@@ -25,5 +29,26 @@ void apply_threads(int threads);
 // Prints the machine a benchmark runs on: CPU model and instruction sets, the
 // kernel level, the build's -march and the thread count (cli/info.cpp).
 void print_bench_machine();
+
+// The machine's measured limits (cli/bench_peak.cpp), on all OpenMP threads.
+struct FmaPeak {
+  double fp32 = 0;                    // GFLOP/s: the better of the two below
+  double fp32_ymm = 0, fp32_zmm = 0;  // AVX2 and AVX-512 (0 without it) FMA loops
+  std::string fp32_path;
+  double bf16 = 0;  // GFLOP/s of the native bf16 dot product; 0 where there is none
+  std::string bf16_path;
+};
+// Register-only FMA / bf16 dot-product loops, `seconds` each (best chunk).
+FmaPeak measure_fma_peak(double seconds);
+struct BandwidthPeak {
+  double read_gbs = 0;    // best pass, GB/s (1e9 bytes)
+  int64_t bytes = 0;      // buffer read per pass
+  int64_t llc_bytes = 0;  // largest cache level of cpu0 (0 if unknown)
+};
+// Reads a buffer of at least `bytes` (and at least 8x the last-level cache)
+// `passes` times on all threads with vector loads; the best pass counts.
+BandwidthPeak measure_read_bandwidth(int64_t bytes, int passes);
+// Peak resident set of this process so far, MiB (getrusage).
+double peak_rss_mib();
 
 }  // namespace strata::cli

@@ -119,6 +119,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
       hidden.assign(size_t(d + 1) * C, 0.f);
       mids.assign(size_t(d + 1) * C, 0.f);
       int32_t cur = seq.back();
+      Timer phase;
       for (int i = 0; i <= d; ++i) {
         float* h = hidden.data() + size_t(i) * C;
         eng.embed(&cur, 1, h);
@@ -134,11 +135,14 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
         }
         drafts.push_back(cur);
       }
+      st.draft_s += phase.seconds();
+      phase.reset();
       // Verify: the upper layers over the d + 1 exit states in one pass give
       // the full model's prediction after the last token and after each draft.
       eng.run_layers(hidden.data(), d + 1, E, L, 0, mids.data());
       full_logits.resize(size_t(d + 1) * V);
       eng.logits(hidden.data(), d + 1, full_logits.data());
+      st.verify_s += phase.seconds();
       ++st.rounds;
       st.drafted += d;
       int k = 0;
@@ -221,6 +225,8 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
       total.rounds += st.rounds;
       total.drafted += st.drafted;
       total.accepted += st.accepted;
+      total.draft_s += st.draft_s;
+      total.verify_s += st.verify_s;
       total.hit_context |= st.hit_context;
     }
     if (stats_out) *stats_out = total;

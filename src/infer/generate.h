@@ -33,6 +33,10 @@ struct GenerateStats {
   // Self-speculative decoding: rounds (one pass of the upper layers each),
   // drafted and accepted draft tokens.
   int64_t rounds = 0, drafted = 0, accepted = 0;
+  // Of decode_s: drafting (embedding, layers [0, E) and the exit head for
+  // each round's tokens) and verifying (layers [E, L) and the head over the
+  // round's d + 1 states); the rest is sampling and bookkeeping.
+  double draft_s = 0, verify_s = 0;
   bool hit_context = false;  // stopped at the model's context length
   double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   double tokens_per_round() const { return rounds ? double(new_tokens) / double(rounds) : 0.0; }
