@@ -3,6 +3,8 @@
 // bandwidth.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,9 @@
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
+#include "infer/spec_cost.h"
 #include "io/model_io.h"
+#include "model/model.h"
 
 namespace strata::cli {
 namespace {
@@ -35,6 +39,47 @@ const char* kDefaultPrompts[] = {
 
 }  // namespace
 
+// The self-speculative cost model (infer/spec_cost.h) from the three modes'
+// measured times, against the measured speed-up, and projected onto a decode
+// bound by reading weights.
+template <typename Mode>
+static void print_cost_model(const Mode& plain, const Mode& early, const Mode& spec,
+                             const Model<float>& model, double bytes, double bw,
+                             double assume_tokens) {
+  const LlamaConfig& c = model.config();
+  const int L = c.num_hidden_layers, E = spec.o.exit_layer;
+  const double rounds = double(std::max<int64_t>(1, spec.rounds));
+  SpecCost m;
+  m.t_full = plain.decode_s / double(plain.tokens);
+  m.t_exit = early.decode_s / double(early.tokens);
+  m.t_verify = spec.verify_s / rounds;
+  m.drafts = double(spec.drafted) / rounds;
+  m.tokens = double(spec.tokens) / rounds;
+  const double measured_round = spec.decode_s / rounds;
+  const double measured = (double(spec.tokens) / spec.decode_s) * m.t_full;
+  std::printf(
+      "\ncost model (%s): plain step %.3f ms, early-exit step %.3f ms, verification of "
+      "d+1 = %.2f positions %.3f ms, %.2f tokens per round\n",
+      spec.name.c_str(), m.t_full * 1e3, m.t_exit * 1e3, m.drafts + 1, m.t_verify * 1e3, m.tokens);
+  std::printf(
+      "  round: predicted %.3f ms = (d+1) x early-exit step + verification; measured %.3f "
+      "ms (drafting %.3f, verifying %.3f, the rest %.3f)\n",
+      m.round_seconds() * 1e3, measured_round * 1e3, spec.draft_s / rounds * 1e3,
+      spec.verify_s / rounds * 1e3, (spec.decode_s - spec.draft_s - spec.verify_s) / rounds * 1e3);
+  std::printf("  speed-up over plain decoding: predicted %.2fx, measured %.2fx\n", m.speedup(),
+              measured);
+  const double head = (double(c.vocab_size) * c.hidden_size + c.hidden_size) * 4.0;
+  const double tokens = assume_tokens > 0 ? assume_tokens : m.tokens;
+  const SpecCost b = bandwidth_bound_spec_cost(bytes - head, head, L, E, m.drafts, tokens, bw);
+  std::printf(
+      "  if decode were bound by reading the weights (%.1f MB of layers, %.1f MB of head "
+      "at %.1f GB/s) with %.2f tokens per round%s: round %.3f ms for %.2f plain steps of "
+      "%.3f ms, speed-up %.2fx\n",
+      (bytes - head) / 1e6, head / 1e6, bw / 1e9, tokens,
+      assume_tokens > 0 ? " (--tokens-per-round)" : "", b.round_seconds() * 1e3, tokens,
+      b.t_full * 1e3, b.speedup());
+}
+
 int bench_generate(int argc, char** argv, int first) {
   Args args("strata bench generate",
             "Generates greedily from a checkpoint for a set of prompts and prints prefill and "
@@ -44,11 +89,21 @@ int bench_generate(int argc, char** argv, int first) {
             "Decode is compared with the bound set by reading every weight once per token at "
             "the measured memory bandwidth.");
   add_model_options(args);
-  args.option("prompts", "FILE", "one prompt per line (default: six novel openings)", "")
+  args.option("model", "NAME",
+              "instead of --checkpoint: a randomly initialised model of a benchmark shape, 288 "
+              "(6L-288) or 768 (12L-768, weights larger than most last-level caches), prompted "
+              "with fixed random token ids",
+              "")
+      .option("vocab", "V", "vocabulary of the --model shape", "32000")
+      .option("prompts", "FILE", "one prompt per line (default: six novel openings)", "")
       .option("max-new-tokens", "N", "tokens generated per prompt", "128")
       .option("repeat", "R", "repetitions per prompt", "3")
       .option("exit-layer", "E", "also measure early exit and self-speculation at layer E", "0")
       .option("speculations", "D", "drafts per self-speculative round", "4")
+      .option("tokens-per-round", "A",
+              "for the cost model's bandwidth-bound projection: tokens per round to assume "
+              "instead of the measured ones (e.g. a LayerSkip model's, on a --model shape)",
+              "0")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
       .option("link-delay-us", "US",
               "under --tp: model a link latency, every tp collective completing no earlier than "
@@ -56,16 +111,40 @@ int bench_generate(int argc, char** argv, int first) {
               "0")
       .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)");
   if (!args.parse(argc, argv, first)) return 0;
-  STRATA_USAGE_CHECK(args.has("checkpoint"), "strata bench generate: --checkpoint is required");
+  const bool random_model = !args.get("model").empty();
+  STRATA_USAGE_CHECK(args.has("checkpoint") != random_model,
+                     "strata bench generate: give --checkpoint FILE or --model 288|768 (one of the "
+                     "two)");
+  STRATA_USAGE_CHECK(!random_model || args.get_int("tp") == 1,
+                     "strata bench generate: --model runs alone (no --tp)");
   apply_threads(args.get_int("threads"));
-  LoadedModel lm =
-      load_model_from_args(args, "strata bench generate", true, args.get_int("link-delay-us"));
-  Model<float>* model = lm.model.get();
-  const CheckpointInfo& info = lm.info;
-  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
-  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint"));
+  LoadedModel lm;
+  std::unique_ptr<Model<float>> owned;
+  Model<float>* model = nullptr;
+  std::string source = args.get("checkpoint");
+  if (random_model) {
+    STRATA_USAGE_CHECK(args.get_int("vocab") >= 2, "strata bench generate: --vocab must be >= 2");
+    const LlamaConfig cfg = bench_model_config(args.get("model"), args.get_int("vocab"), false);
+    const LayerPlan plan = args.get("plan").empty()
+                               ? LayerPlan::standard(cfg.num_hidden_layers)
+                               : LayerPlan::parse(args.get("plan"), cfg.num_hidden_layers);
+    owned = std::make_unique<Model<float>>(cfg, plan, ops::make_backend<float>(args.get("device")));
+    owned->init_weights(1);
+    model = owned.get();
+    source = "random " + args.get("model") + " model";
+  } else {
+    lm = load_model_from_args(args, "strata bench generate", true, args.get_int("link-delay-us"));
+    model = lm.model.get();
+    STRATA_CHECK(!lm.info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
+  }
+  std::optional<Tokenizer> tok;
+  if (!random_model) tok = Tokenizer::from_bytes(lm.info.tokenizer, source);
   std::vector<std::string> prompts;
-  if (args.get("prompts").empty()) {
+  if (random_model) {
+    STRATA_USAGE_CHECK(args.get("prompts").empty(),
+                       "strata bench generate: --prompts needs a checkpoint's tokenizer");
+    prompts.assign(6, "");
+  } else if (args.get("prompts").empty()) {
     prompts.assign(std::begin(kDefaultPrompts), std::end(kDefaultPrompts));
   } else {
     const std::string text = read_file(args.get("prompts"), "prompts");
@@ -92,7 +171,7 @@ int bench_generate(int argc, char** argv, int first) {
     GenerateOptions o;
     std::vector<double> prefill, decode;
     int64_t drafted = 0, accepted = 0, rounds = 0, tokens = 0;
-    double decode_s = 0;
+    double decode_s = 0, draft_s = 0, verify_s = 0;
     std::vector<std::vector<int32_t>> outputs;
   };
   std::vector<Mode> modes;
@@ -118,13 +197,25 @@ int bench_generate(int argc, char** argv, int first) {
     }
   }
   std::fprintf(stderr, "bench generate: %s: %zu prompts x %d repeats, %d new tokens each\n",
-               args.get("checkpoint").c_str(), prompts.size(), repeat, base.max_new_tokens);
-  for (auto& m : modes) {
-    for (const std::string& p : prompts) {
-      std::vector<int32_t> ids;
-      if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-      const auto enc = tok.encode(p);
+               source.c_str(), prompts.size(), repeat, base.max_new_tokens);
+  std::vector<std::vector<int32_t>> prompt_ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> ids;
+    if (random_model) {  // 12 fixed pseudo-random ids per prompt
+      const int V = model->config().vocab_size;
+      for (int k = 0; k < 12; ++k) ids.push_back(int32_t((uint64_t(i * 12 + k) * 2654435761u) % V));
+    } else {
+      if (tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+      const auto enc = tok->encode(prompts[i]);
       ids.insert(ids.end(), enc.begin(), enc.end());
+    }
+    prompt_ids.push_back(std::move(ids));
+  }
+  // The bandwidth before and after decoding (a shared host's varies from
+  // minute to minute); the higher counts, so the fraction is not flattered.
+  const double bw_before = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
+  for (auto& m : modes) {
+    for (const auto& ids : prompt_ids) {
       std::vector<int32_t> out;
       for (int r = 0; r < repeat; ++r) {
         GenerateStats st;
@@ -136,6 +227,8 @@ int bench_generate(int argc, char** argv, int first) {
         m.rounds += st.rounds;
         m.tokens += st.new_tokens;
         m.decode_s += st.decode_s;
+        m.draft_s += st.draft_s;
+        m.verify_s += st.verify_s;
       }
       m.outputs.push_back(out);
     }
@@ -145,7 +238,8 @@ int bench_generate(int argc, char** argv, int first) {
   const double bytes = double(c.num_parameters() -
                               (c.tie_word_embeddings ? 0 : int64_t(c.vocab_size) * c.hidden_size)) *
                        4.0;
-  const double bw = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
+  const double bw_after = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
+  const double bw = std::max(bw_before, bw_after);
   const double bound = bw * 1e9 / bytes;
   const Mode& plain = modes.front();
   const double plain_tps = double(plain.tokens) / plain.decode_s;
@@ -166,9 +260,12 @@ int bench_generate(int argc, char** argv, int first) {
                   m.outputs == plain.outputs ? "yes" : "NO");
   }
   std::printf(
-      "\nweights read per token: %.1f MB (fp32); memory read bandwidth: %.1f GB/s; bound: %.0f "
-      "tokens/s; plain decode reaches %.0f%% of it\n",
-      bytes / 1e6, bw, bound, 100.0 * median(plain.decode) / bound);
+      "\nweights read per token: %.1f MB (fp32); memory read bandwidth: %.1f GB/s (before "
+      "decoding %.1f, after %.1f); bound: %.0f tokens/s; plain decode reaches %.0f%% of it\n",
+      bytes / 1e6, bw, bw_before, bw_after, bound, 100.0 * median(plain.decode) / bound);
+  if (modes.size() == 3)
+    print_cost_model(modes[0], modes[1], modes[2], *model, bytes, bw * 1e9,
+                     args.get_double("tokens-per-round"));
   return 0;
 }
 

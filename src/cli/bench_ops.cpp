@@ -341,6 +341,21 @@ int bench_step(int argc, char** argv, int first, bool train) {
 
 }  // namespace
 
+LlamaConfig bench_model_config(const std::string& which, int vocab, bool tied) {
+  const BenchModel bm = bench_models(which, 4096).front();
+  LlamaConfig cfg;
+  cfg.vocab_size = vocab;
+  cfg.hidden_size = bm.C;
+  cfg.intermediate_size = bm.F;
+  cfg.num_hidden_layers = bm.layers;
+  cfg.num_attention_heads = bm.H;
+  cfg.num_key_value_heads = bm.Hkv;
+  cfg.max_position_embeddings = bm.T;
+  cfg.tie_word_embeddings = tied;
+  cfg.finalize();
+  return cfg;
+}
+
 int cmd_bench(int argc, char** argv, int first) {
   const std::string usage =
       "usage: strata bench <peak|ops|model|train|generate|comm> [options]\n\n"

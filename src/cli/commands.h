@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/config.h"
+
 namespace strata::cli {
 
 int cmd_info(int argc, char** argv, int first);
@@ -29,6 +31,10 @@ void apply_threads(int threads);
 // Prints the machine a benchmark runs on: CPU model and instruction sets, the
 // kernel level, the build's -march and the thread count (cli/info.cpp).
 void print_bench_machine();
+
+// The configuration of a benchmark shape ("288": 6L-288, "768": 12L-768;
+// context 256 and 1024) with the given vocabulary (cli/bench_ops.cpp).
+LlamaConfig bench_model_config(const std::string& which, int vocab, bool tied);
 
 // The machine's measured limits (cli/bench_peak.cpp), on all OpenMP threads.
 struct FmaPeak {

@@ -19,12 +19,24 @@ class CpuBackend final : public Backend<T> {
 
   T* alloc(size_t n) override { return static_cast<T*>(aligned_alloc_zeroed(n * sizeof(T))); }
   void free(T* p) override { aligned_free(p); }
+  // Small copies and fills run on the calling thread: an OpenMP region costs
+  // microseconds, and decoding copies each head's key and value row (a few
+  // hundred floats) into the KV cache, hundreds of times per token.
+  static constexpr int64_t kSerialBelow = 1 << 16;
   void zero(T* p, int64_t n) override {
+    if (n < kSerialBelow) {
+      std::memset(p, 0, sizeof(T) * size_t(n));
+      return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i += 4096)
       std::memset(p + i, 0, sizeof(T) * size_t(std::min<int64_t>(4096, n - i)));
   }
   void copy(T* dst, const T* src, int64_t n) override {
+    if (n < kSerialBelow) {
+      std::memcpy(dst, src, sizeof(T) * size_t(n));
+      return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i += 4096)
       std::memcpy(dst + i, src + i, sizeof(T) * size_t(std::min<int64_t>(4096, n - i)));

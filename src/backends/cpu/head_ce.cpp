@@ -24,6 +24,7 @@ int64_t g_chunk_override = 0;
 // V = 32000, C = 288), while the softmax passes are cheap either way.
 int64_t chunk_rows(int64_t N, int V) {
   if (g_chunk_override > 0) return std::min(g_chunk_override, N);
+
   int64_t r = (int64_t(1) << 24) / std::max(V, 1);
   r = std::clamp<int64_t>(r, 256, 4096) / 16 * 16;
   return std::min(r, N);

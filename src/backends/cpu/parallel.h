@@ -12,6 +12,22 @@
 namespace strata::cpu {
 
 // Sum of f(i) for i in [0, n), accumulated in double.
+// f(lo, hi) returns the sum over [lo, hi): one call per thread, the same
+// split and combining order as parallel_sum.
+template <typename F>
+double parallel_sum_ranges(int64_t n, F&& f) {
+  const int nt = omp_get_max_threads();
+  std::vector<double> partial(nt, 0.0);
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    partial[t] = f(n * t / team, n * (t + 1) / team);
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
 template <typename F>
 double parallel_sum(int64_t n, F&& f) {
   const int nt = omp_get_max_threads();
