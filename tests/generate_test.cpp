@@ -7,9 +7,11 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "infer/sampler.h"
+#include "infer/spec_cost.h"
 #include "io/llama2c.h"
 #include "model/model.h"
 #include "plan_reference.h"
@@ -161,6 +163,50 @@ TEST(Generate, SelfSpeculativeGreedyEqualsFullModelStories260K) {
   GenerateStats st;
   generate(*m, {1, 403, 407, 261, 378}, s, {}, &st);
   EXPECT_GT(st.accepted, 0);
+}
+
+// 128 tokens past EOS from a prompt where, before the few-row GEMM, a
+// verification over 4 rows and a single-row decode step disagreed in the
+// last bits of a near-tie and greedy self-speculation left the full model's
+// text (E 2, d 3, token 70 or so).
+TEST(Generate, SelfSpeculativeGreedyEqualsFullModelOnLongOutputs) {
+  auto m = stories260k();
+  const Tokenizer tok = Tokenizer::load(kSource + "/data/tokenizers/tok512.model");
+  std::vector<int32_t> p = {1};
+  for (int32_t t : tok.encode("The family of Dashwood had long been settled in Sussex."))
+    p.push_back(t);
+  GenerateOptions o;
+  o.max_new_tokens = 128;
+  o.eos_id = -1;
+  const auto ref = generate(*m, p, o);
+  for (int E : {2, 3})
+    for (int d : {3, 4, 7}) {
+      GenerateOptions s = o;
+      s.exit_layer = E;
+      s.speculations = d;
+      EXPECT_EQ(generate(*m, p, s), ref) << "E " << E << " d " << d;
+    }
+}
+
+// The cost model's arithmetic (infer/spec_cost.h).
+TEST(Generate, SelfSpeculativeCostModel) {
+  EXPECT_DOUBLE_EQ(tokens_per_round(0.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(tokens_per_round(1.0, 4), 5.0);
+  EXPECT_DOUBLE_EQ(tokens_per_round(0.5, 3), 1.875);
+  EXPECT_THROW(tokens_per_round(1.5, 3), Error);
+  SpecCost c;
+  c.t_full = 2e-3, c.t_exit = 1e-3, c.t_verify = 2e-3, c.drafts = 4, c.tokens = 3;
+  EXPECT_DOUBLE_EQ(c.round_seconds(), 7e-3);
+  EXPECT_DOUBLE_EQ(c.speedup(), 6.0 / 7.0);
+  // No head, exit at half depth, 4 drafts, 2.68 tokens per round: a round reads
+  // 5 half-models and one half-model, 3 full models' worth, for 2.68 tokens.
+  const SpecCost b = bandwidth_bound_spec_cost(100e6, 0, 12, 6, 4, 2.68, 50e9);
+  EXPECT_DOUBLE_EQ(b.t_full, 2e-3);
+  EXPECT_NEAR(b.speedup(), 2.68 / 3.0, 1e-12);
+  // A head as large as 4 layers makes each draft cost more than half a step.
+  const SpecCost h = bandwidth_bound_spec_cost(120e6, 40e6, 12, 6, 4, 2.68, 50e9);
+  EXPECT_LT(h.speedup(), b.speedup());
+  EXPECT_THROW(bandwidth_bound_spec_cost(1, 1, 12, 12, 4, 2, 1), Error);
 }
 
 TEST(Generate, SelfSpeculativeStopsAtTheContextAndEos) {

@@ -61,6 +61,51 @@ TYPED_TEST(OpsTest, GemmAllTransposesAlphaBetaLeadingDims) {
       }
 }
 
+// The few-row fp32 GEMM (decoding, verification): each element's value
+// depends only on its row of A and its row of B, so one row alone, the same
+// row among 2..8 others, and a slice of the columns give the same bits; and
+// every product is close to the double reference (K not a multiple of the
+// 16 lanes, beta 0 and not, strided operands).
+TEST(Ops, FewRowGemmDoesNotDependOnTheRowCount) {
+  for (int K : {5, 16, 53, 768}) {
+    const int M = 8, N = 70, lda = K + 3, ldb = K + 1, ldc = N + 4;
+    const auto A = cast_vec<float>(random_vec<double>(int64_t(M) * lda, 11));
+    const auto B = cast_vec<float>(random_vec<double>(int64_t(N) * ldb, 12));
+    const auto C0 = cast_vec<float>(random_vec<double>(int64_t(M) * ldc, 13));
+    for (float beta : {0.0f, 0.5f}) {
+      std::vector<float> all = C0;
+      cpu::gemm<float>(false, true, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, all.data(),
+                       ldc);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          double want = 0;
+          for (int k = 0; k < K; ++k) want += double(A[m * lda + k]) * double(B[n * ldb + k]);
+          want = 0.75 * want + beta * double(C0[m * ldc + n]);
+          ASSERT_NEAR(all[m * ldc + n], want, 1e-5 * (1 + std::sqrt(double(K))))
+              << "K " << K << " m " << m << " n " << n;
+        }
+      for (int rows = 1; rows < M; ++rows)
+        for (int m0 = 0; m0 + rows <= M; m0 += rows) {
+          std::vector<float> part = C0;
+          cpu::gemm<float>(false, true, rows, N, K, 0.75f, A.data() + m0 * lda, lda, B.data(), ldb,
+                           beta, part.data() + m0 * ldc, ldc);
+          for (int m = m0; m < m0 + rows; ++m)
+            ASSERT_EQ(0,
+                      std::memcmp(part.data() + m * ldc, all.data() + m * ldc, sizeof(float) * N))
+                << "K " << K << ": row " << m << " of " << rows << " rows from " << m0;
+        }
+      // Columns 30..69 alone (a tensor-parallel shard of the output).
+      std::vector<float> cols = C0;
+      cpu::gemm<float>(false, true, M, 40, K, 0.75f, A.data(), lda, B.data() + 30 * ldb, ldb, beta,
+                       cols.data() + 30, ldc);
+      for (int m = 0; m < M; ++m)
+        ASSERT_EQ(0, std::memcmp(cols.data() + m * ldc + 30, all.data() + m * ldc + 30,
+                                 sizeof(float) * 40))
+            << "K " << K << ": column slice, row " << m;
+    }
+  }
+}
+
 // bf16 matmuls: operands rounded to bfloat16, fp32 accumulation, on every
 // path the CPU has (emulated everywhere, native where AVX512-BF16 or AMX is).
 // Against the exact product of the bf16-rounded operands the error is fp32
@@ -129,6 +174,52 @@ TEST(Ops, GemmBf16IsTheExactProductOfRoundedOperandsOnEveryPath) {
   const size_t per_path = 8;
   for (size_t i = per_path; i < results.size(); ++i)
     expect_close(results[i], results[i - per_path], 1e-5, 0, "native vs emulated bf16 gemm");
+}
+
+// Decoding in bf16 (weights frozen): few-row matmuls read a bf16 copy of the
+// weight made on first use. The result is the product of the bf16-rounded
+// operands with fp32 sums, like every bf16 path, independent of the row
+// count; the copy is dropped when the weights thaw, so changed weights are
+// seen by the next frozen pass.
+TEST(Ops, FrozenBf16FewRowGemmReadsAFreshCopyOfTheWeights) {
+  const int M = 5, N = 37, K = 70, lda = K + 1, ldb = K + 3, ldc = N;
+  auto bf16 = [](double x) {
+    const float f = float(x);
+    uint16_t h;
+    cpu::float_to_bf16(&h, &f, 1);
+    return double(cpu::bf16_to_float(h));
+  };
+  auto A = cast_vec<float>(random_vec<double>(int64_t(M) * lda, 51));
+  auto B = cast_vec<float>(random_vec<double>(int64_t(N) * ldb, 52));
+  auto check = [&](const std::vector<float>& c, const std::string& what) {
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double want = 0, mag = 0;
+        for (int k = 0; k < K; ++k) {
+          want += bf16(A[i * lda + k]) * bf16(B[j * ldb + k]);
+          mag += std::fabs(bf16(A[i * lda + k]) * bf16(B[j * ldb + k]));
+        }
+        ASSERT_NEAR(c[i * ldc + j], want, (K + 2) * 5.96e-8 * mag) << what << " " << i << "," << j;
+      }
+  };
+  cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+  cpu::set_frozen_weights(true);
+  std::vector<float> all(size_t(M) * ldc);
+  std::vector<float> one(static_cast<size_t>(ldc));
+  cpu::gemm<float>(false, true, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, all.data(), ldc);
+  check(all, "frozen");
+  for (int i = 0; i < M; ++i) {
+    cpu::gemm<float>(false, true, 1, N, K, 1.0f, A.data() + i * lda, lda, B.data(), ldb, 0.0f,
+                     one.data(), ldc);
+    ASSERT_EQ(0, std::memcmp(one.data(), all.data() + i * ldc, sizeof(float) * N)) << "row " << i;
+  }
+  cpu::set_frozen_weights(false);
+  for (auto& b : B) b = -2 * b;  // new weights between two generations
+  cpu::set_frozen_weights(true);
+  cpu::gemm<float>(false, true, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, all.data(), ldc);
+  cpu::set_frozen_weights(false);
+  cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
+  check(all, "after the weights changed");
 }
 
 // A GEMM the library refuses is one line naming the op, shapes, CPU and

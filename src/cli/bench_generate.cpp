@@ -44,8 +44,8 @@ const char* kDefaultPrompts[] = {
 // bound by reading weights.
 template <typename Mode>
 static void print_cost_model(const Mode& plain, const Mode& early, const Mode& spec,
-                             const Model<float>& model, double bytes, double bw,
-                             double assume_tokens) {
+                             const Model<float>& model, double bytes, double bytes_per_weight,
+                             double bw, double assume_tokens) {
   const LlamaConfig& c = model.config();
   const int L = c.num_hidden_layers, E = spec.o.exit_layer;
   const double rounds = double(std::max<int64_t>(1, spec.rounds));
@@ -68,7 +68,7 @@ static void print_cost_model(const Mode& plain, const Mode& early, const Mode& s
       spec.verify_s / rounds * 1e3, (spec.decode_s - spec.draft_s - spec.verify_s) / rounds * 1e3);
   std::printf("  speed-up over plain decoding: predicted %.2fx, measured %.2fx\n", m.speedup(),
               measured);
-  const double head = (double(c.vocab_size) * c.hidden_size + c.hidden_size) * 4.0;
+  const double head = (double(c.vocab_size) * c.hidden_size + c.hidden_size) * bytes_per_weight;
   const double tokens = assume_tokens > 0 ? assume_tokens : m.tokens;
   const SpecCost b = bandwidth_bound_spec_cost(bytes - head, head, L, E, m.drafts, tokens, bw);
   std::printf(
@@ -109,7 +109,8 @@ int bench_generate(int argc, char** argv, int first) {
               "under --tp: model a link latency, every tp collective completing no earlier than "
               "US microseconds after it starts (an async one overlaps it with compute)",
               "0")
-      .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)");
+      .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)")
+      .flag("bf16", "bf16 matmuls; decoding reads bf16 copies of the weights (half the bytes)");
   if (!args.parse(argc, argv, first)) return 0;
   const bool random_model = !args.get("model").empty();
   STRATA_USAGE_CHECK(args.has("checkpoint") != random_model,
@@ -158,6 +159,8 @@ int bench_generate(int argc, char** argv, int first) {
     }
     STRATA_CHECK(!prompts.empty(), args.get("prompts"), ": no prompts (one per line)");
   }
+  const bool bf16 = args.has("bf16");
+  if (bf16) model->backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const int E = args.get_int("exit-layer");
   const int L = model->config().num_hidden_layers;
   STRATA_CHECK(E >= 0 && E < L, "strata bench generate: --exit-layer must be in 1..", L - 1);
@@ -233,11 +236,12 @@ int bench_generate(int argc, char** argv, int first) {
       m.outputs.push_back(out);
     }
   }
-  // Weights read per decoded token (fp32): every layer, the final norm and the head.
+  // Weights read per decoded token (fp32, or bf16 copies): every layer, the
+  // final norm and the head.
   const LlamaConfig& c = model->config();
   const double bytes = double(c.num_parameters() -
                               (c.tie_word_embeddings ? 0 : int64_t(c.vocab_size) * c.hidden_size)) *
-                       4.0;
+                       (bf16 ? 2.0 : 4.0);
   const double bw_after = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
   const double bw = std::max(bw_before, bw_after);
   const double bound = bw * 1e9 / bytes;
@@ -260,11 +264,12 @@ int bench_generate(int argc, char** argv, int first) {
                   m.outputs == plain.outputs ? "yes" : "NO");
   }
   std::printf(
-      "\nweights read per token: %.1f MB (fp32); memory read bandwidth: %.1f GB/s (before "
+      "\nweights read per token: %.1f MB (%s); memory read bandwidth: %.1f GB/s (before "
       "decoding %.1f, after %.1f); bound: %.0f tokens/s; plain decode reaches %.0f%% of it\n",
-      bytes / 1e6, bw, bw_before, bw_after, bound, 100.0 * median(plain.decode) / bound);
+      bytes / 1e6, bf16 ? "bf16" : "fp32", bw, bw_before, bw_after, bound,
+      100.0 * median(plain.decode) / bound);
   if (modes.size() == 3)
-    print_cost_model(modes[0], modes[1], modes[2], *model, bytes, bw * 1e9,
+    print_cost_model(modes[0], modes[1], modes[2], *model, bytes, bf16 ? 2.0 : 4.0, bw * 1e9,
                      args.get_double("tokens-per-round"));
   return 0;
 }

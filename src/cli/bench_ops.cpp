@@ -88,7 +88,7 @@ std::string dims(std::initializer_list<int64_t> d) {
 }
 
 void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
-                   const std::string& device) {
+                   const std::string& device, bool bf16) {
   const int64_t N = int64_t(m.B) * m.T, C = m.C, F = m.F, V = m.V, D = m.D();
   const int64_t QKV = int64_t(m.H + 2 * m.Hkv) * D, Q = int64_t(m.H) * D;
   std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
@@ -98,6 +98,7 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
   // Every op runs through the backend interface, as the model calls it.
   const auto backend = ops::make_backend<float>(device);
   ops::Backend<float>& be = *backend;
+  if (bf16) be.set_matmul_precision(ops::MatmulPrecision::BF16);
   using Buf = ops::DeviceBuffer<float>;
   const int64_t big = std::max({N * 2 * F, N * QKV, V * C, 2 * F * C});
   Buf x(&be, big), y(&be, big), w(&be, big), dw(&be, big), dx(&be, big), dy(&be, big),
@@ -391,15 +392,18 @@ int cmd_bench(int argc, char** argv, int first) {
       .option("repeat", "R", "timed repetitions per op (the median is printed)", "5")
       .option("filter", "TEXT", "only ops whose name contains TEXT")
       .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
+      .flag("bf16", "bf16 matmuls with fp32 accumulation (the linear and head rows)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first + 1)) return 0;
   apply_threads(args.get_int("threads"));
   print_bench_machine();
   const std::string device = args.get("device");
-  std::printf("%s\nmatmuls: fp32, %s\n", ops::device_choice(device).c_str(),
-              ops::make_backend<float>(device)->matmul_path(ops::MatmulPrecision::FP32).c_str());
+  const bool bf16 = args.has("bf16");
+  const auto precision = bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
+  std::printf("%s\nmatmuls: %s, %s\n", ops::device_choice(device).c_str(), bf16 ? "bf16" : "fp32",
+              ops::make_backend<float>(device)->matmul_path(precision).c_str());
   for (const auto& m : bench_models(args.get("model"), args.get_int("tokens")))
-    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"), device);
+    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"), device, bf16);
   return 0;
 }
 

@@ -145,6 +145,9 @@ int cmd_generate(int argc, char** argv, int first) {
             "draft with the first --exit-layer layers, verify with the rest (greedy: the same "
             "text as plain decoding; sampling: the same distribution)")
       .flag("no-cache", "recompute the whole sequence for every token (reference path)")
+      .flag("bf16",
+            "bf16 matmuls (operands rounded to bf16, fp32 sums): decoding reads bf16 copies of "
+            "the weights, half the bytes of fp32, at the cost of half again the weights' memory")
       .flag("json", "print the text and timings as one JSON object instead");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_USAGE_CHECK(args.has("checkpoint"), "strata generate: --checkpoint is required");
@@ -187,6 +190,7 @@ int cmd_generate(int argc, char** argv, int first) {
   };
   LoadedModel lm = load_model_from_args(args, "strata generate", false, 0, memory);
   Model<float>* model = lm.model.get();
+  if (args.has("bf16")) model->backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const CheckpointInfo& info = lm.info;
   STRATA_CHECK(args.has("tokenizer") || !info.tokenizer.empty(), args.get("checkpoint"),
                ": has no tokenizer; pass --tokenizer");

@@ -42,6 +42,19 @@ namespace {
 
 int argmax(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
 
+// The weights stay as they are while a generation runs: the backend may keep
+// converted copies (bf16 for decoding) until it ends, and drops them then.
+class FrozenWeights {
+ public:
+  explicit FrozenWeights(ops::Backend<float>& be) : be_(be) { be_.freeze_weights(true); }
+  ~FrozenWeights() { be_.freeze_weights(false); }
+  FrozenWeights(const FrozenWeights&) = delete;
+  FrozenWeights& operator=(const FrozenWeights&) = delete;
+
+ private:
+  ops::Backend<float>& be_;
+};
+
 }  // namespace
 
 std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& prompt_in,
@@ -56,6 +69,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
           if (on_token) on_token(t);
         },
         stats_out)[0];
+  const FrozenWeights frozen(model.backend());
   const LlamaConfig& c = model.config();
   const int L = c.num_hidden_layers, V = c.vocab_size, C = c.hidden_size;
   const int ctx = c.max_position_embeddings;
@@ -232,6 +246,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
     if (stats_out) *stats_out = total;
     return outs;
   }
+  const FrozenWeights frozen(model.backend());
   const LlamaConfig& c = model.config();
   const int L = c.num_hidden_layers, V = c.vocab_size, C = c.hidden_size;
   const int ctx = c.max_position_embeddings;

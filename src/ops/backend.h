@@ -71,6 +71,11 @@ class Backend {
   virtual bool native_bf16() const = 0;
   // One line on how matmuls of this precision run, for logs and `strata info`.
   virtual std::string matmul_path(MatmulPrecision p) const = 0;
+  // Generation brackets its passes with freeze_weights(true) ... (false): the
+  // weights do not change in between, so a backend may keep converted copies
+  // of them (the CPU keeps bf16 copies for few-row bf16 matmuls, halving the
+  // bytes a decode step reads). Both calls drop any such copies.
+  virtual void freeze_weights(bool frozen) { (void)frozen; }
 
   // --------------------------------------------------------------- embedding
   // out[N,C] = wte[tokens[n], :] (tokens: host). Throws strata::Error if a

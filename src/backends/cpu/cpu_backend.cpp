@@ -56,6 +56,7 @@ class CpuBackend final : public Backend<T> {
   void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
   bool native_bf16() const override { return cpu::native_bf16_available(); }
   std::string matmul_path(MatmulPrecision p) const override { return cpu::matmul_path(p); }
+  void freeze_weights(bool frozen) override { cpu::set_frozen_weights(frozen); }
 
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C, int V,
                          int64_t v0, int V_local) override {

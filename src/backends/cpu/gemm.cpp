@@ -1,14 +1,17 @@
 #include "backends/cpu/gemm.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
+#include "backends/cpu/rows_kernel.h"
 #include "backends/cpu/workspace.h"
+#include "core/arena.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -197,95 +200,89 @@ void float_to_bf16(uint16_t* dst, const float* src, int64_t n) {
     float_to_bf16_serial(dst + i, src + i, std::min<int64_t>(4096, n - i));
 }
 
+namespace {
+
 // Rows of A at most, for the few-row kernel below: decoding (1 row per
 // sequence) and verifying up to 7 drafts. Above that oneDNN's blocked kernels
-// are faster (a 12-token prefill of a 12L-768 model ran at 383 tokens/s here,
-// 585 on oneDNN).
-int64_t few_rows_limit() {
-  static const int64_t limit = [] {
-    const char* e = std::getenv("STRATA_FEW_ROWS");
-    return e && *e ? std::atoll(e) : 8;
-  }();
-  return limit;
-}
-constexpr int kLanes = 16;
+// are faster (a 12-token prefill of a 12L-768 model ran at 383 tokens/s on
+// the few-row kernel, 585 on oneDNN).
+constexpr int64_t kFewRows = 8;
 
-// C[m, n] for rows [m0, m0 + MR) of C = alpha A B^T + beta C: each element
-// is a dot product of A's row m and B's row n in 16 lanes (k mod 16), summed
-// pairwise at the end. Its value depends on those two rows only, never on M,
-// on the row group or on the columns another thread takes: decoding one row
-// and verifying d + 1 drafted rows give bit-identical logits (so greedy
-// self-speculative decoding equals plain decoding exactly), and a
+// C = alpha A B^T + beta C for M <= kFewRows rows on the kernels for this CPU
+// (rows_kernel.h). An element's value depends on its row of A and of B only:
+// decoding one row and verifying d + 1 drafted rows give bit-identical logits
+// (so greedy self-speculative decoding equals plain decoding exactly), and a
 // tensor-parallel shard of N computes its columns as the whole matrix would.
-template <int MR>
-void few_rows_nt(int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                 int64_t ldb, float beta, float* C, int64_t ldc) {
-  // One OpenMP region only when there is enough work to share (decode calls
-  // this hundreds of times per token; a region costs microseconds).
-#pragma omp parallel for schedule(static) if (N * K * MR >= (int64_t(1) << 16))
-  for (int64_t n = 0; n < N; ++n) {
-    const float* b = B + n * ldb;
-    float acc[MR][kLanes] = {};
-    int64_t k = 0;
-    for (; k + kLanes <= K; k += kLanes)
-      for (int m = 0; m < MR; ++m) {
-        const float* a = A + m * lda + k;
-#pragma omp simd
-        for (int j = 0; j < kLanes; ++j) acc[m][j] += a[j] * b[k + j];
-      }
-    for (int m = 0; m < MR; ++m) {
-      for (int j = 0; k + j < K; ++j) acc[m][j] += A[m * lda + k + j] * b[k + j];
-      for (int w = kLanes / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; ++j) acc[m][j] += acc[m][j + w];
-      float& c = C[m * ldc + n];
-      c = beta == 0.0f ? alpha * acc[m][0] : alpha * acc[m][0] + beta * c;
-    }
-  }
+void few_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+#ifdef STRATA_AVX512_VARIANT
+  if (cpu_level() == CpuLevel::Avx512)
+    return avx512::few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+  few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void few_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+#ifdef STRATA_AVX512_VARIANT
+  if (cpu_level() == CpuLevel::Avx512)
+    return avx512::few_rows_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+  few_rows_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// op(A) = A (M x K, M <= kFewRows), op(B) = B^T with B stored N x K: a linear
-// layer's forward on a few rows (decoding, verification, short prompts).
-void few_rows_gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  for (int64_t m0 = 0; m0 < M; m0 += 8) {
-    const float* a = A + m0 * lda;
-    float* c = C + m0 * ldc;
-    switch (std::min<int64_t>(8, M - m0)) {
-      case 1:
-        few_rows_nt<1>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      case 2:
-        few_rows_nt<2>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      case 3:
-        few_rows_nt<3>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      case 4:
-        few_rows_nt<4>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      case 5:
-        few_rows_nt<5>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      case 6:
-        few_rows_nt<6>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      case 7:
-        few_rows_nt<7>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-      default:
-        few_rows_nt<8>(N, K, alpha, a, lda, B, ldb, beta, c, ldc);
-        break;
-    }
+// bf16 copies of frozen weights, keyed by the operand as the GEMM sees it.
+struct FrozenWeights {
+  bool on = false;
+  // 64-byte aligned (a vector load of 32 bf16 then never splits a cache line
+  // when K is a multiple of 32).
+  struct Free {
+    void operator()(uint16_t* p) const { aligned_free(p); }
+  };
+  std::map<std::tuple<const float*, int64_t, int64_t, int64_t>, std::unique_ptr<uint16_t[], Free>>
+      copies;
+};
+FrozenWeights& frozen() {
+  static FrozenWeights f;
+  return f;
+}
+
+const uint16_t* frozen_bf16_copy(const float* B, int64_t N, int64_t K, int64_t ldb) {
+  auto& copy = frozen().copies[{B, N, K, ldb}];
+  if (!copy) {
+    copy.reset(static_cast<uint16_t*>(aligned_alloc_zeroed(size_t(N * K) * sizeof(uint16_t))));
+    pack_bf16(copy.get(), B, N, K, ldb);
   }
+  return copy.get();
+}
+
+}  // namespace
+
+void set_frozen_weights(bool on) {
+  frozen().on = on;
+  frozen().copies.clear();
 }
 
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (!ta && tb && M <= few_rows_limit() && K > 0 && g_precision == MatmulPrecision::FP32) {
-    few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
+  if (!ta && tb && M <= kFewRows && K > 0) {
+    if (g_precision == MatmulPrecision::FP32) {
+      few_rows(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+    if (frozen().on) {  // bf16: the product of the bf16-rounded operands, fp32 sums
+      struct Tag {};
+      const int64_t Kp = pair_layout_size(K);
+      float* a = workspace<float, 0, Tag>(size_t(M * (Kp + K)));
+      float* rounded = a + M * Kp;
+      for (int64_t m = 0; m < M; ++m) {
+        round_to_bf16_serial(rounded + m * K, A + m * lda, K);
+        bf16_pair_layout(a + m * Kp, rounded + m * K, K);
+      }
+      few_rows(M, N, K, alpha, a, Kp, frozen_bf16_copy(B, N, K, ldb), K, beta, C, ldc);
+      return;
+    }
   }
   if (g_precision == MatmulPrecision::BF16 && K > 0) {
     struct Tag {};

@@ -25,6 +25,11 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 // result. Everything that is not a GEMM stays fp32.
 using MatmulPrecision = ops::MatmulPrecision;
 void set_matmul_precision(MatmulPrecision p);
+// While weights are frozen (generation), bf16 matmuls on at most 8 rows read
+// a bf16 copy of B made on first use (B is the weight in a linear layer's
+// forward x W^T), so decoding reads half the bytes. Switching either way
+// drops the copies. Process-wide, like the precision.
+void set_frozen_weights(bool frozen);
 MatmulPrecision matmul_precision();
 
 // How BF16 GEMMs run on this CPU:
