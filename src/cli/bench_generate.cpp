@@ -216,7 +216,8 @@ int bench_generate(int argc, char** argv, int first) {
   }
   // The bandwidth before and after decoding (a shared host's varies from
   // minute to minute); the higher counts, so the fraction is not flattered.
-  const double bw_before = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
+  const BandwidthPeak peak_before = measure_read_bandwidth(int64_t(1) << 30, 3);
+  const double bw_before = peak_before.read_gbs;
   for (auto& m : modes) {
     for (const auto& ids : prompt_ids) {
       std::vector<int32_t> out;
@@ -268,6 +269,11 @@ int bench_generate(int argc, char** argv, int first) {
       "decoding %.1f, after %.1f); bound: %.0f tokens/s; plain decode reaches %.0f%% of it\n",
       bytes / 1e6, bf16 ? "bf16" : "fp32", bw, bw_before, bw_after, bound,
       100.0 * median(plain.decode) / bound);
+  if (bytes < double(peak_before.llc_bytes))
+    std::printf(
+        "(the weights fit in the %.0f MiB last-level cache, so DRAM bandwidth does not "
+        "bound this model's decode)\n",
+        double(peak_before.llc_bytes) / (1 << 20));
   if (modes.size() == 3)
     print_cost_model(modes[0], modes[1], modes[2], *model, bytes, bf16 ? 2.0 : 4.0, bw * 1e9,
                      args.get_double("tokens-per-round"));

@@ -186,6 +186,10 @@ int cmd_generate(int argc, char** argv, int first) {
       prompts = std::max(prompts, 1);
     }
     u.kv_batch = prompts, u.kv_len = ctx, u.logits_rows = prompts;
+    if (args.has("bf16")) {  // the decode weights' bf16 copies: 2 bytes per parameter
+      u.other_bytes = info.config.num_parameters() * 2;
+      u.other_name = "bf16 weight copies";
+    }
     return u;
   };
   LoadedModel lm = load_model_from_args(args, "strata generate", false, 0, memory);

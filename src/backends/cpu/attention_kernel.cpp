@@ -5,8 +5,9 @@
 // (kTile x visible keys, in thread scratch), causal softmax in place, O = P V.
 // Only O and the row log-sum-exp are kept.
 //
-// Backward, per (batch, kv head): for every query head of the group and every
-// tile, recompute P from the saved log-sum-exp, then
+// Backward, per (batch, kv head), with K, dK and dV in contiguous T x D
+// copies: for every query head of the group and every tile, recompute P from
+// the saved log-sum-exp, then
 //   dP = dO V^T,  dS = P * (dP - rowsum(dO * O)) / sqrt(D),
 //   dQ = dS K,    dK += dS^T Q,    dV += P^T dO.
 // A task owns one kv head, so dK and dV accumulate without races.
@@ -57,12 +58,20 @@ void attention_forward_kernel(T* out, T* lse, const T* qkv, int B, int T_, int H
   const int group = Hq / Hkv;
   const int ntiles = (T_ + kTile - 1) / kTile;
   const int64_t ld = attention::stride(T_);
-  // Keys transposed once per (batch, kv head): KT[b][g] is D x T.
+  // Keys transposed once per (batch, kv head): KT[b][g] is D x T. Values
+  // packed: VP[b][g] is T x D, so O = P V streams contiguous rows instead of
+  // one row per key at the qkv row stride (2304 floats apart in 12L-768).
+  T* VP_all = KT_all + int64_t(B) * Hkv * D * ld;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
-    for (int g = 0; g < Hkv; ++g)
+    for (int g = 0; g < Hkv; ++g) {
       transpose_rows(KT_all + (int64_t(b) * Hkv + g) * D * ld, ld,
                      qkv + int64_t(b) * T_ * QS + int64_t(Hq + g) * D, QS, T_, D);
+      T* vp = VP_all + (int64_t(b) * Hkv + g) * T_ * D;
+      const T* v = qkv + int64_t(b) * T_ * QS + int64_t(Hq + Hkv + g) * D;
+      for (int j = 0; j < T_; ++j)
+        std::memcpy(vp + int64_t(j) * D, v + int64_t(j) * QS, sizeof(T) * D);
+    }
   const T scale = T(1) / std::sqrt(T(D));
 
 #pragma omp parallel
@@ -77,7 +86,7 @@ void attention_forward_kernel(T* out, T* lse, const T* qkv, int B, int T_, int H
           const int g = h / group;
           const T* base = qkv + int64_t(b) * T_ * QS;
           const T* q = base + int64_t(i0) * QS + int64_t(h) * D;
-          const T* v = base + int64_t(Hq + Hkv + g) * D;
+          const T* vp = VP_all + (int64_t(b) * Hkv + g) * T_ * D;
           const T* KT = KT_all + (int64_t(b) * Hkv + g) * D * ld;
           small_gemm<T, false>(tq, nk, D, scale, q, QS, KT, ld, S, ld, false, panel);
           T* lse_row = lse + (int64_t(b) * Hq + h) * T_;
@@ -93,7 +102,7 @@ void attention_forward_kernel(T* out, T* lse, const T* qkv, int B, int T_, int H
             lse_row[i0 + r] = m + std::log(sum);
           }
           T* o = out + (int64_t(b) * T_ + i0) * OS + int64_t(h) * D;
-          small_gemm<T, false>(tq, D, nk, T(1), S, ld, v, QS, o, OS, false, panel);
+          small_gemm<T, false>(tq, D, nk, T(1), S, ld, vp, D, o, OS, false, panel);
         }
   }
 }
@@ -116,6 +125,9 @@ void attention_backward_kernel(T* dqkv, const T* dout, const T* qkv, const T* ou
     T* dS = P + int64_t(kTile) * ld;
     T* Drow = dS + int64_t(kTile) * ld;
     T* panel = Drow + kTile;
+    T* Kp = panel + attention::panel_elements(T_, D);  // T x D each
+    T* dKp = Kp + int64_t(T_) * D;
+    T* dVp = dKp + int64_t(T_) * D;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b)
       for (int g = 0; g < Hkv; ++g) {
@@ -125,10 +137,10 @@ void attention_backward_kernel(T* dqkv, const T* dout, const T* qkv, const T* ou
         const T* v = base + int64_t(Hq + Hkv + g) * D;
         T* dk = dbase + int64_t(Hq + g) * D;
         T* dv = dbase + int64_t(Hq + Hkv + g) * D;
-        for (int j = 0; j < T_; ++j) {
-          std::memset(dk + int64_t(j) * QS, 0, sizeof(T) * D);
-          std::memset(dv + int64_t(j) * QS, 0, sizeof(T) * D);
-        }
+        for (int j = 0; j < T_; ++j)
+          std::memcpy(Kp + int64_t(j) * D, k + int64_t(j) * QS, sizeof(T) * D);
+        std::memset(dKp, 0, sizeof(T) * size_t(T_) * D);
+        std::memset(dVp, 0, sizeof(T) * size_t(T_) * D);
         transpose_rows(KT, ld, k, QS, T_, D);
         transpose_rows(VT, ld, v, QS, T_, D);
         for (int h = g * group; h < (g + 1) * group; ++h) {
@@ -165,10 +177,14 @@ void attention_backward_kernel(T* dqkv, const T* dout, const T* qkv, const T* ou
 #pragma omp simd
               for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
             }
-            small_gemm<T, false>(tq, D, nk, T(1), dS, ld, k, QS, dq, QS, false, panel);
-            small_gemm<T, true>(nk, D, tq, T(1), dS, ld, q, QS, dk, QS, true, panel);
-            small_gemm<T, true>(nk, D, tq, T(1), P, ld, dO, OS, dv, QS, true, panel);
+            small_gemm<T, false>(tq, D, nk, T(1), dS, ld, Kp, D, dq, QS, false, panel);
+            small_gemm<T, true>(nk, D, tq, T(1), dS, ld, q, QS, dKp, D, true, panel);
+            small_gemm<T, true>(nk, D, tq, T(1), P, ld, dO, OS, dVp, D, true, panel);
           }
+        }
+        for (int j = 0; j < T_; ++j) {
+          std::memcpy(dk + int64_t(j) * QS, dKp + int64_t(j) * D, sizeof(T) * D);
+          std::memcpy(dv + int64_t(j) * QS, dVp + int64_t(j) * D, sizeof(T) * D);
         }
       }
   }

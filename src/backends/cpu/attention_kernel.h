@@ -24,14 +24,20 @@ inline int64_t stride(int T) { return (int64_t(T) + 15) / 16 * 16; }
 // Elements of the small-GEMM panel a thread needs (microgemm.h).
 inline int64_t panel_elements(int T, int D) { return 16 * (stride(T) > D ? stride(T) : D); }
 // Scratch elements: keys transposed (forward, shared) and per thread.
+// Keys transposed (D x stride(T)) and values packed (T x D, rows of D
+// contiguous floats) per (batch, kv head), shared by the forward's tasks.
 inline int64_t forward_keys(int B, int T, int Hkv, int D) {
-  return int64_t(B) * Hkv * D * stride(T);
+  return int64_t(B) * Hkv * D * stride(T) + int64_t(B) * Hkv * T * D;
 }
 inline int64_t forward_per_thread(int T, int D) {
   return int64_t(kTile) * stride(T) + panel_elements(T, D);
 }
+// Per thread in backward: K and V transposed, P and dS tiles, the row sums,
+// the panel, and K packed with dK and dV accumulated in T x D (contiguous
+// rows, where the kernel reads them K-row by K-row).
 inline int64_t backward_per_thread(int T, int D) {
-  return 2 * int64_t(D) * stride(T) + 2 * int64_t(kTile) * stride(T) + kTile + panel_elements(T, D);
+  return 2 * int64_t(D) * stride(T) + 2 * int64_t(kTile) * stride(T) + kTile +
+         panel_elements(T, D) + 3 * int64_t(T) * D;
 }
 
 }  // namespace attention
