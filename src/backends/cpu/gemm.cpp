@@ -262,6 +262,78 @@ void set_frozen_weights(bool on) {
   frozen().copies.clear();
 }
 
+namespace {
+
+// bf16 operands packed for the library GEMMs: two slots per element type
+// (bf16 bits for the native path, bf16-rounded floats for the emulated one),
+// grown on first use. Inside a Bf16OperandReuse scope a slot remembers which
+// operand it holds, so a second GEMM on the same operand (a linear layer's
+// backward reads dout twice, the head's gradient chunk feeds two GEMMs) skips
+// the conversion.
+struct Operand {
+  const float* ptr;
+  int64_t rows, cols, ld;
+  bool operator==(const Operand& o) const {
+    return ptr == o.ptr && rows == o.rows && cols == o.cols && ld == o.ld;
+  }
+};
+template <typename E>
+struct PackSlots {
+  Buffer<E> buf[2];
+  Operand held[2] = {};
+  bool valid[2] = {false, false};
+};
+template <typename E>
+PackSlots<E>& pack_slots() {
+  static PackSlots<E> slots;
+  return slots;
+}
+int g_reuse_depth = 0;
+
+template <typename E>
+const E* packed_operand(const Operand& op, int slot, const E* keep) {
+  PackSlots<E>& s = pack_slots<E>();
+  if (g_reuse_depth > 0)
+    for (int i = 0; i < 2; ++i)
+      if (s.valid[i] && s.held[i] == op) return s.buf[i].data();
+  // The preferred slot, unless it holds the other operand of this GEMM.
+  if (keep && s.buf[slot].data() == keep) slot = 1 - slot;
+  s.buf[slot].reserve(size_t(op.rows * op.cols));
+  E* dst = s.buf[slot].data();
+  if constexpr (sizeof(E) == 2)
+    pack_bf16(dst, op.ptr, op.rows, op.cols, op.ld);
+  else
+    pack_bf16_as_float(dst, op.ptr, op.rows, op.cols, op.ld);
+  s.held[slot] = op;
+  s.valid[slot] = g_reuse_depth > 0;
+  return dst;
+}
+
+// A GEMM's output may be another GEMM's input: drop packed copies it overlaps.
+void invalidate_packed(const float* C, int64_t M, int64_t N, int64_t ldc) {
+  if (g_reuse_depth == 0) return;
+  const float* c0 = C;
+  const float* c1 = C + (M - 1) * ldc + N;
+  auto drop = [&](auto& s) {
+    for (int i = 0; i < 2; ++i) {
+      const Operand& o = s.held[i];
+      const float* o1 = o.ptr + (o.rows - 1) * o.ld + o.cols;
+      if (s.valid[i] && o.ptr < c1 && c0 < o1) s.valid[i] = false;
+    }
+  };
+  drop(pack_slots<uint16_t>());
+  drop(pack_slots<float>());
+}
+
+}  // namespace
+
+Bf16OperandReuse::Bf16OperandReuse() { ++g_reuse_depth; }
+Bf16OperandReuse::~Bf16OperandReuse() {
+  if (--g_reuse_depth > 0) return;
+  for (bool& v : pack_slots<uint16_t>().valid) v = false;
+  for (bool& v : pack_slots<float>().valid) v = false;
+}
+
 template <>
 void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -285,22 +357,21 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     }
   }
   if (g_precision == MatmulPrecision::BF16 && K > 0) {
-    struct Tag {};
     // op(A) is M x K: stored as M x K (ta false) or K x M (ta true); same for B.
+    // Each operand is packed (compact, rounded to bf16) into its slot, unless
+    // a reuse scope has it packed already.
+    const Operand a_op{A, ta ? K : M, ta ? M : K, lda}, b_op{B, tb ? N : K, tb ? K : N, ldb};
     if (bf16_path() == Bf16Path::Native) {
       static Bf16Matmul matmul;
-      uint16_t* a = workspace<uint16_t, 0, Tag>(size_t(M * K));
-      uint16_t* b = workspace<uint16_t, 1, Tag>(size_t(K * N));
-      pack_bf16(a, A, ta ? K : M, ta ? M : K, lda);
-      pack_bf16(b, B, tb ? N : K, tb ? K : N, ldb);
+      const uint16_t* a = packed_operand<uint16_t>(a_op, 0, nullptr);
+      const uint16_t* b = packed_operand<uint16_t>(b_op, 1, a);
       matmul.run(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
-      return;
+    } else {
+      const float* a = packed_operand<float>(a_op, 0, nullptr);
+      const float* b = packed_operand<float>(b_op, 1, a);
+      sgemm(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
     }
-    float* a = workspace<float, 0, Tag>(size_t(M * K));
-    float* b = workspace<float, 1, Tag>(size_t(K * N));
-    pack_bf16_as_float(a, A, ta ? K : M, ta ? M : K, lda);
-    pack_bf16_as_float(b, B, tb ? N : K, tb ? K : N, ldb);
-    sgemm(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
+    invalidate_packed(C, M, N, ldc);
     return;
   }
   sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -30,6 +30,20 @@ void set_matmul_precision(MatmulPrecision p);
 // forward x W^T), so decoding reads half the bytes. Switching either way
 // drops the copies. Process-wide, like the precision.
 void set_frozen_weights(bool frozen);
+
+// Within this scope, bf16 GEMMs (training's bf16 precision) keep the bf16
+// copies of their operands, so a later GEMM on the same operand (same
+// pointer, shape and leading dimension) reads the copy instead of converting
+// it again. The caller promises that nothing but these GEMMs writes to the
+// operands inside the scope; a GEMM's own output drops any copy it overlaps.
+// Scopes nest; the copies are forgotten when the outermost one ends.
+class Bf16OperandReuse {
+ public:
+  Bf16OperandReuse();
+  ~Bf16OperandReuse();
+  Bf16OperandReuse(const Bf16OperandReuse&) = delete;
+  Bf16OperandReuse& operator=(const Bf16OperandReuse&) = delete;
+};
 MatmulPrecision matmul_precision();
 
 // How BF16 GEMMs run on this CPU:

@@ -132,6 +132,7 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
     else
       chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
     if (!grad) continue;
+    const Bf16OperandReuse reuse;  // bf16: the gradient chunk is converted once for both GEMMs
     if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
     if (dwout) gemm<T>(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
   }

@@ -17,6 +17,7 @@ template <typename T>
 void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T* w, int64_t N,
                      int IC, int OC, bool accumulate_dx, const LinearLd& ld) {
   const int64_t ldx = ld.x ? ld.x : IC, ldw = ld.w ? ld.w : IC, ldo = ld.out ? ld.out : OC;
+  const Bf16OperandReuse reuse;  // bf16: dout is converted once for both GEMMs
   if (dx)
     gemm<T>(false, false, N, IC, OC, T(1), dout, ldo, w, ldw, accumulate_dx ? T(1) : T(0), dx, ldx);
   if (dw) gemm<T>(true, false, OC, IC, N, T(1), dout, ldo, x, ldx, T(1), dw, ldw);
