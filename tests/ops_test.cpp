@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
@@ -220,6 +221,40 @@ TEST(Ops, FrozenBf16FewRowGemmReadsAFreshCopyOfTheWeights) {
   cpu::set_frozen_weights(false);
   cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
   check(all, "after the weights changed");
+}
+
+// bf16 operands converted once inside a reuse scope: the results are those
+// of converting every time, and a GEMM that writes over an operand makes the
+// next GEMM convert the new values.
+TEST(Ops, Bf16OperandReuseGivesTheSameResultsAndSeesOverwrites) {
+  const int M = 24, N = 20, K = 24;  // K = M: A can be overwritten by c1 c1^T
+  for (cpu::Bf16Path path : testing::bf16_paths()) {
+    testing::ForceBf16Path force(path);
+    const std::string what = testing::bf16_path_name(path);
+    auto A = cast_vec<float>(random_vec<double>(int64_t(M) * K, 61));
+    const auto B = cast_vec<float>(random_vec<double>(int64_t(K) * N, 62));
+    cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+    auto run = [&](bool reuse) {
+      std::vector<float> c1(size_t(M) * N), c2(size_t(N) * K), c3(size_t(M) * N);
+      auto a = A;
+      std::optional<cpu::Bf16OperandReuse> scope;
+      if (reuse) scope.emplace();
+      cpu::gemm<float>(false, false, M, N, K, 1.0f, a.data(), K, B.data(), N, 0.0f, c1.data(), N);
+      // A^T-side use of the same operand (as a linear layer's dW GEMM reads dout).
+      cpu::gemm<float>(true, false, K, N, M, 1.0f, a.data(), K, c1.data(), N, 0.0f, c2.data(), N);
+      // Overwrite a with a GEMM whose operands are both already packed (a := c1 c1^T,
+      // so a's copy stays in its slot and only the overlap check can drop it),
+      // then read a again.
+      cpu::gemm<float>(false, true, M, K, N, 1.0f, c1.data(), N, c1.data(), N, 0.0f, a.data(), K);
+      cpu::gemm<float>(false, false, M, N, K, 1.0f, a.data(), K, B.data(), N, 0.0f, c3.data(), N);
+      return std::vector<std::vector<float>>{c1, c2, c3};
+    };
+    const auto plain = run(false), reused = run(true);
+    for (size_t i = 0; i < plain.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(plain[i].data(), reused[i].data(), plain[i].size() * sizeof(float)))
+          << what << ": GEMM " << i + 1;
+    cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
+  }
 }
 
 // A GEMM the library refuses is one line naming the op, shapes, CPU and
