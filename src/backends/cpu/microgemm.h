@@ -112,6 +112,27 @@ void small_gemm(int M, int N, int K, T alpha, const T* A, int64_t lda, const T* 
                 T* C, int64_t ldc, bool accumulate, T* panel) {
   constexpr int L = detail::kVecBytes / sizeof(T), MR = detail::kRows;
   for (int j = 0; j < N;) {
+#ifdef __AVX512F__
+    // Exactly three vectors left (head dimension 48): one 8 x 3 block (24 of
+    // the 32 registers) instead of an 8 x 2 and an 8 x 1 block, whose single
+    // column of FMAs waits on a broadcast each. Same sums, same bits.
+    if (N - j == 3 * L) {
+      for (int i = 0; i < M; i += MR) {
+        const int mr = std::min(MR, M - i);
+        const T* a = TransA ? A + i : A + int64_t(i) * lda;
+        T* c = C + int64_t(i) * ldc + j;
+        if (mr == MR)
+          detail::microkernel<T, TransA, MR, 3>(K, alpha, a, lda, B + j, ldb, c, ldc, accumulate);
+        else {  // the edge kernel holds at most two vectors per row
+          detail::edgekernel<T, TransA>(mr, 2 * L, K, alpha, a, lda, B + j, ldb, c, ldc,
+                                        accumulate);
+          detail::edgekernel<T, TransA>(mr, L, K, alpha, a, lda, B + j + 2 * L, ldb, c + 2 * L, ldc,
+                                        accumulate);
+        }
+      }
+      break;
+    }
+#endif
     const int nr = N - j >= 2 * L ? 2 * L : (N - j >= L ? L : N - j);
     if (nr < L && M >= MR && K >= 16) {
       int done = 0;
