@@ -43,6 +43,21 @@ std::vector<BenchModel> bench_models(const std::string& which, int tokens) {
   return out;
 }
 
+// The model configuration of a benchmark shape (context: its sequence length).
+LlamaConfig bench_config(const BenchModel& bm, int vocab, bool tied) {
+  LlamaConfig cfg;
+  cfg.vocab_size = vocab;
+  cfg.hidden_size = bm.C;
+  cfg.intermediate_size = bm.F;
+  cfg.num_hidden_layers = bm.layers;
+  cfg.num_attention_heads = bm.H;
+  cfg.num_key_value_heads = bm.Hkv;
+  cfg.max_position_embeddings = bm.T;
+  cfg.tie_word_embeddings = tied;
+  cfg.finalize();
+  return cfg;
+}
+
 // Uniform values in [-scale, scale) into backend memory.
 void fill(ops::Backend<float>& be, float* p, int64_t n, uint32_t stream, float scale) {
   const PhiloxStream rng(1234, 7, stream);
@@ -270,16 +285,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
                                    : std::max(1, args.get_int("tokens") / bm.T);
   STRATA_USAGE_CHECK(args.get_int("vocab") >= 2, name, ": --vocab must be at least 2");
   STRATA_USAGE_CHECK(args.get_double("peak") >= 0, name, ": --peak must be >= 0");
-  LlamaConfig cfg;
-  cfg.vocab_size = args.get_int("vocab");
-  cfg.hidden_size = bm.C;
-  cfg.intermediate_size = bm.F;
-  cfg.num_hidden_layers = bm.layers;
-  cfg.num_attention_heads = bm.H;
-  cfg.num_key_value_heads = bm.Hkv;
-  cfg.max_position_embeddings = bm.T;
-  cfg.tie_word_embeddings = args.has("tied");
-  cfg.finalize();
+  const LlamaConfig cfg = bench_config(bm, args.get_int("vocab"), args.has("tied"));
   const LayerPlan plan = args.get("plan").empty()
                              ? LayerPlan::standard(cfg.num_hidden_layers)
                              : LayerPlan::parse(args.get("plan"), cfg.num_hidden_layers);
@@ -343,18 +349,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
 }  // namespace
 
 LlamaConfig bench_model_config(const std::string& which, int vocab, bool tied) {
-  const BenchModel bm = bench_models(which, 4096).front();
-  LlamaConfig cfg;
-  cfg.vocab_size = vocab;
-  cfg.hidden_size = bm.C;
-  cfg.intermediate_size = bm.F;
-  cfg.num_hidden_layers = bm.layers;
-  cfg.num_attention_heads = bm.H;
-  cfg.num_key_value_heads = bm.Hkv;
-  cfg.max_position_embeddings = bm.T;
-  cfg.tie_word_embeddings = tied;
-  cfg.finalize();
-  return cfg;
+  return bench_config(bench_models(which, 4096).front(), vocab, tied);
 }
 
 int cmd_bench(int argc, char** argv, int first) {

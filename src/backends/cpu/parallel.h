@@ -11,9 +11,8 @@
 
 namespace strata::cpu {
 
-// Sum of f(i) for i in [0, n), accumulated in double.
-// f(lo, hi) returns the sum over [lo, hi): one call per thread, the same
-// split and combining order as parallel_sum.
+// f(lo, hi) returns the sum over [lo, hi): one call per thread on a fixed
+// contiguous range, the partial sums combined in thread order.
 template <typename F>
 double parallel_sum_ranges(int64_t n, F&& f) {
   const int nt = omp_get_max_threads();
@@ -28,21 +27,15 @@ double parallel_sum_ranges(int64_t n, F&& f) {
   return total;
 }
 
+// Sum of f(i) for i in [0, n), accumulated in double, in index order within
+// each thread's range.
 template <typename F>
 double parallel_sum(int64_t n, F&& f) {
-  const int nt = omp_get_max_threads();
-  std::vector<double> partial(nt, 0.0);
-#pragma omp parallel
-  {
-    const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    const int64_t lo = n * t / team, hi = n * (t + 1) / team;
+  return parallel_sum_ranges(n, [&](int64_t lo, int64_t hi) {
     double s = 0;
     for (int64_t i = lo; i < hi; ++i) s += f(i);
-    partial[t] = s;
-  }
-  double total = 0;
-  for (double p : partial) total += p;
-  return total;
+    return s;
+  });
 }
 
 }  // namespace strata::cpu
