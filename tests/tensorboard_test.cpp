@@ -1,6 +1,5 @@
 // TensorBoard event files (core/tensorboard.h), read back by an independent
-// reader written here from the format's description: a bit-by-bit CRC-32C
-// (no table), the TFRecord framing and a generic protocol-buffer decoder.
+// reader (tb_reader.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,93 +11,13 @@
 
 #include "core/error.h"
 #include "core/tensorboard.h"
+#include "tb_reader.h"
 #include "testing.h"
 
 namespace strata {
 namespace {
 
-uint32_t slow_crc32c(const std::string& s) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char byte : s) {
-    c ^= byte;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-  }
-  return ~c;
-}
-uint32_t slow_masked(const std::string& s) {
-  const uint32_t c = slow_crc32c(s);
-  return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
-}
-
-// One decoded protocol-buffer field: varint, fixed64, bytes or fixed32.
-struct Field {
-  int number = 0, wire = 0;
-  uint64_t num = 0;
-  std::string bytes;
-};
-std::vector<Field> decode(const std::string& b) {
-  std::vector<Field> out;
-  size_t i = 0;
-  auto varint = [&]() {
-    uint64_t v = 0;
-    for (int shift = 0;; shift += 7) {
-      if (i >= b.size()) throw std::runtime_error("truncated varint");
-      const uint8_t x = uint8_t(b[i++]);
-      v |= uint64_t(x & 0x7F) << shift;
-      if (!(x & 0x80)) return v;
-    }
-  };
-  while (i < b.size()) {
-    Field f;
-    const uint64_t k = varint();
-    f.number = int(k >> 3), f.wire = int(k & 7);
-    if (f.wire == 0) {
-      f.num = varint();
-    } else if (f.wire == 1 || f.wire == 5) {
-      const size_t n = f.wire == 1 ? 8 : 4;
-      if (i + n > b.size()) throw std::runtime_error("truncated fixed");
-      std::memcpy(&f.num, b.data() + i, n);
-      i += n;
-    } else if (f.wire == 2) {
-      const uint64_t n = varint();
-      if (i + n > b.size()) throw std::runtime_error("truncated bytes");
-      f.bytes = b.substr(i, n);
-      i += n;
-    } else {
-      throw std::runtime_error("wire type " + std::to_string(f.wire));
-    }
-    out.push_back(f);
-  }
-  return out;
-}
-const Field* find(const std::vector<Field>& fs, int number) {
-  for (const Field& f : fs)
-    if (f.number == number) return &f;
-  return nullptr;
-}
-
-// Records of a file; every CRC checked.
-std::vector<std::string> records(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < all.size()) {
-    EXPECT_LE(i + 12, all.size());
-    uint64_t n;
-    uint32_t len_crc, data_crc;
-    std::memcpy(&n, all.data() + i, 8);
-    std::memcpy(&len_crc, all.data() + i + 8, 4);
-    EXPECT_EQ(len_crc, slow_masked(all.substr(i, 8)));
-    const std::string data = all.substr(i + 12, n);
-    std::memcpy(&data_crc, all.data() + i + 12 + n, 4);
-    EXPECT_EQ(data_crc, slow_masked(data));
-    out.push_back(data);
-    i += 12 + n + 4;
-  }
-  EXPECT_EQ(i, all.size());
-  return out;
-}
+using namespace tb_reader;
 
 TEST(TensorBoard, Crc32cKnownAnswers) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);  // the CRC-32C check value

@@ -2,11 +2,13 @@
 // resume, continual pretraining and SFT from a checkpoint, generation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -16,6 +18,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/model.h"
+#include "tb_reader.h"
 #include "testing.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -251,6 +254,47 @@ TEST(Train, ResumeIsBitExact) {
   for (size_t i = 0; i < 12; ++i) EXPECT_EQ(metrics[i]["step"], int(i + 1));
   // keep = 2 (default): only the newest two checkpoints of run a remain.
   EXPECT_EQ(list_checkpoints(a / "run").size(), 2u);
+}
+
+// log.tensorboard (default on): every number of metrics.jsonl as a scalar in
+// <run.dir>/tb/, the recipe as text; a resumed run adds a file that starts a
+// new session at its step (TensorBoard drops the older points from there).
+TEST(Train, TensorBoardEventsMirrorTheMetrics) {
+  TempDir dir;
+  const std::string recipe = tiny_recipe(dir);
+  train(load(recipe, {"training.steps=6", "lr_scheduler.decay_steps=9"}));
+  train(load(recipe, {"training.steps=9", "lr_scheduler.decay_steps=9"}));
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir / "run/tb")) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 2u);
+  // The second file opens with a session start after the resumed step (6).
+  const auto second = tb_reader::records(files[1]);
+  ASSERT_GE(second.size(), 2u);
+  const auto start = tb_reader::decode(second[1]);
+  ASSERT_NE(tb_reader::find(start, 7), nullptr) << "no SessionLog";
+  EXPECT_EQ(tb_reader::find(start, 2)->num, 7u);
+  // Losses of steps 1-6 in the first file and 7-9 in the second, equal to
+  // metrics.jsonl's (as floats).
+  const auto metrics = read_metrics(dir / "run/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 9u);
+  std::map<int64_t, float> loss;
+  for (const std::string& f : files)
+    for (const auto& sc : tb_reader::scalars(f))
+      if (sc.tag == "loss") loss[sc.step] = sc.value;
+  ASSERT_EQ(loss.size(), 9u);
+  for (const auto& m : metrics)
+    EXPECT_EQ(loss[m["step"].get<int64_t>()], float(m["loss"].get<double>())) << m.dump();
+  bool val = false, lr = false;
+  for (const auto& sc : tb_reader::scalars(files[1])) {
+    val |= sc.tag == "val_loss" && sc.step == 9;
+    lr |= sc.tag == "lr";
+  }
+  EXPECT_TRUE(val && lr);
+  // Off: no tb directory.
+  TempDir off;
+  train(load(tiny_recipe(off), {"training.steps=2", "log.tensorboard=false"}));
+  EXPECT_FALSE(fs::exists(off / "run/tb"));
 }
 
 TEST(Train, ContinualPretrainingStartsFromTheCheckpoint) {

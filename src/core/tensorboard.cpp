@@ -112,6 +112,19 @@ std::string tb_file_version_event(double wall_time) {
   return e;
 }
 
+std::string tb_session_start_event(int64_t step, double wall_time) {
+  std::string log;  // SessionLog { SessionStatus status = 1; } with START = 1
+  key(log, 1, 0);
+  varint(log, 1);
+  std::string e;
+  key(e, 1, 1);
+  fixed<double>(e, wall_time);
+  key(e, 2, 0);
+  varint(e, uint64_t(step));
+  bytes_field(e, 7, log);  // Event.session_log
+  return e;
+}
+
 std::string tfrecord(const std::string& data) {
   std::string r;
   const uint64_t n = data.size();
@@ -151,6 +164,10 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
 
 void TensorBoardWriter::text(const std::string& tag, const std::string& text, int64_t step) {
   write(tb_text_event(tag, text, step, now_seconds()));
+}
+
+void TensorBoardWriter::session_start(int64_t step) {
+  write(tb_session_start_event(step, now_seconds()));
 }
 
 void TensorBoardWriter::write(const std::string& event) {

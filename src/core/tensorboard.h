@@ -22,6 +22,7 @@ std::string tb_scalar_event(const std::string& tag, double value, int64_t step, 
 std::string tb_text_event(const std::string& tag, const std::string& text, int64_t step,
                           double wall_time);
 std::string tb_file_version_event(double wall_time);
+std::string tb_session_start_event(int64_t step, double wall_time);
 // One TFRecord: framing around `data`.
 std::string tfrecord(const std::string& data);
 
@@ -38,6 +39,9 @@ class TensorBoardWriter {
   void scalar(const std::string& tag, double value, int64_t step);
   // Shown in TensorBoard's text tab (rendered as markdown).
   void text(const std::string& tag, const std::string& text, int64_t step);
+  // A restart at `step` (a resumed run): TensorBoard discards the points of
+  // earlier files at this step and later.
+  void session_start(int64_t step);
   const std::string& path() const { return path_; }
 
  private:

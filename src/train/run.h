@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/tensorboard.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "model/memory.h"
@@ -46,9 +47,10 @@ struct Run {
   std::function<std::unique_ptr<Loader>()> make_val_loader;  // fresh, from the start
   int64_t step = 0, tokens_seen = 0;
   std::string metrics_path;
-  bool dry_run = false;         // setup() stops after the memory check
-  MemoryEstimate memory;        // per process, before allocation
-  MemoryLimit memory_limit;     // what was available then
+  std::unique_ptr<TensorBoardWriter> tb;  // rank 0, with log.tensorboard
+  bool dry_run = false;                   // setup() stops after the memory check
+  MemoryEstimate memory;                  // per process, before allocation
+  MemoryLimit memory_limit;               // what was available then
   // Parallelism: the grid, and its groups wrapped to time communication.
   ProcessGrid grid;
   TimedComm* tp = nullptr;  // owned by grid.tp_comm

@@ -185,6 +185,17 @@ void append_metrics(const Run& run, const nlohmann::json& j) {
   // One write per record; a full disk stops the run (the step's numbers
   // would be lost otherwise) and leaves no torn line behind.
   append_record(run.metrics_path, j.dump() + "\n", "metrics");
+  if (!run.tb) return;
+  // The same numbers as TensorBoard scalars: "loss", "val_loss", ...;
+  // objects (exit_loss, eval/...) as "exit_loss/3".
+  const int64_t step = j.value("step", int64_t(0));
+  for (const auto& [key, value] : j.items()) {
+    if (key == "step") continue;
+    if (value.is_number()) run.tb->scalar(key, value.get<double>(), step);
+    if (value.is_object())
+      for (const auto& [sub, v] : value.items())
+        if (v.is_number()) run.tb->scalar(key + "/" + sub, v.get<double>(), step);
+  }
 }
 
 }  // namespace strata::train_internal

@@ -684,6 +684,19 @@ void setup(Run& run) {
   }
   // Everything checked (recipe, data, checkpoint): now the run's record.
   if (run.root()) write_file_atomic(run.dir + "/recipe.toml", r.to_toml());
+  if (run.root() && r.get_bool("log.tensorboard")) {
+    const std::string tb = run.dir + "/tb";
+    if (resume.empty()) {  // a fresh run: no curves of an earlier one (as metrics.jsonl)
+      std::error_code ec;
+      std::filesystem::remove_all(tb, ec);
+    }
+    run.tb = std::make_unique<TensorBoardWriter>(tb);
+    // A resumed run goes on after its checkpoint's step: TensorBoard drops
+    // the older files' points from the next step on, as metrics.jsonl was cut
+    // back to the checkpoint.
+    if (!resume.empty()) run.tb->session_start(run.step + 1);
+    run.tb->text("recipe", "```toml\n" + r.to_toml() + "```", run.step);
+  }
 
   int64_t n_train = 0;
   for (size_t i = 0; i < mask.size(); ++i)

@@ -123,6 +123,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "let eval.tasks run model-written code (HumanEval) in the sandbox"},
 
       {"log.interval", K::Int, "10", "print and record metrics every N steps"},
+      {"log.tensorboard", K::Bool, "true",
+       "also write every metrics.jsonl number and the resolved recipe as TensorBoard event files "
+       "in <run.dir>/tb/"},
       {"log.sample_prompt", K::String, "\"\"", "at the end, print a sample continuing this prompt"},
       {"log.sample_tokens", K::Int, "64", "tokens in the final sample"},
       {"log.sample_temperature", K::Float, "0.8", "temperature of the final sample (0: greedy)"},
