@@ -8,7 +8,8 @@
 #      uninterrupted one bit for bit
 #   2. a full disk (a small tmpfs): one error line naming the file, exit 1, no
 #      half-written checkpoint taken as complete, resume once space is freed;
-#      metrics.jsonl on a full disk is an error, not a torn or lost line
+#      metrics.jsonl (or its TensorBoard event) on a full disk is an error,
+#      not a torn or lost line
 #   3. a read-only run.dir (a read-only bind mount): one error line, nothing written
 #   4. two runs on one directory: the second stops at once naming the first's
 #      PID; a lock file left by a killed run is not a lock
@@ -429,7 +430,10 @@ trial_full_disk() {
   read -r torn dup gaps first last < <(metrics_check "$run2/metrics.jsonl")
   ((rc == 1)) || problem "metrics.jsonl on a full disk: exit $rc (expected 1)"
   progress_lines < "$d/metrics.err" > "$d/metrics.errlines"
-  one_error_line "$d/metrics.errlines" "^strata: error: .*$run2/metrics.jsonl.*No space left on device"
+  # The record that no longer fits: metrics.jsonl's line or its TensorBoard
+  # event (written right after it, tb/).
+  one_error_line "$d/metrics.errlines" \
+    "^strata: error: .*$run2/(metrics.jsonl|tb/events[.]out[.]tfevents[.][^ :]+).*No space left on device"
   ((torn == 0)) || problem "metrics.jsonl on a full disk: $torn torn lines"
   ((last < 600)) || problem "metrics.jsonl on a full disk: the run went on to step $last"
   report "2 full disk" "$n_ckpt checkpoints written before the disk filled (exit ${rc}), $n_ok load, $(wc -l < "$d/fill.errlines") error line, $(wc -w <<< "$tmps") .tmp left, resumed after freeing space: $resumed; metrics.jsonl filling up: stopped at step $last ($((last - at_fill)) steps after the disk filled), $torn torn lines" "$t0"
