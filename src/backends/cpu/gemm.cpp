@@ -213,21 +213,14 @@ constexpr int64_t kFewRows = 8;
 // decoding one row and verifying d + 1 drafted rows give bit-identical logits
 // (so greedy self-speculative decoding equals plain decoding exactly), and a
 // tensor-parallel shard of N computes its columns as the whole matrix would.
+template <typename TB>  // float, or bf16 bits
 void few_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+              const TB* B, int64_t ldb, float beta, float* C, int64_t ldc) {
 #ifdef STRATA_AVX512_VARIANT
   if (cpu_level() == CpuLevel::Avx512)
     return avx512::few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
   few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-void few_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-#ifdef STRATA_AVX512_VARIANT
-  if (cpu_level() == CpuLevel::Avx512)
-    return avx512::few_rows_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#endif
-  few_rows_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // bf16 copies of frozen weights, keyed by the operand as the GEMM sees it.

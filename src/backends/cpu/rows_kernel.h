@@ -18,7 +18,7 @@
 
 namespace strata::cpu {
 
-// few_rows_gemm_nt_bf16's A: each row's K values (already rounded to bf16)
+// few_rows_gemm_nt's A when B is bf16: each row's K values (already rounded to bf16)
 // zero-padded to a multiple of 32, each chunk of 32 stored as its 16 even
 // columns, then its 16 odd ones. dst holds pair_layout_size(K) floats.
 inline int64_t pair_layout_size(int64_t K) { return (K + 31) / 32 * 32; }
@@ -34,9 +34,8 @@ inline void bf16_pair_layout(float* dst, const float* src, int64_t K) {
 #define STRATA_ROWS_KERNELS                                                                        \
   void few_rows_gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc);           \
-  void few_rows_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* A,         \
-                             int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,    \
-                             int64_t ldc);
+  void few_rows_gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
+                        const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 inline namespace STRATA_CPU_ISA_NS {
 STRATA_ROWS_KERNELS
