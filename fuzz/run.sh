@@ -91,6 +91,13 @@ mkdir -p "$work/logs" "$work/tmp"
 export STRATA_FUZZ_TMP=$work/tmp
 # Leaks are findings too; a sanitizer report ends the process with a stack.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:allocator_may_return_null=0}
+# Named frames need llvm-symbolizer: the unversioned name comes with Debian's
+# llvm package, the versioned binary with llvm-14 (not always installed).
+if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ] && ! command -v llvm-symbolizer > /dev/null; then
+  for sym in /usr/lib/llvm-*/bin/llvm-symbolizer; do
+    if [ -x "$sym" ]; then export ASAN_SYMBOLIZER_PATH=$sym; fi
+  done
+fi
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$repo/fuzz/lsan.supp:print_suppressions=0}
 # The CPU's name for the table; never fatal (a chroot may lack lscpu's /sys).
@@ -116,6 +123,11 @@ classify() {
       # shared library (libz under libhdf5'"'"'s filters, ...) belongs to whoever
       # called it, further down.
       if ($0 ~ /\(\/[^ )]*\.so[.0-9]*\+0x/) next
+      # Without a symbolizer no frame has a name: the sanitizer, libFuzzer
+      # and strata all show as offsets in the harness binary. Attribute the
+      # report to the first shared library below them, if any (strata calls
+      # libhdf5 and the others, not the reverse), else to strata (END).
+      if ($0 !~ / in /) next
       print "strata"; found = 1; exit
     }
     END { if (!found) print "strata" }' "$1"
