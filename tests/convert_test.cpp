@@ -1,17 +1,26 @@
 // Hugging Face conversion: import against transformers' own logits (fixtures
 // made once by tests/fixtures/make_hf_fixtures.py), round trips in both
-// directions, sharding and dtypes, Llama-3 RoPE scaling, and bad inputs.
+// directions, sharding and dtypes, Llama-3 RoPE scaling, and bad inputs; the
+// exported tokenizer files against transformers 4.x and 5.x (recorded once by
+// tests/fixtures/make_hf_tokenizer_fixture.py) and against sentencepiece.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/gemm.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/sha256.h"
+#include "data/sft.h"
+#include "data/tokenizer.h"
+#include "infer/generate.h"
 #include "io/hf.h"
+#include "io/hf_tokenizer.h"
+#include "io/llama2c.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "testing.h"
@@ -261,6 +270,219 @@ TEST_F(HfImportErrors, TruncatedWeights) {
   const auto size = fs::file_size(dir_ / "model.safetensors");
   fs::resize_file(dir_ / "model.safetensors", size / 2);
   expect_error("model.safetensors");
+}
+
+
+// ---------------------------------------------------------------------------
+// Tokenizer files of the export.
+
+template <typename Fn>
+void expect_one_line_error(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning " << parts[0];
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  }
+}
+
+const std::string kTok512 = std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model";
+
+TEST(HfTokenizerExport, ParsesTheSentencepieceModel) {
+  const std::string bytes = read_file(kTok512, "tokenizer");
+  const SpModelInfo m = parse_sp_model(bytes, "tok512");
+  const Tokenizer tok = Tokenizer::load(kTok512);
+  ASSERT_EQ(int(m.pieces.size()), tok.vocab_size());
+  for (int i = 0; i < tok.vocab_size(); ++i) EXPECT_EQ(m.pieces[size_t(i)].text, tok.id_to_piece(i));
+  EXPECT_EQ(m.model_type, 2);  // llama2.c trained it as BPE
+  EXPECT_TRUE(m.byte_fallback);
+  EXPECT_TRUE(m.add_dummy_prefix);
+  EXPECT_TRUE(m.remove_extra_whitespaces);
+  using PT = SpModelInfo::PieceType;
+  EXPECT_EQ(m.pieces[0].type, PT::Unknown);
+  EXPECT_EQ(m.pieces[1].type, PT::Control);
+  EXPECT_EQ(m.pieces[2].type, PT::Control);
+  EXPECT_EQ(m.pieces[3].type, PT::Byte);  // <0x00>
+  EXPECT_EQ(m.pieces[3].text, "<0x00>");
+  EXPECT_EQ(m.pieces[259].type, PT::Normal);
+  EXPECT_GT(m.pieces[259].score, m.pieces[300].score);  // BPE scores fall with the id
+  // Not a model: one error naming it.
+  expect_one_line_error([] { parse_sp_model(std::string("\x0a\xff\xff", 3), "junk.model"); },
+               {"junk.model", "not a sentencepiece model"});
+  expect_one_line_error([] { parse_sp_model("", "empty.model"); }, {"empty.model", "no pieces"});
+}
+
+// Hugging Face's BPE, written out here: the normalizer and pre-tokenizer the
+// export describes (strip, collapse spaces, U+2581 for spaces, one leading
+// U+2581), then the ranked merges applied lowest rank first (leftmost on
+// ties), then pieces missing from the vocabulary as <0xNN> bytes. Its ids must
+// be sentencepiece's.
+std::vector<int32_t> hf_bpe(const std::string& text, const nlohmann::json& model) {
+  std::string t = text;
+  while (!t.empty() && t.front() == ' ') t.erase(t.begin());
+  while (!t.empty() && t.back() == ' ') t.pop_back();
+  std::string norm;
+  for (char c : t)
+    if (!(c == ' ' && !norm.empty() && norm.back() == ' ')) norm += c;
+  if (norm.empty()) return {};
+  std::string s = "\xe2\x96\x81";
+  for (char c : norm) s += c == ' ' ? std::string("\xe2\x96\x81") : std::string(1, c);
+  std::vector<std::string> sym;
+  for (size_t i = 0; i < s.size();) {
+    size_t n = 1;
+    while (i + n < s.size() && (uint8_t(s[i + n]) & 0xc0) == 0x80) ++n;
+    sym.push_back(s.substr(i, n));
+    i += n;
+  }
+  std::map<std::pair<std::string, std::string>, size_t> rank;
+  for (size_t r = 0; r < model["merges"].size(); ++r)
+    rank.emplace(model["merges"][r].get<std::pair<std::string, std::string>>(), r);
+  for (;;) {
+    size_t best = SIZE_MAX, at = 0;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      auto it = rank.find({sym[i], sym[i + 1]});
+      if (it != rank.end() && it->second < best) best = it->second, at = i;
+    }
+    if (best == SIZE_MAX) break;
+    sym[at] += sym[at + 1];
+    sym.erase(sym.begin() + long(at) + 1);
+  }
+  std::vector<int32_t> ids;
+  for (const std::string& p : sym) {
+    if (model["vocab"].contains(p)) {
+      ids.push_back(model["vocab"][p].get<int32_t>());
+      continue;
+    }
+    for (unsigned char c : p) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", c);
+      ids.push_back(model["vocab"][name].get<int32_t>());
+    }
+  }
+  return ids;
+}
+
+TEST(HfTokenizerExport, MergesReproduceSentencepieceOnTheCorpus) {
+  const Tokenizer tok = Tokenizer::load(kTok512);
+  const auto files = make_hf_tokenizer_files(tok.model_bytes(), 512, "tok512");
+  const auto tj = nlohmann::json::parse(files.tokenizer_json);
+  const auto& model = tj["model"];
+  ASSERT_EQ(model["type"], "BPE");
+  EXPECT_EQ(model["vocab"].size(), 512u);
+  EXPECT_EQ(model["merges"].size(), 165u);  // as transformers' own converter finds
+  EXPECT_EQ(tj["post_processor"]["single"][0]["SpecialToken"]["id"], "<s>");
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) +
+                   "/data/corpora/tinystories/tinystories_sample.txt");
+  std::string line;
+  int lines = 0;
+  int64_t tokens = 0;
+  while (std::getline(in, line)) {
+    const std::vector<int32_t> want = tok.encode(line);
+    ASSERT_EQ(hf_bpe(line, model), want) << "line " << lines + 1 << ": " << line;
+    ++lines, tokens += int64_t(want.size());
+  }
+  EXPECT_GT(lines, 10);
+  EXPECT_GT(tokens, 1000);
+  for (const char* s : {"  two  spaces  ", "caf\xc3\xa9 \xe4\xbd\xa0", "a\n\nb", "tab\tx"})
+    EXPECT_EQ(hf_bpe(s, model), tok.encode(s)) << s;
+}
+
+std::unique_ptr<Model<float>> stories260k() {
+  const Llama2cModel m =
+      read_llama2c(std::string(STRATA_SOURCE_DIR) + "/data/models/stories260K/stories260K.bin");
+  auto model = std::make_unique<Model<float>>(m.config, ops::make_backend<float>());
+  for (const auto& [name, data] : m.tensors)
+    std::copy(data.begin(), data.end(), model->param(model->layout().find(name)));
+  return model;
+}
+
+// transformers 4.x and 5.x, given the exported directory of stories260K,
+// encode, decode, render the chat template and decode greedily as strata does.
+TEST(HfTokenizerExport, TransformersReproducesStrata) {
+  const auto fixture_all = read_json(fixture("hf_tokenizer_expected.json"));
+  ASSERT_TRUE(fixture_all.contains("transformers_4"));
+  ASSERT_TRUE(fixture_all.contains("transformers_5"));
+  const Tokenizer tok = Tokenizer::load(kTok512);
+  auto model = stories260k();
+  TempDir dir;
+  export_hf(*model, tok.model_bytes(), dir.path(), HfExportOptions{});
+  for (const auto& [version, fx] : fixture_all.items()) {
+    SCOPED_TRACE(version + " (" + fx["transformers"].get<std::string>() + ")");
+    // The recording was made from these very files.
+    for (const auto& [file, digest] : fx["files"].items())
+      EXPECT_EQ(sha256_hex(read_file(dir / file, "export")), digest.get<std::string>())
+          << file << " differs from the exported file transformers was run on: rerun "
+          << "tests/fixtures/make_hf_tokenizer_fixture.py with transformers 4.x and 5.x";
+    const auto texts = fx["texts"].get<std::vector<std::string>>();
+    ASSERT_EQ(texts.size(), fx["ids"].size());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<int32_t> want = {tok.bos_id()};
+      for (int32_t id : tok.encode(texts[i])) want.push_back(id);
+      EXPECT_EQ(fx["ids"][i].get<std::vector<int32_t>>(), want) << texts[i];
+      EXPECT_EQ(fx["decoded"][i].get<std::string>(), tok.decode(tok.encode(texts[i])));
+    }
+    // The chat template renders the text SFT trains on: BOS, prefix +
+    // content + suffix per message, EOS after the assistant's.
+    const ChatTemplate t;
+    const auto& chat = fx["chat"];
+    std::string text = "<s>";
+    for (const auto& msg : chat["messages"]) {
+      const std::string role = msg["role"], content = msg["content"];
+      if (role == "system") text += t.system_prefix + content + t.system_suffix;
+      if (role == "user") text += t.user_prefix + content + t.user_suffix;
+      if (role == "assistant") text += t.assistant_prefix + content + t.assistant_suffix + "</s>";
+    }
+    EXPECT_EQ(chat["text"].get<std::string>(), text);
+    const std::string prompt = "<s>" + t.system_prefix + "Be kind." + t.system_suffix +
+                               t.user_prefix + "Tell me a story." + t.user_suffix +
+                               t.assistant_prefix;
+    EXPECT_EQ(chat["generation_prompt"].get<std::string>(), prompt);
+    // Greedy decoding of the exported model, against strata's.
+    std::vector<int32_t> ids = {tok.bos_id()};
+    for (int32_t id : tok.encode(fx["greedy_prompt"].get<std::string>())) ids.push_back(id);
+    const auto want = fx["greedy_ids"].get<std::vector<int32_t>>();
+    GenerateOptions o;
+    o.max_new_tokens = int(want.size());
+    o.sampling.temperature = 0;
+    EXPECT_EQ(generate_simple(*model, ids, o), want);
+  }
+  // The config files name the special tokens and the format.
+  const auto cfg = read_json(dir / "config.json");
+  EXPECT_TRUE(cfg["pad_token_id"].is_null());  // tok512 has no pad piece
+  EXPECT_EQ(cfg["transformers_version"], "4.57.6");
+  EXPECT_EQ(read_json(dir / "generation_config.json")["pad_token_id"], 2);
+  const auto tc = read_json(dir / "tokenizer_config.json");
+  EXPECT_EQ(tc["bos_token"], "<s>");
+  EXPECT_EQ(tc["eos_token"], "</s>");
+  EXPECT_EQ(tc["unk_token"], "<unk>");
+  EXPECT_EQ(tc["add_bos_token"], true);
+  EXPECT_EQ(tc["model_max_length"], 512);
+  EXPECT_EQ(read_json(dir / "special_tokens_map.json")["eos_token"], "</s>");
+}
+
+// A unigram model (strata tokenizer train --model-type unigram) exports with
+// its scores, and its pad piece where it has one.
+TEST(HfTokenizerExport, UnigramModel) {
+  TempDir dir;
+  TokenizerTrainOptions o;
+  o.inputs = {std::string(STRATA_SOURCE_DIR) + "/data/corpora/tinystories/tinystories_sample.txt"};
+  o.out = dir / "u.model";
+  o.vocab_size = 400;
+  o.model_type = "unigram";
+  const Tokenizer tok = train_tokenizer(o);
+  const auto files = make_hf_tokenizer_files(tok.model_bytes(), 256, "u.model");
+  const auto tj = nlohmann::json::parse(files.tokenizer_json);
+  ASSERT_EQ(tj["model"]["type"], "Unigram");
+  ASSERT_EQ(int(tj["model"]["vocab"].size()), tok.vocab_size());
+  EXPECT_EQ(tj["model"]["unk_id"], tok.unk_id());
+  const SpModelInfo m = parse_sp_model(tok.model_bytes(), "u.model");
+  for (int i = 0; i < tok.vocab_size(); ++i) {
+    EXPECT_EQ(tj["model"]["vocab"][size_t(i)][0], tok.id_to_piece(i));
+    EXPECT_FLOAT_EQ(tj["model"]["vocab"][size_t(i)][1].get<float>(), m.pieces[size_t(i)].score);
+  }
+  EXPECT_EQ(files.pad_token_id, -1);
 }
 
 }  // namespace

@@ -8,12 +8,16 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/text.h"
+#include "io/hf_tokenizer.h"
 #include "io/safetensors.h"
 #include "model/memory.h"
 #include "ops/backend.h"
 
 namespace strata {
 namespace fs = std::filesystem;
+
+// transformers writes its version into config.json; see export_hf.
+constexpr const char* kHfFormatVersion = "4.57.6";
 
 std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* info) {
   const std::string config_path = dir + "/config.json";
@@ -96,11 +100,29 @@ void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const st
     const ParamInfo& t = model.layout()[int(i)];
     tensors.push_back(SafeTensorWrite{t.name, t.shape, model.param(int(i))});
   }
+  // The files follow the format of this transformers version, the oldest the
+  // export was checked with (tests/fixtures/check_hf_export.py; 5.x reads it too).
+  cfg["transformers_version"] = kHfFormatVersion;
+  nlohmann::json gen = {{"bos_token_id", c.bos_token_id},
+                        {"eos_token_id", c.eos_token_id},
+                        {"transformers_version", kHfFormatVersion}};
+  HfTokenizerFiles tok;
+  if (!tokenizer_bytes.empty())
+    tok = make_hf_tokenizer_files(tokenizer_bytes, c.max_position_embeddings,
+                                  "of the checkpoint");
+  // A pad piece where the tokenizer has one; generation pads with EOS (as SFT
+  // batches do) where it has none.
+  cfg["pad_token_id"] = tok.pad_token_id >= 0 ? nlohmann::json(tok.pad_token_id) : nullptr;
+  gen["pad_token_id"] = tok.pad_token_id >= 0 ? tok.pad_token_id : c.eos_token_id;
   write_safetensors_model(dir, tensors, o.dtype, o.max_shard_bytes, {{"format", "pt"}});
   write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
-  const nlohmann::json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id}};
   write_file_atomic(dir + "/generation_config.json", gen.dump(2) + "\n");
-  if (!tokenizer_bytes.empty()) write_file_atomic(dir + "/tokenizer.model", tokenizer_bytes);
+  if (!tokenizer_bytes.empty()) {
+    write_file_atomic(dir + "/tokenizer.model", tokenizer_bytes);
+    write_file_atomic(dir + "/tokenizer.json", tok.tokenizer_json);
+    write_file_atomic(dir + "/tokenizer_config.json", tok.tokenizer_config_json);
+    write_file_atomic(dir + "/special_tokens_map.json", tok.special_tokens_map_json);
+  }
 }
 
 }  // namespace strata

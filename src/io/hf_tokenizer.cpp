@@ -1,0 +1,347 @@
+#include "io/hf_tokenizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "data/tokenizer.h"
+
+namespace strata {
+namespace {
+
+// A protobuf reader for the few fields the export needs: it walks a message,
+// returning (field number, wire type, value) until the end.
+class ProtoReader {
+ public:
+  ProtoReader(std::string_view bytes, const std::string& name) : b_(bytes), name_(name) {}
+
+  bool done() const { return pos_ >= b_.size(); }
+
+  struct Field {
+    uint32_t number = 0, wire = 0;
+    uint64_t varint = 0;     // wire 0, and the raw bits of wire 1 and 5
+    std::string_view bytes;  // wire 2
+  };
+
+  Field next() {
+    Field f;
+    const uint64_t key = varint();
+    f.number = uint32_t(key >> 3), f.wire = uint32_t(key & 7);
+    switch (f.wire) {
+      case 0:
+        f.varint = varint();
+        break;
+      case 1:
+        f.varint = fixed(8);
+        break;
+      case 5:
+        f.varint = fixed(4);
+        break;
+      case 2: {
+        const uint64_t n = varint();
+        need(n);
+        f.bytes = b_.substr(pos_, n);
+        pos_ += n;
+        break;
+      }
+      default:
+        fail("unsupported protobuf wire type " + std::to_string(f.wire));
+    }
+    return f;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(cat("tokenizer ", name_, ": not a sentencepiece model (", what, " at byte ", pos_,
+                    ")"));
+  }
+  void need(uint64_t n) const {
+    if (n > b_.size() - pos_) fail("truncated field");
+  }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      need(1);
+      const uint8_t c = uint8_t(b_[pos_++]);
+      v |= uint64_t(c & 0x7f) << shift;
+      if (!(c & 0x80)) return v;
+    }
+    fail("overlong varint");
+  }
+  uint64_t fixed(int n) {
+    need(uint64_t(n));
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= uint64_t(uint8_t(b_[pos_ + i])) << (8 * i);
+    pos_ += size_t(n);
+    return v;
+  }
+
+  std::string_view b_;
+  std::string name_;
+  size_t pos_ = 0;
+};
+
+float float_of(uint64_t bits) {
+  const uint32_t u = uint32_t(bits);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+bool utf8_boundary(const std::string& s, size_t i) { return (uint8_t(s[i]) & 0xc0) != 0x80; }
+
+std::string base64(const std::string& in) {
+  static const char* const kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, in.size() - i);
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (n > 1) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    if (n > 2) v |= uint32_t(uint8_t(in[i + 2]));
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += n > 1 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += n > 2 ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+// A Jinja string literal holding `s`.
+std::string jinja_literal(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\'' || c == '\\')
+      out += std::string("\\") + c;
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+nlohmann::json replace(const nlohmann::json& pattern, const std::string& content) {
+  return {{"type", "Replace"}, {"pattern", pattern}, {"content", content}};
+}
+
+}  // namespace
+
+int SpModelInfo::find(PieceType t) const {
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (pieces[i].type == t) return int(i);
+  return -1;
+}
+
+SpModelInfo parse_sp_model(const std::string& bytes, const std::string& name) {
+  SpModelInfo m;
+  ProtoReader top(bytes, name);
+  while (!top.done()) {
+    const ProtoReader::Field f = top.next();
+    if (f.number == 1 && f.wire == 2) {
+      SpModelInfo::Piece p;
+      ProtoReader r(f.bytes, name);
+      while (!r.done()) {
+        const ProtoReader::Field g = r.next();
+        if (g.number == 1 && g.wire == 2) p.text = std::string(g.bytes);
+        if (g.number == 2 && g.wire == 5) p.score = float_of(g.varint);
+        if (g.number == 3 && g.wire == 0) {
+          STRATA_CHECK(g.varint >= 1 && g.varint <= 6, "tokenizer ", name,
+                       ": piece ", m.pieces.size(), " has unknown type ", g.varint);
+          p.type = SpModelInfo::PieceType(g.varint);
+        }
+      }
+      m.pieces.push_back(std::move(p));
+    } else if (f.number == 2 && f.wire == 2) {  // TrainerSpec
+      ProtoReader r(f.bytes, name);
+      while (!r.done()) {
+        const ProtoReader::Field g = r.next();
+        if (g.number == 3 && g.wire == 0) m.model_type = int(g.varint);
+        if (g.number == 35 && g.wire == 0) m.byte_fallback = g.varint != 0;
+      }
+    } else if (f.number == 3 && f.wire == 2) {  // NormalizerSpec
+      ProtoReader r(f.bytes, name);
+      while (!r.done()) {
+        const ProtoReader::Field g = r.next();
+        if (g.number == 2 && g.wire == 2) m.precompiled_charsmap = std::string(g.bytes);
+        if (g.number == 3 && g.wire == 0) m.add_dummy_prefix = g.varint != 0;
+        if (g.number == 4 && g.wire == 0) m.remove_extra_whitespaces = g.varint != 0;
+        if (g.number == 5 && g.wire == 0) m.escape_whitespaces = g.varint != 0;
+      }
+    }
+  }
+  STRATA_CHECK(!m.pieces.empty(), "tokenizer ", name, ": not a sentencepiece model (no pieces)");
+  return m;
+}
+
+std::vector<std::pair<std::string, std::string>> bpe_merges(const SpModelInfo& m) {
+  std::unordered_map<std::string, int> normal;
+  for (size_t i = 0; i < m.pieces.size(); ++i)
+    if (m.pieces[i].type == SpModelInfo::PieceType::Normal) normal.emplace(m.pieces[i].text, int(i));
+  struct Merge {
+    float score;
+    int merged, left, right;
+  };
+  std::vector<Merge> merges;
+  for (const auto& [text, id] : normal)
+    for (size_t cut = 1; cut < text.size(); ++cut) {
+      if (!utf8_boundary(text, cut)) continue;
+      auto l = normal.find(text.substr(0, cut)), r = normal.find(text.substr(cut));
+      if (l != normal.end() && r != normal.end())
+        merges.push_back({m.pieces[size_t(id)].score, id, l->second, r->second});
+    }
+  std::sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.merged != b.merged) return a.merged < b.merged;
+    return a.left < b.left;
+  });
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(merges.size());
+  for (const Merge& g : merges)
+    out.emplace_back(m.pieces[size_t(g.left)].text, m.pieces[size_t(g.right)].text);
+  return out;
+}
+
+std::string hf_chat_template(const ChatTemplate& t) {
+  // BOS, then each message as prefix + content + suffix; an assistant message
+  // ends with EOS. add_generation_prompt opens an assistant message.
+  return "{{ bos_token }}{% for message in messages %}"
+         "{% if message['role'] == 'system' %}{{ " +
+         jinja_literal(t.system_prefix) + " + message['content'] + " +
+         jinja_literal(t.system_suffix) +
+         " }}"
+         "{% elif message['role'] == 'user' %}{{ " +
+         jinja_literal(t.user_prefix) + " + message['content'] + " + jinja_literal(t.user_suffix) +
+         " }}"
+         "{% elif message['role'] == 'assistant' %}{{ " +
+         jinja_literal(t.assistant_prefix) + " + message['content'] + " +
+         jinja_literal(t.assistant_suffix) +
+         " + eos_token }}"
+         "{% else %}{{ raise_exception('unknown role ' + message['role'] + "
+         "' (expected system, user or assistant)') }}{% endif %}{% endfor %}"
+         "{% if add_generation_prompt %}{{ " +
+         jinja_literal(t.assistant_prefix) + " }}{% endif %}";
+}
+
+HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int64_t max_length,
+                                         const std::string& name) {
+  using PT = SpModelInfo::PieceType;
+  using json = nlohmann::json;
+  const SpModelInfo m = parse_sp_model(sp_model_bytes, name);
+  const Tokenizer tok = Tokenizer::from_bytes(sp_model_bytes, name);
+  STRATA_CHECK(m.model_type == 1 || m.model_type == 2, "tokenizer ", name,
+               ": a ", m.model_type == 3 ? "word" : "char",
+               " sentencepiece model has no Hugging Face tokenizer.json form (unigram and BPE do)");
+  STRATA_CHECK(m.escape_whitespaces, "tokenizer ", name,
+               ": the model does not escape whitespace with U+2581, which the exported "
+               "tokenizer.json cannot reproduce");
+  auto piece = [&](int32_t id) { return id >= 0 ? json(m.pieces[size_t(id)].text) : json(nullptr); };
+  const int32_t bos = tok.bos_id(), eos = tok.eos_id(), unk = tok.unk_id(), pad = tok.pad_id();
+
+  json added = json::array();
+  for (size_t i = 0; i < m.pieces.size(); ++i) {
+    const PT t = m.pieces[i].type;
+    if (t != PT::Control && t != PT::Unknown && t != PT::UserDefined) continue;
+    added.push_back({{"id", i},
+                     {"content", m.pieces[i].text},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", t != PT::UserDefined}});
+  }
+  json normalizers = json::array();
+  if (!m.precompiled_charsmap.empty())
+    normalizers.push_back(
+        {{"type", "Precompiled"}, {"precompiled_charsmap", base64(m.precompiled_charsmap)}});
+  if (m.remove_extra_whitespaces) {
+    normalizers.push_back(replace({{"Regex", "\\A +| +\\z"}}, ""));
+    normalizers.push_back(replace({{"Regex", " {2,}"}}, " "));
+  }
+  json model;
+  if (m.model_type == 2) {
+    json vocab = json::object();
+    for (size_t i = 0; i < m.pieces.size(); ++i) vocab[m.pieces[i].text] = i;
+    json merges = json::array();
+    for (const auto& [l, r] : bpe_merges(m)) merges.push_back({l, r});
+    model = {{"type", "BPE"},
+             {"dropout", nullptr},
+             {"unk_token", piece(unk)},
+             {"continuing_subword_prefix", nullptr},
+             {"end_of_word_suffix", nullptr},
+             {"fuse_unk", true},
+             {"byte_fallback", m.byte_fallback},
+             {"ignore_merges", false},
+             {"vocab", vocab},
+             {"merges", merges}};
+  } else {
+    json vocab = json::array();
+    for (const auto& p : m.pieces) vocab.push_back({p.text, p.score});
+    model = {{"type", "Unigram"},
+             {"unk_id", unk >= 0 ? json(unk) : json(nullptr)},
+             {"vocab", vocab},
+             {"byte_fallback", m.byte_fallback}};
+  }
+  json post = nullptr;
+  if (bos >= 0) {
+    const json b = {{"SpecialToken", {{"id", piece(bos)}, {"type_id", 0}}}};
+    post = {{"type", "TemplateProcessing"},
+            {"single", {b, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"pair",
+             {b,
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+              {{"SpecialToken", {{"id", piece(bos)}, {"type_id", 1}}}},
+              {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+            {"special_tokens", {{piece(bos).get<std::string>(),
+                                 {{"id", piece(bos)}, {"ids", {bos}}, {"tokens", {piece(bos)}}}}}}};
+  }
+  json decoders = json::array();
+  decoders.push_back(replace({{"String", "\u2581"}}, " "));
+  if (m.byte_fallback) decoders.push_back({{"type", "ByteFallback"}});
+  decoders.push_back({{"type", "Fuse"}});
+  if (m.add_dummy_prefix)
+    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  const json tj = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer",
+       normalizers.empty() ? json(nullptr)
+                           : json{{"type", "Sequence"}, {"normalizers", normalizers}}},
+      {"pre_tokenizer",
+       {{"type", "Metaspace"},
+        {"replacement", "\u2581"},
+        {"prepend_scheme", m.add_dummy_prefix ? "always" : "never"},
+        {"split", false}}},
+      {"post_processor", post},
+      {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+      {"model", model}};
+
+  json special = json::object();
+  if (bos >= 0) special["bos_token"] = piece(bos);
+  if (eos >= 0) special["eos_token"] = piece(eos);
+  if (unk >= 0) special["unk_token"] = piece(unk);
+  if (pad >= 0) special["pad_token"] = piece(pad);
+  json cfg = special;
+  cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
+  cfg["add_bos_token"] = bos >= 0;
+  cfg["add_eos_token"] = false;
+  if (pad < 0) cfg["pad_token"] = nullptr;
+  cfg["model_max_length"] = max_length;
+  cfg["clean_up_tokenization_spaces"] = false;
+  cfg["chat_template"] = hf_chat_template(ChatTemplate{});
+
+  HfTokenizerFiles files;
+  files.tokenizer_json = tj.dump(1, ' ', false) + "\n";
+  files.tokenizer_config_json = cfg.dump(2) + "\n";
+  files.special_tokens_map_json = special.dump(2) + "\n";
+  files.pad_token_id = pad;
+  return files;
+}
+
+}  // namespace strata
