@@ -16,9 +16,11 @@ PACKAGES=(
   libtomlplusplus-dev                   # TOML recipes
   libsentencepiece-dev                  # tokenizers
   libhdf5-dev hdf5-tools                # checkpoints (h5dump to inspect them)
+  zlib1g-dev                            # PNG pictures of the plots (strata report --png)
   libgtest-dev                          # GoogleTest
   qemu-user                             # tests: the binary on emulated older CPUs (label portability)
   libopenmpi-dev openmpi-bin            # MPI: multi-process training (mpirun) and its tests
+  chromium fonts-dejavu-core            # tests: the run report rendered in headless Chromium
   python3                               # runs HumanEval completions (eval --allow-code-execution)
   clang libclang-rt-14-dev              # fuzz/run.sh: clang++ and its libFuzzer and sanitizer
                                         # runtimes (the fuzz harnesses, label fuzz)

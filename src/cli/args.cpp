@@ -6,12 +6,6 @@
 
 namespace strata::cli {
 
-// STRATA_CHECK for the command line: a failed condition is a usage error (exit 2).
-#define STRATA_USAGE_CHECK(cond, ...)                                    \
-  do {                                                                   \
-    if (!(cond)) throw ::strata::UsageError(::strata::cat(__VA_ARGS__)); \
-  } while (0)
-
 Args& Args::option(const std::string& name, const std::string& metavar, const std::string& help,
                    const std::string& default_value) {
   opts_.push_back(Opt{name, metavar, help, default_value, false, false, false, {}});
@@ -29,7 +23,12 @@ Args& Args::flag(const std::string& name, const std::string& help) {
 }
 
 Args& Args::positional(const std::string& name, const std::string& help, bool required) {
-  pos_.push_back(Pos{name, help, required, "", false});
+  pos_.push_back(Pos{name, help, required, "", false, false, {}});
+  return *this;
+}
+
+Args& Args::positionals(const std::string& name, const std::string& help) {
+  pos_.push_back(Pos{name, help, true, "", false, true, {}});
   return *this;
 }
 
@@ -73,7 +72,10 @@ bool Args::parse(int argc, char** argv, int first) {
                        command_, " --help)");
     pos_[next_pos].value = a;
     pos_[next_pos].given = true;
-    ++next_pos;
+    if (pos_[next_pos].variadic)
+      pos_[next_pos].values.push_back(a);
+    else
+      ++next_pos;
   }
   for (const auto& p : pos_)
     STRATA_USAGE_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (see ",
@@ -101,7 +103,10 @@ std::string Args::get(const std::string& name) const {
 
 std::vector<std::string> Args::get_all(const std::string& name) const {
   for (const auto& p : pos_)
-    if (p.name == name) return p.value.empty() ? std::vector<std::string>{} : std::vector{p.value};
+    if (p.name == name)
+      return p.variadic        ? p.values
+             : p.value.empty() ? std::vector<std::string>{}
+                               : std::vector{p.value};
   const Opt& o = find(name);
   if (o.repeatable) return o.values;
   return o.value.empty() ? std::vector<std::string>{} : std::vector{o.value};
@@ -132,7 +137,8 @@ double Args::get_double(const std::string& name) const {
 std::string Args::help() const {
   std::string out = "usage: " + command_;
   if (!opts_.empty()) out += " [options]";
-  for (const auto& p : pos_) out += p.required ? " <" + p.name + ">" : " [" + p.name + "]";
+  for (const auto& p : pos_)
+    out += p.variadic ? " <" + p.name + ">..." : p.required ? " <" + p.name + ">" : " [" + p.name + "]";
   out += "\n\n" + summary_ + "\n";
   if (!pos_.empty()) {
     out += "\narguments:\n";

@@ -23,6 +23,9 @@ class Args {
   Args& repeated(const std::string& name, const std::string& metavar, const std::string& help);
   Args& flag(const std::string& name, const std::string& help);
   Args& positional(const std::string& name, const std::string& help, bool required = true);
+  // The last positional, taking every remaining argument (at least one);
+  // get_all() returns them.
+  Args& positionals(const std::string& name, const std::string& help);
 
   // Parses argv[first..argc). Returns false when --help was given (help has
   // been printed). Throws strata::Error on unknown options or missing values.
@@ -49,6 +52,8 @@ class Args {
     bool required;
     std::string value;
     bool given = false;
+    bool variadic = false;
+    std::vector<std::string> values;  // variadic: every argument
   };
   const Opt& find(const std::string& name) const;
   std::string command_, summary_;

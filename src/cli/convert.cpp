@@ -18,6 +18,8 @@
 namespace strata::cli {
 namespace {
 
+namespace fs = std::filesystem;
+
 // Loads an optional tokenizer and checks it fits the model's vocabulary.
 std::string tokenizer_for(const std::string& path, const std::string& fallback_bytes,
                           const LlamaConfig& cfg, const std::string& source) {
@@ -118,17 +120,44 @@ int convert_plan(int argc, char** argv, int first) {
   return 0;
 }
 
+int convert_weights(int argc, char** argv, int first) {
+  Args args("strata convert weights",
+            "Writes a checkpoint's weights alone: the config, plan, tokenizer, recipe and step, "
+            "without the optimizer state (a third of a training checkpoint), in float32 or "
+            "rounded to bfloat16 (a sixth). For sharing and shipping models; the result loads "
+            "wherever a checkpoint does (eval, generate, export, model.init_from) but cannot "
+            "resume training.");
+  args.positional("in.h5", "strata checkpoint")
+      .positional("out.h5", "checkpoint to write")
+      .option("dtype", "f32|bf16", "how to store the weights", "f32");
+  if (!args.parse(argc, argv, first)) return 0;
+  const std::string in = args.get("in.h5"), out = args.get("out.h5"), dtype = args.get("dtype");
+  STRATA_USAGE_CHECK(dtype == "f32" || dtype == "bf16", "strata convert weights: --dtype '",
+                     dtype, "' is not f32 or bf16");
+  STRATA_CHECK(in != out, "strata convert weights: ", out,
+               " is the input; write to another file");
+  CheckpointInfo info;
+  auto model = load_model(in, &info);
+  nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
+  state["converted_from"] = cat(in, " (weights only, ", dtype, ")");
+  save_model(out, *model, info.tokenizer, state, dtype == "bf16", info.recipe);
+  std::printf("wrote %s: the %s weights of %s (%s)\n", out.c_str(), dtype.c_str(), in.c_str(),
+              human_bytes(double(fs::file_size(out))).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_convert(int argc, char** argv, int first) {
   const std::string usage =
-      "usage: strata convert <hf|llama2c|plan> ...\n\n"
+      "usage: strata convert <hf|llama2c|plan|weights> ...\n\n"
       "  hf <dir> <out.h5>                  Hugging Face Llama directory -> strata checkpoint\n"
       "  llama2c <model.bin> <out.h5>       llama2.c model file -> strata checkpoint\n"
-      "  plan <in.h5> <out.h5> --plan P     the same weights under another layer plan\n\n"
-      "see strata convert <hf|llama2c|plan> --help; the reverse of hf is strata export hf\n";
+      "  plan <in.h5> <out.h5> --plan P     the same weights under another layer plan\n"
+      "  weights <in.h5> <out.h5> [--dtype bf16]  the weights alone (no optimizer state)\n\n"
+      "see strata convert <hf|llama2c|plan|weights> --help; the reverse of hf is strata export hf\n";
   STRATA_CHECK(first < argc,
-               "strata convert: which format? (hf, llama2c or plan; see strata convert --help)");
+               "strata convert: which format? (hf, llama2c, plan or weights; see strata convert --help)");
   const std::string sub = argv[first];
   if (sub == "--help" || sub == "-h") {
     std::fputs(usage.c_str(), stdout);
@@ -137,7 +166,8 @@ int cmd_convert(int argc, char** argv, int first) {
   if (sub == "hf") return convert_hf(argc, argv, first + 1);
   if (sub == "llama2c") return convert_llama2c(argc, argv, first + 1);
   if (sub == "plan") return convert_plan(argc, argv, first + 1);
-  fail(cat("strata convert: unknown format '", sub, "' (hf, llama2c or plan)"));
+  if (sub == "weights") return convert_weights(argc, argv, first + 1);
+  fail(cat("strata convert: unknown format '", sub, "' (hf, llama2c, plan or weights)"));
 }
 
 int cmd_export(int argc, char** argv, int first) {

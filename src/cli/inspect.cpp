@@ -92,6 +92,7 @@ struct Summary {
   LlamaConfig cfg;
   std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
   int64_t parameters = 0;
+  std::string params_dtype;
   bool has_optimizer = false;
   int64_t optimizer_step = 0;
   std::string optimizer_kind;
@@ -113,6 +114,7 @@ Summary load(const std::string& path) {
   s.recipe = r.recipe();
   s.state = r.state();
   s.tensors = r.list("params");
+  s.params_dtype = r.params_dtype();
   for (const auto& [name, shape] : s.tensors) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -154,6 +156,7 @@ nlohmann::json to_json(const Summary& s) {
   j["config"] = s.config;
   j["plan"] = s.plan;
   j["parameters"] = s.parameters;
+  j["params_dtype"] = s.params_dtype;
   j["parameters_human"] = human_count(s.parameters);
   j["num_tensors"] = s.tensors.size();
   nlohmann::json tensors = nlohmann::json::array();
@@ -204,7 +207,7 @@ void print_text(const Summary& s, bool tensors, bool recipe) {
                      number_str(c.rope_theta), c.attention_bias ? ", attention bias" : ""));
   line("plan:", s.plan.empty() ? "(none)" : s.plan);
   line("parameters:", cat(human_count(s.parameters), " (", grouped(s.parameters), " in ",
-                          s.tensors.size(), " tensors)"));
+                          s.tensors.size(), " tensors, ", s.params_dtype, ")"));
   line("optimizer:", s.has_optimizer
                          ? cat(s.optimizer_kind.empty() ? "present" : s.optimizer_kind, ", step ",
                                s.optimizer_step, " (", s.optimizer_tensors, " tensors)")

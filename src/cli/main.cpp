@@ -35,6 +35,10 @@ const Command kCommands[] = {
      strata::cli::cmd_lp},
     {"spd", "SPD (Sync-Point Drop): block-wise sync sensitivity and the SPD budget (spd scan)",
      strata::cli::cmd_spd},
+    {"report",
+     "an HTML page comparing runs: loss, validation, lr, throughput, per-exit curves, eval "
+     "tables, recipes side by side (--png: the charts as pictures)",
+     strata::cli::cmd_report},
     {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
      strata::cli::cmd_inspect},
     {"tokenizer", "train a sentencepiece tokenizer (tokenizer train)", strata::cli::cmd_tokenizer},

@@ -331,19 +331,54 @@ void check_ref(const TensorRef& t, const std::string& file, const char* group) {
                "' has no data");
 }
 
-void write_tensor(hid_t group, const char* group_name, const TensorRef& t,
-                  const std::string& file) {
+// bfloat16 as an HDF5 float type: sign bit 15, 8 exponent bits at 7, 7
+// mantissa bits at 0, bias 127 (float32's upper half). HDF5 converts it to
+// float32 on read, exactly; h5dump shows its fields.
+H5Handle bf16_type(const std::string& file) {
+  H5Handle t = wrap(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, file, "cannot create the bfloat16 type");
+  if (H5Tset_fields(t.get(), 15, 7, 8, 0, 7) < 0 || H5Tset_offset(t.get(), 0) < 0 ||
+      H5Tset_precision(t.get(), 16) < 0 || H5Tset_size(t.get(), 2) < 0 ||
+      H5Tset_ebias(t.get(), 127) < 0)
+    fail_h5(file, "cannot define the bfloat16 type");
+  return t;
+}
+
+bool is_bf16_type(hid_t t) {
+  size_t spos, epos, esize, mpos, msize;
+  return H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 2 &&
+         H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) >= 0 && spos == 15 && epos == 7 &&
+         esize == 8 && mpos == 0 && msize == 7 && H5Tget_ebias(t) == 127;
+}
+
+uint16_t to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even (weights are finite)
+  return uint16_t(u >> 16);
+}
+
+void write_tensor(hid_t group, const char* group_name, const TensorRef& t, const std::string& file,
+                  bool bf16 = false) {
   const std::string what = cat("tensor '", group_name, "/", t.name, "'");
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   H5Handle space = wrap(dims.empty() ? H5Screate(H5S_SCALAR)
                                      : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
                         H5Sclose, file, "cannot create the dataspace of " + what);
-  H5Handle dset = wrap(H5Dcreate2(group, t.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                  H5P_DEFAULT, H5P_DEFAULT),
+  H5Handle bf = bf16 ? bf16_type(file) : H5Handle{};
+  H5Handle dset = wrap(H5Dcreate2(group, t.name.c_str(), bf16 ? bf.get() : H5T_IEEE_F32LE,
+                                  space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                        H5Dclose, file, "cannot create " + what + " (duplicate name?)");
-  if (numel(t.shape) > 0 &&
-      H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data) < 0)
-    fail_h5(file, "cannot write " + what);
+  const int64_t n = numel(t.shape);
+  if (n == 0) return;
+  herr_t rc;
+  if (bf16) {
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) bits[size_t(i)] = to_bf16_bits(t.data[i]);
+    rc = H5Dwrite(dset.get(), bf.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
+  } else {
+    rc = H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data);
+  }
+  if (rc < 0) fail_h5(file, "cannot write " + what);
 }
 
 H5Handle create_group(hid_t loc, const char* name, const std::string& file) {
@@ -407,7 +442,7 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
     {
       H5Handle params = create_group(root.get(), "params", tmp);
       for (const auto& t : d.params) {
-        write_tensor(params.get(), "params", t, tmp);
+        write_tensor(params.get(), "params", t, tmp, d.params_bf16);
         tensor_done();
       }
     }
@@ -629,6 +664,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> CheckpointReader::list
   return out;
 }
 
+std::string CheckpointReader::params_dtype() const {
+  const auto tensors = list("params");
+  if (tensors.empty()) return "float32";
+  H5Handle dset = wrap(H5Dopen2(hid_t(file_), ("params/" + tensors.front().first).c_str(),
+                                H5P_DEFAULT),
+                       H5Dclose, path_, "cannot open /params/" + tensors.front().first);
+  H5Handle type = wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read a tensor's type");
+  return is_bf16_type(type.get()) ? "bfloat16" : "float32";
+}
+
 void CheckpointReader::read(const std::string& group, const std::vector<TensorRef>& refs) const {
   STRATA_CHECK(path_exists(hid_t(file_), group), "checkpoint ", path_, ": no group '", group, "'");
   H5Handle g = wrap(H5Gopen2(hid_t(file_), group.c_str(), H5P_DEFAULT), H5Gclose, path_,
@@ -643,11 +688,13 @@ void CheckpointReader::read(const std::string& group, const std::vector<TensorRe
         wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read the type of " + what);
     const H5T_class_t cls = H5Tget_class(type.get());
     const size_t size = H5Tget_size(type.get());
-    STRATA_CHECK(cls == H5T_FLOAT && size == 4, "checkpoint ", path_, ": ", what, " has dtype ",
+    const bool bf16 = group == "params" && is_bf16_type(type.get());
+    STRATA_CHECK((cls == H5T_FLOAT && size == 4) || bf16, "checkpoint ", path_, ": ", what,
+                 " has dtype ",
                  cls == H5T_FLOAT     ? "float"
                  : cls == H5T_INTEGER ? "int"
                                       : "non-numeric",
-                 size * 8, ", expected float32");
+                 size * 8, ", expected float32", group == "params" ? " or bfloat16" : "");
     const auto shape = dataset_shape(dset.get(), path_, what);
     STRATA_CHECK(shape == t.shape, "checkpoint ", path_, ": ", what, " has shape ",
                  shape_str(shape), ", expected ", shape_str(t.shape));

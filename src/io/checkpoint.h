@@ -8,6 +8,8 @@
 //                          config (JSON, HF LlamaConfig names), plan, recipe (TOML),
 //                          state (JSON: step, tokens, loader, ...), created (ISO time)
 //   /params/<name>         float32 dataset per parameter, HF names and shapes
+//                          (or bfloat16 where the writer asked: a 16-bit HDF5
+//                          float type with bf16's fields, read back as float32)
 //   /optimizer             attributes: step (int64), kind ("adamw")
 //   /optimizer/exp_avg/<name>, /optimizer/exp_avg_sq/<name>
 //                          float32, for the tensors that have optimizer state
@@ -61,6 +63,9 @@ struct CheckpointData {
   nlohmann::json state;   // training state: step, tokens_seen, loader state, ...
   std::string tokenizer;  // sentencepiece model bytes ("" when none)
   std::vector<TensorRef> params;
+  // Store the parameters as bfloat16 (rounded to nearest even): half the
+  // bytes, for shipped models; training checkpoints keep float32.
+  bool params_bf16 = false;
   // Optimizer state (both empty when none): same names/shapes as params.
   std::vector<TensorRef> exp_avg, exp_avg_sq;
   int64_t optimizer_step = 0;
@@ -97,6 +102,8 @@ class CheckpointReader {
   int64_t optimizer_step() const;      // 0 when absent
   std::string optimizer_kind() const;  // "adamw"; "" when absent
 
+  // "float32" or "bfloat16": how /params is stored (from its first tensor).
+  std::string params_dtype() const;
   // Names and shapes of the datasets in a group ("params", "optimizer/exp_avg", ...).
   std::vector<std::pair<std::string, std::vector<int64_t>>> list(const std::string& group) const;
   // Fills each ref from <group>/<name>. Errors (naming file and tensor): missing

@@ -92,8 +92,10 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
 }
 
 void save_model(const std::string& path, Model<float>& model, const std::string& tokenizer,
-                const nlohmann::json& state) {
+                const nlohmann::json& state, bool bf16, const std::string& recipe) {
   CheckpointData d;
+  d.params_bf16 = bf16;
+  d.recipe = recipe;
   d.config = model.config().to_json();
   d.plan = model.plan().to_string();
   d.state = state;

@@ -56,8 +56,9 @@ std::unique_ptr<Model<float>> load_model(const std::string& path, CheckpointInfo
                                          const LoadOptions& options = {});
 
 // Writes a checkpoint with the model's config, plan and parameters, the given
-// tokenizer bytes and state, and no optimizer state (converted models).
+// tokenizer bytes and state, and no optimizer state (converted models);
+// parameters in bfloat16 where asked (shipped models).
 void save_model(const std::string& path, Model<float>& model, const std::string& tokenizer,
-                const nlohmann::json& state);
+                const nlohmann::json& state, bool bf16 = false, const std::string& recipe = "");
 
 }  // namespace strata
