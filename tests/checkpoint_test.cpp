@@ -359,38 +359,38 @@ TEST(Checkpoint, WrongDtypeNamesFileAndTensor) {
 TEST(Checkpoint, Bf16ParamsReadBackRounded) {
   TempDir dir;
   Contents c = make_contents(12);
-  c.params[0].data[0] = 1.00390625f;   // 1 + 2^-8: a tie, rounds to even (1.0)
-  c.params[0].data[1] = 1.01171875f;   // 1 + 3 * 2^-8: a tie, rounds up to 1 + 2^-6
-  c.params[0].data[2] = -3.0e-39f;     // a float32 subnormal
+  c.params[0].data[0] = 1.00390625f;  // 1 + 2^-8: a tie, rounds to even (1.0)
+  c.params[0].data[1] = 1.01171875f;  // 1 + 3 * 2^-8: a tie, rounds up to 1 + 2^-6
+  c.params[0].data[2] = -3.0e-39f;    // a float32 subnormal
   CheckpointData d = c.data();
   d.params_bf16 = true;
   write_checkpoint(dir / "ck.h5", d);
   {
-  CheckpointReader r(dir / "ck.h5");
-  EXPECT_EQ(r.params_dtype(), "bfloat16");
-  std::vector<Tensor> params = empty_like(c.params);
-  r.read("params", refs(params));
-  int64_t changed = 0, total = 0;
-  for (size_t t = 0; t < params.size(); ++t)
-    for (size_t i = 0; i < params[t].data.size(); ++i) {
-      uint32_t u;
-      std::memcpy(&u, &c.params[t].data[i], 4);
-      const uint32_t lsb = (u >> 16) & 1;
-      u = (u + 0x7fff + lsb) & 0xffff0000u;
-      float want;
-      std::memcpy(&want, &u, 4);
-      ASSERT_EQ(std::memcmp(&params[t].data[i], &want, 4), 0)
-          << params[t].name << "[" << i << "]: " << c.params[t].data[i] << " read as "
-          << params[t].data[i] << ", expected " << want;
-      changed += params[t].data[i] != c.params[t].data[i];
-      ++total;
-    }
-  EXPECT_GT(changed, total / 2);  // the weights really were rounded
-  EXPECT_EQ(params[0].data[0], 1.0f);
-  EXPECT_EQ(params[0].data[1], 1.015625f);
-  std::vector<Tensor> m = empty_like(c.exp_avg);
-  r.read("optimizer/exp_avg", refs(m));
-  expect_bits_equal(m, c.exp_avg);
+    CheckpointReader r(dir / "ck.h5");
+    EXPECT_EQ(r.params_dtype(), "bfloat16");
+    std::vector<Tensor> params = empty_like(c.params);
+    r.read("params", refs(params));
+    int64_t changed = 0, total = 0;
+    for (size_t t = 0; t < params.size(); ++t)
+      for (size_t i = 0; i < params[t].data.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &c.params[t].data[i], 4);
+        const uint32_t lsb = (u >> 16) & 1;
+        u = (u + 0x7fff + lsb) & 0xffff0000u;
+        float want;
+        std::memcpy(&want, &u, 4);
+        ASSERT_EQ(std::memcmp(&params[t].data[i], &want, 4), 0)
+            << params[t].name << "[" << i << "]: " << c.params[t].data[i] << " read as "
+            << params[t].data[i] << ", expected " << want;
+        changed += params[t].data[i] != c.params[t].data[i];
+        ++total;
+      }
+    EXPECT_GT(changed, total / 2);  // the weights really were rounded
+    EXPECT_EQ(params[0].data[0], 1.0f);
+    EXPECT_EQ(params[0].data[1], 1.015625f);
+    std::vector<Tensor> m = empty_like(c.exp_avg);
+    r.read("optimizer/exp_avg", refs(m));
+    expect_bits_equal(m, c.exp_avg);
   }
   write_checkpoint(dir / "f32.h5", c.data());
   EXPECT_EQ(CheckpointReader(dir / "f32.h5").params_dtype(), "float32");

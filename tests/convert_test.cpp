@@ -272,7 +272,6 @@ TEST_F(HfImportErrors, TruncatedWeights) {
   expect_error("model.safetensors");
 }
 
-
 // ---------------------------------------------------------------------------
 // Tokenizer files of the export.
 
@@ -295,7 +294,8 @@ TEST(HfTokenizerExport, ParsesTheSentencepieceModel) {
   const SpModelInfo m = parse_sp_model(bytes, "tok512");
   const Tokenizer tok = Tokenizer::load(kTok512);
   ASSERT_EQ(int(m.pieces.size()), tok.vocab_size());
-  for (int i = 0; i < tok.vocab_size(); ++i) EXPECT_EQ(m.pieces[size_t(i)].text, tok.id_to_piece(i));
+  for (int i = 0; i < tok.vocab_size(); ++i)
+    EXPECT_EQ(m.pieces[size_t(i)].text, tok.id_to_piece(i));
   EXPECT_EQ(m.model_type, 2);  // llama2.c trained it as BPE
   EXPECT_TRUE(m.byte_fallback);
   EXPECT_TRUE(m.add_dummy_prefix);
@@ -310,7 +310,7 @@ TEST(HfTokenizerExport, ParsesTheSentencepieceModel) {
   EXPECT_GT(m.pieces[259].score, m.pieces[300].score);  // BPE scores fall with the id
   // Not a model: one error naming it.
   expect_one_line_error([] { parse_sp_model(std::string("\x0a\xff\xff", 3), "junk.model"); },
-               {"junk.model", "not a sentencepiece model"});
+                        {"junk.model", "not a sentencepiece model"});
   expect_one_line_error([] { parse_sp_model("", "empty.model"); }, {"empty.model", "no pieces"});
 }
 

@@ -22,6 +22,7 @@
 #include "data/sft.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "manifest.h"
 #include "testing.h"
 
 namespace strata {
@@ -120,49 +121,14 @@ TEST(Sha256, StandardVectors) {
 
 // Every file in data/MANIFEST.md's first table has the recorded sha256.
 TEST(ShippedData, ManifestChecksums) {
-  std::ifstream in(kSource + "/data/MANIFEST.md");
-  ASSERT_TRUE(in) << "cannot read data/MANIFEST.md";
-  auto cells = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (size_t i = 1; i < line.size(); ++i) {
-      if (line[i] == '|') {
-        const size_t a = cur.find_first_not_of(" `"), b = cur.find_last_not_of(" `");
-        out.push_back(a == std::string::npos ? "" : cur.substr(a, b - a + 1));
-        cur.clear();
-      } else {
-        cur += line[i];
-      }
-    }
-    return out;
-  };
-  std::string line;
-  int file_col = -1, sha_col = -1, rows = 0;
-  bool in_table = false;
-  while (std::getline(in, line)) {
-    if (line.rfind("|", 0) != 0) {
-      if (in_table) break;  // the first table ended
-      continue;
-    }
-    const auto c = cells(line);
-    if (!in_table) {
-      in_table = true;
-      for (size_t i = 0; i < c.size(); ++i) {
-        if (c[i] == "file (relative to data/)") file_col = int(i);
-        if (c[i] == "sha256") sha_col = int(i);
-      }
-      ASSERT_GE(file_col, 0) << "no 'file (relative to data/)' column: " << line;
-      ASSERT_GE(sha_col, 0) << "no 'sha256' column: " << line;
-      continue;
-    }
-    if (line.find("---") != std::string::npos) continue;
-    ASSERT_GT(int(c.size()), std::max(file_col, sha_col)) << line;
-    const std::string file = kSource + "/data/" + c[size_t(file_col)];
+  const auto rows =
+      testing::manifest_checksums(kSource + "/data/MANIFEST.md", "file (relative to data/)");
+  for (const auto& [name, sha] : rows) {
+    const std::string file = kSource + "/data/" + name;
     ASSERT_TRUE(fs::is_regular_file(file)) << file;
-    EXPECT_EQ(sha256_hex(read_bytes(file)), c[size_t(sha_col)]) << file;
-    ++rows;
+    EXPECT_EQ(sha256_hex(read_bytes(file)), sha) << file;
   }
-  EXPECT_GE(rows, 9);
+  EXPECT_GE(rows.size(), 9u);
 }
 
 // ---------------------------------------------------------------- tokenizer

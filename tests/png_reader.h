@@ -16,7 +16,9 @@ namespace strata::testing {
 struct PngImage {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;  // 3 bytes per pixel (alpha dropped)
-  const uint8_t* at(int x, int y) const { return &rgb[(size_t(y) * size_t(width) + size_t(x)) * 3]; }
+  const uint8_t* at(int x, int y) const {
+    return &rgb[(size_t(y) * size_t(width) + size_t(x)) * 3];
+  }
 };
 
 inline uint32_t png_u32(const std::string& s, size_t at) {
@@ -88,7 +90,8 @@ inline PngImage read_png(const std::string& bytes) {
 
 // Pixels within `tol` (per channel) of the colour "#rrggbb".
 inline int64_t count_color(const PngImage& im, const std::string& hex, int tol) {
-  const int r = std::stoi(hex.substr(1, 2), nullptr, 16), g = std::stoi(hex.substr(3, 2), nullptr, 16),
+  const int r = std::stoi(hex.substr(1, 2), nullptr, 16),
+            g = std::stoi(hex.substr(3, 2), nullptr, 16),
             b = std::stoi(hex.substr(5, 2), nullptr, 16);
   int64_t n = 0;
   for (size_t i = 0; i + 2 < im.rgb.size(); i += 3)

@@ -28,28 +28,25 @@ void write(const std::string& path, const std::string& text) {
 
 // A run directory: `steps` log lines (loss falling), validation every 4th,
 // per-exit losses when `exits`, and a recipe.
-std::string make_run(const TempDir& dir, const std::string& name, int steps, int exits,
-                     double lr, const std::string& extra = "") {
+std::string make_run(const TempDir& dir, const std::string& name, int steps, int exits, double lr,
+                     const std::string& extra = "") {
   const std::string d = dir / name;
   std::string lines;
   for (int s = 1; s <= steps; ++s) {
-    nlohmann::json j = {{"step", s * 10},
-                        {"loss", 8.0 - 0.3 * s},
-                        {"lr", lr},
-                        {"grad_norm", 1.0 / s},
-                        {"tokens", s * 4096},
-                        {"tokens_per_s", 1000 + s},
+    nlohmann::json j = {{"step", s * 10},       {"loss", 8.0 - 0.3 * s}, {"lr", lr},
+                        {"grad_norm", 1.0 / s}, {"tokens", s * 4096},    {"tokens_per_s", 1000 + s},
                         {"elapsed_s", 2.0 * s}};
     if (exits) {
       for (int e = 1; e <= exits; ++e) j["exit_loss"][std::to_string(e)] = 9.0 - 0.2 * s - 0.1 * e;
     }
     lines += j.dump() + "\n";
-    if (s % 4 == 0) lines += nlohmann::json{{"step", s * 10}, {"val_loss", 7.5 - 0.2 * s}}.dump() + "\n";
+    if (s % 4 == 0)
+      lines += nlohmann::json{{"step", s * 10}, {"val_loss", 7.5 - 0.2 * s}}.dump() + "\n";
   }
   write(d + "/metrics.jsonl", lines + extra);
-  write(d + "/recipe.toml", "[run]\nname = \"" + name + "\"\n\n[optim]\nlr = " +
-                                std::to_string(lr) + "\n\n[training]\nsteps = " +
-                                std::to_string(steps * 10) + "\n");
+  write(d + "/recipe.toml", "[run]\nname = \"" + name +
+                                "\"\n\n[optim]\nlr = " + std::to_string(lr) +
+                                "\n\n[training]\nsteps = " + std::to_string(steps * 10) + "\n");
   return d;
 }
 
@@ -144,14 +141,19 @@ TEST(Report, PageHoldsTheChartsTablesAndRecipes) {
   const Report rep = build_report(runs, {load_eval_log(dir / "e.json")}, "strata report test");
   std::vector<std::string> ids;
   for (const auto& c : rep.charts) ids.push_back(c.id);
-  const std::vector<std::string> want = {"loss",     "val_loss",            "lr",
-                                         "tokens_per_s", "grad_norm",       "exit_loss_layerskip",
-                                         "exit_loss_last", "eval_by_exit_perplexity_x.txt_ppl"};
+  const std::vector<std::string> want = {"loss",
+                                         "val_loss",
+                                         "lr",
+                                         "tokens_per_s",
+                                         "grad_norm",
+                                         "exit_loss_layerskip",
+                                         "exit_loss_last",
+                                         "eval_by_exit_perplexity_x.txt_ppl"};
   EXPECT_EQ(ids, want);
   const std::string& h = rep.html;
   EXPECT_EQ(count(h, "<svg "), want.size());
   EXPECT_EQ(h.find("<script"), std::string::npos);  // nothing runs, nothing is fetched
-  EXPECT_EQ(h.find("http://") , h.find("http://www.w3.org/2000/svg"));
+  EXPECT_EQ(h.find("http://"), h.find("http://www.w3.org/2000/svg"));
   EXPECT_EQ(h.find("https://"), std::string::npos);
   // The loss chart: one line per run, each run in its colour everywhere.
   const ReportChart& loss = rep.charts[0];
@@ -159,8 +161,9 @@ TEST(Report, PageHoldsTheChartsTablesAndRecipes) {
   EXPECT_EQ(loss.chart.series[1].label, "layerskip");
   EXPECT_EQ(loss.chart.series[1].points.size(), 8u);
   EXPECT_EQ(rep.charts[1].chart.series[0].points.size(), 2u);  // validation at steps 40 and 80
-  EXPECT_EQ(rep.charts[5].chart.series.size(), 6u);             // exits 1..6 of layerskip
-  EXPECT_EQ(rep.charts[6].chart.series[0].points.back(), (std::pair<double, double>{6, 9.0 - 1.6 - 0.6}));
+  EXPECT_EQ(rep.charts[5].chart.series.size(), 6u);            // exits 1..6 of layerskip
+  EXPECT_EQ(rep.charts[6].chart.series[0].points.back(),
+            (std::pair<double, double>{6, 9.0 - 1.6 - 0.6}));
   // Summary, evaluation table, recipes with the differing settings first.
   EXPECT_NE(h.find("<td>5.6000</td>"), std::string::npos);  // last loss 8 - 0.3 * 8
   EXPECT_NE(h.find("perplexity:x.txt/ppl"), std::string::npos);

@@ -138,7 +138,9 @@ std::string Args::help() const {
   std::string out = "usage: " + command_;
   if (!opts_.empty()) out += " [options]";
   for (const auto& p : pos_)
-    out += p.variadic ? " <" + p.name + ">..." : p.required ? " <" + p.name + ">" : " [" + p.name + "]";
+    out += p.variadic   ? " <" + p.name + ">..."
+           : p.required ? " <" + p.name + ">"
+                        : " [" + p.name + "]";
   out += "\n\n" + summary_ + "\n";
   if (!pos_.empty()) {
     out += "\narguments:\n";

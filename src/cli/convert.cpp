@@ -132,10 +132,9 @@ int convert_weights(int argc, char** argv, int first) {
       .option("dtype", "f32|bf16", "how to store the weights", "f32");
   if (!args.parse(argc, argv, first)) return 0;
   const std::string in = args.get("in.h5"), out = args.get("out.h5"), dtype = args.get("dtype");
-  STRATA_USAGE_CHECK(dtype == "f32" || dtype == "bf16", "strata convert weights: --dtype '",
-                     dtype, "' is not f32 or bf16");
-  STRATA_CHECK(in != out, "strata convert weights: ", out,
-               " is the input; write to another file");
+  STRATA_USAGE_CHECK(dtype == "f32" || dtype == "bf16", "strata convert weights: --dtype '", dtype,
+                     "' is not f32 or bf16");
+  STRATA_CHECK(in != out, "strata convert weights: ", out, " is the input; write to another file");
   CheckpointInfo info;
   auto model = load_model(in, &info);
   nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
@@ -155,9 +154,11 @@ int cmd_convert(int argc, char** argv, int first) {
       "  llama2c <model.bin> <out.h5>       llama2.c model file -> strata checkpoint\n"
       "  plan <in.h5> <out.h5> --plan P     the same weights under another layer plan\n"
       "  weights <in.h5> <out.h5> [--dtype bf16]  the weights alone (no optimizer state)\n\n"
-      "see strata convert <hf|llama2c|plan|weights> --help; the reverse of hf is strata export hf\n";
-  STRATA_CHECK(first < argc,
-               "strata convert: which format? (hf, llama2c, plan or weights; see strata convert --help)");
+      "see strata convert <hf|llama2c|plan|weights> --help; the reverse of hf is strata export "
+      "hf\n";
+  STRATA_CHECK(
+      first < argc,
+      "strata convert: which format? (hf, llama2c, plan or weights; see strata convert --help)");
   const std::string sub = argv[first];
   if (sub == "--help" || sub == "-h") {
     std::fputs(usage.c_str(), stdout);

@@ -25,8 +25,9 @@ int cmd_report(int argc, char** argv, int first) {
       .repeated("eval", "[LABEL=]FILE",
                 "a strata eval --out file (strata or lm-eval layout) to tabulate; may repeat")
       .option("out", "FILE", "the HTML file to write", "report.html")
-      .flag("png", "also write each chart as a PNG next to the page (OUT minus .html + "
-                   "_<chart>.png), drawn without a browser");
+      .flag("png",
+            "also write each chart as a PNG next to the page (OUT minus .html + "
+            "_<chart>.png), drawn without a browser");
   if (!args.parse(argc, argv, first)) return 0;
   std::vector<RunLog> runs;
   for (const std::string& d : args.get_all("run_dir")) {

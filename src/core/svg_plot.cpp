@@ -349,7 +349,8 @@ class Canvas {
                  h = p.xy[3] * scale_;
     if (p.fill != "none") fill(x, y, x + w, y + h, parse_color(p.fill));
     if (p.stroke != "none") {
-      Prim l = mk(Prim::Polyline, {p.xy[0], p.xy[1], p.xy[0] + p.xy[2], p.xy[1], p.xy[0] + p.xy[2],
+      Prim l =
+          mk(Prim::Polyline, {p.xy[0], p.xy[1], p.xy[0] + p.xy[2], p.xy[1], p.xy[0] + p.xy[2],
                               p.xy[1] + p.xy[3], p.xy[0], p.xy[1] + p.xy[3], p.xy[0], p.xy[1]});
       l.stroke = p.stroke, l.width = p.width;
       polyline(l);
@@ -370,8 +371,8 @@ class Canvas {
         const double t = double(k) / n, dist = along + t * len;
         if (p.dashed && std::fmod(dist, 10 * scale_) >= 6 * scale_) continue;
         const double x = ax + t * (bx - ax), y = ay + t * (by - ay);
-        fill(std::round(x - half), std::round(y - half), std::round(x + half),
-             std::round(y + half), c);
+        fill(std::round(x - half), std::round(y - half), std::round(x + half), std::round(y + half),
+             c);
       }
       along += len;
     }
@@ -439,13 +440,13 @@ std::string render_svg(const SvgChart& c) {
                                (p.dashed ? " stroke-dasharray=\"6 4\"" : "");
     switch (p.kind) {
       case Prim::Rect:
-        o += "<rect x=\"" + num(p.xy[0]) + "\" y=\"" + num(p.xy[1]) + "\" width=\"" +
-             num(p.xy[2]) + "\" height=\"" + num(p.xy[3]) + "\" fill=\"" + p.fill + "\"" +
+        o += "<rect x=\"" + num(p.xy[0]) + "\" y=\"" + num(p.xy[1]) + "\" width=\"" + num(p.xy[2]) +
+             "\" height=\"" + num(p.xy[3]) + "\" fill=\"" + p.fill + "\"" +
              (p.stroke != "none" ? stroke : "") + "/>\n";
         break;
       case Prim::Line:
-        o += "<line x1=\"" + num(p.xy[0]) + "\" y1=\"" + num(p.xy[1]) + "\" x2=\"" +
-             num(p.xy[2]) + "\" y2=\"" + num(p.xy[3]) + "\"" + stroke + "/>\n";
+        o += "<line x1=\"" + num(p.xy[0]) + "\" y1=\"" + num(p.xy[1]) + "\" x2=\"" + num(p.xy[2]) +
+             "\" y2=\"" + num(p.xy[3]) + "\"" + stroke + "/>\n";
         break;
       case Prim::Polyline: {
         std::string pts;
@@ -455,8 +456,8 @@ std::string render_svg(const SvgChart& c) {
         break;
       }
       case Prim::Disc:
-        o += "<circle cx=\"" + num(p.xy[0]) + "\" cy=\"" + num(p.xy[1]) + "\" r=\"" +
-             num(p.xy[2]) + "\" fill=\"" + p.fill + "\"/>\n";
+        o += "<circle cx=\"" + num(p.xy[0]) + "\" cy=\"" + num(p.xy[1]) + "\" r=\"" + num(p.xy[2]) +
+             "\" fill=\"" + p.fill + "\"/>\n";
         break;
       case Prim::Text: {
         const char* anchor = p.anchor == 1 ? "middle" : p.anchor == 2 ? "end" : "start";
@@ -498,11 +499,11 @@ std::string render_png(const SvgChart& c, int scale) {
 }
 
 std::string encode_png(const RgbImage& im) {
-  STRATA_CHECK(im.width > 0 && im.height > 0 &&
-                   im.rgb.size() == size_t(im.width) * size_t(im.height) * 3,
-               "encode_png: a ", im.width, "x", im.height, " image needs ",
-               size_t(std::max(im.width, 0)) * size_t(std::max(im.height, 0)) * 3,
-               " bytes, has ", im.rgb.size());
+  STRATA_CHECK(
+      im.width > 0 && im.height > 0 && im.rgb.size() == size_t(im.width) * size_t(im.height) * 3,
+      "encode_png: a ", im.width, "x", im.height, " image needs ",
+      size_t(std::max(im.width, 0)) * size_t(std::max(im.height, 0)) * 3, " bytes, has ",
+      im.rgb.size());
   // Each row: filter type 0 (none), then the pixels.
   std::string raw;
   raw.reserve(size_t(im.height) * (size_t(im.width) * 3 + 1));
@@ -513,10 +514,10 @@ std::string encode_png(const RgbImage& im) {
   }
   uLongf n = compressBound(uLong(raw.size()));
   std::string z(n, '\0');
-  STRATA_CHECK(compress2(reinterpret_cast<Bytef*>(z.data()), &n,
-                         reinterpret_cast<const Bytef*>(raw.data()), uLong(raw.size()),
-                         Z_BEST_COMPRESSION) == Z_OK,
-               "encode_png: zlib failed");
+  STRATA_CHECK(
+      compress2(reinterpret_cast<Bytef*>(z.data()), &n, reinterpret_cast<const Bytef*>(raw.data()),
+                uLong(raw.size()), Z_BEST_COMPRESSION) == Z_OK,
+      "encode_png: zlib failed");
   z.resize(n);
   std::string out = "\x89PNG\r\n\x1a\n";
   std::string ihdr;

@@ -667,9 +667,9 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> CheckpointReader::list
 std::string CheckpointReader::params_dtype() const {
   const auto tensors = list("params");
   if (tensors.empty()) return "float32";
-  H5Handle dset = wrap(H5Dopen2(hid_t(file_), ("params/" + tensors.front().first).c_str(),
-                                H5P_DEFAULT),
-                       H5Dclose, path_, "cannot open /params/" + tensors.front().first);
+  H5Handle dset =
+      wrap(H5Dopen2(hid_t(file_), ("params/" + tensors.front().first).c_str(), H5P_DEFAULT),
+           H5Dclose, path_, "cannot open /params/" + tensors.front().first);
   H5Handle type = wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read a tensor's type");
   return is_bf16_type(type.get()) ? "bfloat16" : "float32";
 }

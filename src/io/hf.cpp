@@ -108,8 +108,7 @@ void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const st
                         {"transformers_version", kHfFormatVersion}};
   HfTokenizerFiles tok;
   if (!tokenizer_bytes.empty())
-    tok = make_hf_tokenizer_files(tokenizer_bytes, c.max_position_embeddings,
-                                  "of the checkpoint");
+    tok = make_hf_tokenizer_files(tokenizer_bytes, c.max_position_embeddings, "of the checkpoint");
   // A pad piece where the tokenizer has one; generation pads with EOS (as SFT
   // batches do) where it has none.
   cfg["pad_token_id"] = tok.pad_token_id >= 0 ? nlohmann::json(tok.pad_token_id) : nullptr;

@@ -55,8 +55,8 @@ class ProtoReader {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(cat("tokenizer ", name_, ": not a sentencepiece model (", what, " at byte ", pos_,
-                    ")"));
+    throw Error(
+        cat("tokenizer ", name_, ": not a sentencepiece model (", what, " at byte ", pos_, ")"));
   }
   void need(uint64_t n) const {
     if (n > b_.size() - pos_) fail("truncated field");
@@ -150,8 +150,8 @@ SpModelInfo parse_sp_model(const std::string& bytes, const std::string& name) {
         if (g.number == 1 && g.wire == 2) p.text = std::string(g.bytes);
         if (g.number == 2 && g.wire == 5) p.score = float_of(g.varint);
         if (g.number == 3 && g.wire == 0) {
-          STRATA_CHECK(g.varint >= 1 && g.varint <= 6, "tokenizer ", name,
-                       ": piece ", m.pieces.size(), " has unknown type ", g.varint);
+          STRATA_CHECK(g.varint >= 1 && g.varint <= 6, "tokenizer ", name, ": piece ",
+                       m.pieces.size(), " has unknown type ", g.varint);
           p.type = SpModelInfo::PieceType(g.varint);
         }
       }
@@ -181,7 +181,8 @@ SpModelInfo parse_sp_model(const std::string& bytes, const std::string& name) {
 std::vector<std::pair<std::string, std::string>> bpe_merges(const SpModelInfo& m) {
   std::unordered_map<std::string, int> normal;
   for (size_t i = 0; i < m.pieces.size(); ++i)
-    if (m.pieces[i].type == SpModelInfo::PieceType::Normal) normal.emplace(m.pieces[i].text, int(i));
+    if (m.pieces[i].type == SpModelInfo::PieceType::Normal)
+      normal.emplace(m.pieces[i].text, int(i));
   struct Merge {
     float score;
     int merged, left, right;
@@ -233,13 +234,15 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
   using json = nlohmann::json;
   const SpModelInfo m = parse_sp_model(sp_model_bytes, name);
   const Tokenizer tok = Tokenizer::from_bytes(sp_model_bytes, name);
-  STRATA_CHECK(m.model_type == 1 || m.model_type == 2, "tokenizer ", name,
-               ": a ", m.model_type == 3 ? "word" : "char",
+  STRATA_CHECK(m.model_type == 1 || m.model_type == 2, "tokenizer ", name, ": a ",
+               m.model_type == 3 ? "word" : "char",
                " sentencepiece model has no Hugging Face tokenizer.json form (unigram and BPE do)");
   STRATA_CHECK(m.escape_whitespaces, "tokenizer ", name,
                ": the model does not escape whitespace with U+2581, which the exported "
                "tokenizer.json cannot reproduce");
-  auto piece = [&](int32_t id) { return id >= 0 ? json(m.pieces[size_t(id)].text) : json(nullptr); };
+  auto piece = [&](int32_t id) {
+    return id >= 0 ? json(m.pieces[size_t(id)].text) : json(nullptr);
+  };
   const int32_t bos = tok.bos_id(), eos = tok.eos_id(), unk = tok.unk_id(), pad = tok.pad_id();
 
   json added = json::array();
@@ -296,8 +299,9 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
               {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
               {{"SpecialToken", {{"id", piece(bos)}, {"type_id", 1}}}},
               {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-            {"special_tokens", {{piece(bos).get<std::string>(),
-                                 {{"id", piece(bos)}, {"ids", {bos}}, {"tokens", {piece(bos)}}}}}}};
+            {"special_tokens",
+             {{piece(bos).get<std::string>(),
+               {{"id", piece(bos)}, {"ids", {bos}}, {"tokens", {piece(bos)}}}}}}};
   }
   json decoders = json::array();
   decoders.push_back(replace({{"String", "\u2581"}}, " "));
@@ -305,22 +309,21 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
   decoders.push_back({{"type", "Fuse"}});
   if (m.add_dummy_prefix)
     decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  const json tj = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer",
-       normalizers.empty() ? json(nullptr)
-                           : json{{"type", "Sequence"}, {"normalizers", normalizers}}},
-      {"pre_tokenizer",
-       {{"type", "Metaspace"},
-        {"replacement", "\u2581"},
-        {"prepend_scheme", m.add_dummy_prefix ? "always" : "never"},
-        {"split", false}}},
-      {"post_processor", post},
-      {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
-      {"model", model}};
+  const json tj = {{"version", "1.0"},
+                   {"truncation", nullptr},
+                   {"padding", nullptr},
+                   {"added_tokens", added},
+                   {"normalizer", normalizers.empty()
+                                      ? json(nullptr)
+                                      : json{{"type", "Sequence"}, {"normalizers", normalizers}}},
+                   {"pre_tokenizer",
+                    {{"type", "Metaspace"},
+                     {"replacement", "\u2581"},
+                     {"prepend_scheme", m.add_dummy_prefix ? "always" : "never"},
+                     {"split", false}}},
+                   {"post_processor", post},
+                   {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+                   {"model", model}};
 
   json special = json::object();
   if (bos >= 0) special["bos_token"] = piece(bos);

@@ -25,7 +25,14 @@ namespace strata {
 
 // What the export needs from a sentencepiece ModelProto.
 struct SpModelInfo {
-  enum class PieceType { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+  enum class PieceType {
+    Normal = 1,
+    Unknown = 2,
+    Control = 3,
+    UserDefined = 4,
+    Unused = 5,
+    Byte = 6
+  };
   struct Piece {
     std::string text;
     float score = 0;

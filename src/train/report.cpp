@@ -1,16 +1,16 @@
 #include "train/report.h"
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -96,8 +96,8 @@ std::map<std::string, std::string> flatten_recipe(const std::string& text,
   std::function<void(const toml::table&, const std::string&)> walk =
       [&](const toml::table& tab, const std::string& prefix) {
         for (const auto& [k, v] : tab) {
-          const std::string key = prefix.empty() ? std::string(k.str())
-                                                 : prefix + "." + std::string(k.str());
+          const std::string key =
+              prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
           if (const toml::table* sub = v.as_table()) {
             walk(*sub, key);
           } else {
@@ -207,15 +207,15 @@ EvalLog load_eval_log(const std::string& spec) {
       if (!t.is_object() || !t.contains("metrics")) continue;
       for (const auto& [m, v] : t["metrics"].items())
         if (v.is_object() && v.contains("value") && v["value"].is_number())
-          out[task + "/" + m] = {v["value"].get<double>(),
-                                 v.contains("stderr") && v["stderr"].is_number()
-                                     ? v["stderr"].get<double>()
-                                     : -1};
+          out[task + "/" + m] = {
+              v["value"].get<double>(),
+              v.contains("stderr") && v["stderr"].is_number() ? v["stderr"].get<double>() : -1};
     }
   };
   // strata layout, perplexity of a file: ppl, nll, word_perplexity, bits_per_byte.
   auto ppl = [&](const nlohmann::json& r, std::map<std::string, EvalValue>& out) {
-    const std::string task = "perplexity:" + fs::path(j.value("perplexity_file", "")).filename().string();
+    const std::string task =
+        "perplexity:" + fs::path(j.value("perplexity_file", "")).filename().string();
     for (const char* m : {"ppl", "nll", "word_perplexity", "bits_per_byte"})
       if (r.contains(m) && r[m].is_number()) out[task + "/" + m] = {r[m].get<double>(), -1};
   };
@@ -318,7 +318,15 @@ Report build_report(const std::vector<RunLog>& runs, const std::vector<EvalLog>&
   for (const EvalLog& e : evals)
     for (const auto& [exit, ms] : e.per_exit)
       for (const auto& [m, v] : ms) exit_metrics.insert(m);
-  for (const std::string& m : exit_metrics) {
+  // Perplexity and accuracy first: the figures a by-exit study is read by.
+  std::vector<std::string> ordered(exit_metrics.begin(), exit_metrics.end());
+  auto rank = [](const std::string& m) {
+    const std::string leaf = m.substr(m.rfind('/') + 1);
+    return leaf == "ppl" ? 0 : leaf == "acc" ? 1 : leaf == "acc_norm" ? 2 : 3;
+  };
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  for (const std::string& m : ordered) {
     SvgChart c;
     c.title = "By exit layer: " + m;
     c.x_label = "exit layer", c.y_label = m.substr(m.rfind('/') + 1);
@@ -346,8 +354,8 @@ Report build_report(const std::vector<RunLog>& runs, const std::vector<EvalLog>&
   h += html_escape("strata report: " + (names.empty() ? std::string("evaluations") : names));
   h += "</title>\n<style>" + std::string(kCss) + "</style></head><body>\n";
   h += "<h1>strata report</h1>\n<p class=\"meta\">" +
-       html_escape(cat(runs.size(), " run(s), ", evals.size(), " evaluation file(s); made by ",
-                       command)) +
+       html_escape(
+           cat(runs.size(), " run(s), ", evals.size(), " evaluation file(s); made by ", command)) +
        "</p>\n";
   if (!runs.empty()) {
     h += "<h2 id=\"summary\">Runs</h2>\n<table><tr><th class=\"l\">run</th><th class=\"l\">"
@@ -363,11 +371,11 @@ Report build_report(const std::vector<RunLog>& runs, const std::vector<EvalLog>&
         if (!(v >= best)) best = v, best_step = s;
       for (const auto& [s, v] : tps) mean_tps += v / double(tps.size());
       h += "<tr><td class=\"l\"><span class=\"swatch\" style=\"background:" + run_color(i) +
-           "\"></span>" + html_escape(r.name) + "</td><td class=\"l\"><code>" +
-           html_escape(r.dir) + "</code></td><td>" +
-           (r.rows.empty() ? "-" : std::to_string(r.rows.rbegin()->first)) + "</td><td>" +
-           (tokens.empty() ? "-" : train_internal::human_count(tokens.back().second)) + "</td><td>" +
-           (loss.empty() ? "-" : fmt(loss.back().second)) + "</td><td>" +
+           "\"></span>" + html_escape(r.name) + "</td><td class=\"l\"><code>" + html_escape(r.dir) +
+           "</code></td><td>" + (r.rows.empty() ? "-" : std::to_string(r.rows.rbegin()->first)) +
+           "</td><td>" +
+           (tokens.empty() ? "-" : train_internal::human_count(tokens.back().second)) +
+           "</td><td>" + (loss.empty() ? "-" : fmt(loss.back().second)) + "</td><td>" +
            (val.empty() ? "-" : fmt(val.back().second)) + "</td><td>" +
            (val.empty() ? "-" : fmt(best) + " (" + std::to_string(int64_t(best_step)) + ")") +
            "</td><td>" + (tps.empty() ? "-" : fmt(mean_tps, 0)) + "</td><td>" +
@@ -447,8 +455,8 @@ Report build_report(const std::vector<RunLog>& runs, const std::vector<EvalLog>&
         std::string row = "<tr" + std::string(same ? "" : " class=\"diff\"") +
                           "><td class=\"l\"><code>" + html_escape(k) + "</code></td>";
         for (const auto& f : flat)
-          row += "<td class=\"l\"><code>" + (f.count(k) ? html_escape(f.at(k)) : "") +
-                 "</code></td>";
+          row +=
+              "<td class=\"l\"><code>" + (f.count(k) ? html_escape(f.at(k)) : "") + "</code></td>";
         row += "</tr>\n";
         (same ? rows_same : rows_diff) += row;
       }

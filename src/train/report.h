@@ -37,8 +37,8 @@ struct EvalValue {
 
 // A `strata eval --out` file (strata or lm-eval layout; tasks or perplexity).
 struct EvalLog {
-  std::string path, label;  // label: LABEL= prefix of the spec, or the file's stem
-  std::string checkpoint;   // as recorded in the file ("" when absent)
+  std::string path, label;                 // label: LABEL= prefix of the spec, or the file's stem
+  std::string checkpoint;                  // as recorded in the file ("" when absent)
   std::map<std::string, EvalValue> final;  // "task/metric" at the full model (or last exit)
   std::map<int, std::map<std::string, EvalValue>> per_exit;  // exit layer -> "task/metric"
 };
