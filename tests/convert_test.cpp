@@ -275,18 +275,6 @@ TEST_F(HfImportErrors, TruncatedWeights) {
 // ---------------------------------------------------------------------------
 // Tokenizer files of the export.
 
-template <typename Fn>
-void expect_one_line_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts[0];
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
-  }
-}
-
 const std::string kTok512 = std::string(STRATA_SOURCE_DIR) + "/data/tokenizers/tok512.model";
 
 TEST(HfTokenizerExport, ParsesTheSentencepieceModel) {
@@ -309,9 +297,11 @@ TEST(HfTokenizerExport, ParsesTheSentencepieceModel) {
   EXPECT_EQ(m.pieces[259].type, PT::Normal);
   EXPECT_GT(m.pieces[259].score, m.pieces[300].score);  // BPE scores fall with the id
   // Not a model: one error naming it.
-  expect_one_line_error([] { parse_sp_model(std::string("\x0a\xff\xff", 3), "junk.model"); },
-                        {"junk.model", "not a sentencepiece model"});
-  expect_one_line_error([] { parse_sp_model("", "empty.model"); }, {"empty.model", "no pieces"});
+  testing::expect_one_line(
+      testing::thrown_message([] { parse_sp_model(std::string("\x0a\xff\xff", 3), "junk.model"); }),
+      {"junk.model", "not a sentencepiece model"});
+  testing::expect_one_line(testing::thrown_message([] { parse_sp_model("", "empty.model"); }),
+                           {"empty.model", "no pieces"});
 }
 
 // Hugging Face's BPE, written out here: the normalizer and pre-tokenizer the
