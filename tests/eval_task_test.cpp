@@ -265,10 +265,12 @@ TEST(ShippedTasks, MmluZeroShot) {
   EXPECT_EQ(t.categories.at("world_religions"), "humanities");
   // {question|strip} is Python's strip(): sociology's question 70 ends in
   // U+0085 (NEL), which the harness's template removes.
-  for (const EvalExample& ex : t.examples)
-    if (ex.where == kBench + "/mmlu_hf_csv/test/sociology_test.csv:71")
+  for (const EvalExample& ex : t.examples) {
+    if (ex.where == kBench + "/mmlu_hf_csv/test/sociology_test.csv:71") {
       EXPECT_NE(ex.requests[0].context.find("suggests that\nA. "), std::string::npos)
           << ex.requests[0].context;
+    }
+  }
   EXPECT_TRUE(groups.count("abstract_algebra"));
   EXPECT_TRUE(groups.count("high_school_computer_science"));
   const EvalExample& ex = t.examples[0];

@@ -37,28 +37,32 @@ TEST(Memory, EstimateEqualsTheModelsArenas) {
        {"standard*4", "ladder*4", "standard,ladder*3", "lp*2,standard*2", "par*4;par_group=2",
         "parallel*4", "spd*4;spd_degree=2", "skip*2,standard*2"}) {
     for (bool tied : {false, true})
-      for (bool bias : {false, true}) {
-        SCOPED_TRACE(cat(text, tied ? " tied" : "", bias ? " bias" : ""));
-        const LlamaConfig c = config(tied, bias);
-        const LayerPlan plan = LayerPlan::parse(text, 4);
-        Model<float> m(c, plan, ops::make_backend<float>());
-        const int B = 3, T = 7;
-        const auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
-        m.init_weights(5);
-        m.zero_grad();
-        m.forward_backward(tokens.data(), tokens.data(), B, T, 1.0);
-        MemoryUse u;
-        u.gradients = true;
-        u.optimizer_share = 1;
-        u.batch = B, u.seq = T;
-        const MemoryEstimate e = estimate_memory(c, plan, u);
-        EXPECT_EQ(e.parameters, m.num_params());
-        EXPECT_EQ(e.bytes_of("gradients"), m.num_params() * 4);
-        EXPECT_EQ(e.bytes_of("AdamW moments"), 2 * m.num_params() * 4);
-        EXPECT_EQ(e.bytes_of("activations"), m.activation_bytes());
-        EXPECT_EQ(e.total(), e.bytes_of("weights") + e.bytes_of("gradients") +
-                                 e.bytes_of("AdamW moments") + e.bytes_of("activations"));
-      }
+      for (bool bias : {false, true})
+        for (bool recompute : {false, true}) {
+          SCOPED_TRACE(
+              cat(text, tied ? " tied" : "", bias ? " bias" : "", recompute ? " recompute" : ""));
+          const LlamaConfig c = config(tied, bias);
+          const LayerPlan plan = LayerPlan::parse(text, 4);
+          Model<float> m(c, plan, ops::make_backend<float>());
+          m.set_recompute_full(recompute);
+          const int B = 3, T = 7;
+          const auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
+          m.init_weights(5);
+          m.zero_grad();
+          m.forward_backward(tokens.data(), tokens.data(), B, T, 1.0);
+          MemoryUse u;
+          u.gradients = true;
+          u.optimizer_share = 1;
+          u.batch = B, u.seq = T;
+          u.recompute_full = recompute;
+          const MemoryEstimate e = estimate_memory(c, plan, u);
+          EXPECT_EQ(e.parameters, m.num_params());
+          EXPECT_EQ(e.bytes_of("gradients"), m.num_params() * 4);
+          EXPECT_EQ(e.bytes_of("AdamW moments"), 2 * m.num_params() * 4);
+          EXPECT_EQ(e.bytes_of("activations"), m.activation_bytes());
+          EXPECT_EQ(e.total(), e.bytes_of("weights") + e.bytes_of("gradients") +
+                                   e.bytes_of("AdamW moments") + e.bytes_of("activations"));
+        }
   }
 }
 

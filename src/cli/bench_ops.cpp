@@ -272,6 +272,10 @@ int bench_step(int argc, char** argv, int first, bool train) {
       .flag("bf16", "bf16 matmuls with fp32 accumulation (training.precision = \"bf16\")")
       .flag("tied", "tie the embedding and the LM head")
       .option("plan", "TEXT", "layer plan (default: all standard)", "")
+      .option("recompute", "MODE",
+              "activation recomputation, as training.recompute: none or full (the FLOP rate "
+              "counts the useful FLOPs only)",
+              "none")
       .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
       .option("peak", "GFLOPS",
               "the FMA peak to divide by (0: measure it, about 1 s; fp32, or bf16 with --bf16)",
@@ -307,6 +311,10 @@ int bench_step(int argc, char** argv, int first, bool train) {
   Model<float> model(cfg, plan, ops::make_backend<float>(device));
   model.init_weights(1);
   if (bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  const std::string recompute = args.get("recompute");
+  STRATA_USAGE_CHECK(recompute == "none" || recompute == "full", name, ": --recompute '", recompute,
+                     "' is not none or full");
+  model.set_recompute_full(recompute == "full");
   std::unique_ptr<AdamW<float>> opt;
   if (train) opt = std::make_unique<AdamW<float>>(model.backend(), model.layout(), AdamWConfig{});
   const int64_t N = int64_t(bm.B) * bm.T;
@@ -324,6 +332,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
               bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
               cfg.tie_word_embeddings ? " (tied)" : "", num_threads(), bf16 ? "bf16" : "fp32",
               plan.to_string().c_str(), train ? ", AdamW with clipping" : "");
+  if (recompute == "full") std::printf("recompute: full (each module's forward runs again)\n");
   auto step = [&] {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));

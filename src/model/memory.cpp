@@ -153,15 +153,22 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
       spd |= unit.kind == LayerKind::Spd;
     }
     const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
-    for (const Group& g : groups) {
-      const Dims& d = g.d;
+    auto per_layer = [&](const Dims& d, bool with_spd) {
       double per = 2 * round16(N * C) + 2 * round16(N) + round16(N * (d.Hq + 2 * d.Hkv) * D) +
                    round16(N * d.Hq * D) + round16(double(u.batch) * d.Hq * u.seq) +
                    round16(N * 2 * d.F) + round16(N * d.F);
-      if (g.spd)
+      if (with_spd)
         per += spd_v * (2 * round16(N * C) + round16(N) + round16(N * std::floor(2 * d.F / spd_v)) +
                         round16(N * std::floor(d.F / spd_v)));
-      a += g.count * per;
+      return per;
+    };
+    if (u.recompute_full) {  // one set for the widest layer, every layer's two rstd
+      Dims w;
+      for (const Group& g : groups)
+        w.Hq = std::max(w.Hq, g.d.Hq), w.Hkv = std::max(w.Hkv, g.d.Hkv), w.F = std::max(w.F, g.d.F);
+      a += per_layer(w, spd) + (double(L) - 1) * 2 * round16(N);
+    } else {
+      for (const Group& g : groups) a += g.count * per_layer(g.d, g.spd);
     }
     a += round16(N * C) + 2 * round16(N);  // final norm, its rstd, the head's LSE
     a += 7 * round16(N * C);               // module outputs, sub-batches, backward streams

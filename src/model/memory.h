@@ -27,6 +27,9 @@ struct MemoryUse {
   // The model's activation arena for a [batch, seq] forward/backward (0: none):
   // what Model::forward_backward and Model::forward_hidden carve.
   int batch = 0, seq = 0;
+  // training.recompute = "full": one layer's module activations, shared,
+  // plus every layer's norm statistics (Model::set_recompute_full).
+  bool recompute_full = false;
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)

@@ -182,9 +182,26 @@ void Model<T>::ensure_activations(int B, int T_) {
     streams_.assign(2 * L + 1, nullptr);
     for (auto& s : streams_) s = carve(N * C);
     layer_acts_.resize(L);
+    // With recomputation every layer shares one set (sized for the largest
+    // layer) and keeps only its norm statistics: the norm backwards of kinds
+    // that defer them read a layer's rstd after other layers have run again.
+    LayerActs shared;
+    LayerDims widest;
+    for (const LayerDims& d : layer_dims_) {
+      widest.Hq = std::max(widest.Hq, d.Hq);
+      widest.Hkv = std::max(widest.Hkv, d.Hkv);
+      widest.F = std::max(widest.F, d.F);
+      widest.D = std::max(widest.D, d.D);
+    }
     for (int l = 0; l < L; ++l) {
       auto& a = layer_acts_[size_t(l)];
-      const LayerDims& d = layer_dims_[size_t(l)];
+      if (recompute_ && l > 0) {
+        a = shared;
+        a.attn.rstd = carve(N);
+        a.mlp.rstd = carve(N);
+        continue;
+      }
+      const LayerDims& d = recompute_ ? widest : layer_dims_[size_t(l)];
       a.attn.ln = carve(N * C);
       a.attn.rstd = carve(N);
       a.attn.qkv = carve(N * d.QKV());
@@ -195,7 +212,10 @@ void Model<T>::ensure_activations(int B, int T_) {
       a.mlp.gateup = carve(N * 2 * d.F);
       a.mlp.h = carve(N * d.F);
       a.spd.clear();
-      if (plan_.kinds[size_t(l)] == LayerKind::Spd) {
+      bool spd_acts = plan_.kinds[size_t(l)] == LayerKind::Spd;
+      if (recompute_)
+        for (LayerKind k : plan_.kinds) spd_acts |= k == LayerKind::Spd;
+      if (spd_acts) {
         const int V = spd_virtual_ranks();
         for (int j = 0; j < V; ++j) {
           SpdActs<T> s;
@@ -207,6 +227,7 @@ void Model<T>::ensure_activations(int B, int T_) {
           a.spd.push_back(s);
         }
       }
+      if (recompute_) shared = a;
     }
     lnf_ = carve(N * C);
     rstdf_ = carve(N);
@@ -356,8 +377,8 @@ template <typename T>
 class Model<T>::ForwardPass final : public UnitForward<T> {
  public:
   ForwardPass(Model& m, int B, int seq, RunMode mode = RunMode::All,
-              const std::vector<int>* kept = nullptr)
-      : m_(m), B_(B), seq_(seq), mode_(mode), kept_(kept) {}
+              const std::vector<int>* kept = nullptr, bool replay = false)
+      : m_(m), B_(B), seq_(seq), mode_(mode), kept_(kept), replay_(replay) {}
 
   const LayerPlan& plan() const override { return m_.plan_; }
   uint64_t pass() const override { return m_.pass_; }
@@ -372,6 +393,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     return slots[slot];
   }
   void attention(int l, const T* x, T* out) override {
+    record(l, 0, ModuleRecord::Attention, x);
     const LayerDims& d = m_.dims(l);
     const AttentionActs<T>& a = m_.layer_acts_[size_t(l)].attn;
     const int Bm = module_batch();
@@ -386,18 +408,24 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     module_output(out);
     m_.progress();
   }
-  void mlp(int l, const T* x, T* out) override { mlp_with(l, m_.layer_params(l), x, out); }
+  void mlp(int l, const T* x, T* out) override {
+    record(l, 1, ModuleRecord::Mlp, x);
+    mlp_with(l, m_.layer_params(l), x, out);
+  }
   void mlp_shared_norm(int l, const T* x, T* out) override {
+    record(l, 1, ModuleRecord::MlpShared, x);
     LayerTensors<T> w = m_.layer_params(l);
     w.post_norm = w.input_norm;
     mlp_with(l, w, x, out);
   }
   void mlp_mixed_norm(int l, int a, int b, double alpha, const T* x, T* out) override {
+    record(l, 1, ModuleRecord::MlpMixed, x, a, b, alpha);
     LayerTensors<T> w = m_.layer_params(l);
     w.post_norm = m_.mix_norms(a, b, alpha);
     mlp_with(l, w, x, out);
   }
   void spd_block(int l, const T* x, T* out) override {
+    record(l, 0, ModuleRecord::Spd, x);
     const LayerDims& d = m_.dims(l);
     LayerActs& la = m_.layer_acts_[size_t(l)];
     const AttentionActs<T>& a = la.attn;
@@ -450,6 +478,14 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, out);
     if (mode_ == RunMode::Dense) m_.zero_dropped(*kept_, B_, out);
   }
+  void record(int l, int slot, typename ModuleRecord::Kind kind, const T* x, int a = 0, int b = 0,
+              double alpha = 0) {
+    if (!m_.recompute_ || replay_) return;
+    ModuleRecord r;
+    r.kind = kind, r.a = a, r.b = b, r.alpha = alpha, r.x = x;
+    r.mode = mode_, r.kept = kept_, r.B = B_;
+    m_.record_module(l, slot, r);
+  }
   void mlp_with(int l, const LayerTensors<T>& w, const T* x, T* out) {
     mlp_partial<T>(*m_.be_, m_.dims(l), w, module_input(x), out, int64_t(module_batch()) * seq_,
                    m_.layer_acts_[size_t(l)].mlp);
@@ -460,6 +496,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
   int B_, seq_;
   RunMode mode_;
   const std::vector<int>* kept_;
+  bool replay_;
 };
 
 // The backward of a training pass over `B` samples. Under layer dropout the
@@ -489,6 +526,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   }
   void settle(int stream) override { m_.settle(stream, grad_); }
   void attention_backward(int l, const T* dout, T* d_ln) override {
+    if (m_.recompute_) m_.replay_module(l, 0);
     attention_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                                   module_grad(dout), d_ln, module_batch(), seq_,
                                   m_.layer_acts_[size_t(l)].attn, m_.rope_cos_.data(),
@@ -497,6 +535,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     m_.progress();
   }
   void mlp_backward(int l, const T* dout, T* d_ln) override {
+    if (m_.recompute_) m_.replay_module(l, 1);
     mlp_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                             module_grad(dout), d_ln, int64_t(module_batch()) * seq_,
                             m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
@@ -523,6 +562,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   void spd_block_backward(int l, const T* dout, T* dx) override {
     // Under layer dropout the block ran on the kept samples packed together
     // (Gathered) or on all with the dropped ones' gradients zeroed (Dense).
+    if (m_.recompute_) m_.replay_module(l, 0);
     const int C = m_.dims_.C, Bm = module_batch();
     const int64_t rows_m = int64_t(Bm) * seq_, n = rows_m * C;
     // (dx, which may alias dout, changes only at the end: acc holds the rest.)
@@ -614,6 +654,57 @@ void Model<T>::unit_forward_mode(const PlanUnit& u, int B, int T_, RunMode mode)
   }
   ForwardPass f(*this, B, T_, mode, &kept_[size_t(u.first)]);
   unit_forward<T>(f, u);
+}
+
+template <typename T>
+void Model<T>::set_recompute_full(bool full) {
+  if (full == recompute_) return;
+  recompute_ = full;
+  batch_ = seq_ = 0;  // carve the arena again at the next forward
+  have_forward_ = false;
+  records_.clear();
+}
+
+template <typename T>
+void Model<T>::record_module(int l, int slot, const ModuleRecord& r) {
+  // Only a residual stream is sure to hold the same values at the module's
+  // backward; every kind feeds its modules from streams.
+  const bool stream = std::find(streams_.begin(), streams_.end(), r.x) != streams_.end();
+  STRATA_CHECK(stream, "training.recompute: layer ", l, " (", plan_.to_string(),
+               ") feeds a module from a scratch buffer, which recomputation cannot replay; "
+               "use recompute = \"none\" for this plan");
+  if (records_.size() != size_t(cfg_.num_hidden_layers))
+    records_.assign(size_t(cfg_.num_hidden_layers), {});
+  records_[size_t(l)][size_t(slot)] = r;
+}
+
+template <typename T>
+void Model<T>::replay_module(int l, int slot) {
+  STRATA_CHECK(
+      size_t(l) < records_.size() && records_[size_t(l)][size_t(slot)].kind != ModuleRecord::None,
+      "training.recompute: no forward of layer ", l, "'s ", slot ? "MLP" : "attention",
+      " to run again (internal error)");
+  const ModuleRecord& r = records_[size_t(l)][size_t(slot)];
+  ForwardPass f(*this, r.B, seq_, r.mode, r.kept, /*replay=*/true);
+  switch (r.kind) {
+    case ModuleRecord::Attention:
+      f.attention(l, r.x, attn_out_);
+      break;
+    case ModuleRecord::Spd:
+      f.spd_block(l, r.x, attn_out_);
+      break;
+    case ModuleRecord::Mlp:
+      f.mlp(l, r.x, mlp_out_);
+      break;
+    case ModuleRecord::MlpShared:
+      f.mlp_shared_norm(l, r.x, mlp_out_);
+      break;
+    case ModuleRecord::MlpMixed:
+      f.mlp_mixed_norm(l, r.a, r.b, r.alpha, r.x, mlp_out_);
+      break;
+    case ModuleRecord::None:
+      break;
+  }
 }
 
 template <typename T>

@@ -15,6 +15,7 @@
 // forward (one logits GEMM less) and needs the loss scale up front.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -171,6 +172,15 @@ class Model {
   const T* rope_cos() const { return rope_cos_.data(); }
   const T* rope_sin() const { return rope_sin_.data(); }
 
+  // Activation recomputation (training.recompute): with `full`, the arena
+  // keeps every residual stream and each layer's norm statistics but one
+  // layer's worth of the modules' other activations; the backward of each
+  // module first runs that module's forward again (the same kernels on the
+  // same input stream, so the gradients are bitwise those without). Takes
+  // effect at the next forward.
+  void set_recompute_full(bool full);
+  bool recompute_full() const { return recompute_; }
+
   // Bytes held by the activation arena for the current (B, T).
   int64_t activation_bytes() const;
   // Bytes held by the gradient arena (0 until a training call needs it).
@@ -304,6 +314,21 @@ class Model {
   std::vector<int32_t> tokens_, targets_;  // copies of the last forward's inputs
   bool have_forward_ = false;              // activations of a complete forward are held
   int block_unit_ = -1;                    // the unit of the last block_forward (-1: none)
+  // Recomputation: what each module of the last forward ran on, per layer
+  // (slot 0: attention or SPD block, 1: MLP), to run it again in backward.
+  struct ModuleRecord {
+    enum Kind { None, Attention, Mlp, MlpShared, MlpMixed, Spd } kind = None;
+    int a = 0, b = 0;
+    double alpha = 0;
+    const T* x = nullptr;  // the module's input stream
+    RunMode mode = RunMode::All;
+    const std::vector<int>* kept = nullptr;
+    int B = 0;
+  };
+  bool recompute_ = false;
+  std::vector<std::array<ModuleRecord, 2>> records_;
+  void record_module(int layer, int slot, const ModuleRecord& r);
+  void replay_module(int layer, int slot);
 };
 
 }  // namespace strata

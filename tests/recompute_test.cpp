@@ -1,0 +1,109 @@
+// Activation recomputation (training.recompute = "full"): the backward runs
+// each module's forward again from its input stream, so losses and every
+// gradient are bitwise those of keeping the activations, for every plan kind,
+// under LayerSkip's layer dropout (gathered and dense) with early exits, in
+// fp32 and bf16; and the arena is smaller.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "model/model.h"
+#include "ops/backend.h"
+#include "testing.h"
+
+namespace strata {
+namespace {
+
+LlamaConfig config() {
+  LlamaConfig c;
+  c.vocab_size = 40;
+  c.hidden_size = 32;
+  c.intermediate_size = 56;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 32;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  c.finalize();
+  return c;
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> grads;
+  int64_t activation_bytes = 0;
+};
+
+Outcome train(const std::string& plan_text, bool recompute, bool bf16, const LayerSkipStep* skip) {
+  const LlamaConfig c = config();
+  Model<float> m(c, LayerPlan::parse(plan_text, c.num_hidden_layers), ops::make_backend<float>());
+  if (bf16) m.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  m.init_weights(11);
+  m.set_recompute_full(recompute);
+  const int B = 4, T = 9;
+  m.zero_grad();
+  Outcome r;
+  // Two micro-batches accumulate, as with grad_accum_steps = 2.
+  for (uint32_t step = 0; step < 2; ++step) {
+    const auto tokens = testing::random_tokens(B * T, c.vocab_size, 10 + step);
+    const auto targets = testing::random_tokens(B * T, c.vocab_size, 20 + step);
+    const LossResult l = m.forward_backward(tokens.data(), targets.data(), B, T, 0.5, skip);
+    r.losses.push_back(l.loss_sum);
+    for (double e : l.exit_loss_sum) r.losses.push_back(e);
+  }
+  for (size_t i = 0; i < m.layout().tensors().size(); ++i) {
+    const int64_t n = m.layout()[int(i)].numel;
+    const float* g = m.grad(int(i));
+    r.grads.emplace_back(g, g + n);
+  }
+  r.activation_bytes = m.activation_bytes();
+  return r;
+}
+
+void expect_bitwise(const Outcome& a, const Outcome& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    if (!std::isnan(a.losses[i])) {
+      EXPECT_EQ(a.losses[i], b.losses[i]) << "loss " << i;
+    }
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t t = 0; t < a.grads.size(); ++t)
+    EXPECT_EQ(std::memcmp(a.grads[t].data(), b.grads[t].data(), a.grads[t].size() * 4), 0)
+        << "gradient of tensor " << t << " differs";
+}
+
+const char* const kPlans[] = {"standard*4",          "skip,standard*3",   "ladder*4",
+                              "standard*2,ladder*2", "lp*2,standard*2",   "parallel*4",
+                              "par*4;par_group=2",   "spd*4;spd_degree=2"};
+
+TEST(Recompute, FullEqualsKeepingTheActivationsBitwise) {
+  for (const char* plan : kPlans)
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(cat(plan, bf16 ? " bf16" : " fp32"));
+      const Outcome keep = train(plan, false, bf16, nullptr);
+      const Outcome again = train(plan, true, bf16, nullptr);
+      expect_bitwise(keep, again);
+      EXPECT_LT(again.activation_bytes, keep.activation_bytes);
+      bool nonzero = false;
+      for (const auto& g : keep.grads)
+        for (float v : g) nonzero |= v != 0;
+      EXPECT_TRUE(nonzero);
+    }
+}
+
+// LayerSkip: layer dropout (some samples, none, all) and early-exit losses.
+TEST(Recompute, FullUnderLayerDropoutAndEarlyExits) {
+  for (bool dense : {false, true})
+    for (const char* plan : {"standard*4", "ladder*4", "spd*4;spd_degree=2"}) {
+      SCOPED_TRACE(cat(plan, dense ? " dense" : " gathered"));
+      LayerSkipStep skip;
+      skip.keep = {{1, 1, 1, 1}, {1, 0, 1, 0}, {0, 0, 0, 0}, {0, 1, 1, 1}};
+      skip.exit_weight = {0.1, 0.2, 0.3, 1.0};
+      skip.dense_reference = dense;
+      expect_bitwise(train(plan, false, false, &skip), train(plan, true, false, &skip));
+    }
+}
+
+}  // namespace
+}  // namespace strata
