@@ -38,13 +38,13 @@ TEST(Memory, EstimateEqualsTheModelsArenas) {
         "parallel*4", "spd*4;spd_degree=2", "skip*2,standard*2"}) {
     for (bool tied : {false, true})
       for (bool bias : {false, true})
-        for (bool recompute : {false, true}) {
-          SCOPED_TRACE(
-              cat(text, tied ? " tied" : "", bias ? " bias" : "", recompute ? " recompute" : ""));
+        for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+          SCOPED_TRACE(cat(text, tied ? " tied" : "", bias ? " bias" : "", " recompute ",
+                           recompute_name(recompute)));
           const LlamaConfig c = config(tied, bias);
           const LayerPlan plan = LayerPlan::parse(text, 4);
           Model<float> m(c, plan, ops::make_backend<float>());
-          m.set_recompute_full(recompute);
+          m.set_recompute(recompute);
           const int B = 3, T = 7;
           const auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
           m.init_weights(5);
@@ -54,7 +54,7 @@ TEST(Memory, EstimateEqualsTheModelsArenas) {
           u.gradients = true;
           u.optimizer_share = 1;
           u.batch = B, u.seq = T;
-          u.recompute_full = recompute;
+          u.recompute = recompute;
           const MemoryEstimate e = estimate_memory(c, plan, u);
           EXPECT_EQ(e.parameters, m.num_params());
           EXPECT_EQ(e.bytes_of("gradients"), m.num_params() * 4);

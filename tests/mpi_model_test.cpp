@@ -444,11 +444,11 @@ TEST(TensorParallelExecutor, SkippedLayerEqualsRemovedLayerBitwise) {
   EXPECT_EQ(generate(m, {1, 2, 3}, g), generate(*r, {1, 2, 3}, g));
 }
 
-// Activation recomputation under tensor parallelism: each module's forward
-// runs again on this rank's shard without its reductions (the partial output
-// is discarded), so the gradients are bitwise those of keeping the
-// activations and the step makes exactly the same collectives.
-TEST(TensorParallelExecutor, RecomputeFullEqualsKeepingBitwise) {
+// Activation recomputation under tensor parallelism (selective and full):
+// what is recomputed runs on this rank's shard without reductions (full
+// discards the partial output), so the gradients are bitwise those of keeping
+// the activations and the step makes exactly the same collectives.
+TEST(TensorParallelExecutor, RecomputeEqualsKeepingBitwise) {
   const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
   for (const char* plan : {"standard*3", "ladder*3", "lp*2,standard", "spd*3;spd_degree=2"}) {
     if (std::string(plan).rfind("spd", 0) == 0 && g_tp > 2) continue;  // degree 2 needs tp <= 2
@@ -456,14 +456,16 @@ TEST(TensorParallelExecutor, RecomputeFullEqualsKeepingBitwise) {
     const int B = 2, T = 7;
     auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 61);
     auto targets = testing::random_tokens(B * T, cfg.vocab_size, 62);
-    std::vector<std::vector<float>> grads[2];
-    int64_t collectives[2] = {0, 0};
-    double loss[2] = {0, 0};
-    for (int recompute = 0; recompute < 2; ++recompute) {
+    std::vector<std::vector<float>> grads[3];
+    int64_t collectives[3] = {0, 0, 0};
+    double loss[3] = {0, 0, 0};
+    for (int recompute = 0; recompute < 3; ++recompute) {
       testing::CountingComm counter(*g_grid->tp_comm);
       Model<float> m(cfg, LayerPlan::parse(plan, 3), ops::make_backend<float>(), &counter);
       m.init_weights(5);
-      m.set_recompute_full(recompute == 1);
+      m.set_recompute(recompute == 0   ? Recompute::None
+                      : recompute == 1 ? Recompute::Selective
+                                       : Recompute::Full);
       m.zero_grad();
       counter.reset();
       loss[recompute] = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1).loss_sum;
@@ -471,11 +473,13 @@ TEST(TensorParallelExecutor, RecomputeFullEqualsKeepingBitwise) {
       for (size_t t = 0; t < m.layout().tensors().size(); ++t)
         grads[recompute].emplace_back(m.grad(int(t)), m.grad(int(t)) + m.layout()[int(t)].numel);
     }
-    EXPECT_EQ(loss[0], loss[1]);
-    EXPECT_EQ(collectives[0], collectives[1]);
-    ASSERT_EQ(grads[0].size(), grads[1].size());
-    for (size_t t = 0; t < grads[0].size(); ++t)
-      EXPECT_EQ(grads[0][t], grads[1][t]) << "tensor " << t;
+    for (int k = 1; k < 3; ++k) {
+      EXPECT_EQ(loss[0], loss[k]) << k;
+      EXPECT_EQ(collectives[0], collectives[k]) << k;
+      ASSERT_EQ(grads[0].size(), grads[k].size());
+      for (size_t t = 0; t < grads[0].size(); ++t)
+        EXPECT_EQ(grads[0][t], grads[k][t]) << "tensor " << t << ", mode " << k;
+    }
   }
 }
 

@@ -1,8 +1,8 @@
-// Activation recomputation (training.recompute = "full"): the backward runs
-// each module's forward again from its input stream, so losses and every
-// gradient are bitwise those of keeping the activations, for every plan kind,
-// under LayerSkip's layer dropout (gathered and dense) with early exits, in
-// fp32 and bf16; and the arena is smaller.
+// Activation recomputation (training.recompute = "selective" | "full"): the
+// backward recomputes what was dropped from the module's input stream, so
+// losses and every gradient are bitwise those of keeping the activations, for
+// every plan kind, under LayerSkip's layer dropout (gathered and dense) with
+// early exits, in fp32 and bf16; and the arena shrinks: none > selective > full.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -35,12 +35,13 @@ struct Outcome {
   int64_t activation_bytes = 0;
 };
 
-Outcome train(const std::string& plan_text, bool recompute, bool bf16, const LayerSkipStep* skip) {
+Outcome train(const std::string& plan_text, Recompute recompute, bool bf16,
+              const LayerSkipStep* skip) {
   const LlamaConfig c = config();
   Model<float> m(c, LayerPlan::parse(plan_text, c.num_hidden_layers), ops::make_backend<float>());
   if (bf16) m.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   m.init_weights(11);
-  m.set_recompute_full(recompute);
+  m.set_recompute(recompute);
   const int B = 4, T = 9;
   m.zero_grad();
   Outcome r;
@@ -77,32 +78,55 @@ const char* const kPlans[] = {"standard*4",          "skip,standard*3",   "ladde
                               "standard*2,ladder*2", "lp*2,standard*2",   "parallel*4",
                               "par*4;par_group=2",   "spd*4;spd_degree=2"};
 
-TEST(Recompute, FullEqualsKeepingTheActivationsBitwise) {
+TEST(Recompute, EqualsKeepingTheActivationsBitwise) {
   for (const char* plan : kPlans)
     for (bool bf16 : {false, true}) {
-      SCOPED_TRACE(cat(plan, bf16 ? " bf16" : " fp32"));
-      const Outcome keep = train(plan, false, bf16, nullptr);
-      const Outcome again = train(plan, true, bf16, nullptr);
-      expect_bitwise(keep, again);
-      EXPECT_LT(again.activation_bytes, keep.activation_bytes);
+      const Outcome keep = train(plan, Recompute::None, bf16, nullptr);
       bool nonzero = false;
       for (const auto& g : keep.grads)
         for (float v : g) nonzero |= v != 0;
       EXPECT_TRUE(nonzero);
+      int64_t previous = keep.activation_bytes;
+      for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
+        SCOPED_TRACE(cat(plan, bf16 ? " bf16 " : " fp32 ", recompute_name(mode)));
+        const Outcome again = train(plan, mode, bf16, nullptr);
+        expect_bitwise(keep, again);
+        // none > selective > full (SPD blocks keep theirs under selective)
+        if (mode == Recompute::Full || std::string(plan).rfind("spd", 0) != 0)
+          EXPECT_LT(again.activation_bytes, previous);
+        else
+          EXPECT_EQ(again.activation_bytes, previous);
+        previous = again.activation_bytes;
+      }
     }
 }
 
 // LayerSkip: layer dropout (some samples, none, all) and early-exit losses.
-TEST(Recompute, FullUnderLayerDropoutAndEarlyExits) {
+TEST(Recompute, UnderLayerDropoutAndEarlyExits) {
   for (bool dense : {false, true})
-    for (const char* plan : {"standard*4", "ladder*4", "spd*4;spd_degree=2"}) {
-      SCOPED_TRACE(cat(plan, dense ? " dense" : " gathered"));
-      LayerSkipStep skip;
-      skip.keep = {{1, 1, 1, 1}, {1, 0, 1, 0}, {0, 0, 0, 0}, {0, 1, 1, 1}};
-      skip.exit_weight = {0.1, 0.2, 0.3, 1.0};
-      skip.dense_reference = dense;
-      expect_bitwise(train(plan, false, false, &skip), train(plan, true, false, &skip));
-    }
+    for (const char* plan : {"standard*4", "ladder*4", "lp*2,standard*2", "spd*4;spd_degree=2"})
+      for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
+        SCOPED_TRACE(cat(plan, dense ? " dense " : " gathered ", recompute_name(mode)));
+        LayerSkipStep skip;
+        skip.keep = {{1, 1, 1, 1}, {1, 0, 1, 0}, {0, 0, 0, 0}, {0, 1, 1, 1}};
+        skip.exit_weight = {0.1, 0.2, 0.3, 1.0};
+        if (std::string(plan).rfind("lp", 0) == 0) {  // layers 0-1 and 2-3 are units
+          skip.keep[1] = skip.keep[0];
+          skip.keep[3] = skip.keep[2];
+          skip.exit_weight[0] = skip.exit_weight[2] = 0;
+        }
+        skip.dense_reference = dense;
+        expect_bitwise(train(plan, Recompute::None, false, &skip), train(plan, mode, false, &skip));
+      }
+}
+
+TEST(Recompute, ModeNames) {
+  Recompute r = Recompute::None;
+  for (const char* name : {"none", "selective", "full"}) {
+    ASSERT_TRUE(parse_recompute(name, &r)) << name;
+    EXPECT_STREQ(recompute_name(r), name);
+  }
+  EXPECT_FALSE(parse_recompute("partial", &r));
 }
 
 }  // namespace

@@ -273,8 +273,8 @@ int bench_step(int argc, char** argv, int first, bool train) {
       .flag("tied", "tie the embedding and the LM head")
       .option("plan", "TEXT", "layer plan (default: all standard)", "")
       .option("recompute", "MODE",
-              "activation recomputation, as training.recompute: none or full (the FLOP rate "
-              "counts the useful FLOPs only)",
+              "activation recomputation, as training.recompute: none, selective or full (the "
+              "FLOP rate counts the useful FLOPs only)",
               "none")
       .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
       .option("peak", "GFLOPS",
@@ -312,9 +312,10 @@ int bench_step(int argc, char** argv, int first, bool train) {
   model.init_weights(1);
   if (bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   const std::string recompute = args.get("recompute");
-  STRATA_USAGE_CHECK(recompute == "none" || recompute == "full", name, ": --recompute '", recompute,
-                     "' is not none or full");
-  model.set_recompute_full(recompute == "full");
+  Recompute mode = Recompute::None;
+  STRATA_USAGE_CHECK(parse_recompute(recompute, &mode), name, ": --recompute '", recompute,
+                     "' is not none, selective or full");
+  model.set_recompute(mode);
   std::unique_ptr<AdamW<float>> opt;
   if (train) opt = std::make_unique<AdamW<float>>(model.backend(), model.layout(), AdamWConfig{});
   const int64_t N = int64_t(bm.B) * bm.T;
@@ -332,7 +333,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
               bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
               cfg.tie_word_embeddings ? " (tied)" : "", num_threads(), bf16 ? "bf16" : "fp32",
               plan.to_string().c_str(), train ? ", AdamW with clipping" : "");
-  if (recompute == "full") std::printf("recompute: full (each module's forward runs again)\n");
+  if (mode != Recompute::None) std::printf("recompute: %s\n", recompute.c_str());
   auto step = [&] {
     model.zero_grad();
     model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));

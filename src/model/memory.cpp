@@ -27,6 +27,19 @@ struct Dims {
 
 }  // namespace
 
+const char* recompute_name(Recompute r) {
+  return r == Recompute::Full ? "full" : r == Recompute::Selective ? "selective" : "none";
+}
+
+bool parse_recompute(const std::string& s, Recompute* out) {
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+    if (s == recompute_name(r)) {
+      *out = r;
+      return true;
+    }
+  return false;
+}
+
 int64_t MemoryEstimate::total() const {
   double t = 0;
   for (const Part& p : parts) t += double(p.bytes);
@@ -162,11 +175,19 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
                         round16(N * std::floor(d.F / spd_v)));
       return per;
     };
-    if (u.recompute_full) {  // one set for the widest layer, every layer's two rstd
+    if (u.recompute == Recompute::Full) {  // one set for the widest layer, every layer's rstd
       Dims w;
       for (const Group& g : groups)
         w.Hq = std::max(w.Hq, g.d.Hq), w.Hkv = std::max(w.Hkv, g.d.Hkv), w.F = std::max(w.F, g.d.F);
       a += per_layer(w, spd) + (double(L) - 1) * 2 * round16(N);
+    } else if (u.recompute == Recompute::Selective) {
+      // One shared norm output and SwiGLU output; SPD layers keep their own.
+      bool dropping = false;
+      for (const Group& g : groups) dropping |= !g.spd;
+      if (dropping) a += round16(N * C) + round16(N * maxF);
+      for (const Group& g : groups)
+        a += g.count *
+             (per_layer(g.d, g.spd) - (g.spd ? 0 : 2 * round16(N * C) + round16(N * g.d.F)));
     } else {
       for (const Group& g : groups) a += g.count * per_layer(g.d, g.spd);
     }

@@ -18,6 +18,22 @@
 
 namespace strata {
 
+// Activation recomputation (training.recompute; Model::set_recompute):
+//   None       every activation of every layer is kept for backward;
+//   Selective  the norm outputs (both modules) and the SwiGLU output are
+//              dropped and recomputed from the kept input stream, rstd and
+//              gate|up just before each module's backward (elementwise work);
+//              q|k|v after RoPE, the attention output, its LSE and gate|up
+//              stay (SPD blocks keep everything);
+//   Full       one layer's module activations are kept at a time (every
+//              layer keeps its norm statistics) and each module's forward runs
+//              again before its backward.
+// Every mode runs the same kernels on the same inputs: gradients are bitwise equal.
+enum class Recompute { None, Selective, Full };
+// "none", "selective", "full"; parse returns false for anything else.
+const char* recompute_name(Recompute r);
+bool parse_recompute(const std::string& s, Recompute* out);
+
 // What a command will hold at its peak on one process (one tensor-parallel
 // rank; the figures are tensor-parallel rank 0's, the one holding the most).
 struct MemoryUse {
@@ -27,9 +43,7 @@ struct MemoryUse {
   // The model's activation arena for a [batch, seq] forward/backward (0: none):
   // what Model::forward_backward and Model::forward_hidden carve.
   int batch = 0, seq = 0;
-  // training.recompute = "full": one layer's module activations, shared,
-  // plus every layer's norm statistics (Model::set_recompute_full).
-  bool recompute_full = false;
+  Recompute recompute = Recompute::None;  // the activation arena under training.recompute
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)

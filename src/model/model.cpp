@@ -193,27 +193,36 @@ void Model<T>::ensure_activations(int B, int T_) {
       widest.F = std::max(widest.F, d.F);
       widest.D = std::max(widest.D, d.D);
     }
+    const bool full = recompute_ == Recompute::Full;
+    const bool selective = recompute_ == Recompute::Selective;
+    // Selective: one norm output and one SwiGLU output, recomputed before
+    // each module's backward (SPD layers keep their own).
+    bool dropping = false;
+    for (LayerKind k : plan_.kinds) dropping |= selective && k != LayerKind::Spd;
+    shared_ln_ = dropping ? carve(N * C) : nullptr;
+    shared_h_ = dropping ? carve(N * F) : nullptr;
     for (int l = 0; l < L; ++l) {
       auto& a = layer_acts_[size_t(l)];
-      if (recompute_ && l > 0) {
+      if (full && l > 0) {
         a = shared;
         a.attn.rstd = carve(N);
         a.mlp.rstd = carve(N);
         continue;
       }
-      const LayerDims& d = recompute_ ? widest : layer_dims_[size_t(l)];
-      a.attn.ln = carve(N * C);
+      const LayerDims& d = full ? widest : layer_dims_[size_t(l)];
+      const bool drop = selective && plan_.kinds[size_t(l)] != LayerKind::Spd;
+      a.attn.ln = drop ? shared_ln_ : carve(N * C);
       a.attn.rstd = carve(N);
       a.attn.qkv = carve(N * d.QKV());
       a.attn.att = carve(N * d.Q());
       a.attn.lse = carve(int64_t(B) * d.Hq * T_);
-      a.mlp.ln = carve(N * C);
+      a.mlp.ln = drop ? shared_ln_ : carve(N * C);
       a.mlp.rstd = carve(N);
       a.mlp.gateup = carve(N * 2 * d.F);
-      a.mlp.h = carve(N * d.F);
+      a.mlp.h = drop ? shared_h_ : carve(N * d.F);
       a.spd.clear();
       bool spd_acts = plan_.kinds[size_t(l)] == LayerKind::Spd;
-      if (recompute_)
+      if (full)
         for (LayerKind k : plan_.kinds) spd_acts |= k == LayerKind::Spd;
       if (spd_acts) {
         const int V = spd_virtual_ranks();
@@ -227,7 +236,7 @@ void Model<T>::ensure_activations(int B, int T_) {
           a.spd.push_back(s);
         }
       }
-      if (recompute_) shared = a;
+      if (full) shared = a;
     }
     lnf_ = carve(N * C);
     rstdf_ = carve(N);
@@ -480,7 +489,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
   }
   void record(int l, int slot, typename ModuleRecord::Kind kind, const T* x, int a = 0, int b = 0,
               double alpha = 0) {
-    if (!m_.recompute_ || replay_) return;
+    if (m_.recompute_ == Recompute::None || replay_) return;
     ModuleRecord r;
     r.kind = kind, r.a = a, r.b = b, r.alpha = alpha, r.x = x;
     r.mode = mode_, r.kept = kept_, r.B = B_;
@@ -526,7 +535,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   }
   void settle(int stream) override { m_.settle(stream, grad_); }
   void attention_backward(int l, const T* dout, T* d_ln) override {
-    if (m_.recompute_) m_.replay_module(l, 0);
+    if (m_.recompute_ != Recompute::None) m_.replay_module(l, 0);
     attention_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                                   module_grad(dout), d_ln, module_batch(), seq_,
                                   m_.layer_acts_[size_t(l)].attn, m_.rope_cos_.data(),
@@ -535,7 +544,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     m_.progress();
   }
   void mlp_backward(int l, const T* dout, T* d_ln) override {
-    if (m_.recompute_) m_.replay_module(l, 1);
+    if (m_.recompute_ != Recompute::None) m_.replay_module(l, 1);
     mlp_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                             module_grad(dout), d_ln, int64_t(module_batch()) * seq_,
                             m_.layer_acts_[size_t(l)].mlp, m_.d_h_, m_.d_gateup_);
@@ -562,7 +571,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   void spd_block_backward(int l, const T* dout, T* dx) override {
     // Under layer dropout the block ran on the kept samples packed together
     // (Gathered) or on all with the dropped ones' gradients zeroed (Dense).
-    if (m_.recompute_) m_.replay_module(l, 0);
+    if (m_.recompute_ != Recompute::None) m_.replay_module(l, 0);
     const int C = m_.dims_.C, Bm = module_batch();
     const int64_t rows_m = int64_t(Bm) * seq_, n = rows_m * C;
     // (dx, which may alias dout, changes only at the end: acc holds the rest.)
@@ -657,9 +666,9 @@ void Model<T>::unit_forward_mode(const PlanUnit& u, int B, int T_, RunMode mode)
 }
 
 template <typename T>
-void Model<T>::set_recompute_full(bool full) {
-  if (full == recompute_) return;
-  recompute_ = full;
+void Model<T>::set_recompute(Recompute mode) {
+  if (mode == recompute_) return;
+  recompute_ = mode;
   batch_ = seq_ = 0;  // carve the arena again at the next forward
   have_forward_ = false;
   records_.clear();
@@ -685,6 +694,31 @@ void Model<T>::replay_module(int l, int slot) {
       "training.recompute: no forward of layer ", l, "'s ", slot ? "MLP" : "attention",
       " to run again (internal error)");
   const ModuleRecord& r = records_[size_t(l)][size_t(slot)];
+  if (recompute_ == Recompute::Selective) {
+    if (r.kind == ModuleRecord::Spd) return;  // SPD blocks keep their activations
+    // The norm output (and the MLP's SwiGLU output) again, by the forward's
+    // own calls on the module's input: the kept samples packed as it packed them.
+    const LayerDims& d = dims(l);
+    const T* x = r.x;
+    int64_t rows = int64_t(r.B) * seq_;
+    if (r.mode == RunMode::Gathered) {
+      gather_samples(*r.kept, x, sub_x_);
+      x = sub_x_;
+      rows = int64_t(r.kept->size()) * seq_;
+    }
+    LayerActs& la = layer_acts_[size_t(l)];
+    const LayerTensors<T> w = layer_params(l);
+    if (slot == 0) {
+      be_->rmsnorm_forward(la.attn.ln, la.attn.rstd, x, w.input_norm, rows, d.C, d.eps);
+      return;
+    }
+    const T* nw = r.kind == ModuleRecord::MlpShared  ? w.input_norm
+                  : r.kind == ModuleRecord::MlpMixed ? mix_norms(r.a, r.b, r.alpha)
+                                                     : w.post_norm;
+    be_->rmsnorm_forward(la.mlp.ln, la.mlp.rstd, x, nw, rows, d.C, d.eps);
+    if (!d.empty()) be_->swiglu_forward(la.mlp.h, la.mlp.gateup, rows, d.F);
+    return;
+  }
   ForwardPass f(*this, r.B, seq_, r.mode, r.kept, /*replay=*/true);
   switch (r.kind) {
     case ModuleRecord::Attention:

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/memory.h"
 #include "model/modules.h"
 #include "model/params.h"
 #include "model/plan.h"
@@ -172,14 +173,14 @@ class Model {
   const T* rope_cos() const { return rope_cos_.data(); }
   const T* rope_sin() const { return rope_sin_.data(); }
 
-  // Activation recomputation (training.recompute): with `full`, the arena
-  // keeps every residual stream and each layer's norm statistics but one
-  // layer's worth of the modules' other activations; the backward of each
-  // module first runs that module's forward again (the same kernels on the
-  // same input stream, so the gradients are bitwise those without). Takes
-  // effect at the next forward.
-  void set_recompute_full(bool full);
-  bool recompute_full() const { return recompute_; }
+  // Activation recomputation (training.recompute; model/memory.h says what
+  // each mode keeps). Full: the backward of each module first runs that
+  // module's forward again; selective: it recomputes the norm output (and the
+  // MLP's SwiGLU output) first. The same kernels on the same inputs, so the
+  // gradients are bitwise those of keeping everything. Takes effect at the
+  // next forward.
+  void set_recompute(Recompute mode);
+  Recompute recompute() const { return recompute_; }
 
   // Bytes held by the activation arena for the current (B, T).
   int64_t activation_bytes() const;
@@ -325,8 +326,9 @@ class Model {
     const std::vector<int>* kept = nullptr;
     int B = 0;
   };
-  bool recompute_ = false;
+  Recompute recompute_ = Recompute::None;
   std::vector<std::array<ModuleRecord, 2>> records_;
+  T *shared_ln_ = nullptr, *shared_h_ = nullptr;  // selective: recomputed before each backward
   void record_module(int layer, int slot, const ModuleRecord& r);
   void replay_module(int layer, int slot);
 };

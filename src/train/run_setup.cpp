@@ -352,11 +352,9 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   u.gradients = true;
   u.batch = run.micro_batch;
   u.seq = run.seq_len;
-  const std::string recompute = r.get_string("training.recompute");
-  if (recompute != "none" && recompute != "full")
-    r.fail("training.recompute", cat("unknown mode '", one_line(recompute),
-                                     "' (none or full; selective is not built yet)"));
-  u.recompute_full = recompute == "full";
+  if (!parse_recompute(r.get_string("training.recompute"), &u.recompute))
+    r.fail("training.recompute", cat("unknown mode '", one_line(r.get_string("training.recompute")),
+                                     "' (none, selective or full)"));
   u.optimizer_share = run.zero && run.grid.dp > 1 ? 1.0 / run.grid.dp : 1.0;
   // Without freeze patterns every tensor trains and this is the estimate;
   // with them, the weights alone first, so an absurd model is refused before
@@ -386,12 +384,13 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   u.optimizer_share = share;
   run.memory = estimate_memory(cfg, plan, u);  // printed once the run starts
   const bool activations_first = run.memory.bytes_of("activations") * 2 > run.memory.total();
-  check_memory(run.memory, run.memory_limit, procs, what,
-               activations_first
-                   ? cat("lower training.micro_batch_size or training.seq_len (raise "
-                         "training.grad_accum_steps to keep the batch)",
-                         u.recompute_full ? "" : ", or set training.recompute = \"full\"")
-                   : model_hint);
+  check_memory(
+      run.memory, run.memory_limit, procs, what,
+      activations_first
+          ? cat("lower training.micro_batch_size or training.seq_len (raise "
+                "training.grad_accum_steps to keep the batch)",
+                u.recompute == Recompute::Full ? "" : ", or set training.recompute = \"full\"")
+          : model_hint);
 }
 
 void setup(Run& run) {
@@ -595,7 +594,9 @@ void setup(Run& run) {
     precision = cat("auto -> ", matmul == ops::MatmulPrecision::BF16 ? "bf16" : "fp32");
   }
   run.model->backend().set_matmul_precision(matmul);
-  run.model->set_recompute_full(r.get_string("training.recompute") == "full");
+  Recompute recompute = Recompute::None;
+  parse_recompute(r.get_string("training.recompute"), &recompute);  // checked with the memory
+  run.model->set_recompute(recompute);
   LayerSkipConfig& ls = run.layerskip;
   ls.p_max = r.get_float("layerskip.p_max");
   ls.layer_scale = r.get_string("layerskip.layer_scale");
@@ -713,7 +714,10 @@ void setup(Run& run) {
             cfg.num_attention_heads, "/", cfg.num_key_value_heads, ", vocab ", cfg.vocab_size, ", ",
             human_count(double(cfg.num_parameters())), " parameters (",
             human_count(double(n_train)), " trainable), plan ", plan.to_string(), ", ", precision,
-            " matmuls", run.model->recompute_full() ? ", full activation recomputation" : "");
+            " matmuls",
+            run.model->recompute() == Recompute::None
+                ? ""
+                : cat(", ", recompute_name(run.model->recompute()), " activation recomputation"));
   log::info("memory: ", run.memory.to_string(), " per process",
             run.memory_limit.bytes >= 0 ? cat("; ", human_bytes(double(run.memory_limit.bytes)),
                                               " available (", run.memory_limit.source, ")")

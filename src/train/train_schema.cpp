@@ -68,9 +68,10 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "with the same numerics where the CPU has no native bf16); or auto (bf16 where "
        "native, else fp32)"},
       {"training.recompute", K::String, "\"none\"",
-       "activation recomputation: none (keep every activation) or full (keep the residual "
-       "streams and norm statistics; each module's backward runs its forward again: the same "
-       "gradients, bit for bit, for about a third more compute)"},
+       "activation recomputation: none (keep every activation), selective (drop the norm and "
+       "SwiGLU outputs, recomputed elementwise before each backward) or full (keep the residual "
+       "streams and norm statistics; each module's backward runs its forward again); the "
+       "gradients are the same, bit for bit"},
       {"training.trainable", K::StringList, "[]",
        "only these tensors train (globs or layers:A-B; empty: all)"},
       {"training.freeze", K::StringList, "[]", "these tensors do not train (globs or layers:A-B)"},
