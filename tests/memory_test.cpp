@@ -61,7 +61,8 @@ TEST(Memory, EstimateEqualsTheModelsArenas) {
           EXPECT_EQ(e.bytes_of("AdamW moments"), 2 * m.num_params() * 4);
           EXPECT_EQ(e.bytes_of("activations"), m.activation_bytes());
           EXPECT_EQ(e.total(), e.bytes_of("weights") + e.bytes_of("gradients") +
-                                   e.bytes_of("AdamW moments") + e.bytes_of("activations"));
+                                   e.bytes_of("AdamW moments") + e.bytes_of("activations") +
+                                   e.bytes_of("workspace"));
         }
   }
 }

@@ -15,6 +15,7 @@
 #include "core/philox.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "model/memory.h"
 #include "model/model.h"
 #include "train/optimizer.h"
 
@@ -308,6 +309,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
     std::printf("peak: %.1f GFLOP/s (%s, measured now; strata bench peak)\n", peak,
                 peak_what.c_str());
   }
+  const int64_t runtime_rss = process_rss_bytes();  // before the model
   Model<float> model(cfg, plan, ops::make_backend<float>(device));
   model.init_weights(1);
   if (bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
@@ -348,10 +350,22 @@ int bench_step(int argc, char** argv, int first, bool train) {
   if (peak > 0) std::printf(", %.1f%% of the %s peak", 100 * gflops / peak, bf16 ? "bf16" : "fp32");
   const double rss = peak_rss_mib();
   std::printf("\npeak RSS: %.1f MiB\n", rss);
+  // The estimate a training run prints (--dry-run) and checks before it
+  // allocates, against what this process reached.
+  MemoryUse use;
+  use.gradients = true;
+  use.optimizer_share = train ? 1 : 0;
+  use.batch = bm.B, use.seq = bm.T;
+  use.recompute = mode;
+  use.runtime_bytes = runtime_rss;
+  const MemoryEstimate est = estimate_memory(cfg, plan, use);
+  const double est_mib = double(est.total()) / (1 << 20);
+  std::printf("memory estimate: %s = %.1f MiB, %+.1f%% of the peak RSS\n", est.to_string().c_str(),
+              est_mib, 100 * (est_mib / rss - 1));
   std::printf(
       "result: tokens_per_s=%.1f step_ms=%.2f gflops=%.2f peak_fraction=%.4f "
-      "peak_gflops=%.1f peak_rss_mib=%.1f params=%lld threads=%d\n",
-      double(N) / med, med * 1e3, gflops, peak > 0 ? gflops / peak : 0.0, peak, rss,
+      "peak_gflops=%.1f peak_rss_mib=%.1f estimate_mib=%.1f params=%lld threads=%d\n",
+      double(N) / med, med * 1e3, gflops, peak > 0 ? gflops / peak : 0.0, peak, rss, est_mib,
       static_cast<long long>(cfg.num_parameters()), num_threads());
   return 0;
 }

@@ -138,6 +138,14 @@ MemoryLimit host_memory_available() {
   return m;
 }
 
+int64_t process_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+  return 0;
+}
+
 std::string human_bytes(double b) {
   char buf[32];
   if (b >= 1e12)

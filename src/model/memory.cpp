@@ -145,6 +145,7 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
 
   MemoryEstimate e;
   e.parameters = bytes(P);
+  if (u.runtime_bytes > 0) e.parts.push_back({"runtime", u.runtime_bytes});
   const double f = sizeof(float);
   // The model's small fixed buffers: RoPE tables and two norm vectors.
   const double fixed = (double(c.max_position_embeddings) * std::floor(D / 2) * 2 + 2 * C) * f;
@@ -198,6 +199,14 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
         (double(deferring) + double(pairs) + 2 * double(spd) + double(par_groups)) * round16(N * C);
     if (spd) a += round16(N * C + 3 * C);
     e.parts.push_back({"activations", bytes(a * f)});
+    // The fused head's scratch (backends/cpu/head_ce.cpp): one chunk of
+    // logits (about 64 MiB, 256..4096 rows), the normed input's gradient and
+    // per-token statistics.
+    const double Vl = std::floor(V / tp);
+    const double rows = std::min(
+        N, std::floor(std::clamp(std::floor(16777216.0 / std::max(Vl, 1.0)), 256.0, 4096.0) / 16) *
+               16);
+    e.parts.push_back({"workspace", bytes((rows * Vl + (u.gradients ? N * C : 0) + 2 * N) * f)});
   }
   if (u.kv_batch > 0 && u.kv_len > 0) {
     double heads = 0;

@@ -47,6 +47,9 @@ struct MemoryUse {
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)
+  // The program itself (its code, libraries and their buffers), as measured
+  // before the model is built (process_rss_bytes()); 0: not counted.
+  int64_t runtime_bytes = 0;
   std::string other_name = "buffers";
 };
 
@@ -55,8 +58,9 @@ struct MemoryEstimate {
     std::string name;
     int64_t bytes = 0;
   };
-  std::vector<Part> parts;  // weights, gradients, AdamW moments, activations, ...
-  int64_t parameters = 0;   // this rank's parameter elements
+  std::vector<Part>
+      parts;  // runtime, weights, gradients, AdamW moments, activations, workspace, ...
+  int64_t parameters = 0;  // this rank's parameter elements
   int64_t total() const;
   int64_t bytes_of(const std::string& name) const;  // 0 when absent
   // "weights 1.2 MB + gradients 1.2 MB + ... = 3.0 MB" (parts of 0 bytes left out).
