@@ -2,6 +2,8 @@
 // the limits they are checked against, and the one-line refusal.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -169,6 +171,69 @@ TEST(Memory, GradientArenaIsAllocatedOnFirstUse) {
   EXPECT_EQ(m.gradient_bytes(), m.num_params() * 4);
   ASSERT_NE(m.grads(), nullptr);
   for (int64_t i = 0; i < m.num_params(); ++i) ASSERT_EQ(m.grads()[i], 0.0f);
+}
+
+// The layout planner: every option it lists is a valid layout whose figure is
+// the estimate of that layout, the ones that fit come first in the order of
+// the cost model, and a device between the estimates of two recompute modes
+// admits exactly the layouts under it.
+TEST(Memory, PlanLayoutsRanksWhatFits) {
+  LlamaConfig c = config(false, false);
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.intermediate_size = 48;
+  c.finalize();
+  const LayerPlan plan = LayerPlan::standard(4);
+  const int world = 4, seq = 16, micro = 4, accum = 2;
+  MemoryUse u;
+  u.gradients = true;
+  u.optimizer_share = 1;
+  u.batch = micro, u.seq = seq;
+  const int64_t none = estimate_memory(c, plan, u).total();
+  u.recompute = Recompute::Full;
+  const int64_t full = estimate_memory(c, plan, u).total();
+  ASSERT_LT(full, none);
+  const int64_t device = (none + full) / 2;
+  const auto layouts = plan_layouts(c, plan, world, seq, micro, accum, device);
+  ASSERT_FALSE(layouts.empty());
+  std::set<int> tps;
+  bool seen_unfit = false;
+  double last_cost = 0;
+  for (const LayoutOption& o : layouts) {
+    SCOPED_TRACE(
+        cat("tp ", o.tp, " zero ", o.zero, " ", recompute_name(o.recompute), " m ", o.micro_batch));
+    EXPECT_EQ(o.tp * o.dp, world);
+    EXPECT_EQ(c.num_attention_heads % o.tp, 0);
+    EXPECT_EQ(micro % o.micro_batch, 0);
+    EXPECT_EQ(o.micro_batch * o.grad_accum, micro * accum);  // the batch is kept
+    MemoryUse v;
+    v.tp = o.tp;
+    v.gradients = true;
+    v.optimizer_share = o.zero ? 1.0 / o.dp : 1.0;
+    v.batch = o.micro_batch, v.seq = seq;
+    v.recompute = o.recompute;
+    EXPECT_EQ(o.memory.total(), estimate_memory(c, plan, v).total());
+    EXPECT_EQ(o.fits, o.memory.total() <= device);
+    if (!o.fits) seen_unfit = true;
+    EXPECT_FALSE(o.fits && seen_unfit) << "a layout that fits after one that does not";
+    if (o.fits) {
+      EXPECT_GE(o.cost, last_cost);
+      last_cost = o.cost;
+    }
+    tps.insert(o.tp);
+  }
+  EXPECT_EQ(tps, (std::set<int>{1, 2, 4}));
+  // tp 1, no ZeRO, the recipe's micro-batch: none does not fit, full does.
+  auto find = [&](Recompute r) {
+    for (const LayoutOption& o : layouts)
+      if (o.tp == 1 && o.zero == 0 && o.micro_batch == micro && o.recompute == r) return o;
+    ADD_FAILURE() << "missing layout";
+    return LayoutOption{};
+  };
+  EXPECT_FALSE(find(Recompute::None).fits);
+  EXPECT_TRUE(find(Recompute::Full).fits);
+  EXPECT_NEAR(find(Recompute::Full).cost, 1.25, 1e-12);
+  EXPECT_TRUE(layouts.front().fits);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // `strata train <recipe.toml> [--set section.key=value ...]`
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -7,13 +8,15 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
 namespace {
 
 const char* kUsage =
-    "usage: strata train <recipe.toml> [--set section.key=value ...] [--dry-run]\n"
+    "usage: strata train <recipe.toml> [--set section.key=value ...] [--dry-run\n"
+    "                    [--plan-memory BYTES [--world N]]]\n"
     "       strata train --help-recipe\n\n"
     "Trains a model from a TOML recipe: pretraining from scratch, continual pretraining\n"
     "(model.init_from) or SFT (data.kind = \"sft\"). Progress goes to stderr; metrics to\n"
@@ -25,6 +28,11 @@ const char* kUsage =
     "                           print the resolved recipe as TOML and the memory estimate\n"
     "                           per process (weights, gradients, AdamW moments, activations)\n"
     "                           and exit; writes nothing\n"
+    "  --plan-memory BYTES      with --dry-run: instead of this machine's memory, rank the\n"
+    "                           layouts (tp, ZeRO-1, training.recompute, micro-batch) that fit\n"
+    "                           devices of BYTES (e.g. 80GB) each, by a stated cost model\n"
+    "  --world N                the number of devices for --plan-memory (default: the\n"
+    "                           processes of this run)\n"
     "  --help-recipe            list every recipe key with its default\n"
     "  --help                   show this help\n";
 
@@ -33,13 +41,37 @@ const char* kUsage =
 int cmd_train(int argc, char** argv, int first) {
   RecipeCommand rc;
   bool dry_run = false;
+  int64_t device_bytes = 0;
+  int world = 0;
   if (!parse_recipe_command(
           "strata train", kUsage, train_recipe_schema(), argc, argv, first, rc,
-          [&](const std::string& a, int&) { return a == "--dry-run" && (dry_run = true); }))
+          [&](const std::string& a, int& i) {
+            if (a == "--dry-run") return dry_run = true;
+            if (a == "--plan-memory" || a == "--world") {
+              STRATA_USAGE_CHECK(i + 1 < argc, "strata train: ", a, " needs a value");
+              const std::string v = argv[++i];
+              if (a == "--world") {
+                world = std::atoi(v.c_str());
+                STRATA_USAGE_CHECK(
+                    world >= 1 && v.find_first_not_of("0123456789") == std::string::npos,
+                    "strata train: --world expects a positive "
+                    "integer, got '",
+                    v, "'");
+              } else {
+                device_bytes = parse_bytes(v, "--plan-memory");
+                STRATA_USAGE_CHECK(device_bytes > 0, "strata train: --plan-memory must be > 0");
+              }
+              return true;
+            }
+            return false;
+          }))
     return 0;
+  STRATA_USAGE_CHECK(dry_run || (device_bytes == 0 && world == 0),
+                     "strata train: --plan-memory and --world go with --dry-run");
+  STRATA_USAGE_CHECK(world == 0 || device_bytes > 0, "strata train: --world needs --plan-memory");
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
   if (dry_run) {  // everything checked as a run would, nothing written
-    const std::string memory = train_dry_run(recipe);
+    const std::string memory = train_dry_run(recipe, device_bytes, world);
     std::fputs(recipe.to_toml().c_str(), stdout);
     std::fputs(memory.c_str(), stdout);
     return 0;

@@ -219,6 +219,55 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   return e;
 }
 
+std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPlan& plan, int world,
+                                       int seq, int micro_batch, int grad_accum,
+                                       int64_t device_bytes) {
+  LlamaConfig c = cfg_in;
+  c.finalize();
+  std::vector<LayoutOption> out;
+  for (int tp = 1; tp <= world; ++tp) {
+    if (world % tp || c.num_attention_heads % tp || c.num_key_value_heads % tp ||
+        c.intermediate_size % tp || c.vocab_size % tp)
+      continue;
+    try {
+      if (plan.num_layers() == c.num_hidden_layers) plan.tp_shards(tp);
+    } catch (const Error&) {
+      continue;  // the plan cannot be laid out over tp ranks
+    }
+    const int dp = world / tp;
+    for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero)
+      for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
+        for (int m = micro_batch; m >= 1; --m) {
+          if (micro_batch % m) continue;
+          LayoutOption o;
+          o.tp = tp, o.dp = dp, o.zero = zero, o.recompute = rc;
+          o.micro_batch = m;
+          o.grad_accum = grad_accum * (micro_batch / m);
+          MemoryUse u;
+          u.tp = tp;
+          u.gradients = true;
+          u.optimizer_share = zero ? 1.0 / dp : 1.0;
+          u.batch = m, u.seq = seq;
+          u.recompute = rc;
+          o.memory = estimate_memory(c, plan, u);
+          o.fits = o.memory.total() <= device_bytes;
+          o.cost = (rc == Recompute::Full        ? 1.25
+                    : rc == Recompute::Selective ? 1.01
+                                                 : 1.0) *
+                   (1 + 0.05 * std::log2(double(tp))) * (zero ? 1.02 : 1.0) *
+                   (1 + 0.1 * std::max(0.0, std::log2(4.0 / m)));
+          out.push_back(std::move(o));
+        }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const LayoutOption& a, const LayoutOption& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.cost != b.cost) return a.cost < b.cost;
+    if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;  // fewer passes
+    return a.memory.total() < b.memory.total();
+  });
+  return out;
+}
+
 int processes_on_this_node() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
                         "SLURM_NTASKS_PER_NODE"}) {

@@ -73,6 +73,34 @@ struct MemoryEstimate {
 // nothing to estimate.
 MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, const MemoryUse& u);
 
+// The layouts of a training job on `world` devices of `device_bytes` each:
+// every tensor-parallel degree the model allows (tp divides world, the
+// heads, KV heads, MLP width and vocabulary), ZeRO-1 or not (with data
+// parallelism), each recompute mode and every micro-batch dividing the
+// recipe's (gradient accumulation raised to keep the batch). Each gets its
+// estimate per rank and a relative step time from this cost model, measured
+// here or stated:
+//   recompute: none 1.00, selective 1.01, full 1.25 (bench train --recompute:
+//     selective -0.7..+1.6%, full +15..+26%; a forward is a third of a step);
+//   tensor parallelism: x (1 + 0.05 log2 tp): two all-reduces of the
+//     activations per layer, mostly overlapped (README, Cost of communication);
+//   ZeRO-1: x 1.02 (the updated weights' all-gather after each step);
+//   micro-batch m: x (1 + 0.1 max(0, log2(4 / m))): below 4 sequences the GEMMs
+//     run below peak.
+// Sorted: the layouts that fit first, by cost, then the larger micro-batch
+// (fewer passes per step), then the smaller footprint.
+struct LayoutOption {
+  int tp = 1, dp = 1, zero = 0;
+  Recompute recompute = Recompute::None;
+  int micro_batch = 1, grad_accum = 1;
+  MemoryEstimate memory;
+  bool fits = false;
+  double cost = 1;  // relative step time (1: no recompute, tp 1, no ZeRO, m >= 4)
+};
+std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg, const LayerPlan& plan, int world,
+                                       int seq, int micro_batch, int grad_accum,
+                                       int64_t device_bytes);
+
 // Refuses, in one line, work whose estimate times `processes` (processes on
 // this machine sharing `limit`) exceeds it: "<what> needs about X per process
 // (...) but Y is available (source); <hint>". With STRATA_MEMORY_CHECK=0 it

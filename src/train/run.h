@@ -49,8 +49,11 @@ struct Run {
   std::string metrics_path;
   std::unique_ptr<TensorBoardWriter> tb;  // rank 0, with log.tensorboard
   bool dry_run = false;                   // setup() stops after the memory check
-  MemoryEstimate memory;                  // per process, before allocation
-  MemoryLimit memory_limit;               // what was available then
+  bool plan_memory = false;               // dry run for other devices: no refusal here
+  LlamaConfig planned_cfg;                // the model as set up (for the layout planner)
+  LayerPlan planned_plan;
+  MemoryEstimate memory;     // per process, before allocation
+  MemoryLimit memory_limit;  // what was available then
   // Parallelism: the grid, and its groups wrapped to time communication.
   ProcessGrid grid;
   TimedComm* tp = nullptr;  // owned by grid.tp_comm

@@ -362,8 +362,9 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   if (patterns) {
     MemoryUse weights_only;
     weights_only.tp = u.tp;
-    check_memory(estimate_memory(cfg, plan, weights_only), run.memory_limit, procs, what,
-                 model_hint);
+    if (!run.plan_memory)
+      check_memory(estimate_memory(cfg, plan, weights_only), run.memory_limit, procs, what,
+                   model_hint);
   }
   // The optimizer holds two moments per trainable element (1/dp of them under ZeRO-1).
   double share = 1;
@@ -384,13 +385,16 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   u.optimizer_share = share;
   run.memory = estimate_memory(cfg, plan, u);  // printed once the run starts
   const bool activations_first = run.memory.bytes_of("activations") * 2 > run.memory.total();
-  check_memory(
-      run.memory, run.memory_limit, procs, what,
-      activations_first
-          ? cat("lower training.micro_batch_size or training.seq_len (raise "
-                "training.grad_accum_steps to keep the batch)",
-                u.recompute == Recompute::Full ? "" : ", or set training.recompute = \"full\"")
-          : model_hint);
+  run.planned_cfg = cfg;
+  run.planned_plan = plan;
+  if (!run.plan_memory)
+    check_memory(
+        run.memory, run.memory_limit, procs, what,
+        activations_first
+            ? cat("lower training.micro_batch_size or training.seq_len (raise "
+                  "training.grad_accum_steps to keep the batch)",
+                  u.recompute == Recompute::Full ? "" : ", or set training.recompute = \"full\"")
+            : model_hint);
 }
 
 void setup(Run& run) {

@@ -62,14 +62,59 @@ namespace {
 
 }  // namespace
 
-std::string train_dry_run(const Recipe& recipe) {
+std::string train_dry_run(const Recipe& recipe, int64_t device_bytes, int world) {
   Run run(recipe);
   run.dry_run = true;
+  run.plan_memory = device_bytes > 0;
   setup(run);
   std::string out = cat("# memory per process (estimate): ", run.memory.to_string(), "\n");
-  if (run.memory_limit.bytes >= 0)
-    out += cat("# memory available: ", human_bytes(double(run.memory_limit.bytes)), " (",
-               run.memory_limit.source, ")\n");
+  if (!run.plan_memory) {
+    if (run.memory_limit.bytes >= 0)
+      out += cat("# memory available: ", human_bytes(double(run.memory_limit.bytes)), " (",
+                 run.memory_limit.source, ")\n");
+    return out;
+  }
+  if (world <= 0) world = run.world();
+  const auto layouts = plan_layouts(run.planned_cfg, run.planned_plan, world, run.seq_len,
+                                    run.micro_batch, run.accum, device_bytes);
+  int fit = 0;
+  for (const LayoutOption& o : layouts) fit += o.fits;
+  if (fit == 0) {
+    const auto smallest = std::min_element(layouts.begin(), layouts.end(),
+                                           [](const LayoutOption& a, const LayoutOption& b) {
+                                             return a.memory.total() < b.memory.total();
+                                           });
+    STRATA_CHECK(smallest != layouts.end(), recipe.files().front(), ": no tensor-parallel degree ",
+                 "divides both ", world, " devices and the model's heads");
+    fail_one_line(recipe.files().front(), ": no layout on ", world, " devices of ",
+                  human_bytes(double(device_bytes)), " fits: the smallest (tp ", smallest->tp,
+                  ", ZeRO-", smallest->zero, ", recompute ", recompute_name(smallest->recompute),
+                  ", micro-batch ", smallest->micro_batch, ") needs ",
+                  human_bytes(double(smallest->memory.total())),
+                  " per rank; use more devices or a smaller training.seq_len");
+  }
+  out += cat("# layouts on ", world, " devices of ", human_bytes(double(device_bytes)), ": ", fit,
+             " of ", layouts.size(), " fit (estimate per rank; cost = relative step time, ",
+             "README \"Scaling\"); the best first:\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "#  %4s %4s %4s  %-9s %11s %5s %11s %11s %6s\n", "tp", "dp",
+                "zero", "recompute", "micro-batch", "accum", "per rank", "room", "cost");
+  out += line;
+  int shown = 0;
+  for (const LayoutOption& o : layouts) {
+    if (!o.fits || shown++ == 12) break;
+    std::snprintf(line, sizeof line, "#  %4d %4d %4d  %-9s %11d %5d %11s %11s %6.3f\n", o.tp, o.dp,
+                  o.zero, recompute_name(o.recompute), o.micro_batch, o.grad_accum,
+                  human_bytes(double(o.memory.total())).c_str(),
+                  human_bytes(double(device_bytes - o.memory.total())).c_str(), o.cost);
+    out += line;
+  }
+  const LayoutOption& best = layouts.front();
+  out += cat("# best: --set parallelism.tp=", best.tp, " --set parallelism.zero=", best.zero,
+             " --set training.recompute='\"", recompute_name(best.recompute),
+             "\"' --set training.micro_batch_size=", best.micro_batch,
+             " --set training.grad_accum_steps=", best.grad_accum, " (", best.memory.to_string(),
+             ")\n");
   return out;
 }
 

@@ -40,7 +40,10 @@ TrainResult train(const Recipe& recipe);
 // train() does before its first write, and returns the memory estimate per
 // process as TOML comment lines ("# memory: ..."). Writes nothing; throws the
 // error train() would (a run that cannot fit included).
-std::string train_dry_run(const Recipe& recipe);
+// With device_bytes > 0: the layouts of the job on `world` devices of that
+// size (0: the run's own process count) that fit, ranked (plan_layouts), in
+// place of this machine's memory check; throws naming the smallest when none fits.
+std::string train_dry_run(const Recipe& recipe, int64_t device_bytes = 0, int world = 0);
 
 // Resolves `training.trainable` / `training.freeze` patterns to a per-tensor
 // mask. Patterns are globs over tensor names ("model.layers.*.mlp.*",
