@@ -16,7 +16,10 @@ class CountingComm : public Communicator {
   explicit CountingComm(Communicator& inner) : inner_(inner) {}
   struct Counts {
     int allreduce = 0, allreduce_async = 0, wait = 0, allgather = 0, broadcast = 0, scalar = 0;
+    int allgather_async = 0, reduce_scatter = 0, reduce_scatter_async = 0;
     int64_t allreduce_elements = 0;
+    // Per call of allgather(_async) / reduce_scatter_sum(_async): the count per rank.
+    std::vector<int64_t> gathered, scattered;
   };
   const Counts& counts() const { return c_; }
   void reset() {
@@ -72,7 +75,27 @@ class CountingComm : public Communicator {
   void progress() override { inner_.progress(); }
   void allgather(const float* in, float* out, int64_t n) override {
     ++c_.allgather;
+    c_.gathered.push_back(n);
     inner_.allgather(in, out, n);
+  }
+  int64_t allgather_async(const float* in, float* out, int64_t n) override {
+    ++c_.allgather_async;
+    c_.gathered.push_back(n);
+    const int64_t h = inner_.allgather_async(in, out, n);
+    events_.push_back({'A', h});
+    return h;
+  }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    ++c_.reduce_scatter;
+    c_.scattered.push_back(n);
+    inner_.reduce_scatter_sum(in, out, n);
+  }
+  int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) override {
+    ++c_.reduce_scatter_async;
+    c_.scattered.push_back(n);
+    const int64_t h = inner_.reduce_scatter_sum_async(in, out, n);
+    events_.push_back({'A', h});
+    return h;
   }
   void broadcast(float* buf, int64_t n, int root) override {
     ++c_.broadcast;

@@ -210,6 +210,7 @@ TEST(Memory, PlanLayoutsRanksWhatFits) {
     v.tp = o.tp;
     v.gradients = true;
     v.optimizer_share = o.zero ? 1.0 / o.dp : 1.0;
+    v.dp = o.dp, v.zero = o.zero;
     v.batch = o.micro_batch, v.seq = seq;
     v.recompute = o.recompute;
     EXPECT_EQ(o.memory.total(), estimate_memory(c, plan, v).total());

@@ -69,6 +69,12 @@ int cmd_train(int argc, char** argv, int first) {
   STRATA_USAGE_CHECK(dry_run || (device_bytes == 0 && world == 0),
                      "strata train: --plan-memory and --world go with --dry-run");
   STRATA_USAGE_CHECK(world == 0 || device_bytes > 0, "strata train: --world needs --plan-memory");
+  // Planning ranks every parallel layout itself: the recipe's own (made for
+  // its cluster) is set aside so that one process can resolve it.
+  if (device_bytes > 0) {
+    rc.sets.push_back("parallelism.tp=1");
+    rc.sets.push_back("parallelism.dp=0");
+  }
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
   if (dry_run) {  // everything checked as a run would, nothing written
     const std::string memory = train_dry_run(recipe, device_bytes, world);

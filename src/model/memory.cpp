@@ -109,8 +109,9 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   }
 
   // Parameters: the order and alignment of ParamLayout. Each layer starts
-  // aligned (its input norm), so a layer adds its span rounded to 16.
-  auto span = [&](const Dims& d) {
+  // aligned (its input norm), so a layer adds its span rounded to 16; its
+  // bucket (weight_store.h) is the span before that rounding.
+  auto bucket = [&](const Dims& d) {
     double n = 0;
     auto add = [&](double k, bool align) {
       if (align) n = round16(n);
@@ -131,8 +132,9 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     add(d.F * C, true);
     add(d.F * C, false);
     add(C * d.F, true);
-    return round16(n);
+    return n;
   };
+  auto span = [&](const Dims& d) { return round16(bucket(d)); };
   double P = round16(V / tp * C);
   double maxF = 0, maxQKV = 0, maxQ = 0;
   for (const Group& g : groups) {
@@ -149,10 +151,46 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   const double f = sizeof(float);
   // The model's small fixed buffers: RoPE tables and two norm vectors.
   const double fixed = (double(c.max_position_embeddings) * std::floor(D / 2) * 2 + 2 * C) * f;
-  e.parts.push_back({"weights", bytes(P * f + fixed)});
-  if (u.gradients) e.parts.push_back({"gradients", bytes(P * f)});
-  if (u.optimizer_share > 0)
-    e.parts.push_back({"AdamW moments", bytes(2 * P * u.optimizer_share * f)});
+  if (u.zero >= 2 && u.gradients) {
+    // ZeRO-2/3: every bucket cut into dp shards of ceil(n / dp) rounded to 16.
+    const double dp = std::max(1, u.dp);
+    auto shard = [&](double n) { return round16(std::ceil(n / dp)); };
+    double S = shard(V / tp * C) + shard(c.tie_word_embeddings ? C : round16(C) + V / tp * C);
+    double layer = 0;  // the largest layer bucket, padded
+    for (const Group& g : groups) {
+      S += g.count * shard(bucket(g.d));
+      layer = std::max(layer, dp * shard(bucket(g.d)));
+    }
+    const double embed = dp * shard(V / tp * C);
+    const double head = dp * shard(c.tie_word_embeddings ? C : round16(C) + V / tp * C);
+    // The store's pool at its peak (zero.h): layer buffers per unit in
+    // flight, a unit being as many buffers as its layers.
+    int per_unit = 1;
+    bool deferring = false;
+    for (const PlanUnit& unit : have_plan ? plan.units() : std::vector<PlanUnit>{}) {
+      per_unit = std::max(per_unit, unit.size);
+      deferring |= unit.kind == LayerKind::Ladder || unit.kind == LayerKind::Parallel ||
+                   unit.kind == LayerKind::Par;
+    }
+    const bool tied = c.tie_word_embeddings;
+    double buffers = 0;
+    if (u.zero == 2) {
+      buffers = (tied ? embed : std::max(embed, head)) + per_unit * (2 + deferring) * layer;
+    } else {
+      // the kept embedding and head (tied: the final norm in a layer
+      // buffer), their gradients' buffer, and the units' weights and gradients
+      buffers = embed + (tied ? embed + layer : 2 * head) + per_unit * (4 + 2 * deferring) * layer;
+    }
+    e.parts.push_back({"weights", bytes((u.zero == 3 ? S : P) * f + fixed)});
+    e.parts.push_back({"gradients", bytes(S * f)});
+    e.parts.push_back({"AdamW moments", bytes(2 * S * f)});
+    e.parts.push_back({cat("ZeRO-", u.zero, " buffers"), bytes(buffers * f)});
+  } else {
+    e.parts.push_back({"weights", bytes(P * f + fixed)});
+    if (u.gradients) e.parts.push_back({"gradients", bytes(P * f)});
+    if (u.optimizer_share > 0)
+      e.parts.push_back({"AdamW moments", bytes(2 * P * u.optimizer_share * f)});
+  }
 
   if (u.batch > 0 && u.seq > 0) {
     // The activation arena (Model::ensure_acts), element for element.
@@ -219,6 +257,11 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   return e;
 }
 
+namespace {
+// Relative step time per ZeRO stage (memory.h).
+constexpr double kZeroCost[4] = {1.0, 1.02, 1.03, 1.10};
+}  // namespace
+
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPlan& plan, int world,
                                        int seq, int micro_batch, int grad_accum,
                                        int64_t device_bytes) {
@@ -235,7 +278,7 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
       continue;  // the plan cannot be laid out over tp ranks
     }
     const int dp = world / tp;
-    for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero)
+    for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
         for (int m = micro_batch; m >= 1; --m) {
           if (micro_batch % m) continue;
@@ -247,6 +290,7 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
           u.tp = tp;
           u.gradients = true;
           u.optimizer_share = zero ? 1.0 / dp : 1.0;
+          u.dp = dp, u.zero = zero;
           u.batch = m, u.seq = seq;
           u.recompute = rc;
           o.memory = estimate_memory(c, plan, u);
@@ -254,7 +298,7 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
           o.cost = (rc == Recompute::Full        ? 1.25
                     : rc == Recompute::Selective ? 1.01
                                                  : 1.0) *
-                   (1 + 0.05 * std::log2(double(tp))) * (zero ? 1.02 : 1.0) *
+                   (1 + 0.05 * std::log2(double(tp))) * kZeroCost[zero] *
                    (1 + 0.1 * std::max(0.0, std::log2(4.0 / m)));
           out.push_back(std::move(o));
         }

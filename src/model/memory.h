@@ -40,6 +40,11 @@ struct MemoryUse {
   int tp = 1;
   bool gradients = false;      // the gradient arena (training)
   double optimizer_share = 0;  // the fraction of this rank's weights with AdamW moments
+  // ZeRO-2/3 over `dp` data-parallel ranks (model/zero.h): the gradients and
+  // moments (and at 3 the weights) are this rank's shards, plus the store's
+  // buffers; optimizer_share is then ignored (the moment shards cover every
+  // element). zero 0 or 1: the arenas above (ZeRO-1 is optimizer_share 1/dp).
+  int dp = 1, zero = 0;
   // The model's activation arena for a [batch, seq] forward/backward (0: none):
   // what Model::forward_backward and Model::forward_hidden carve.
   int batch = 0, seq = 0;
@@ -76,7 +81,7 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, co
 // The layouts of a training job on `world` devices of `device_bytes` each:
 // every tensor-parallel degree the model allows (tp divides world, the
 // heads, KV heads, MLP width and vocabulary), ZeRO-1 or not (with data
-// parallelism), each recompute mode and every micro-batch dividing the
+// parallelism, ZeRO 0-3 with data parallelism), each recompute mode and every micro-batch dividing the
 // recipe's (gradient accumulation raised to keep the batch). Each gets its
 // estimate per rank and a relative step time from this cost model, measured
 // here or stated:
@@ -84,7 +89,10 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, co
 //     selective -0.7..+1.6%, full +15..+26%; a forward is a third of a step);
 //   tensor parallelism: x (1 + 0.05 log2 tp): two all-reduces of the
 //     activations per layer, mostly overlapped (README, Cost of communication);
-//   ZeRO-1: x 1.02 (the updated weights' all-gather after each step);
+//   ZeRO-1: x 1.02 (the updated weights' broadcast after each step);
+//   ZeRO-2: x 1.03 (reduce-scatters per micro-batch, then that all-gather);
+//   ZeRO-3: x 1.10 (the weights gathered twice more per micro-batch, mostly
+//     overlapped with the units before them: README "Scaling");
 //   micro-batch m: x (1 + 0.1 max(0, log2(4 / m))): below 4 sequences the GEMMs
 //     run below peak.
 // Sorted: the layouts that fit first, by cost, then the larger micro-batch

@@ -18,18 +18,36 @@ Model<T>::Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp)
+    : Model(cfg, plan, std::move(backend), tp, nullptr) {}
+
+template <typename T>
+Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
+                std::unique_ptr<ops::Backend<T>> backend, Communicator* tp, WeightStore<T>* store)
     : cfg_(cfg),
       layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0,
               plan.tp_shards(tp ? tp->size() : 1)),
       dims_(LayerDims::of(cfg_, tp ? tp->size() : 1)),
       be_(std::move(backend)),
       tp_(tp) {
+  buckets_ = weight_buckets(layout_);
+  bucket_of_.assign(layout_.tensors().size(), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int t = buckets_[b].first; t <= buckets_[b].last; ++t) bucket_of_[size_t(t)] = int(b);
+  wbase_.assign(buckets_.size(), nullptr);
+  gbase_.assign(buckets_.size(), nullptr);
+  wopen_.assign(buckets_.size(), 0);
+  gopen_.assign(buckets_.size(), 0);
   for (const auto& L : layout_.layers)
     layer_dims_.push_back(LayerDims::of(cfg_, L.parts, L.part >= 0));
   set_plan(plan);
   STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
                "tensor parallelism runs float models only");
-  params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
+  store_ = store;
+  store_weights_ = store && store->holds_weights();
+  if (!store_weights_) {
+    params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
+    for (size_t b = 0; b < buckets_.size(); ++b) wbase_[b] = params_.data() + buckets_[b].offset;
+  }
   set_trainable(std::vector<bool>(layout_.tensors().size(), true));
   const size_t table = size_t(cfg_.max_position_embeddings) * (cfg_.head_dim / 2);
   mixed_norm_ = ops::DeviceBuffer<T>(be_.get(), size_t(cfg_.hidden_size));
@@ -104,12 +122,124 @@ LayerTensors<T> Model<T>::layer_grads(int l) {
 }
 
 template <typename T>
+T* Model<T>::params() {
+  STRATA_CHECK(!store_weights_,
+               "the model's weights are sharded over the data-parallel group (ZeRO-3): "
+               "there is no parameter arena to read whole");
+  return params_.data();
+}
+
+template <typename T>
+void Model<T>::closed_bucket(int b, const char* what) const {
+  const WeightBucket& k = buckets_[size_t(b)];
+  fail(cat("internal error: the ", what, " of ",
+           k.layer >= 0 ? cat("layer ", k.layer) : std::string(b == 0 ? "the embedding" : "the head"),
+           " are read while their bucket is closed (ZeRO-", store_weights_ ? 3 : 2, ")"));
+}
+
+template <typename T>
+void Model<T>::write_weights(const std::function<void(const WeightBucket&, T* base)>& fill) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const WeightBucket& k = buckets_[b];
+    if (!store_weights_) {
+      fill(k, params_.data() + k.offset);
+      continue;
+    }
+    size_t need = 0;
+    for (const WeightBucket& q : buckets_) need = std::max(need, size_t(q.numel));
+    if (staging_.size() < need) staging_ = ops::DeviceBuffer<T>(be_.get(), need);
+    be_->zero(staging_.data(), k.numel);
+    fill(k, staging_.data());
+    store_->write_weights(int(b), staging_.data());
+  }
+  if (store_weights_) staging_ = ops::DeviceBuffer<T>();
+}
+
+template <typename T>
+void Model<T>::read_weights(const std::function<void(const WeightBucket&, const T* base)>& read) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    open_weights(int(b));
+    read(buckets_[b], wbase_[b]);
+    close_weights(int(b));
+  }
+}
+
+template <typename T>
+void Model<T>::open_weights(int b) {
+  if (!store_weights_) return;
+  if (wopen_[size_t(b)]++ == 0) wbase_[size_t(b)] = store_->open_weights(b);
+}
+
+template <typename T>
+void Model<T>::close_weights(int b) {
+  if (!store_weights_) return;
+  STRATA_CHECK(wopen_[size_t(b)] > 0, "internal error: bucket ", b, "'s weights closed twice");
+  if (--wopen_[size_t(b)] == 0) {
+    wbase_[size_t(b)] = nullptr;
+    store_->close_weights(b);
+  }
+}
+
+template <typename T>
+void Model<T>::prefetch_weights(int b) {
+  if (store_weights_ && wopen_[size_t(b)] == 0) store_->prefetch_weights(b);
+}
+
+template <typename T>
+void Model<T>::open_grads(int b) {
+  if (!store_ || !bucket_trains_[size_t(b)]) return;
+  if (gopen_[size_t(b)]++ == 0) gbase_[size_t(b)] = store_->open_gradients(b);
+}
+
+template <typename T>
+void Model<T>::close_grads(int b) {
+  if (!store_ || !bucket_trains_[size_t(b)]) return;
+  STRATA_CHECK(gopen_[size_t(b)] > 0, "internal error: bucket ", b, "'s gradients closed twice");
+  if (--gopen_[size_t(b)] == 0) {
+    gbase_[size_t(b)] = nullptr;
+    store_->close_gradients(b);
+  }
+}
+
+template <typename T>
+void Model<T>::open_unit_weights(const PlanUnit& u) {
+  for (int l = u.first; l < u.end(); ++l) open_weights(1 + l);
+}
+
+template <typename T>
+void Model<T>::close_unit_weights(const PlanUnit& u) {
+  for (int l = u.first; l < u.end(); ++l) close_weights(1 + l);
+}
+
+// The embedding and head buckets' weights, open for a scope (the store keeps
+// them gathered for the step, so opening them again costs nothing).
+template <typename T>
+class Model<T>::OpenHead {
+ public:
+  explicit OpenHead(Model& m) : m_(m) {
+    m_.open_weights(0);
+    m_.open_weights(m_.head_bucket());
+  }
+  ~OpenHead() {
+    m_.close_weights(m_.head_bucket());
+    m_.close_weights(0);
+  }
+  OpenHead(const OpenHead&) = delete;
+  OpenHead& operator=(const OpenHead&) = delete;
+
+ private:
+  Model& m_;
+};
+
+template <typename T>
 void Model<T>::init_weights(uint64_t seed) {
-  std::vector<T> host(layout_.total(), T(0));
+  std::vector<T> host;
   const auto& tensors = layout_.tensors();
-  for (size_t ti = 0; ti < tensors.size(); ++ti) {
-    const ParamInfo& info = tensors[ti];
-    T* p = host.data() + info.offset;
+  write_weights([&](const WeightBucket& k, T* base) {
+  host.assign(size_t(k.numel), T(0));
+  for (int ti = k.first; ti <= k.last; ++ti) {
+    const ParamInfo& info = tensors[size_t(ti)];
+    T* p = host.data() + (info.offset - k.offset);
     const bool is_norm = info.name.find("norm") != std::string::npos;
     if (is_norm) {
       for (int64_t i = 0; i < info.numel; ++i) p[i] = T(1);
@@ -123,11 +253,16 @@ void Model<T>::init_weights(uint64_t seed) {
         p[i] = T(std * rng.normal(uint64_t(layout_.full_index(int(ti), i))));
     }  // biases stay 0
   }
-  be_->from_host(params_.data(), host.data(), layout_.total());
+  be_->from_host(base, host.data(), k.numel);
+  });
 }
 
 template <typename T>
 void Model<T>::zero_grad() {
+  if (store_) {
+    store_->zero_gradients();
+    return;
+  }
   ensure_grads();
   be_->zero(grads_.data(), layout_.total());
 }
@@ -137,6 +272,9 @@ void Model<T>::set_trainable(const std::vector<bool>& trainable) {
   STRATA_CHECK(trainable.size() == layout_.tensors().size(), "trainable mask has ",
                trainable.size(), " entries, the model has ", layout_.tensors().size(), " tensors");
   trainable_ = trainable;
+  bucket_trains_.assign(buckets_.size(), false);
+  for (size_t i = 0; i < trainable_.size(); ++i)
+    if (trainable_[i]) bucket_trains_[size_t(bucket_of_[i])] = true;
   // Layers below the lowest one holding a trainable tensor need no backward,
   // unless the embedding itself is trained.
   backward_floor_ = cfg_.num_hidden_layers;
@@ -855,6 +993,7 @@ void Model<T>::zero_dropped(const std::vector<int>& kept, int B, T* buf) {
 
 template <typename T>
 void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result) {
+  OpenHead head(*this);
   const int64_t N = int64_t(B) * T_;
   int64_t n_valid = 0;
   const double sum = be_->head_ce_forward_backward(
@@ -867,6 +1006,7 @@ void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result)
 template <typename T>
 void Model<T>::embed(const int32_t* tokens, int64_t n, T* x) {
   // Vocab-parallel embedding: each rank looks up its own rows, zeros elsewhere.
+  OpenHead head(*this);
   be_->embedding_forward(x, tokens, param(layout_.embed), n, cfg_.hidden_size, cfg_.vocab_size,
                          int64_t(tp_rank()) * v_local(), tp_.active() ? v_local() : -1);
   tp_.allreduce(x, n * cfg_.hidden_size);
@@ -897,8 +1037,14 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
   if (dropping)
     STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
                  " layers, the model has ", L);
-  for (const PlanUnit& u : units_) {
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const PlanUnit& u = units_[k];
     if (u.end() > exit_layer) break;
+    // ZeRO-3: this unit's weights gathered (waited for), the next one's asked
+    // for while this one computes, this one's freed after it.
+    open_unit_weights(u);
+    if (k + 1 < units_.size() && units_[k + 1].end() <= exit_layer)
+      for (int l = units_[k + 1].first; l < units_[k + 1].end(); ++l) prefetch_weights(1 + l);
     RunMode mode = RunMode::All;
     if (dropping) {  // a unit is dropped as a whole: its layers share one mask
       const auto& k = skip->keep[size_t(u.first)];
@@ -920,6 +1066,7 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
     }
     for (int l = u.first; l < u.end(); ++l) run_mode_[size_t(l)] = mode;
     unit_forward_mode(u, B, T_, mode);
+    close_unit_weights(u);
   }
   materialize(2 * cfg_.num_hidden_layers);  // every stream, before the head or an exit
 }
@@ -943,11 +1090,16 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
     }
   // The final norm and the head (when untied) end the arena: done now unless
   // early exits still add to them.
-  if (!exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+  if (!exits) {
+    grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+    close_grads(head_bucket());
+  }
   // A unit's gradients are complete once no deferred input gradient of its
   // layers is pending (their norm weights' gradients come with it).
   pending_grad_.clear();
   std::vector<PlanUnit> waiting;
+  // Units whose weights and gradient buckets are open (ZeRO-2/3), by first layer.
+  std::vector<bool> opened(size_t(L), false);
   auto release = [&](bool all) {
     for (size_t k = 0; k < waiting.size();) {
       const PlanUnit w = waiting[k];
@@ -960,24 +1112,53 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
       }
       grad_ready(layout_.layers[size_t(w.first)].input_norm,
                  layout_.layers[size_t(w.end() - 1)].down);
+      if (opened[size_t(w.first)]) {
+        for (int l = w.first; l < w.end(); ++l) close_grads(1 + l);
+        close_unit_weights(w);
+        opened[size_t(w.first)] = false;
+      }
       waiting.erase(waiting.begin() + long(k));
     }
   };
   for (auto u = units_.rbegin(); u != units_.rend(); ++u) {
     const int last = u->end() - 1;
     if (exit_weight(last) > 0) exit_loss(last, B, T_, dloss * exit_weight(last), result);
-    if (u->first >= backward_floor_)  // below it every layer is frozen
+    if (u->first >= backward_floor_) {  // below it every layer is frozen
+      // ZeRO-3: the unit's weights gathered again (the next one's asked for);
+      // ZeRO-2/3: its gradient buckets, handed on once final (release).
+      open_unit_weights(*u);
+      const auto next = std::next(u);
+      if (next != units_.rend() && next->first >= backward_floor_)
+        for (int l = next->first; l < next->end(); ++l) prefetch_weights(1 + l);
+      for (int l = u->first; l < u->end(); ++l) open_grads(1 + l);
+      opened[size_t(u->first)] = true;
       unit_backward_mode(*u, B, T_, run_mode_[size_t(u->first)]);
+    }
     waiting.push_back(*u);
     release(false);
   }
-  if (exits) grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+  if (exits) {
+    grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
+    close_grads(head_bucket());
+  }
   settle_all(dstream_);  // what is still in flight flows into x_0
   release(true);
+  open_grads(0);
   if (trainable_[layout_.embed])
     be_->embedding_backward(grad(layout_.embed), tokens, dstream_, N, cfg_.hidden_size,
                             int64_t(tp_rank()) * v_local(), tp_.active() ? v_local() : -1);
   grad_ready(layout_.embed, layout_.embed);
+  // Twice when the head is the embedding (opened for the head's gradient too).
+  close_grads(0);
+  if (layout_.lm_head < 0) close_grads(0);
+}
+
+// The gradient buckets the head's backward writes (ZeRO-2/3): the final norm
+// (+ untied head), and the embedding when it is the head; closed by run_backward.
+template <typename T>
+void Model<T>::open_head_grads() {
+  open_grads(head_bucket());
+  if (layout_.lm_head < 0) open_grads(0);
 }
 
 template <typename T>
@@ -987,6 +1168,7 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
   targets_.assign(targets, targets + N);
   LossResult r;
   have_forward_ = true;
+  OpenHead head(*this);
   r.loss_sum = be_->head_ce_forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid,
                                     streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
                                     head_weight(), targets, N, cfg_.hidden_size, v_local(),
@@ -1000,6 +1182,8 @@ void Model<T>::backward(double dloss) {
   ensure_grads();
   const int64_t N = int64_t(batch_) * seq_;
   be_->zero(dstream_, N * cfg_.hidden_size);
+  OpenHead head(*this);
+  open_head_grads();
   be_->head_ce_backward(dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}),
                         streams_[2 * cfg_.num_hidden_layers], lnf_, rstdf_, lsef_,
                         param(layout_.final_norm), head_weight(), targets_.data(), N,
@@ -1021,6 +1205,8 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
   be_->zero(dstream_, N * cfg_.hidden_size);
   LossResult r;
   r.exit_loss_sum.assign(size_t(L), std::nan(""));
+  OpenHead head(*this);
+  open_head_grads();
   const double w_last = skip && !skip->exit_weight.empty() ? skip->exit_weight[size_t(L - 1)] : 1.0;
   r.loss_sum = be_->head_ce_forward_backward(
       dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &r.n_valid,
@@ -1050,6 +1236,7 @@ void Model<T>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_lay
 
 template <typename T>
 const T* Model<T>::block_forward(int layer, const T* x, int B, int T_) {
+  STRATA_CHECK(!store_, "block_forward: not under ZeRO-2/3");
   block_unit_ = -1;
   for (size_t k = 0; k < units_.size(); ++k)
     if (units_[k].first == layer) block_unit_ = int(k);
@@ -1075,6 +1262,7 @@ void Model<T>::block_backward(const T* dout) {
 
 template <typename T>
 void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
+  OpenHead head(*this);
   if (!tp_.active()) {
     be_->head_logits(logits, xn_scratch, x, param(layout_.final_norm), head_weight(), n,
                      cfg_.hidden_size, cfg_.vocab_size, cfg_.rms_norm_eps);

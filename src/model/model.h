@@ -27,6 +27,7 @@
 #include "model/params.h"
 #include "model/plan.h"
 #include "model/tp_region.h"
+#include "model/weight_store.h"
 #include "ops/backend.h"
 #include "parallel/comm.h"
 
@@ -73,6 +74,14 @@ class Model {
   // are the same on every rank. float only.
   Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
         Communicator* tp = nullptr);
+  // With a weight store (ZeRO-2/3, model/zero.h; it must outlive the model):
+  // the gradients of every bucket live in the store while backward writes
+  // them, and with store->holds_weights() the weights too: the model then
+  // allocates no parameter arena and reads a bucket only while the executor
+  // holds it open (weight_store.h). Its layout must be this model's
+  // (ParamLayout(cfg, tp size, tp rank, plan.tp_shards(tp size))).
+  Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
+        Communicator* tp, WeightStore<T>* store);
 
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
@@ -84,14 +93,28 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   ops::Backend<T>& backend() { return *be_; }
 
-  // Arenas (backend memory) and the tensors in them.
-  T* params() { return params_.data(); }
+  // Arenas (backend memory) and the tensors in them. Without a weight
+  // store; under ZeRO-3 there is no parameter arena, under ZeRO-2/3 no
+  // gradient arena (asking for one is an error).
+  T* params();
   // The gradient arena is allocated on first use (training): evaluation,
   // generation and conversion hold the weights only.
   T* grads() {
     ensure_grads();
     return grads_.data();
   }
+  // The buckets the executor opens and closes (weight_store.h).
+  const std::vector<WeightBucket>& buckets() const { return buckets_; }
+  int bucket_of(int tensor) const { return bucket_of_[size_t(tensor)]; }
+  WeightStore<T>* weight_store() const { return store_; }
+  // Writes the weights bucket by bucket: fill(bucket, base) writes the
+  // bucket's tensors at base + (tensor offset - bucket offset) (backend
+  // memory, zeroed when not the arena itself); the model keeps them (its
+  // arena, or the store's shard). Under ZeRO-3 every data-parallel rank calls it.
+  void write_weights(const std::function<void(const WeightBucket&, T* base)>& fill);
+  // Reads the weights bucket by bucket (base as above); collective over the
+  // data-parallel group under ZeRO-3 (each bucket is gathered).
+  void read_weights(const std::function<void(const WeightBucket&, const T* base)>& read);
   int64_t num_params() const { return layout_.total(); }  // this rank's elements
   int tp_size() const { return tp_.size(); }
   int tp_rank() const { return tp_.rank(); }
@@ -114,10 +137,20 @@ class Model {
   // gradient all-reduces) advance them there, since on the CPU nothing else
   // drives MPI's progress while compute runs.
   void set_progress_hook(std::function<void()> hook) { progress_ = std::move(hook); }
-  T* param(int index) { return params_.data() + layout_[index].offset; }
+  // Tensor `index` of the weights (its bucket must be open under ZeRO-3) and
+  // of the gradients (under ZeRO-2/3 only while backward writes its bucket).
+  T* param(int index) {
+    const int b = bucket_of_[size_t(index)];
+    T* base = wbase_[size_t(b)];
+    if (!base) closed_bucket(b, "weights");
+    return base + (layout_[index].offset - buckets_[size_t(b)].offset);
+  }
   T* grad(int index) {
     ensure_grads();
-    return grads_.data() + layout_[index].offset;
+    const int b = bucket_of_[size_t(index)];
+    T* base = gbase_[size_t(b)];
+    if (!base) closed_bucket(b, "gradients");
+    return base + (layout_[index].offset - buckets_[size_t(b)].offset);
   }
 
   // N(0, initializer_range) for matrices and the embedding, 1 for norms, 0 for
@@ -189,8 +222,32 @@ class Model {
 
  private:
   void ensure_grads() {
-    if (!grads_.data()) grads_ = ops::DeviceBuffer<T>(be_.get(), size_t(layout_.total()));
+    if (store_ || grads_.data()) return;
+    grads_ = ops::DeviceBuffer<T>(be_.get(), size_t(layout_.total()));
+    for (size_t b = 0; b < buckets_.size(); ++b) gbase_[b] = grads_.data() + buckets_[b].offset;
   }
+  [[noreturn]] void closed_bucket(int b, const char* what) const;
+  // Buckets: the executor's opening and closing of weights and gradients
+  // (counted: a bucket opened twice stays open until closed twice). Without
+  // a store the arena is always open and these do nothing.
+  std::vector<WeightBucket> buckets_;
+  std::vector<int> bucket_of_;  // per tensor
+  std::vector<T*> wbase_, gbase_;
+  std::vector<int> wopen_, gopen_;
+  std::vector<bool> bucket_trains_;  // per bucket: holds a trainable tensor
+  WeightStore<T>* store_ = nullptr;
+  bool store_weights_ = false;
+  ops::DeviceBuffer<T> staging_;  // write_weights under ZeRO-3: one bucket
+  void open_weights(int b);
+  void close_weights(int b);
+  void prefetch_weights(int b);
+  void open_grads(int b);
+  void close_grads(int b);
+  void open_unit_weights(const PlanUnit& u);
+  void close_unit_weights(const PlanUnit& u);
+  int head_bucket() const { return int(buckets_.size()) - 1; }
+  class OpenHead;  // the embedding and head buckets' weights open for a scope
+  void open_head_grads();
   class ForwardPass;   // UnitForward for training and evaluation (model.cpp)
   class BackwardPass;  // UnitBackward for training
   struct LayerActs {
@@ -307,6 +364,7 @@ class Model {
   std::function<void()> progress_;
   void progress() {
     tp_.progress();
+    if (store_) store_->progress();
     if (progress_) progress_();
   }
   std::vector<bool> trainable_;

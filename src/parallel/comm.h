@@ -31,7 +31,17 @@ class Communicator {
   virtual void wait(int64_t handle) = 0;
   virtual void progress() = 0;
   // out[size * n] = the concatenation of every rank's in[n], in rank order.
+  // `in` may be this rank's slot of `out` (in == out + rank * n: in place).
   virtual void allgather(const float* in, float* out, int64_t n) = 0;
+  // The same, started asynchronously (wait(handle) before reading out; in and
+  // out stay untouched until then). ZeRO-3 gathers the next unit's weights
+  // while this one computes.
+  virtual int64_t allgather_async(const float* in, float* out, int64_t n) = 0;
+  // out[n] = the sum over ranks of in[rank * n .. rank * n + n): every rank
+  // keeps its slot of the summed in[size * n] (ZeRO-2/3 gradients). in and
+  // out must not overlap.
+  virtual void reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
+  virtual int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) = 0;
   // Rank `root`'s buf[n] to everyone.
   virtual void broadcast(float* buf, int64_t n, int root) = 0;
   // The same for bytes (recipes, tokenizers, states).

@@ -31,6 +31,18 @@ class LocalComm final : public Communicator {
     check_count(n, "allgather");
     if (n > 0 && in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
   }
+  int64_t allgather_async(const float* in, float* out, int64_t n) override {
+    allgather(in, out, n);
+    return next_handle_++;
+  }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    check_count(n, "reduce_scatter_sum");
+    if (n > 0 && in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+  }
+  int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) override {
+    reduce_scatter_sum(in, out, n);
+    return next_handle_++;
+  }
   void broadcast(float*, int64_t n, int root) override {
     check_count(n, "broadcast");
     check_root(root);

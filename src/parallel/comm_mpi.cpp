@@ -70,7 +70,13 @@ int64_t MpiComm::allreduce_sum_async(float* buf, int64_t n) {
   });
   // n == 0 starts nothing: its handle is complete from the start (an empty
   // request list), like a waited-for one.
-  pending_.push_back(std::move(reqs));
+  Pending p;
+  p.reqs = std::move(reqs);
+  return push(std::move(p));
+}
+
+int64_t MpiComm::push(Pending p) {
+  pending_.push_back(std::move(p));
   return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
 }
 
@@ -78,60 +84,120 @@ void MpiComm::wait(int64_t handle) {
   STRATA_CHECK(handle >= 0 && handle < first_handle_ + static_cast<int64_t>(pending_.size()),
                "mpi communicator: wait on unknown handle ", handle);
   if (handle < first_handle_) return;  // completed and dropped already
-  auto& reqs = pending_[static_cast<size_t>(handle - first_handle_)];
-  if (!reqs.empty()) {
-    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-    reqs.clear();
+  Pending& p = pending_[static_cast<size_t>(handle - first_handle_)];
+  if (!p.reqs.empty()) {
+    MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
+    p.reqs.clear();
+    p.staged.clear();
   }
   drop_completed_front();
 }
 
 void MpiComm::progress() {
-  for (auto& reqs : pending_) {
-    if (reqs.empty()) continue;
+  for (Pending& p : pending_) {
+    if (p.reqs.empty()) continue;
     int done = 0;
-    MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
-    if (done) reqs.clear();
+    MPI_Testall(static_cast<int>(p.reqs.size()), p.reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) {
+      p.reqs.clear();
+      p.staged.clear();
+    }
   }
   drop_completed_front();
 }
 
 int64_t MpiComm::outstanding() const {
-  return std::count_if(pending_.begin(), pending_.end(), [](const auto& r) { return !r.empty(); });
+  return std::count_if(pending_.begin(), pending_.end(),
+                       [](const Pending& p) { return !p.done(); });
 }
 
 void MpiComm::drop_completed_front() {
-  while (!pending_.empty() && pending_.front().empty()) {
+  while (!pending_.empty() && pending_.front().done()) {
     pending_.pop_front();
     ++first_handle_;
   }
 }
 
-void MpiComm::allgather(const float* in, float* out, int64_t n) {
+MpiComm::Pending MpiComm::start_allgather(const float* in, float* out, int64_t n) {
   check_count(n, "allgather");
+  Pending p;
+  if (n == 0) return p;
   // `in` already sitting in this rank's slot of `out` is MPI's in-place case.
   const bool in_place = in == out + static_cast<int64_t>(rank_) * n;
-  std::vector<float> copy;  // any other overlap of in and out: send from a copy
-  if (!in_place && n > 0 && in < out + static_cast<int64_t>(size_) * n && out < in + n) {
-    copy.assign(in, in + n);
-    in = copy.data();
+  // Any other overlap of in and out: send from a copy (kept until completion).
+  if (!in_place && in < out + static_cast<int64_t>(size_) * n && out < in + n) {
+    p.staged.emplace_back(in, in + n);
+    in = p.staged.back().data();
   }
   if (n <= max_chunk()) {
-    MPI_Allgather(in_place ? MPI_IN_PLACE : in, static_cast<int>(n), MPI_FLOAT, out,
-                  static_cast<int>(n), MPI_FLOAT, comm_);
-    return;
+    MPI_Request req;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : in, static_cast<int>(n), MPI_FLOAT, out,
+                   static_cast<int>(n), MPI_FLOAT, comm_, &req);
+    p.reqs.push_back(req);
+    return p;
   }
   // In pieces: piece [off, off + len) of every rank lands at out + r * n + off,
-  // described by one "len floats, then skip to the next rank's slot" type.
+  // described by one "len floats, then skip to the next rank's slot" type (a
+  // type freed while an operation uses it lives until the operation ends).
   for_chunks(n, [&](int64_t off, int len) {
     MPI_Datatype piece, strided;
     MPI_Type_contiguous(len, MPI_FLOAT, &piece);
     MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(n * sizeof(float)), &strided);
     MPI_Type_commit(&strided);
-    MPI_Allgather(in_place ? MPI_IN_PLACE : in + off, len, MPI_FLOAT, out + off, 1, strided, comm_);
+    MPI_Request req;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : in + off, len, MPI_FLOAT, out + off, 1, strided, comm_,
+                   &req);
+    p.reqs.push_back(req);
     MPI_Type_free(&strided);
     MPI_Type_free(&piece);
   });
+  return p;
+}
+
+void MpiComm::allgather(const float* in, float* out, int64_t n) {
+  Pending p = start_allgather(in, out, n);
+  MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
+}
+
+int64_t MpiComm::allgather_async(const float* in, float* out, int64_t n) {
+  return push(start_allgather(in, out, n));
+}
+
+MpiComm::Pending MpiComm::start_reduce_scatter(const float* in, float* out, int64_t n) {
+  check_count(n, "reduce_scatter_sum");
+  Pending p;
+  if (n == 0) return p;
+  STRATA_CHECK(out + n <= in || in + static_cast<int64_t>(size_) * n <= out,
+               "mpi communicator: reduce_scatter_sum with overlapping input and output");
+  if (n <= max_chunk()) {
+    MPI_Request req;
+    MPI_Ireduce_scatter_block(in, out, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &req);
+    p.reqs.push_back(req);
+    return p;
+  }
+  // In pieces: piece [off, off + len) of every rank's slot, packed rank after
+  // rank into a staging copy (kept until completion).
+  for_chunks(n, [&](int64_t off, int len) {
+    std::vector<float> packed(static_cast<size_t>(len) * static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r)
+      std::copy_n(in + static_cast<int64_t>(r) * n + off, len,
+                  packed.data() + static_cast<size_t>(r) * static_cast<size_t>(len));
+    p.staged.push_back(std::move(packed));
+    MPI_Request req;
+    MPI_Ireduce_scatter_block(p.staged.back().data(), out + off, len, MPI_FLOAT, MPI_SUM, comm_,
+                              &req);
+    p.reqs.push_back(req);
+  });
+  return p;
+}
+
+void MpiComm::reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  Pending p = start_reduce_scatter(in, out, n);
+  MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
+}
+
+int64_t MpiComm::reduce_scatter_sum_async(const float* in, float* out, int64_t n) {
+  return push(start_reduce_scatter(in, out, n));
 }
 
 void MpiComm::broadcast(float* buf, int64_t n, int root) {

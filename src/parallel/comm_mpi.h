@@ -42,6 +42,9 @@ class MpiComm final : public Communicator {
   void wait(int64_t handle) override;
   void progress() override;
   void allgather(const float* in, float* out, int64_t n) override;
+  int64_t allgather_async(const float* in, float* out, int64_t n) override;
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) override;
   void broadcast(float* buf, int64_t n, int root) override;
   void broadcast_bytes(std::string& bytes, int root) override;
   double allreduce_sum(double x) override;
@@ -67,11 +70,21 @@ class MpiComm final : public Communicator {
   bool owned_;
   int rank_ = 0, size_ = 1;
   // Async operations: handle h lives in pending_[h - first_handle_]; one
-  // handle holds several requests when its count was split into chunks.
-  // Completed handles at the front are dropped, so the queue stays short.
-  std::deque<std::vector<MPI_Request>> pending_;
+  // handle holds several requests when its count was split into chunks, and
+  // the staging copies its requests read until they complete. Completed
+  // handles at the front are dropped, so the queue stays short.
+  struct Pending {
+    std::vector<MPI_Request> reqs;
+    std::vector<std::vector<float>> staged;
+    bool done() const { return reqs.empty(); }
+  };
+  std::deque<Pending> pending_;
   int64_t first_handle_ = 0;
+  int64_t push(Pending p);
   void drop_completed_front();
+  // The requests of an allgather / reduce-scatter (blocking calls wait on them).
+  Pending start_allgather(const float* in, float* out, int64_t n);
+  Pending start_reduce_scatter(const float* in, float* out, int64_t n);
 };
 
 // A duplicate of MPI_COMM_WORLD (MPI must be initialised; see make_grid).

@@ -103,9 +103,15 @@ int64_t NcclComm::allreduce_sum_async(float* buf, int64_t n) {
     order_after_compute();
     check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
                "ncclAllReduce", comm_);
-    done = take_event();
-    check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
+    return push_event();
   }
+  pending_.push_back(done);
+  return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
+}
+
+int64_t NcclComm::push_event() {
+  cudaEvent_t done = take_event();
+  check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
   pending_.push_back(done);
   return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
 }
@@ -151,6 +157,41 @@ void NcclComm::allgather(const float* in, float* out, int64_t n) {
   check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_),
              "ncclAllGather", comm_);
   sync_stream("ncclAllGather");
+}
+
+int64_t NcclComm::allgather_async(const float* in, float* out, int64_t n) {
+  check_count(n, "allgather_async");
+  if (n == 0) {
+    pending_.push_back(nullptr);
+    return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
+  }
+  order_after_compute();
+  check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_),
+             "ncclAllGather", comm_);
+  return push_event();
+}
+
+void NcclComm::reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  check_count(n, "reduce_scatter_sum");
+  if (n == 0) return;
+  order_after_compute();
+  check_nccl(
+      ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
+      "ncclReduceScatter", comm_);
+  sync_stream("ncclReduceScatter");
+}
+
+int64_t NcclComm::reduce_scatter_sum_async(const float* in, float* out, int64_t n) {
+  check_count(n, "reduce_scatter_sum_async");
+  if (n == 0) {
+    pending_.push_back(nullptr);
+    return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
+  }
+  order_after_compute();
+  check_nccl(
+      ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
+      "ncclReduceScatter", comm_);
+  return push_event();
 }
 
 void NcclComm::broadcast(float* buf, int64_t n, int root) {

@@ -58,6 +58,9 @@ class NcclComm final : public Communicator {
   void wait(int64_t handle) override;
   void progress() override;
   void allgather(const float* in, float* out, int64_t n) override;
+  int64_t allgather_async(const float* in, float* out, int64_t n) override;
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) override;
   void broadcast(float* buf, int64_t n, int root) override;
   void broadcast_bytes(std::string& bytes, int root) override;
   double allreduce_sum(double x) override;
@@ -79,6 +82,8 @@ class NcclComm final : public Communicator {
   cudaEvent_t take_event();
   void release_event(cudaEvent_t e);
   void drop_completed_front();
+  // The handle of work just queued on stream_ (an event recorded after it).
+  int64_t push_event();
 
   std::unique_ptr<Communicator> host_;
   int rank_ = 0, size_ = 1, device_ = -1;

@@ -30,10 +30,7 @@ class DelayedComm : public Communicator {
     delayed([&] { inner_.allreduce_sum(buf, n); });
   }
   int64_t allreduce_sum_async(float* buf, int64_t n) override {
-    const Clock::time_point deadline = Clock::now() + delay_;
-    const int64_t h = inner_.allreduce_sum_async(buf, n);
-    deadline_[h] = deadline;
-    return h;
+    return deferred(inner_.allreduce_sum_async(buf, n));
   }
   void wait(int64_t handle) override {
     inner_.wait(handle);
@@ -45,6 +42,15 @@ class DelayedComm : public Communicator {
   void progress() override { inner_.progress(); }
   void allgather(const float* in, float* out, int64_t n) override {
     delayed([&] { inner_.allgather(in, out, n); });
+  }
+  int64_t allgather_async(const float* in, float* out, int64_t n) override {
+    return deferred(inner_.allgather_async(in, out, n));
+  }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    delayed([&] { inner_.reduce_scatter_sum(in, out, n); });
+  }
+  int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) override {
+    return deferred(inner_.reduce_scatter_sum_async(in, out, n));
   }
   void broadcast(float* buf, int64_t n, int root) override {
     delayed([&] { inner_.broadcast(buf, n, root); });
@@ -76,6 +82,12 @@ class DelayedComm : public Communicator {
     const Clock::time_point deadline = Clock::now() + delay_;
     f();
     spin_until(deadline);
+  }
+  // An async collective just started: wait() returns no earlier than the
+  // delay after now.
+  int64_t deferred(int64_t handle) {
+    deadline_[handle] = Clock::now() + delay_;
+    return handle;
   }
   // Busy-waits, as a polling MPI wait does (a sleep would free the core).
   static void spin_until(Clock::time_point t) {

@@ -49,6 +49,19 @@ class TimedComm : public Communicator {
   void allgather(const float* in, float* out, int64_t n) override {
     timed([&] { inner_->allgather(in, out, n); });
   }
+  int64_t allgather_async(const float* in, float* out, int64_t n) override {
+    int64_t h = 0;
+    timed([&] { h = inner_->allgather_async(in, out, n); });
+    return h;
+  }
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override {
+    timed([&] { inner_->reduce_scatter_sum(in, out, n); });
+  }
+  int64_t reduce_scatter_sum_async(const float* in, float* out, int64_t n) override {
+    int64_t h = 0;
+    timed([&] { h = inner_->reduce_scatter_sum_async(in, out, n); });
+    return h;
+  }
   void broadcast(float* buf, int64_t n, int root) override {
     timed([&] { inner_->broadcast(buf, n, root); });
   }

@@ -15,32 +15,56 @@ AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfi
   if (owned.empty()) owned.assign(n, true);
   STRATA_CHECK(trainable.size() == n && owned.size() == n, "AdamW: masks have ", trainable.size(),
                "/", owned.size(), " entries for ", n, " tensors");
-  trainable_ = trainable;
   offset_.assign(n, -1);
   int64_t total = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (trainable[i] && owned[i]) {
-      offset_[i] = total;
-      total += (layout[int(i)].numel + 15) / 16 * 16;
+  for (size_t i = 0; i < n; ++i) {
+    if (!trainable[i]) continue;
+    const ParamInfo& t = layout[int(i)];
+    Piece p;
+    p.tensor = int(i);
+    p.param_offset = p.grad_offset = t.offset;
+    p.numel = t.numel;
+    if (owned[i]) {
+      offset_[i] = p.moment_offset = total;
+      total += (t.numel + 15) / 16 * 16;
     }
+    pieces_.push_back(p);
+  }
   m_ = ops::DeviceBuffer<T>(&be, size_t(total));
   v_ = ops::DeviceBuffer<T>(&be, size_t(total));
   squares_ = {be.alloc_scalars(2), [&be](double* p) { be.free_scalars(p); }};
 }
 
 template <typename T>
+AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg,
+                std::vector<Piece> pieces, int64_t moment_elements, Communicator* dp)
+    : be_(be), layout_(layout), cfg_(cfg), pieces_(std::move(pieces)), dp_(dp) {
+  offset_.assign(layout.tensors().size(), -1);
+  for (Piece& p : pieces_) {
+    STRATA_CHECK(p.grad_offset >= 0 && p.grad_offset + p.numel <= moment_elements,
+                 "AdamW: a piece of ", layout[p.tensor].name, " lies outside the moment arenas");
+    p.moment_offset = p.grad_offset;
+  }
+  m_ = ops::DeviceBuffer<T>(&be, size_t(moment_elements));
+  v_ = ops::DeviceBuffer<T>(&be, size_t(moment_elements));
+  squares_ = {be.alloc_scalars(2), [&be](double* p) { be.free_scalars(p); }};
+}
+
+template <typename T>
 double AdamW<T>::step(T* params, T* grads, double lr) {
-  const auto& tensors = layout_.tensors();
   double* acc = squares_.get();  // [split, replicated]
   be_.zero_scalars(acc, 2);
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (trainable_[i])
-      be_.sum_squares(acc + (tensors[i].split_dim >= 0 ? 0 : 1), grads + tensors[i].offset,
-                      tensors[i].numel);
+  for (const Piece& p : pieces_)
+    be_.sum_squares(acc + (layout_[p.tensor].split_dim >= 0 ? 0 : 1), grads + p.grad_offset,
+                    p.numel);
   double squares[2];
   be_.read_scalars(squares, acc, 2);  // the step's one host read of the norm
   double split = squares[0];
-  const double replicated = squares[1];
+  double replicated = squares[1];
+  if (dp_) {  // ZeRO-2/3: each rank holds a slice of every gradient
+    split = dp_->allreduce_sum(split);
+    replicated = dp_->allreduce_sum(replicated);
+  }
   if (tp_) split = tp_->allreduce_sum(split);
   const double norm = std::sqrt(split + replicated);
   if (!std::isfinite(norm)) return norm;
@@ -52,13 +76,13 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   s.beta2 = cfg_.beta2;
   s.eps = cfg_.eps;
   s.step = step_;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (offset_[i] < 0) continue;  // frozen, or owned by another data-parallel rank
-    const ParamInfo& t = tensors[i];
-    if (clip < 1.0) be_.scale_inplace(grads + t.offset, t.numel, clip);
-    s.weight_decay = t.is_matrix ? cfg_.weight_decay : 0.0;
-    be_.adamw_update(params + t.offset, grads + t.offset, m_.data() + offset_[i],
-                     v_.data() + offset_[i], t.numel, s);
+  for (const Piece& p : pieces_) {
+    if (p.moment_offset < 0) continue;  // owned by another data-parallel rank
+    T* g = grads + p.grad_offset;
+    if (clip < 1.0) be_.scale_inplace(g, p.numel, clip);
+    s.weight_decay = layout_[p.tensor].is_matrix ? cfg_.weight_decay : 0.0;
+    be_.adamw_update(params + p.param_offset, g, m_.data() + p.moment_offset,
+                     v_.data() + p.moment_offset, p.numel, s);
   }
   return norm;
 }

@@ -28,12 +28,26 @@ struct AdamWConfig {
 template <typename T>
 class AdamW {
  public:
+  // What one rank updates: element `param_offset` of the weights, with its
+  // gradient at `grad_offset` and its moments at `moment_offset` (-1: this
+  // rank only counts its gradient in the norm), `numel` of them, of `tensor`.
+  struct Piece {
+    int tensor = 0;
+    int64_t param_offset = 0, grad_offset = 0, moment_offset = -1, numel = 0;
+  };
+
   // `trainable` has one entry per layout tensor (empty: all trainable).
   // `owned` (ZeRO-1: empty means all) restricts the optimizer state and the
   // update to the tensors this data-parallel rank owns; the gradient norm
   // still covers every trainable tensor.
   AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg,
         std::vector<bool> trainable = {}, std::vector<bool> owned = {});
+  // ZeRO-2/3: this rank updates `pieces` (slices of the trainable tensors in
+  // its shard arenas; moments in arenas of `moment_elements`, a piece's at
+  // its gradient's offset), and the gradient norm sums the pieces' squares
+  // over the data-parallel group `dp`.
+  AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfig& cfg,
+        std::vector<Piece> pieces, int64_t moment_elements, Communicator* dp);
 
   // Under tensor parallelism the global gradient norm adds the squares of the
   // split tensors over the tp group (replicated tensors count once).
@@ -43,15 +57,21 @@ class AdamW {
   // updates the owned trainable parameters with learning rate `lr`. Returns
   // the gradient norm before clipping. A non-finite norm (NaN or inf in a
   // gradient) updates nothing: weights, moments and the step count stay as
-  // they were, and the caller decides (training stops).
+  // they were, and the caller decides (training stops). `params` and `grads`
+  // are the bases the pieces' offsets count from (the arenas; under ZeRO-2
+  // the weight arena and the gradient shard, under ZeRO-3 the shards).
   double step(T* params, T* grads, double lr);
 
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
+  // Per tensor (not under ZeRO-2/3): whether this rank holds its moments, and
+  // where (backend memory).
   bool has_state(int tensor) const { return offset_[tensor] >= 0; }
-  // First and second moments of a trainable tensor (backend memory).
   T* exp_avg(int tensor) { return m_.data() + offset_[tensor]; }
   T* exp_avg_sq(int tensor) { return v_.data() + offset_[tensor]; }
+  // The moment arenas themselves (under ZeRO-2/3: shaped as the shard arenas).
+  T* exp_avg_arena() { return m_.data(); }
+  T* exp_avg_sq_arena() { return v_.data(); }
   int64_t state_elements() const { return int64_t(m_.size()); }
   const AdamWConfig& config() const { return cfg_; }
 
@@ -59,9 +79,10 @@ class AdamW {
   ops::Backend<T>& be_;
   const ParamLayout& layout_;
   AdamWConfig cfg_;
-  std::vector<bool> trainable_;
-  std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 without state
+  std::vector<Piece> pieces_;    // the norm covers all, the update those with moments
+  std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 without state (ZeRO 0/1)
   Communicator* tp_ = nullptr;
+  Communicator* dp_ = nullptr;  // ZeRO-2/3: the norm's squares summed over it
   ops::DeviceBuffer<T> m_, v_;
   // Two scalar accumulators in backend memory (squares of the split and of
   // the replicated gradients), read once per step.

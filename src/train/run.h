@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "model/memory.h"
 #include "model/model.h"
+#include "model/zero.h"
 #include "parallel/grid.h"
 #include "parallel/timed_comm.h"
 #include "train/layerskip.h"
@@ -61,6 +62,9 @@ struct Run {
   int zero = 0;
   LayerSkipConfig layerskip;
   std::vector<int> owner;  // ZeRO-1: the dp rank updating each tensor (-1: frozen)
+  // ZeRO-2/3: the shards of gradients, moments (and weights); last, so it
+  // goes before the model's backend and the grid's communicators it uses.
+  std::unique_ptr<ZeroShards> zero_store;
   bool root() const { return grid.is_root(); }
   int world() const { return grid.world_size; }
 

@@ -119,7 +119,7 @@ std::string save(Run& run) {
   if (run.tokenizer) d.tokenizer = run.tokenizer->model_bytes();
   d.optimizer_step = run.opt->steps_taken();
   const std::string path = checkpoint_path(run.dir, run.step);
-  if (run.world() == 1) {
+  if (run.world() == 1 && !run.zero_store) {
     d.params = param_refs(*run.model);
     d.exp_avg = moment_refs(*run.model, *run.opt, false);
     d.exp_avg_sq = moment_refs(*run.model, *run.opt, true);
@@ -151,10 +151,34 @@ std::string save(Run& run) {
     return TensorRef{L[t].name, L[t].full_shape, store.back().data()};
   };
   const int n = int(L.tensors().size());
-  if (assemble)
-    for (int t = 0; t < n; ++t) d.params.push_back(full(t, run.model->param(t), true));
+  // (Bucket by bucket: under ZeRO-3 every data-parallel rank takes part in
+  // gathering each one.)
+  run.model->read_weights([&](const WeightBucket& k, const float* base) {
+    if (assemble)
+      for (int t = k.first; t <= k.last; ++t)
+        d.params.push_back(full(t, base + (L[t].offset - k.offset), true));
+  });
+  if (run.zero_store) {  // ZeRO-2/3: each bucket's moments gathered from the shards
+    ZeroShards& z = *run.zero_store;
+    ops::DeviceBuffer<float> whole;
+    for (size_t b = 0; b < z.buckets().size(); ++b) {
+      const WeightBucket& k = z.buckets()[b];
+      bool trains = false;
+      for (int t = k.first; t <= k.last; ++t) trains |= run.owner[size_t(t)] >= 0;
+      if (!trains) continue;
+      if (whole.size() < size_t(k.numel)) whole = ops::DeviceBuffer<float>(&be, size_t(k.numel));
+      for (auto* refs : {&d.exp_avg, &d.exp_avg_sq}) {
+        float* arena = refs == &d.exp_avg ? run.opt->exp_avg_arena() : run.opt->exp_avg_sq_arena();
+        z.gather_bucket(int(b), arena + z.shard_offset(int(b)), whole.data());
+        if (assemble)
+          for (int t = k.first; t <= k.last; ++t)
+            if (run.owner[size_t(t)] >= 0)
+              refs->push_back(full(t, whole.data() + (L[t].offset - k.offset), true));
+      }
+    }
+  }
   std::vector<float> m, v;
-  for (int t = 0; t < n; ++t) {
+  for (int t = 0; t < n && !run.zero_store; ++t) {
     if (run.owner[size_t(t)] < 0) continue;  // frozen: no optimizer state
     const ParamInfo& p = L[t];
     m.assign(size_t(p.numel), 0.f);
@@ -163,7 +187,7 @@ std::string save(Run& run) {
       run.model->backend().to_host(m.data(), run.opt->exp_avg(t), p.numel);
       run.model->backend().to_host(v.data(), run.opt->exp_avg_sq(t), p.numel);
     }
-    if (run.zero && run.grid.dp > 1) {
+    if (run.zero == 1 && run.grid.dp > 1) {
       run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
       run.dp->broadcast(v.data(), p.numel, run.owner[size_t(t)]);
     }

@@ -272,8 +272,11 @@ void setup_grid(Run& run) {
   const int64_t dp = r.get_int("parallelism.dp");
   if (dp < 0) r.fail("parallelism.dp", cat("must be >= 0 (0: world size / tp), got ", dp));
   run.zero = int(r.get_int("parallelism.zero"));
-  if (run.zero != 0 && run.zero != 1)
-    r.fail("parallelism.zero", cat("must be 0 or 1 (ZeRO stage 1), got ", run.zero));
+  if (run.zero < 0 || run.zero > 3)
+    r.fail("parallelism.zero",
+           cat("must be 0, 1, 2 or 3 (the ZeRO stage: what is sharded over the data-parallel "
+               "ranks), got ",
+               run.zero));
   try {
     run.grid = make_grid(tp, int(dp));
   } catch (const Error& e) {
@@ -315,7 +318,7 @@ void assign_owners(Run& run, const std::vector<bool>& trainable) {
   const ParamLayout& L = run.model->layout();
   const int n = int(L.tensors().size());
   run.owner.assign(size_t(n), -1);
-  if (!run.zero || run.grid.dp == 1) {
+  if (run.zero != 1 || run.grid.dp == 1) {  // ZeRO-2/3 shard by bucket (model/zero.h)
     for (int t = 0; t < n; ++t)
       if (trainable[size_t(t)]) run.owner[size_t(t)] = run.grid.dp_rank;
     return;
@@ -345,8 +348,8 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
                                human_count(double(cfg.num_parameters())), " parameters");
   const std::string model_hint =
       "use a smaller model (model.hidden_size, model.num_hidden_layers), freeze tensors "
-      "(training.freeze), or spread it with parallelism.tp or the optimizer state with "
-      "parallelism.zero";
+      "(training.freeze), or spread it with parallelism.tp or over the data-parallel ranks "
+      "with parallelism.zero (1: the AdamW moments, 2: and the gradients, 3: and the weights)";
   const bool patterns =
       !r.get_strings("training.trainable").empty() || !r.get_strings("training.freeze").empty();
   u.gradients = true;
@@ -355,7 +358,7 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   if (!parse_recompute(r.get_string("training.recompute"), &u.recompute))
     r.fail("training.recompute", cat("unknown mode '", one_line(r.get_string("training.recompute")),
                                      "' (none, selective or full)"));
-  u.optimizer_share = run.zero && run.grid.dp > 1 ? 1.0 / run.grid.dp : 1.0;
+  u.optimizer_share = run.zero == 1 && run.grid.dp > 1 ? 1.0 / run.grid.dp : 1.0;
   // Without freeze patterns every tensor trains and this is the estimate;
   // with them, the weights alone first, so an absurd model is refused before
   // its layout is built to count the trainable share.
@@ -381,8 +384,10 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
     } catch (const Error&) {
       // a bad pattern is reported, with its key, where the mask is set
     }
-  if (run.zero && run.grid.dp > 1) share /= run.grid.dp;
+  if (run.zero == 1 && run.grid.dp > 1) share /= run.grid.dp;
   u.optimizer_share = share;
+  u.dp = run.grid.dp;
+  u.zero = run.zero;
   run.memory = estimate_memory(cfg, plan, u);  // printed once the run starts
   const bool activations_first = run.memory.bytes_of("activations") * 2 > run.memory.total();
   run.planned_cfg = cfg;
@@ -570,14 +575,25 @@ void setup(Run& run) {
   if (run.seq_len > cfg.max_position_embeddings)
     r.fail("training.seq_len", cat(run.seq_len, " exceeds the model's max_position_embeddings (",
                                    cfg.max_position_embeddings, ")"));
+  if (run.zero == 3 && !r.get_strings("eval.tasks").empty())
+    r.fail("eval.tasks", "benchmark tasks during training need parallelism.zero < 3 (the "
+                         "weights are sharded); evaluate the checkpoints with `strata eval`");
   if (run.grid.tp > 1 && !r.get_strings("eval.tasks").empty())
     r.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
   check_train_memory(run, cfg, plan);
   if (run.dry_run) return;
   try {
+    if (run.zero >= 2) {
+      const int tp = run.grid.tp;
+      LlamaConfig c = cfg;
+      c.finalize();
+      const ParamLayout layout(c, tp, run.grid.tp_rank, plan.tp_shards(tp));
+      run.zero_store = std::make_unique<ZeroShards>(*run.backend, layout, *run.dp, run.zero);
+    }
     run.model = std::make_unique<Model<float>>(cfg, plan, std::move(run.backend),
-                                               run.grid.tp > 1 ? run.tp : nullptr);
+                                               run.grid.tp > 1 ? run.tp : nullptr,
+                                               run.zero_store.get());
   } catch (const Error& e) {
     // The layout's checks name tensor parallelism or the plan; anything else
     // (an allocation the estimate missed) is the recipe's as a whole.
@@ -620,10 +636,18 @@ void setup(Run& run) {
                         ls.always_last ? ", last layer always on" : "", ", e(l) ", ls.e_formula)
                   : std::string("off"));
   const int n_tensors = int(run.model->layout().tensors().size());
+  const ParamLayout& layout = run.model->layout();
+  auto bucket_tensors = [&](const WeightBucket& k, const std::vector<bool>* only) {
+    std::vector<int> ts;
+    for (int t = k.first; t <= k.last; ++t)
+      if (!only || (*only)[size_t(t)]) ts.push_back(t);
+    return ts;
+  };
   if (reader) {
-    std::vector<int> all(static_cast<size_t>(n_tensors));
-    for (int t = 0; t < n_tensors; ++t) all[size_t(t)] = t;
-    read_parts(run, *reader, "params", all, [&](int t) { return run.model->param(t); });
+    run.model->write_weights([&](const WeightBucket& k, float* base) {
+      read_parts(run, *reader, "params", bucket_tensors(k, nullptr),
+                 [&](int t) { return base + (layout[t].offset - k.offset); });
+    });
   } else
     run.model->init_weights(run.seed);
 
@@ -647,16 +671,51 @@ void setup(Run& run) {
   oc.weight_decay = r.get_float("optimizer.weight_decay");
   oc.grad_clip = r.get_float("training.grad_clip");
   assign_owners(run, mask);
-  std::vector<bool> owned(mask.size());
-  for (size_t t = 0; t < mask.size(); ++t) owned[t] = run.owner[t] == run.grid.dp_rank;
-  run.opt =
-      std::make_unique<AdamW<float>>(run.model->backend(), run.model->layout(), oc, mask, owned);
+  if (run.zero_store) {
+    // ZeRO-2/3: this rank's slices of the trainable tensors; the weights it
+    // updates are the model's arena (stage 2) or the store's shard (stage 3).
+    std::vector<AdamW<float>::Piece> pieces;
+    for (const ZeroShards::Piece& q : run.zero_store->pieces(mask)) {
+      AdamW<float>::Piece p;
+      p.tensor = q.tensor;
+      p.param_offset = run.zero == 3 ? q.shard_offset : q.arena_offset;
+      p.grad_offset = q.shard_offset;
+      p.numel = q.numel;
+      pieces.push_back(p);
+    }
+    run.opt = std::make_unique<AdamW<float>>(run.model->backend(), layout, oc, std::move(pieces),
+                                             run.zero_store->shard_elements(), run.dp);
+  } else {
+    std::vector<bool> owned(mask.size());
+    for (size_t t = 0; t < mask.size(); ++t) owned[t] = run.owner[t] == run.grid.dp_rank;
+    run.opt = std::make_unique<AdamW<float>>(run.model->backend(), layout, oc, mask, owned);
+  }
   if (run.grid.tp > 1) run.opt->set_tp_comm(run.tp);
   // The moments this rank holds, read from a checkpoint.
   std::vector<int> stateful;
   for (int t = 0; t < n_tensors; ++t)
     if (run.opt->has_state(t)) stateful.push_back(t);
   auto read_moments = [&](const CheckpointReader& rd) {
+    if (run.zero_store) {  // whole buckets read, this rank's shard kept
+      ZeroShards& z = *run.zero_store;
+      size_t widest = 0;
+      for (const WeightBucket& k : z.buckets()) widest = std::max(widest, size_t(k.numel));
+      ops::DeviceBuffer<float> whole(&run.model->backend(), widest);
+      for (size_t b = 0; b < z.buckets().size(); ++b) {
+        const WeightBucket& k = z.buckets()[b];
+        const std::vector<int> ts = bucket_tensors(k, &mask);
+        if (ts.empty()) continue;
+        for (const auto& [group, arena] :
+             {std::pair<const char*, float*>{"optimizer/exp_avg", run.opt->exp_avg_arena()},
+              {"optimizer/exp_avg_sq", run.opt->exp_avg_sq_arena()}}) {
+          run.model->backend().zero(whole.data(), k.numel);
+          read_parts(run, rd, group, ts,
+                     [&](int t) { return whole.data() + (layout[t].offset - k.offset); });
+          z.slice_bucket(int(b), whole.data(), arena + z.shard_offset(int(b)));
+        }
+      }
+      return;
+    }
     read_parts(run, rd, "optimizer/exp_avg", stateful, [&](int t) { return run.opt->exp_avg(t); });
     read_parts(run, rd, "optimizer/exp_avg_sq", stateful,
                [&](int t) { return run.opt->exp_avg_sq(t); });
@@ -730,10 +789,13 @@ void setup(Run& run) {
     int64_t state = 0;
     for (int t = 0; t < n_tensors; ++t)
       if (run.opt->has_state(t)) state += run.model->layout()[t].numel;
+    if (run.zero_store) state = run.zero_store->shard_elements();
+    const int64_t weights = run.zero == 3 ? run.zero_store->shard_elements()
+                                          : run.model->num_params();
     log::info("parallel: ", run.world(), " processes (", run.grid.world->name(), ") = dp ",
-              run.grid.dp, " x tp ", run.grid.tp, "; rank 0 holds ",
-              human_count(double(run.model->num_params())), " parameters and ",
-              human_count(double(state)), " optimizer moments", run.zero ? " (ZeRO-1)" : "",
+              run.grid.dp, " x tp ", run.grid.tp, "; rank 0 holds ", human_count(double(weights)),
+              " parameters", run.zero == 3 ? " (a shard)" : "", " and ", human_count(double(state)),
+              " optimizer moments", run.zero ? cat(" (ZeRO-", run.zero, ")") : std::string(),
               "; global batch ", int64_t(run.micro_batch) * run.grid.dp * run.accum, " sequences");
   }
 }

@@ -94,7 +94,8 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "tensor-parallel degree (Megatron-LM layout; divides heads, KV heads, MLP, vocab)"},
       {"parallelism.dp", K::Int, "0", "data-parallel degree (0: world size / tp)"},
       {"parallelism.zero", K::Int, "0",
-       "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1)"},
+       "ZeRO stage over the data-parallel ranks: 1 shards the AdamW moments, 2 also the "
+       "gradients (reduce-scattered), 3 also the weights (gathered per unit)"},
 
       {"layerskip.p_max", K::Float, "0.0",
        "LayerSkip layer dropout: rate of the last layer at the end of training (0: off)"},

@@ -144,13 +144,16 @@ TrainResult train(const Recipe& recipe) {
   // (one bucket per layer), overlapping the all-reduce with the rest of the
   // backward; the step waits for them before the optimizer.
   const bool dp_sync = run.grid.dp > 1;
+  // ZeRO-2/3: the weight store reduce-scatters each bucket's gradients as
+  // backward finishes them (and polls the group between kernels itself).
+  ZeroShards* const zs = run.zero_store.get();
   std::vector<int64_t> pending;
   // The outstanding all-reduces advance between the kernels of backward: with
   // one thread per rank (MPI_THREAD_FUNNELED) nothing else drives them while
   // compute runs. STRATA_PROGRESS_POLLS=0 turns the polls off (to measure them).
   const char* polls_env = std::getenv("STRATA_PROGRESS_POLLS");
   const bool polls = !(polls_env && std::string(polls_env) == "0");
-  if (dp_sync && polls) run.model->set_progress_hook([&] { run.dp->progress(); });
+  if (dp_sync && polls && !zs) run.model->set_progress_hook([&] { run.dp->progress(); });
   const std::function<void(int64_t, int64_t)> on_grads_ready = [&](int64_t offset, int64_t n) {
     pending.push_back(run.dp->allreduce_sum_async(run.model->grads() + offset, n));
     if (polls) run.dp->progress();
@@ -188,7 +191,7 @@ TrainResult train(const Recipe& recipe) {
     const std::vector<double> exit_weight =
         ls.enabled() ? layerskip_exit_weights(ls, L, run.step, run.steps) : std::vector<double>();
     for (size_t i = 0; i < micro.size(); ++i) {
-      if (dp_sync)
+      if (dp_sync && !zs)
         run.model->set_grad_ready_hook(
             i + 1 == micro.size() ? on_grads_ready : std::function<void(int64_t, int64_t)>());
       const Batch& b = micro[i];
@@ -236,6 +239,7 @@ TrainResult train(const Recipe& recipe) {
       }
       const double wait0 = run.dp->wait_seconds();
       for (int64_t h : pending) run.dp->wait(h);
+      if (zs) zs->finish_gradients();
       if (debug_dp_wait)
         std::fprintf(stderr,
                      "dp wait: rank %d step %lld | imbalance %.1f ms | all-reduce tail %.1f ms | "
@@ -257,9 +261,15 @@ TrainResult train(const Recipe& recipe) {
         }
     const double loss = n_valid ? loss_sum / double(n_valid) : 0.0;
     if (!std::isfinite(loss)) stop_diverged(run, "loss", loss);
-    const double gnorm = run.opt->step(run.model->params(), run.model->grads(), lr);
+    if (zs && !dp_sync) zs->finish_gradients();
+    const double gnorm =
+        zs ? run.opt->step(run.zero == 3 ? zs->weight_shard() : run.model->params(),
+                           zs->gradient_shard(), lr)
+           : run.opt->step(run.model->params(), run.model->grads(), lr);
     if (!std::isfinite(gnorm)) stop_diverged(run, "gradient norm", gnorm);  // nothing updated
-    if (run.zero && dp_sync)  // ZeRO-1: each tensor's owner sends its update to the others
+    // ZeRO-2: the updated slices all-gathered; ZeRO-3: the kept head dropped.
+    if (zs) zs->publish_weights(run.zero == 2 ? run.model->params() : nullptr);
+    if (run.zero == 1 && dp_sync)  // ZeRO-1: each tensor's owner sends its update to the others
       for (size_t t = 0; t < run.owner.size(); ++t)
         if (run.owner[t] >= 0)
           run.dp->broadcast(run.model->param(int(t)), run.model->layout()[int(t)].numel,
@@ -391,7 +401,11 @@ TrainResult train(const Recipe& recipe) {
   }
 
   const std::string prompt = r.get_string("log.sample_prompt");
-  if (!prompt.empty() && run.tokenizer && !result.interrupted && run.grid.tp == 1 && run.root()) {
+  if (!prompt.empty() && run.zero == 3 && !result.interrupted)
+    log::info("sample: none under ZeRO-3 (the weights are sharded); generate from the checkpoint "
+              "with `strata generate`");
+  if (!prompt.empty() && run.tokenizer && !result.interrupted && run.grid.tp == 1 && run.root() &&
+      run.zero != 3) {
     std::vector<int32_t> ids;
     if (run.tokenizer->bos_id() >= 0) ids.push_back(run.tokenizer->bos_id());
     const auto enc = run.tokenizer->encode(prompt);
