@@ -15,6 +15,12 @@
 #            the single run; dp=2 x tp=2 (ZeRO-1) saves at step 10, resumed alone
 #   device   dp=2 x tp=2 (ZeRO-1) on the SIMT device (the CUDA kernels; the
 #            collectives on device buffers) follows the single CPU run
+#   zero     ZeRO-2 and ZeRO-3 at dp=2, dp=4 and dp=2 x tp=2 against ZeRO-0 of
+#            the same layout over 20 steps: losses to 1e-6 relative, final
+#            weights to 1e-6 (||a - b|| / ||a|| per tensor, strata inspect
+#            --compare), moments to 1e-4; LayerSkip on a ladder plan at dp=2
+#   zero_layouts  ZeRO-3 at dp=4 saves at step 10 and resumes alone (ZeRO-0),
+#            and the reverse: steps 11-20 follow the uninterrupted run
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -68,6 +74,29 @@ compare() {
   awk -v x="$(val_loss "$a")" -v y="$(val_loss "$b")" 'BEGIN {
     d = x - y; if (d < 0) d = -d; printf "val_loss %s vs %s\n", x, y; exit !(x != "" && d < 1e-4) }' ||
     fail "val_loss differs between $a and $b"
+}
+
+# compare_rel A B: every step's loss and the final val_loss of B within 1e-6
+# of A's, relative (the same layout: only the summation order may differ).
+compare_rel() {
+  local a=$1 b=$2
+  local n
+  n=$(join <(losses "$a") <(losses "$b") | wc -l)
+  ((n == 20)) || fail "expected steps 1-20 in both $a and $b, found $n in common"
+  join <(losses "$a") <(losses "$b") | awk -v a="$a" -v b="$b" '
+    { d = ($2 - $3) / $2; if (d < 0) d = -d; if (d > max) max = d
+      if (d > 1e-6) { printf "step %d: loss %s (%s) vs %s (%s)\n", $1, $2, a, $3, b; bad = 1 } }
+    END { printf "max relative loss difference %.3g over 20 steps\n", max; exit bad }' ||
+    fail "$b does not follow $a to 1e-6"
+  awk -v x="$(val_loss "$a")" -v y="$(val_loss "$b")" 'BEGIN {
+    d = (x - y) / x; if (d < 0) d = -d; printf "val_loss %s vs %s\n", x, y
+    exit !(x != "" && d < 1e-6) }' || fail "val_loss of $b differs from $a's by more than 1e-6"
+}
+# weights_match A B: the final checkpoints' weights to 1e-6, moments to 1e-4.
+weights_match() {
+  "$strata" inspect "$1/checkpoints/step_00000020.h5" \
+    --compare "$2/checkpoints/step_00000020.h5" --rtol 1e-6 --moments-rtol 1e-4 ||
+    fail "the final weights of $2 differ from $1's"
 }
 
 # signal_one_rank SIG name: starts a long 2-rank run in $work/name, sends SIG
@@ -196,6 +225,55 @@ case $phase in
     train1 "$work/a" 20 "${lp[@]}"
     grep -q "resume: .*step_00000010.h5 at step 10" "$work/a.log" || fail "run a did not resume"
     compare "$work/single" "$work/a" 11
+    ;;
+  zero)
+    # (np tp): dp 2, dp 4, dp 2 x tp 2; ZeRO-0 first, then stages 2 and 3.
+    for layout in "2 1" "4 1" "4 2"; do
+      read -r np tp <<<"$layout"
+      trainp "$np" "$tp" "$work/z0-$np-$tp" 20
+      for z in 2 3; do
+        trainp "$np" "$tp" "$work/z$z-$np-$tp" 20 --set parallelism.zero=$z
+        grep -q "dp $((np / tp)) x tp $tp.*(ZeRO-$z)" "$work/z$z-$np-$tp.log" ||
+          fail "no ZeRO-$z grid line in $work/z$z-$np-$tp.log"
+        echo "ZeRO-$z at np $np tp $tp:"
+        compare_rel "$work/z0-$np-$tp" "$work/z$z-$np-$tp"
+        weights_match "$work/z0-$np-$tp" "$work/z$z-$np-$tp"
+      done
+    done
+    # LayerSkip (dropout and early exits; ZeRO-3 keeps the head gathered for
+    # every exit) on a ladder plan with full recomputation, one micro-batch
+    # per step: at dp 2 the sum of two gradients does not depend on the
+    # collective, so ZeRO-2 and ZeRO-3 equal ZeRO-0 bit for bit (with
+    # accumulation they differ in how micro-batches associate, above).
+    ls=(--set layerskip.p_max=0.5 --set layerskip.e_scale=1.0 --set layerskip.curriculum=rotational
+      --set layerskip.rotation=1 --set model.plan=ladder*2 --set training.recompute=full
+      --set training.grad_accum_steps=1)
+    trainp 2 1 "$work/ls0" 20 "${ls[@]}"
+    for z in 2 3; do
+      trainp 2 1 "$work/ls$z" 20 "${ls[@]}" --set parallelism.zero=$z
+      echo "LayerSkip ladder, full recomputation, ZeRO-$z against ZeRO-0, bit for bit:"
+      cmp <(losses "$work/ls0") <(losses "$work/ls$z") || fail "ZeRO-$z losses differ"
+      "$strata" inspect "$work/ls0/checkpoints/step_00000020.h5" \
+        --compare "$work/ls$z/checkpoints/step_00000020.h5" --rtol 0 ||
+        fail "ZeRO-$z weights or moments differ"
+    done
+    ;;
+  zero_layouts)
+    trainp 4 1 "$work/dp4" 20
+    # ZeRO-3 at dp 4 for 10 steps, then alone (ZeRO-0) to 20.
+    trainp 4 1 "$work/a" 10 --set parallelism.zero=3
+    train1 "$work/a" 20
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/a.log" || fail "run a did not resume"
+    compare "$work/dp4" "$work/a" 11
+    # Alone for 10 steps, then ZeRO-3 at dp 4 to 20.
+    train1 "$work/b" 10
+    trainp 4 1 "$work/b" 20 --set parallelism.zero=3
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/b.log" || fail "run b did not resume"
+    compare "$work/dp4" "$work/b" 11
+    # ZeRO-2 at dp 2 x tp 2 resumes ZeRO-3's checkpoint of dp 4.
+    trainp 4 1 "$work/c" 10 --set parallelism.zero=3
+    trainp 4 2 "$work/c" 20 --set parallelism.zero=2
+    compare "$work/dp4" "$work/c" 11
     ;;
   *) fail "unknown phase '$phase'" ;;
 esac

@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -231,6 +232,63 @@ void print_text(const Summary& s, bool tensors, bool recipe) {
   }
 }
 
+// --compare: every tensor of /params and of the optimizer moments in both
+// files, as float32. A tensor's difference is ||a - b|| / ||a|| (the L2
+// norms over its elements: the relative error of the tensor as a whole); the
+// largest elementwise |a - b| is shown beside it. Prints the largest per
+// group and the tensors over `rtol`; returns whether every one is within it.
+bool compare(const std::string& a_path, const std::string& b_path, double rtol,
+             double moments_rtol) {
+  const CheckpointReader a(a_path), b(b_path);
+  bool ok = true;
+  for (const char* group : {"params", "optimizer/exp_avg", "optimizer/exp_avg_sq"}) {
+    const double tol = std::string(group) == "params" ? rtol : moments_rtol;
+    const bool in_a = std::string(group) == "params" || a.has_optimizer();
+    const bool in_b = std::string(group) == "params" || b.has_optimizer();
+    if (!in_a && !in_b) continue;
+    STRATA_CHECK(in_a && in_b, (in_a ? b_path : a_path), ": has no optimizer state (",
+                 (in_a ? a_path : b_path), " has)");
+    const auto ta = a.list(group), tb = b.list(group);
+    std::map<std::string, std::vector<int64_t>> shapes_b(tb.begin(), tb.end());
+    STRATA_CHECK(ta.size() == tb.size(), a_path, " has ", ta.size(), " tensors in /", group, ", ",
+                 b_path, " ", tb.size());
+    double worst = 0;
+    std::string worst_name;
+    int over = 0;
+    for (const auto& [name, shape] : ta) {
+      const auto it = shapes_b.find(name);
+      STRATA_CHECK(it != shapes_b.end(), b_path, ": no tensor /", group, "/", name);
+      STRATA_CHECK(it->second == shape, b_path, ": /", group, "/", name, " has shape ",
+                   shape_str(it->second), ", ", a_path, " ", shape_str(shape));
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+      a.read(group, {TensorRef{name, shape, x.data()}});
+      b.read(group, {TensorRef{name, shape, y.data()}});
+      double diff2 = 0, norm2 = 0, most = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = double(x[size_t(i)]) - double(y[size_t(i)]);
+        diff2 += d * d;
+        norm2 += double(x[size_t(i)]) * double(x[size_t(i)]);
+        most = std::max(most, std::fabs(d));
+      }
+      double rel = diff2 == 0 ? 0 : norm2 > 0 ? std::sqrt(diff2 / norm2) : INFINITY;
+      if (std::isnan(rel)) rel = INFINITY;
+      if (rel > tol) {
+        std::printf("  /%s/%s: ||a - b|| / ||a|| = %.3g (largest |a - b| %.3g)\n", group,
+                    name.c_str(), rel, most);
+        ++over;
+      }
+      if (rel > worst || worst_name.empty()) worst = rel, worst_name = name;
+    }
+    std::printf("/%s: %zu tensors, largest relative difference %.3g (%s)%s\n", group, ta.size(),
+                worst, worst_name.c_str(),
+                over ? cat("; ", over, " over ", tol).c_str() : cat(", within ", tol).c_str());
+    ok = ok && over == 0;
+  }
+  return ok;
+}
+
 }  // namespace
 
 int cmd_inspect(int argc, char** argv, int first) {
@@ -241,7 +299,25 @@ int cmd_inspect(int argc, char** argv, int first) {
   args.flag("tensors", "list every parameter tensor with its shape");
   args.flag("recipe", "print the stored resolved recipe");
   args.flag("json", "print one JSON object (everything, including tensors and recipe)");
+  args.option("compare", "OTHER",
+              "compare every weight and optimizer moment with checkpoint OTHER (e.g. the same run "
+              "at another parallel layout): exits 1 when a tensor a and its counterpart b have "
+              "||a - b|| > rtol ||a|| (L2 norms over the tensor)");
+  args.option("rtol", "R", "tolerance of --compare, relative to each tensor's norm",
+              "1e-6");
+  args.option("moments-rtol", "R",
+              "the same for the optimizer moments (gradient statistics, which carry summation "
+              "order more than the weights do; default: --rtol)");
   if (!args.parse(argc, argv, first)) return 0;
+  if (args.has("compare")) {
+    const double rtol = args.get_double("rtol");
+    STRATA_CHECK(std::isfinite(rtol) && rtol >= 0, "strata inspect: --rtol must be >= 0, got ",
+                 args.get("rtol"));
+    const double mtol = args.has("moments-rtol") ? args.get_double("moments-rtol") : rtol;
+    STRATA_CHECK(std::isfinite(mtol) && mtol >= 0,
+                 "strata inspect: --moments-rtol must be >= 0, got ", args.get("moments-rtol"));
+    return compare(args.get("checkpoint"), args.get("compare"), rtol, mtol) ? 0 : 1;
+  }
   const Summary s = load(args.get("checkpoint"));
   if (args.has("json")) {
     std::printf("%s\n",
