@@ -129,6 +129,46 @@ void check_allgather(Communicator& c, const char* name, int64_t n) {
   EXPECT_EQ(io, out) << name << ": in-place allgather";
 }
 
+// allgather_async (two in flight, in place and not) and reduce_scatter_sum
+// (sync and async): rank r's slot of the sum of every rank's input.
+void check_sharded(Communicator& c, const char* name, int64_t n) {
+  const int P = c.size();
+  std::vector<float> in(static_cast<size_t>(n)), out(static_cast<size_t>(n * P), -1.f);
+  for (int64_t j = 0; j < n; ++j) in[j] = static_cast<float>(c.rank() * 1000 + j);
+  std::vector<float> io(static_cast<size_t>(n * P), -1.f);
+  std::copy(in.begin(), in.end(), io.begin() + c.rank() * n);
+  const int64_t h1 = c.allgather_async(in.data(), out.data(), n);
+  const int64_t h2 = c.allgather_async(io.data() + c.rank() * n, io.data(), n);
+  c.progress();
+  c.wait(h2);
+  c.wait(h1);
+  int bad = 0;
+  for (int r = 0; r < P; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const float want = static_cast<float>(r * 1000 + j);
+      if ((out[r * n + j] != want || io[r * n + j] != want) && bad++ < 3)
+        ADD_FAILURE() << name << ": allgather_async slot " << r << " element " << j;
+    }
+  EXPECT_EQ(bad, 0) << name << ": allgather_async of " << n;
+  // Rank q's input holds q + 1 + r + j in slot r: the sum over q in slot r is
+  // P (P + 1) / 2 + P (r + j).
+  std::vector<float> src(static_cast<size_t>(n * P));
+  for (int r = 0; r < P; ++r)
+    for (int64_t j = 0; j < n; ++j) src[r * n + j] = static_cast<float>(c.rank() + 1 + r + j);
+  std::vector<float> a(static_cast<size_t>(n), -1.f), b(static_cast<size_t>(n), -1.f);
+  c.reduce_scatter_sum(src.data(), a.data(), n);
+  c.wait(c.reduce_scatter_sum_async(src.data(), b.data(), n));
+  for (int64_t j = 0; j < n; ++j) {
+    const float want = static_cast<float>(P * (P + 1) / 2 + P * (c.rank() + j));
+    if ((a[j] != want || b[j] != want) && bad++ < 3)
+      ADD_FAILURE() << name << ": reduce_scatter element " << j << " = " << a[j] << " / " << b[j]
+                    << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0) << name << ": reduce_scatter of " << n;
+  c.wait(c.reduce_scatter_sum_async(nullptr, nullptr, 0));
+  c.wait(c.allgather_async(nullptr, nullptr, 0));
+}
+
 void check_broadcast(Communicator& c, const char* name, int64_t n) {
   const int root = c.size() - 1;
   std::vector<float> buf(static_cast<size_t>(n), -1.f);
@@ -275,6 +315,13 @@ TEST(Comm, AllgatherInRankOrder) {
   }
 }
 
+TEST(Comm, AllgatherAsyncAndReduceScatter) {
+  for (auto [name, c] : comms()) {
+    check_sharded(*c, name, 1);
+    check_sharded(*c, name, 4099);
+  }
+}
+
 TEST(Comm, Broadcast) {
   for (auto [name, c] : comms()) check_broadcast(*c, name, 5001);
 }
@@ -304,6 +351,8 @@ TEST(Comm, ChunkedCounts) {
     check_allgather(*c, name, 6);
     check_allgather(*c, name, 7);
     check_allgather(*c, name, 53);
+    check_sharded(*c, name, 6);
+    check_sharded(*c, name, 53);
     check_broadcast(*c, name, 50);
     check_broadcast_bytes(*c, name, 1001);
   }
@@ -320,6 +369,7 @@ TEST(Comm, LocalIsIdentity) {
   check_allreduce(*c, "local", 1000);
   check_allreduce_async(*c, "local");
   check_allgather(*c, "local", 100);
+  check_sharded(*c, "local", 100);
   check_broadcast(*c, "local", 10);
   check_broadcast_bytes(*c, "local");
   check_scalars(*c, "local");

@@ -15,7 +15,9 @@
 #include "golden_standard.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
+#include "model/memory.h"
 #include "model/model.h"
+#include "model/zero.h"
 #include "model/sharding.h"
 #include "model_surgery.h"
 #include "parallel/grid.h"
@@ -527,6 +529,68 @@ TEST(TensorParallelErrors, HeadsMustDivide) {
   EXPECT_THROW(
       Model<float>(c, LayerPlan::standard(2), ops::make_backend<float>(), g_grid->tp_comm.get()),
       Error);
+}
+
+// ZeRO-2/3 over the data-parallel group (ranks with the same tp rank): each
+// rank's gradient shard equals its slice of the all-reduced gradient of the
+// arenas; each layer is gathered twice per micro-batch, the embedding and
+// head once per step, every bucket reduce-scattered once per micro-batch,
+// and the store's buffers stay within the memory estimate.
+TEST(ZeroOverMpi, ShardsEqualTheAllReducedGradients) {
+  if (g_grid->dp < 2) GTEST_SKIP() << "needs data parallelism";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 3);
+  for (const char* plan_text : {"standard*3", "ladder*3", "lp*2,standard"})
+    for (int stage : {2, 3}) {
+      SCOPED_TRACE(cat(plan_text, " ZeRO-", stage, " dp ", g_grid->dp, " tp ", g_tp));
+      const LayerPlan plan = LayerPlan::parse(plan_text, 3);
+      testing::CountingComm dp(*g_grid->dp_comm);
+      auto be = ops::make_backend<float>();
+      const ParamLayout layout(cfg, g_tp, g_grid->tp_rank, plan.tp_shards(g_tp));
+      auto owned = std::make_unique<ZeroShards>(*be, layout, dp, stage);
+      ZeroShards* z = owned.get();
+      Model<float> m(cfg, plan, std::move(be), g_grid->tp_comm.get(), std::move(owned));
+      Model<float> ref(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
+      m.init_weights(5);
+      ref.init_weights(5);
+      m.zero_grad();
+      ref.zero_grad();
+      const int B = 2, T = 7;
+      for (uint32_t micro = 0; micro < 2; ++micro) {  // each dp rank its own samples
+        const uint32_t seed = 100 + 10 * uint32_t(g_grid->dp_rank) + micro;
+        const auto tokens = testing::random_tokens(B * T, cfg.vocab_size, seed);
+        const auto targets = testing::random_tokens(B * T, cfg.vocab_size, seed + 5);
+        const LossResult a = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+        const LossResult b = ref.forward_backward(tokens.data(), targets.data(), B, T, 0.1);
+        EXPECT_EQ(a.loss_sum, b.loss_sum);
+      }
+      z->finish_gradients();
+      g_grid->dp_comm->allreduce_sum(ref.grads(), ref.num_params());
+      const int64_t r = g_grid->dp_rank;
+      for (size_t b = 0; b < z->buckets().size(); ++b) {
+        const WeightBucket& k = z->buckets()[b];
+        const int64_t s = z->shard_size(int(b)), n = z->shard_count(int(b));
+        const float* want = ref.grads() + k.offset + r * s;
+        const float* got = z->gradient_shard() + z->shard_offset(int(b));
+        double scale = 1e-6;
+        for (int64_t i = 0; i < n; ++i) scale = std::max(scale, double(std::fabs(want[i])));
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << "bucket " << b << " element " << i;
+        for (int64_t i = n; i < s; ++i) ASSERT_EQ(got[i], 0.f) << "padding of bucket " << b;
+        const bool layer = k.layer >= 0;
+        EXPECT_EQ(z->gathers(int(b)), stage == 3 ? (layer ? 4 : 1) : 0) << "bucket " << b;
+        EXPECT_EQ(z->scatters(int(b)), 2) << "bucket " << b;
+      }
+      int64_t gathers = 0, scatters = 0;
+      for (size_t b = 0; b < z->buckets().size(); ++b)
+        gathers += z->gathers(int(b)), scatters += z->scatters(int(b));
+      EXPECT_EQ(dp.counts().allgather_async, gathers);
+      EXPECT_EQ(dp.counts().reduce_scatter_async, scatters);
+      EXPECT_EQ(dp.counts().allreduce + dp.counts().allreduce_async, 0);
+      MemoryUse u;
+      u.tp = g_tp, u.dp = g_grid->dp, u.zero = stage, u.gradients = true;
+      EXPECT_LE(z->peak_buffer_bytes(),
+                estimate_memory(cfg, plan, u).bytes_of(cat("ZeRO-", stage, " buffers")));
+    }
 }
 
 }  // namespace

@@ -173,13 +173,20 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
                    unit.kind == LayerKind::Par;
     }
     const bool tied = c.tie_word_embeddings;
+    // A request up to a layer bucket's size takes a layer buffer.
+    auto cls = [&](double n) { return std::max(n, layer); };
+    // The head's gradients (tied: the embedding's, open the whole backward),
+    // reused for the embedding's at the end; untied and no larger than a
+    // layer bucket, a layer buffer that goes on to serve the layers.
+    const double head_grads = tied                              ? cls(embed)
+                              : std::max(embed, head) <= layer ? 0
+                                                                : std::max(embed, head);
     double buffers = 0;
     if (u.zero == 2) {
-      buffers = (tied ? embed : std::max(embed, head)) + per_unit * (2 + deferring) * layer;
+      buffers = head_grads + per_unit * (2 + deferring) * layer;
     } else {
-      // the kept embedding and head (tied: the final norm in a layer
-      // buffer), their gradients' buffer, and the units' weights and gradients
-      buffers = embed + (tied ? embed + layer : 2 * head) + per_unit * (4 + 2 * deferring) * layer;
+      // the kept embedding and head, and the units' weights and gradients
+      buffers = cls(embed) + cls(head) + head_grads + per_unit * (4 + 2 * deferring) * layer;
     }
     e.parts.push_back({"weights", bytes((u.zero == 3 ? S : P) * f + fixed)});
     e.parts.push_back({"gradients", bytes(S * f)});

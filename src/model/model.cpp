@@ -18,11 +18,12 @@ Model<T>::Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp)
-    : Model(cfg, plan, std::move(backend), tp, nullptr) {}
+    : Model(cfg, plan, std::move(backend), tp, std::unique_ptr<WeightStore<T>>()) {}
 
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
-                std::unique_ptr<ops::Backend<T>> backend, Communicator* tp, WeightStore<T>* store)
+                std::unique_ptr<ops::Backend<T>> backend, Communicator* tp,
+                std::unique_ptr<WeightStore<T>> store)
     : cfg_(cfg),
       layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0,
               plan.tp_shards(tp ? tp->size() : 1)),
@@ -42,8 +43,9 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   set_plan(plan);
   STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
                "tensor parallelism runs float models only");
-  store_ = store;
-  store_weights_ = store && store->holds_weights();
+  owned_store_ = std::move(store);
+  store_ = owned_store_.get();
+  store_weights_ = store_ && store_->holds_weights();
   if (!store_weights_) {
     params_ = ops::DeviceBuffer<T>(be_.get(), layout_.total());
     for (size_t b = 0; b < buckets_.size(); ++b) wbase_[b] = params_.data() + buckets_[b].offset;

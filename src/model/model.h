@@ -74,14 +74,15 @@ class Model {
   // are the same on every rank. float only.
   Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
         Communicator* tp = nullptr);
-  // With a weight store (ZeRO-2/3, model/zero.h; it must outlive the model):
+  // With a weight store (ZeRO-2/3, model/zero.h), which the model owns (it
+  // goes before the backend it allocates from):
   // the gradients of every bucket live in the store while backward writes
   // them, and with store->holds_weights() the weights too: the model then
   // allocates no parameter arena and reads a bucket only while the executor
   // holds it open (weight_store.h). Its layout must be this model's
   // (ParamLayout(cfg, tp size, tp rank, plan.tp_shards(tp size))).
   Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
-        Communicator* tp, WeightStore<T>* store);
+        Communicator* tp, std::unique_ptr<WeightStore<T>> store);
 
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
@@ -308,6 +309,7 @@ class Model {
   LayerDims dims_;                     // the model-wide sizes (C, eps) and a whole-group layer's
   std::vector<LayerDims> layer_dims_;  // this rank's sizes of each layer
   std::unique_ptr<ops::Backend<T>> be_;
+  std::unique_ptr<WeightStore<T>> owned_store_;  // after be_: destroyed before it
   ops::DeviceBuffer<T> params_, grads_;
   ops::DeviceBuffer<T> rope_cos_, rope_sin_;
   ops::DeviceBuffer<T> mixed_norm_, mixed_dnorm_;  // mix_norms() and its gradient

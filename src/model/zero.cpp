@@ -109,8 +109,9 @@ float* ZeroShards::take(int64_t n) {
   };
   Buffer* best = free_buffer();
   // None free: the oldest reduce-scatter in flight whose buffer fits is
-  // waited for (started a unit's backward ago) rather than memory grown.
-  for (size_t i = 0; !best && i < scatter_order_.size(); ++i) {
+  // waited for rather than memory grown, unless it is the newest (just
+  // started: it has had no compute to hide behind).
+  for (size_t i = 0; !best && i + 1 < scatter_order_.size(); ++i) {
     const int b = scatter_order_[i];
     if (fits(std::max(padded(b), layer_cap_))) {
       wait_scatter(b);

@@ -40,6 +40,12 @@ struct Run {
   int micro_batch = 0, seq_len = 0, accum = 0;
   LrSchedule schedule;
   std::unique_ptr<Tokenizer> tokenizer;
+  // Parallelism: the grid, and its groups wrapped to time communication
+  // (before the model: its ZeRO store waits on the data-parallel group when
+  // it goes).
+  ProcessGrid grid;
+  TimedComm* tp = nullptr;  // owned by grid.tp_comm
+  TimedComm* dp = nullptr;  // owned by grid.dp_comm
   std::string device;                            // resolved run.device
   std::unique_ptr<ops::Backend<float>> backend;  // made before the grid's comms, moved into model
   std::unique_ptr<Model<float>> model;
@@ -55,16 +61,12 @@ struct Run {
   LayerPlan planned_plan;
   MemoryEstimate memory;     // per process, before allocation
   MemoryLimit memory_limit;  // what was available then
-  // Parallelism: the grid, and its groups wrapped to time communication.
-  ProcessGrid grid;
-  TimedComm* tp = nullptr;  // owned by grid.tp_comm
-  TimedComm* dp = nullptr;  // owned by grid.dp_comm
   int zero = 0;
   LayerSkipConfig layerskip;
   std::vector<int> owner;  // ZeRO-1: the dp rank updating each tensor (-1: frozen)
-  // ZeRO-2/3: the shards of gradients, moments (and weights); last, so it
-  // goes before the model's backend and the grid's communicators it uses.
-  std::unique_ptr<ZeroShards> zero_store;
+  // ZeRO-2/3: the shards of gradients, moments (and weights), owned by the
+  // model (the grid outlives it: declared before the model).
+  ZeroShards* zero_store = nullptr;
   bool root() const { return grid.is_root(); }
   int world() const { return grid.world_size; }
 

@@ -584,16 +584,18 @@ void setup(Run& run) {
   check_train_memory(run, cfg, plan);
   if (run.dry_run) return;
   try {
+    std::unique_ptr<ZeroShards> store;
     if (run.zero >= 2) {
       const int tp = run.grid.tp;
       LlamaConfig c = cfg;
       c.finalize();
       const ParamLayout layout(c, tp, run.grid.tp_rank, plan.tp_shards(tp));
-      run.zero_store = std::make_unique<ZeroShards>(*run.backend, layout, *run.dp, run.zero);
+      store = std::make_unique<ZeroShards>(*run.backend, layout, *run.dp, run.zero);
+      run.zero_store = store.get();
     }
     run.model = std::make_unique<Model<float>>(cfg, plan, std::move(run.backend),
                                                run.grid.tp > 1 ? run.tp : nullptr,
-                                               run.zero_store.get());
+                                               std::move(store));
   } catch (const Error& e) {
     // The layout's checks name tensor parallelism or the plan; anything else
     // (an allocation the estimate missed) is the recipe's as a whole.

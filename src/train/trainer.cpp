@@ -146,7 +146,7 @@ TrainResult train(const Recipe& recipe) {
   const bool dp_sync = run.grid.dp > 1;
   // ZeRO-2/3: the weight store reduce-scatters each bucket's gradients as
   // backward finishes them (and polls the group between kernels itself).
-  ZeroShards* const zs = run.zero_store.get();
+  ZeroShards* const zs = run.zero_store;
   std::vector<int64_t> pending;
   // The outstanding all-reduces advance between the kernels of backward: with
   // one thread per rank (MPI_THREAD_FUNNELED) nothing else drives them while
