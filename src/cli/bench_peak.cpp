@@ -26,6 +26,7 @@
 #include "cli/commands.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "core/threads.h"
 #include "core/timer.h"
 
@@ -256,11 +257,7 @@ BandwidthPeak measure_read_bandwidth(int64_t bytes, int passes) {
   return b;
 }
 
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_maxrss) / 1024.0;  // Linux reports kilobytes
-}
+double peak_rss_mib() { return double(peak_rss_bytes()) / double(1 << 20); }
 
 int bench_peak(int argc, char** argv, int first) {
   Args args("strata bench peak",

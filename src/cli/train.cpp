@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/memory_info.h"
 #include "train/trainer.h"
 
@@ -70,16 +71,25 @@ int cmd_train(int argc, char** argv, int first) {
                      "strata train: --plan-memory and --world go with --dry-run");
   STRATA_USAGE_CHECK(world == 0 || device_bytes > 0, "strata train: --world needs --plan-memory");
   // Planning ranks every parallel layout itself: the recipe's own (made for
-  // its cluster) is set aside so that one process can resolve it.
+  // its cluster) is set aside so that one process can resolve it, and
+  // checked against the others afterwards.
+  RecipeLayout own;
   if (device_bytes > 0) {
+    const Recipe as_written = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
+    own.tp = int(as_written.get_int("parallelism.tp"));
+    own.dp = int(as_written.get_int("parallelism.dp"));
+    own.zero = int(as_written.get_int("parallelism.zero"));
     rc.sets.push_back("parallelism.tp=1");
     rc.sets.push_back("parallelism.dp=0");
   }
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
   if (dry_run) {  // everything checked as a run would, nothing written
-    const std::string memory = train_dry_run(recipe, device_bytes, world);
+    std::string refusal;
+    const std::string memory = train_dry_run(recipe, device_bytes, world, own, &refusal);
     std::fputs(recipe.to_toml().c_str(), stdout);
     std::fputs(memory.c_str(), stdout);
+    std::fflush(stdout);
+    if (!refusal.empty()) fail_one_line(refusal);  // the table above says what fits instead
     return 0;
   }
   const TrainResult r = train(recipe);

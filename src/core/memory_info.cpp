@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -138,13 +139,22 @@ MemoryLimit host_memory_available() {
   return m;
 }
 
-int64_t process_rss_bytes() {
+namespace {
+// A "Name:   123 kB" line of /proc/self/status, in bytes (0 when absent).
+int64_t status_bytes(const char* name) {
   std::ifstream f("/proc/self/status");
   std::string line;
+  const size_t n = std::strlen(name);
   while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+    if (line.compare(0, n, name) == 0 && line.size() > n && line[n] == ':')
+      return std::atoll(line.c_str() + n + 1) * 1024;  // kB
   return 0;
 }
+}  // namespace
+
+int64_t process_rss_bytes() { return status_bytes("VmRSS"); }
+
+int64_t peak_rss_bytes() { return status_bytes("VmHWM"); }
 
 std::string human_bytes(double b) {
   char buf[32];

@@ -23,6 +23,9 @@ MemoryLimit host_memory_available();
 // cannot be read): before a model is built, what the program and its
 // libraries take.
 int64_t process_rss_bytes();
+// The most resident memory this process has held so far (VmHWM of
+// /proc/self/status; 0 when it cannot be read).
+int64_t peak_rss_bytes();
 
 // "1.65 GB", "512.0 MB", "12.3 kB", "96 B" (decimal units).
 std::string human_bytes(double bytes);

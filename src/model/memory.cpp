@@ -198,6 +198,19 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     if (u.optimizer_share > 0)
       e.parts.push_back({"AdamW moments", bytes(2 * P * u.optimizer_share * f)});
   }
+  if (u.gradients && u.dp > 1) {
+    // The data-parallel collectives in flight keep a temporary copy of their
+    // message in the library (Open MPI's nonblocking all-reduce and
+    // reduce-scatter do; measured, README "Scaling"): the head's or
+    // embedding's bucket and the layers' in flight, two all-reduces
+    // (ZeRO 0/1, completed as backward polls) or one reduce-scatter beside
+    // the store's own buffers (ZeRO-2/3).
+    double widest_layer = 0;
+    for (const Group& g : groups) widest_layer = std::max(widest_layer, bucket(g.d));
+    const double vocab = std::max(V / tp * C, c.tie_word_embeddings ? C : round16(C) + V / tp * C);
+    e.parts.push_back({"communication buffers",
+                       bytes((vocab + (u.zero >= 2 ? 1 : 2) * widest_layer) * f)});
+  }
 
   if (u.batch > 0 && u.seq > 0) {
     // The activation arena (Model::ensure_acts), element for element.
@@ -270,8 +283,8 @@ constexpr double kZeroCost[4] = {1.0, 1.02, 1.03, 1.10};
 }  // namespace
 
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPlan& plan, int world,
-                                       int seq, int micro_batch, int grad_accum,
-                                       int64_t device_bytes) {
+                                       int seq, int64_t global_batch, int max_micro_batch,
+                                       int64_t device_bytes, double trained_share) {
   LlamaConfig c = cfg_in;
   c.finalize();
   std::vector<LayoutOption> out;
@@ -285,20 +298,22 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
       continue;  // the plan cannot be laid out over tp ranks
     }
     const int dp = world / tp;
+    if (global_batch % dp) continue;  // the batch does not split over the ranks
+    const int64_t per_rank = global_batch / dp;
     for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
-        for (int m = micro_batch; m >= 1; --m) {
-          if (micro_batch % m) continue;
+        for (int64_t m = std::min<int64_t>(per_rank, std::max(1, max_micro_batch)); m >= 1; --m) {
+          if (per_rank % m) continue;
           LayoutOption o;
           o.tp = tp, o.dp = dp, o.zero = zero, o.recompute = rc;
-          o.micro_batch = m;
-          o.grad_accum = grad_accum * (micro_batch / m);
+          o.micro_batch = int(m);
+          o.grad_accum = int(per_rank / m);
           MemoryUse u;
           u.tp = tp;
           u.gradients = true;
-          u.optimizer_share = zero ? 1.0 / dp : 1.0;
+          u.optimizer_share = trained_share / (zero == 1 ? dp : 1);
           u.dp = dp, u.zero = zero;
-          u.batch = m, u.seq = seq;
+          u.batch = int(m), u.seq = seq;
           u.recompute = rc;
           o.memory = estimate_memory(c, plan, u);
           o.fits = o.memory.total() <= device_bytes;

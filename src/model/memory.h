@@ -78,11 +78,13 @@ struct MemoryEstimate {
 // nothing to estimate.
 MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, const MemoryUse& u);
 
-// The layouts of a training job on `world` devices of `device_bytes` each:
+// The layouts of a training job on `world` devices of `device_bytes` each
+// that keep its global batch (`global_batch` sequences per optimizer step):
 // every tensor-parallel degree the model allows (tp divides world, the
-// heads, KV heads, MLP width and vocabulary), ZeRO-1 or not (with data
-// parallelism, ZeRO 0-3 with data parallelism), each recompute mode and every micro-batch dividing the
-// recipe's (gradient accumulation raised to keep the batch). Each gets its
+// heads, KV heads, MLP width and vocabulary) whose data-parallel degree
+// divides the batch, ZeRO 0-3 (with data parallelism), each recompute mode,
+// and every micro-batch up to `max_micro_batch` dividing a rank's share of
+// the batch (gradient accumulation makes up the rest). Each gets its
 // estimate per rank and a relative step time from this cost model, measured
 // here or stated:
 //   recompute: none 1.00, selective 1.01, full 1.25 (bench train --recompute:
@@ -105,9 +107,11 @@ struct LayoutOption {
   bool fits = false;
   double cost = 1;  // relative step time (1: no recompute, tp 1, no ZeRO, m >= 4)
 };
+// `trained_share`: the fraction of the weights that train (training.freeze),
+// which have AdamW moments under ZeRO 0 and 1.
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg, const LayerPlan& plan, int world,
-                                       int seq, int micro_batch, int grad_accum,
-                                       int64_t device_bytes);
+                                       int seq, int64_t global_batch, int max_micro_batch,
+                                       int64_t device_bytes, double trained_share = 1.0);
 
 // Refuses, in one line, work whose estimate times `processes` (processes on
 // this machine sharing `limit`) exceeds it: "<what> needs about X per process

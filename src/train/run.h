@@ -59,7 +59,10 @@ struct Run {
   bool plan_memory = false;               // dry run for other devices: no refusal here
   LlamaConfig planned_cfg;                // the model as set up (for the layout planner)
   LayerPlan planned_plan;
+  Recompute planned_recompute = Recompute::None;
+  double trained_share = 1;  // of the weights (training.freeze)
   MemoryEstimate memory;     // per process, before allocation
+  int64_t runtime_rss = 0;   // resident memory just before the model was built
   MemoryLimit memory_limit;  // what was available then
   int zero = 0;
   LayerSkipConfig layerskip;

@@ -284,7 +284,16 @@ void setup_grid(Run& run) {
   }
   // The device first: on GPUs the groups' collectives run on NCCL, ordered
   // after the backend's stream.
-  const std::string device = r.get_string("run.device");
+  std::string device = r.get_string("run.device");
+  if (run.plan_memory && device != "cpu") {
+    // Planning for other machines: their device need not be here.
+    try {
+      ops::resolve_device(device);
+    } catch (const Error&) {
+      log::info("plan: run.device '", device, "' is not on this machine; planning on the cpu");
+      device = "cpu";
+    }
+  }
   try {
     run.device = ops::resolve_device(device);
     run.backend = ops::make_backend<float>(run.device);
@@ -384,6 +393,7 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
     } catch (const Error&) {
       // a bad pattern is reported, with its key, where the mask is set
     }
+  run.trained_share = share;
   if (run.zero == 1 && run.grid.dp > 1) share /= run.grid.dp;
   u.optimizer_share = share;
   u.dp = run.grid.dp;
@@ -392,6 +402,7 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   const bool activations_first = run.memory.bytes_of("activations") * 2 > run.memory.total();
   run.planned_cfg = cfg;
   run.planned_plan = plan;
+  run.planned_recompute = u.recompute;
   if (!run.plan_memory)
     check_memory(
         run.memory, run.memory_limit, procs, what,
@@ -465,9 +476,19 @@ void setup(Run& run) {
   // Where the weights come from: a checkpoint of this run (resume), another
   // run's checkpoint (init_from), or a fresh initialisation.
   const std::string resume = find_resume_checkpoint(run);
-  const std::string init_from = r.get_string("model.init_from");
-  if (!init_from.empty() && !fs::exists(init_from))
-    r.fail("model.init_from", cat("no such checkpoint: ", init_from));
+  std::string init_from = r.get_string("model.init_from");
+  if (!init_from.empty() && !fs::exists(init_from)) {
+    // Planning for other machines (--dry-run --plan-memory) needs the
+    // model's shape only: model.config gives it where the weights are not here.
+    if (!run.plan_memory || r.get_string("model.config").empty())
+      r.fail("model.init_from",
+             cat("no such checkpoint: ", init_from,
+                 run.plan_memory ? " (to plan without it, give the model's shape in model.config)"
+                                 : ""));
+    log::info("plan: ", init_from, " is not on this machine; the model's shape comes from ",
+              r.get_string("model.config"));
+    init_from.clear();
+  }
   const std::string source = !resume.empty() ? resume : init_from;
   std::unique_ptr<CheckpointReader> reader;
   CheckpointInfo info;
@@ -524,7 +545,9 @@ void setup(Run& run) {
     const nlohmann::json have = cfg.to_json();
     std::string differ;
     for (const KeySpec& k : train_recipe_schema()) {
+      // (model.config is the shape to plan with where the checkpoint is absent.)
       if (k.path.rfind("model.", 0) != 0 || k.path == "model.init_from" ||
+          k.path == "model.config" ||
           (new_plan && k.path == "model.plan") || !r.given(k.path))
         continue;
       const std::string name = k.path.substr(6);
@@ -583,6 +606,7 @@ void setup(Run& run) {
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
   check_train_memory(run, cfg, plan);
   if (run.dry_run) return;
+  run.runtime_rss = process_rss_bytes();
   try {
     std::unique_ptr<ZeroShards> store;
     if (run.zero >= 2) {

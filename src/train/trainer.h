@@ -27,6 +27,9 @@ struct TrainResult {
   int stop_signal = 0;          // the signal that stopped it (every rank reports the same)
   double step_s = 0;            // mean wall time per optimizer step of this invocation
   double comm_s = 0;            // of which waiting in collectives (not hidden by compute)
+  // Resident memory: this process's peak, and what the estimate said (the
+  // estimate plus the program's own memory measured before the model).
+  int64_t peak_rss_bytes = 0, estimate_bytes = 0;
 };
 
 // Runs the recipe. Progress goes to stderr; metrics to <run.dir>/metrics.jsonl.
@@ -42,8 +45,18 @@ TrainResult train(const Recipe& recipe);
 // error train() would (a run that cannot fit included).
 // With device_bytes > 0: the layouts of the job on `world` devices of that
 // size (0: the run's own process count) that fit, ranked (plan_layouts), in
-// place of this machine's memory check; throws naming the smallest when none fits.
-std::string train_dry_run(const Recipe& recipe, int64_t device_bytes = 0, int world = 0);
+// place of this machine's memory check, then the recipe's own layout
+// (`own`: its parallelism.tp, dp and zero, which the caller set aside so
+// that one process resolves the recipe) with its estimate; throws naming
+// the smallest when none fits. When the recipe's own layout does not fit,
+// `refusal` gets the one-line reason naming the best that does (the table
+// is still returned). A model.init_from that is not on this machine is then
+// planned from model.config.
+struct RecipeLayout {
+  int tp = 1, dp = 0, zero = 0;
+};
+std::string train_dry_run(const Recipe& recipe, int64_t device_bytes = 0, int world = 0,
+                          RecipeLayout own = {}, std::string* refusal = nullptr);
 
 // Resolves `training.trainable` / `training.freeze` patterns to a per-tensor
 // mask. Patterns are globs over tensor names ("model.layers.*.mlp.*",
