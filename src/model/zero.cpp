@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace strata {
 
@@ -144,11 +145,13 @@ void ZeroShards::give(float* p) {
 void ZeroShards::wait_gather(int b) {
   int64_t& h = gather_handle_[size_t(b)];
   if (h < 0) return;
+  Timer t;
   dp_.wait(h);
+  gather_wait_s_ += t.seconds();
   h = -1;
 }
 
-void ZeroShards::prefetch_weights(int b) {
+void ZeroShards::start_gather(int b) {
   STRATA_CHECK(stage_ == 3, "internal error: ZeRO-2 gathers no weights");
   if (gathered_[size_t(b)]) return;  // gathered, or on its way
   float* buf = take(padded(b));
@@ -156,10 +159,15 @@ void ZeroShards::prefetch_weights(int b) {
   gather_handle_[size_t(b)] =
       dp_.allgather_async(weight_shard_.data() + shard_offset_[size_t(b)], buf, shard_[size_t(b)]);
   ++gathers_[size_t(b)];
+  gathered_bytes_ += padded(b) * int64_t(sizeof(float));
+}
+
+void ZeroShards::prefetch_weights(int b) {
+  if (prefetch_) start_gather(b);
 }
 
 float* ZeroShards::open_weights(int b) {
-  prefetch_weights(b);
+  start_gather(b);
   wait_gather(b);
   weights_open_[size_t(b)] = true;
   return gathered_[size_t(b)];
@@ -216,7 +224,9 @@ void ZeroShards::publish_weights(float* arena) {
 void ZeroShards::wait_scatter(int b) {
   int64_t& h = scatter_handle_[size_t(b)];
   if (h < 0) return;
+  Timer t;
   dp_.wait(h);
+  scatter_wait_s_ += t.seconds();
   h = -1;
   give(grad_buf_[size_t(b)]);
   grad_buf_[size_t(b)] = nullptr;
@@ -245,6 +255,7 @@ void ZeroShards::close_gradients(int b) {
   scatter_handle_[size_t(b)] = dp_.reduce_scatter_sum_async(buf, shard, s);
   scatter_order_.push_back(b);
   ++scatters_[size_t(b)];
+  scattered_bytes_ += padded(b) * int64_t(sizeof(float));
   // Two in flight at most: the oldest has had a unit's compute to finish.
   while (scatter_order_.size() > 2) wait_scatter(scatter_order_.front());
 }

@@ -112,6 +112,16 @@ class ZeroShards final : public WeightStore<float> {
   // of its weights and reduce-scatters of its gradients since the start.
   int64_t gathers(int b) const { return gathers_[size_t(b)]; }
   int64_t scatters(int b) const { return scatters_[size_t(b)]; }
+  // Bytes this rank received by all-gathers of weights and sent into
+  // reduce-scatters of gradients, and the seconds spent waiting for them to
+  // complete (what compute did not hide), since the start.
+  int64_t gathered_bytes() const { return gathered_bytes_; }
+  int64_t scattered_bytes() const { return scattered_bytes_; }
+  double gather_wait_seconds() const { return gather_wait_s_; }
+  double scatter_wait_seconds() const { return scatter_wait_s_; }
+  // Off: prefetch_weights() does nothing, so every gather starts when its
+  // bucket is opened and is waited for at once (to measure the overlap).
+  void set_prefetch(bool on) { prefetch_ = on; }
 
  private:
   struct Buffer {
@@ -145,6 +155,10 @@ class ZeroShards final : public WeightStore<float> {
   std::vector<int64_t> scatter_handle_;
   std::deque<int> scatter_order_;  // buckets with a reduce-scatter in flight, oldest first
   std::vector<int64_t> gathers_, scatters_;
+  int64_t gathered_bytes_ = 0, scattered_bytes_ = 0;
+  double gather_wait_s_ = 0, scatter_wait_s_ = 0;
+  bool prefetch_ = true;
+  void start_gather(int b);
 };
 
 }  // namespace strata

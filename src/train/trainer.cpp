@@ -186,6 +186,9 @@ TrainResult train(const Recipe& recipe) {
   // ZeRO-2/3: the weight store reduce-scatters each bucket's gradients as
   // backward finishes them (and polls the group between kernels itself).
   ZeroShards* const zs = run.zero_store;
+  // STRATA_ZERO_PREFETCH=0: no gather ahead of its unit (to measure the overlap).
+  const char* prefetch_env = std::getenv("STRATA_ZERO_PREFETCH");
+  if (zs && prefetch_env && std::string(prefetch_env) == "0") zs->set_prefetch(false);
   std::vector<int64_t> pending;
   // The outstanding all-reduces advance between the kernels of backward: with
   // one thread per rank (MPI_THREAD_FUNNELED) nothing else drives them while
@@ -430,6 +433,15 @@ TrainResult train(const Recipe& recipe) {
   if (steps_run > 0) {
     result.step_s = run_wall / double(steps_run);
     result.comm_s = run_comm / double(steps_run);
+    if (zs)
+      log::info("ZeRO-", run.zero, ": per step and rank ",
+                human_bytes(double(zs->gathered_bytes()) / double(steps_run)),
+                " of weights all-gathered, ",
+                human_bytes(double(zs->scattered_bytes()) / double(steps_run)),
+                " of gradients reduce-scattered; waited ",
+                fixed(1e3 * zs->gather_wait_seconds() / double(steps_run), 1), " ms for gathers, ",
+                fixed(1e3 * zs->scatter_wait_seconds() / double(steps_run), 1),
+                " ms for reduce-scatters (the rest overlapped compute)");
     if (run.world() == 1)
       log::info("time per step: ", fixed(1e3 * result.step_s, 1), " ms (one process)");
     else
