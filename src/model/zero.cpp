@@ -214,6 +214,7 @@ void ZeroShards::publish_weights(float* arena) {
     if (c > 0) be_.copy(own, arena + k.offset + r * s, c);
     if (s > c) be_.zero(own + c, s - c);
     dp_.allgather(own, buf, s);
+    gathered_bytes_ += padded(int(b)) * int64_t(sizeof(float));
     be_.copy(arena + k.offset, buf, k.numel);
     give(buf);
   }

@@ -112,9 +112,10 @@ class ZeroShards final : public WeightStore<float> {
   // of its weights and reduce-scatters of its gradients since the start.
   int64_t gathers(int b) const { return gathers_[size_t(b)]; }
   int64_t scatters(int b) const { return scatters_[size_t(b)]; }
-  // Bytes this rank received by all-gathers of weights and sent into
-  // reduce-scatters of gradients, and the seconds spent waiting for them to
-  // complete (what compute did not hide), since the start.
+  // Bytes this rank received by all-gathers of weights (stage 3's per unit,
+  // stage 2's after the step) and sent into reduce-scatters of gradients,
+  // and the seconds spent waiting for stage 3's gathers and for the
+  // reduce-scatters to complete (what compute did not hide), since the start.
   int64_t gathered_bytes() const { return gathered_bytes_; }
   int64_t scattered_bytes() const { return scattered_bytes_; }
   double gather_wait_seconds() const { return gather_wait_s_; }
