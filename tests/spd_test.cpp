@@ -25,6 +25,7 @@
 #include "plan_reference.h"
 #include "reference.h"
 #include "testing.h"
+#include "train/optimizer.h"
 #include "train/spd.h"
 
 namespace strata {
@@ -356,6 +357,82 @@ TEST(Spd, DistillationStartsAtTheZeroShotMseAndFalls) {
   // restore_layer puts the original back.
   spd::restore_layer(m, 1, layers[1]);
   EXPECT_EQ(spd::block_mse(m, 1, io[0], n, T, n), r.initial_mse);
+}
+
+// The block trains in a model of its own (spd::block_model): the same steps,
+// bit for bit, as training it inside the whole model, which then needs no
+// gradient arena; and capturing blocks one at a time equals capturing them
+// together.
+TEST(Spd, BlockModelTrainsAsTheWholeModelWould) {
+  const LlamaConfig c = spd_config(3, 2, false);
+  const int n = 1, T = 8;
+  const auto windows =
+      spd::calibration_windows(testing::random_tokens(300, c.vocab_size, 8), n, T, 9);
+  Model<float> m(c, LayerPlan::standard(3), ops::make_backend<float>());
+  m.init_weights(29);
+  const auto io = spd::capture_blocks(m, windows, n, T, 1, {0, 1});
+  const auto one = spd::capture_blocks(m, windows, n, T, 1, {1});
+  EXPECT_EQ(one[0].x, io[1].x);
+  EXPECT_EQ(one[0].y, io[1].y);
+  Model<float> ref(c, LayerPlan::standard(3), ops::make_backend<float>());
+  ref.init_weights(29);
+  const LayerPlan plan = LayerPlan::parse("standard,spd,standard;spd_degree=2", 3);
+  m.set_plan(plan);
+  ref.set_plan(plan);
+  spd::DistillConfig dc;
+  dc.lr = 1e-3;
+  dc.epochs = 3;
+  dc.progress = false;
+  const spd::DistillResult r = spd::distill_block(m, 1, io[1], n, T, dc);
+  EXPECT_EQ(m.gradient_bytes(), 0) << "the whole model allocated gradients";
+  // The reference: the same AdamW steps on the whole model.
+  std::vector<bool> mask(ref.layout().tensors().size(), false);
+  for (size_t t = 0; t < mask.size(); ++t) mask[t] = ref.layout()[int(t)].layer == 1;
+  ref.set_trainable(mask);
+  AdamWConfig ac;
+  ac.beta1 = 0.9, ac.beta2 = 0.999, ac.eps = 1e-8, ac.weight_decay = 0, ac.grad_clip = 0;
+  AdamW<float> opt(ref.backend(), ref.layout(), ac, mask);
+  const int64_t S = int64_t(T) * c.hidden_size;
+  std::vector<float> dout(static_cast<size_t>(S));
+  for (int e = 0; e < dc.epochs; ++e) {
+    const float* out = ref.block_forward(1, io[1].x.data(), 1, T);
+    const double loss = ref.backend().mse_forward(out, io[1].y.data(), S);
+    EXPECT_EQ(loss, r.epoch_mse[size_t(e)]) << "epoch " << e;
+    ref.zero_grad();
+    std::fill(dout.begin(), dout.end(), 0.f);
+    ref.backend().mse_backward(dout.data(), nullptr, out, io[1].y.data(), S, 1.0);
+    ref.block_backward(dout.data());
+    opt.step(ref.params(), ref.grads(), dc.lr);
+  }
+  for (int l = 0; l < 3; ++l)
+    EXPECT_EQ(spd::layer_snapshot(m, l), spd::layer_snapshot(ref, l)) << "layer " << l;
+}
+
+// The memory `strata spd` checks before it loads a model (and --dry-run
+// prints): the block model's and the captured blocks' parts follow the
+// settings; a small capture budget still captures one block.
+TEST(Spd, PipelineMemoryFollowsTheSettings) {
+  LlamaConfig c = spd_config(4, 2, false);
+  c.finalize();
+  const int64_t gb = int64_t(1) << 30;
+  const spd::PipelineMemory a = spd::pipeline_memory(c, 2, 16, 8, 4, 1, 4, gb);
+  const spd::PipelineMemory b = spd::pipeline_memory(c, 2, 16, 8, 4, 1, 4, 1);
+  EXPECT_EQ(a.capture_layers, 4);  // at most the budget's blocks
+  EXPECT_EQ(b.capture_layers, 1);
+  const int64_t per_block = 2 * 16 * 8 * int64_t(c.hidden_size) * 4;
+  EXPECT_EQ(a.host.bytes_of("captured blocks"), 4 * per_block);
+  EXPECT_EQ(b.host.bytes_of("captured blocks"), per_block);
+  // A larger calibration batch, a larger activation arena; the same weights.
+  const spd::PipelineMemory big = spd::pipeline_memory(c, 2, 16, 8, 8, 1, 4, gb);
+  EXPECT_GT(big.device.bytes_of("activations (calibration passes)"),
+            a.device.bytes_of("activations (calibration passes)"));
+  EXPECT_EQ(big.device.bytes_of("weights"), a.device.bytes_of("weights"));
+  // The block model is what distill_block builds: one layer.
+  Model<float> m(c, LayerPlan::parse("spd*4;spd_degree=2", 4), ops::make_backend<float>());
+  const auto blk = spd::block_model(m, 2);
+  EXPECT_EQ(blk->config().num_hidden_layers, 1);
+  EXPECT_EQ(spd::layer_snapshot(*blk, 0), spd::layer_snapshot(m, 2));
+  EXPECT_GT(a.device.bytes_of("block model (B2B)"), 4 * spd::layer_numel(m, 2) * 4);
 }
 
 TEST(Spd, CalibrationWindows) {

@@ -270,7 +270,9 @@ TEST(Zero, AccumulatedMicroBatchesAgreeToRounding) {
       s.stage = stage;
       const Outcome z = train(s);
       for (size_t i = 0; i < z.losses.size(); ++i)
-        if (!std::isnan(z.losses[i])) EXPECT_NEAR(z.losses[i], arenas.losses[i], 1e-6 * arenas.losses[i]);
+        if (!std::isnan(z.losses[i])) {
+          EXPECT_NEAR(z.losses[i], arenas.losses[i], 1e-6 * arenas.losses[i]);
+        }
       expect_close(arenas.grads, z.grads, 1e-6, "gradient");
       // After three AdamW steps at lr 1e-2 rounding has grown where a
       // gradient is noise (the k bias's is zero in exact arithmetic: AdamW
@@ -403,7 +405,9 @@ TEST(Zero, BufferPeakWithinTheEstimate) {
             estimate_memory(c, LayerPlan::parse(plan, c.num_hidden_layers), u)
                 .bytes_of(cat("ZeRO-", stage, " buffers"));
         EXPECT_LE(z.peak, est);
-        if (std::string(plan) == "standard*4") EXPECT_EQ(z.peak, est);
+        if (std::string(plan) == "standard*4") {
+          EXPECT_EQ(z.peak, est);
+        }
         EXPECT_GT(z.peak, 0);
       }
 }

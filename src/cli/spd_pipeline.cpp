@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/memory_info.h"
 #include "core/sha256.h"
 #include "core/svg_plot.h"
 #include "core/text.h"
@@ -43,6 +45,7 @@ namespace {
 
 const char* kUsage =
     "usage: strata spd <recipe.toml> [--set section.key=value ...] [--threads N] [--quiet]\n"
+    "                  [--dry-run [--plan-memory BYTES]]\n"
     "       strata spd --help-recipe\n\n"
     "Runs the SPD paper's Algorithm 1 on the standard checkpoint the recipe names:\n"
     "  1. sensitivity S_k of every block at spd.degree on calibration windows\n"
@@ -58,12 +61,20 @@ const char* kUsage =
     "  --set section.key=value  override a recipe key (repeatable)\n"
     "  --threads N              compute threads per process (0: all cores)\n"
     "  --quiet                  no progress lines\n"
+    "  --dry-run                check the recipe and the checkpoint's shape, print the memory\n"
+    "                           each stage needs; run nothing, write nothing\n"
+    "  --plan-memory BYTES      with --dry-run: check against a device of that size (e.g. 80GB)\n"
+    "                           instead of this machine; spd.config stands in for a checkpoint\n"
+    "                           that is not here\n"
     "  --help-recipe            list every recipe key with its default\n";
 
 std::vector<KeySpec> spd_schema() {
   using K = KeyType;
   return {
       {"spd.checkpoint", K::String, "", "standard checkpoint to convert", true},
+      {"spd.config", K::String, "",
+       "Hugging Face config.json of the checkpoint's model, for --dry-run --plan-memory where "
+       "the checkpoint is not on this machine"},
       {"spd.degree", K::Int, "2", "tensor-parallel degree g whose attention sync is dropped"},
       {"spd.budget", K::Int, "-1", "N_spd: blocks in SPD (-1: spd.budget_percent of the layers)"},
       {"spd.budget_percent", K::Float, "100", "the budget as a share of the layers"},
@@ -76,6 +87,9 @@ std::vector<KeySpec> spd_schema() {
       {"calibration.samples", K::Int, "128", "windows drawn at random offsets"},
       {"calibration.seq_len", K::Int, "256", "tokens per window"},
       {"calibration.batch_size", K::Int, "8", "windows per forward pass (scan, capture)"},
+      {"calibration.capture_memory", K::String, "\"8GB\"",
+       "host memory for the captured block inputs and outputs the distillations train on: "
+       "blocks are captured as many at a time as fit (at least one)"},
       {"b2b.lr", K::Float, "5e-5", "AdamW learning rate (constant; no weight decay)"},
       {"b2b.epochs", K::Int, "10", "passes over the calibration windows"},
       {"b2b.batch_size", K::Int, "1", "windows per optimizer step"},
@@ -101,8 +115,9 @@ struct Job {
   std::string name() const { return cat("block_", layer, hg ? "_hg" : "_b2b"); }
 };
 struct JobResult {
-  std::vector<float> weights;  // the block's tensors after distillation
-  nlohmann::json info;         // mse before/after, steps, seconds, head order
+  // The block's tensors after distillation stay in <out_dir>/blocks/<job>.f32
+  // (read back when a variant is assembled), not in memory.
+  nlohmann::json info;  // mse before/after, steps, seconds, head order
 };
 
 std::string hex_of(const std::string& bytes) { return sha256_hex(bytes).substr(0, 16); }
@@ -210,10 +225,18 @@ std::string spd_report_markdown(const nlohmann::json& rep) {
 
 int spd_pipeline(int argc, char** argv, int first) {
   RecipeCommand rc;
-  bool quiet = false;
+  bool quiet = false, dry_run = false;
   int threads = 0;
+  int64_t device_bytes = 0;
   auto own = [&](const std::string& a, int& i) {
     if (a == "--quiet") return quiet = true;
+    if (a == "--dry-run") return dry_run = true;
+    if (a == "--plan-memory") {
+      STRATA_USAGE_CHECK(i + 1 < argc, "strata spd: --plan-memory needs a value");
+      device_bytes = parse_bytes(argv[++i], "--plan-memory");
+      STRATA_USAGE_CHECK(device_bytes > 0, "strata spd: --plan-memory must be > 0");
+      return true;
+    }
     if (a != "--threads") return false;
     STRATA_CHECK(i + 1 < argc, "strata spd: --threads needs a value");
     threads = int_arg(argv[++i], "--threads");
@@ -221,6 +244,7 @@ int spd_pipeline(int argc, char** argv, int first) {
   };
   if (!parse_recipe_command("strata spd", kUsage, spd_schema(), argc, argv, first, rc, own))
     return 0;
+  STRATA_USAGE_CHECK(dry_run || device_bytes == 0, "strata spd: --plan-memory goes with --dry-run");
   const Recipe r = Recipe::load(rc.recipe, rc.sets, spd_schema());
   apply_threads(threads);
   ProcessGrid grid = make_grid(1, 0);
@@ -258,24 +282,53 @@ int spd_pipeline(int argc, char** argv, int first) {
     if (t != "all" && !fs::exists("eval/" + t + ".toml"))
       r.fail("report.tasks", cat("no task '", t, "' (eval/", t, ".toml; run from the repository)"));
 
-  CheckpointInfo info;
-  std::unique_ptr<Model<float>> model = load_model(ckpt, &info);
-  Model<float>& m = *model;
-  STRATA_CHECK(info.plan.plain(), ckpt, ": runs plan '", info.plan.to_string(),
-               "'; strata spd needs a standard model");
-  STRATA_CHECK(!info.tokenizer.empty(), ckpt, ": has no tokenizer");
-  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, ckpt);
-  const LlamaConfig& cfg = m.config();
-  const int L = cfg.num_hidden_layers;
-  if (seq < 1 || seq > cfg.max_position_embeddings)
+  const int64_t capture_bytes =
+      [&] {
+        try {
+          return parse_bytes(r.get_string("calibration.capture_memory"),
+                             "calibration.capture_memory");
+        } catch (const Error& e) {
+          r.fail("calibration.capture_memory", e.what());
+        }
+      }();
+  // The model's shape first (the checkpoint's header; spd.config when
+  // planning without the checkpoint), checked before anything is allocated.
+  LlamaConfig shape;
+  const bool have_ckpt = fs::exists(ckpt);
+  if (have_ckpt) {
+    const CheckpointReader reader(ckpt);
+    const CheckpointInfo head = read_checkpoint_info(reader);
+    STRATA_CHECK(head.plan.plain(), ckpt, ": runs plan '", head.plan.to_string(),
+                 "'; strata spd needs a standard model");
+    shape = head.config;
+  } else {
+    if (!(dry_run && device_bytes > 0) || r.get_string("spd.config").empty())
+      r.fail("spd.checkpoint", cat("no such checkpoint: ", ckpt,
+                                   dry_run && device_bytes > 0
+                                       ? " (to plan without it, give the model's shape in spd.config)"
+                                       : ""));
+    const std::string path = r.get_string("spd.config");
+    std::ifstream f(path);
+    if (!f) r.fail("spd.config", cat("cannot open ", path));
+    try {
+      shape = LlamaConfig::from_json(nlohmann::json::parse(f), path);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      r.fail("spd.config", cat(path, " is not valid JSON: ", e.what()));
+    }
+    say(cat("plan: ", ckpt, " is not on this machine; the model's shape comes from ", path));
+  }
+  shape.finalize(ckpt);
+  const int L = shape.num_hidden_layers;
+  if (seq < 1 || seq > shape.max_position_embeddings)
     r.fail("calibration.seq_len",
-           cat("must be 1..", cfg.max_position_embeddings, " (the model's context), got ", seq));
-  try {  // the plan checks the degree against the heads and the MLP
-    m.set_plan(LayerPlan::parse(spd_plan(L, std::vector<bool>(size_t(L), true), g), L));
+           cat("must be 1..", shape.max_position_embeddings, " (the model's context), got ", seq));
+  try {  // the degree against the heads and the MLP
+    check_spd_degree(shape, g, 1, spd_plan(L, std::vector<bool>(size_t(L), true), g));
   } catch (const Error& e) {
     r.fail("spd.degree", cat(e.what(), " of ", ckpt));
   }
-  m.set_plan(info.plan);
   int budget = int(r.get_int("spd.budget"));
   if (budget < 0) {
     const double pct = r.get_float("spd.budget_percent");
@@ -293,6 +346,61 @@ int spd_pipeline(int argc, char** argv, int first) {
     task_budgets.push_back(b);
   }
   if (task_budgets.empty()) task_budgets = {0, budget};
+  for (const char* key : {"calibration.text", "report.text"}) {
+    const std::string path = r.get_string(key);
+    if (path.empty() || fs::exists(path)) continue;
+    if (!(dry_run && device_bytes > 0)) r.fail(key, cat("no such file: ", path));
+    say(cat("plan: ", key, " ", path, " is not on this machine"));
+  }
+  // Memory: on the device, then the host's part beside it.
+  const spd::PipelineMemory pm =
+      spd::pipeline_memory(shape, g, n_cal, seq, cal_batch, dc.batch, budget, capture_bytes);
+  // strata spd runs on the CPU backend (load_model's default): the device's
+  // part and the host's are one memory.
+  const std::string device = "cpu";
+  MemoryEstimate need = pm.device;
+  for (const auto& p : pm.host.parts) need.parts.push_back(p);
+  const std::string what = cat(rc.recipe, ": strata spd on ", ckpt, " (",
+                               fixed(double(shape.num_parameters()) / 1e9, 2), "B parameters)");
+  const std::string hint =
+      "lower calibration.capture_memory (blocks are then captured fewer at a time), "
+      "calibration.batch_size or calibration.samples";
+  if (dry_run) {
+    std::fputs(r.to_toml().c_str(), stdout);
+    std::printf("# memory per process (estimate): %s (%d block%s captured per pass over the %d "
+                "calibration windows)\n",
+                need.to_string().c_str(), pm.capture_layers, pm.capture_layers == 1 ? "" : "s",
+                n_cal);
+    if (device_bytes > 0) {
+      if (need.total() > device_bytes)
+        fail_one_line(what, " needs ", human_bytes(double(need.total())),
+                      " per process, more than ", human_bytes(double(device_bytes)), "; ", hint);
+      std::printf("# fits %s per process: %s to spare\n", human_bytes(double(device_bytes)).c_str(),
+                  human_bytes(double(device_bytes - need.total())).c_str());
+    } else {
+      const MemoryLimit limit = ops::memory_available(device);
+      check_memory(need, limit, 1, what, hint);
+      if (limit.bytes >= 0)
+        std::printf("# memory available: %s (%s)\n", human_bytes(double(limit.bytes)).c_str(),
+                    limit.source.c_str());
+    }
+    return 0;
+  }
+  check_memory(need, ops::memory_available(device), processes_on_this_node(), what, hint);
+  say(cat("memory: ", need.to_string(), " per process"));
+  const int64_t runtime_rss = process_rss_bytes();  // the program's own, before the model
+
+  CheckpointInfo info;
+  std::unique_ptr<Model<float>> model = load_model(ckpt, &info);
+  Model<float>& m = *model;
+  STRATA_CHECK(!info.tokenizer.empty(), ckpt, ": has no tokenizer");
+  const Tokenizer tok = Tokenizer::from_bytes(info.tokenizer, ckpt);
+  const LlamaConfig& cfg = m.config();
+  STRATA_CHECK(cfg.num_hidden_layers == L, ckpt, ": changed while it was read");
+  // Forward passes keep only the residual streams (and norm statistics): the
+  // scan, the capture and the evaluations need no backward, and the same
+  // kernels give the same numbers.
+  m.set_recompute(Recompute::Full);
   const std::string cal_text =
       read_text_sample(r.get_string("calibration.text"), r.get_int("calibration.limit_bytes"));
   std::string eval_text;
@@ -397,15 +505,16 @@ int spd_pipeline(int argc, char** argv, int first) {
   t_stage = Timer();
   std::vector<JobResult> results(jobs.size());
   std::vector<bool> have(jobs.size(), false);
+  auto weights_path = [&](size_t j) { return out_dir + "/blocks/" + jobs[j].name() + ".f32"; };
+  auto layer_bytes = [&](int l) { return spd::layer_numel(m, l) * int64_t(sizeof(float)); };
   for (size_t j = 0; j < jobs.size(); ++j) {
     const std::string base = out_dir + "/blocks/" + jobs[j].name();
     const std::string js = read_or_empty(base + ".json");
-    const std::string bin = read_or_empty(base + ".f32");
-    if (js.empty() || bin.empty()) continue;
+    std::error_code ec;
+    const auto size = fs::file_size(weights_path(j), ec);
+    if (js.empty() || ec) continue;
     results[j].info = parse_saved(js, base + ".json");
-    results[j].weights.resize(bin.size() / sizeof(float));
-    std::memcpy(results[j].weights.data(), bin.data(), bin.size());
-    have[j] = int64_t(results[j].weights.size()) == spd::layer_numel(m, jobs[j].layer);
+    have[j] = int64_t(size) == layer_bytes(jobs[j].layer);
     if (have[j]) say("distillation: reusing " + base + ".json");
   }
   std::vector<int> todo_layers;
@@ -413,16 +522,24 @@ int spd_pipeline(int argc, char** argv, int first) {
     if (!have[j] && int(j) % world.size() == world.rank()) todo_layers.push_back(jobs[j].layer);
   std::sort(todo_layers.begin(), todo_layers.end());
   todo_layers.erase(std::unique(todo_layers.begin(), todo_layers.end()), todo_layers.end());
-  if (!todo_layers.empty()) {
-    // Teacher: the original model's block inputs and outputs.
+  // Teacher: the original model's block inputs and outputs, captured for as
+  // many blocks at a time as calibration.capture_memory holds.
+  for (size_t g0 = 0; g0 < todo_layers.size(); g0 += size_t(pm.capture_layers)) {
+    const std::vector<int> group(
+        todo_layers.begin() + ptrdiff_t(g0),
+        todo_layers.begin() + ptrdiff_t(std::min(todo_layers.size(), g0 + size_t(pm.capture_layers))));
     m.set_plan(info.plan);
+    if (todo_layers.size() > group.size())
+      say(cat("capturing blocks ", nlohmann::json(group).dump(), " (", g0 + group.size(), " of ",
+              todo_layers.size(), ")"));
     const std::vector<spd::BlockIO> io =
-        spd::capture_blocks(m, windows, n_cal, seq, cal_batch, todo_layers);
+        spd::capture_blocks(m, windows, n_cal, seq, cal_batch, group);
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (have[j] || int(j) % world.size() != world.rank()) continue;
       const Job& job = jobs[j];
-      const spd::BlockIO& bio = io[size_t(
-          std::find(todo_layers.begin(), todo_layers.end(), job.layer) - todo_layers.begin())];
+      const auto at = std::find(group.begin(), group.end(), job.layer);
+      if (at == group.end()) continue;  // in another group
+      const spd::BlockIO& bio = io[size_t(at - group.begin())];
       const std::vector<float> original = spd::layer_snapshot(m, job.layer);
       JobResult& res = results[j];
       Timer t_job;
@@ -453,30 +570,40 @@ int spd_pipeline(int argc, char** argv, int first) {
       res.info["epoch_mse"] = d.epoch_mse;
       res.info["steps"] = d.steps;
       res.info["seconds"] = t_job.seconds();
-      res.weights = spd::layer_snapshot(m, job.layer);
+      const std::vector<float> trained = spd::layer_snapshot(m, job.layer);
       spd::restore_layer(m, job.layer, original);
       m.set_plan(info.plan);
       say(cat("block ", job.layer, job.hg ? " hg+b2b" : " b2b", ": mse ", d.initial_mse, " -> ",
               d.final_mse, " (", fixed(t_job.seconds(), 0), " s)"));
       const std::string base = out_dir + "/blocks/" + job.name();
-      write_file_atomic(base + ".f32",
-                        std::string(reinterpret_cast<const char*>(res.weights.data()),
-                                    res.weights.size() * sizeof(float)));
+      write_file_atomic(base + ".f32", std::string(reinterpret_cast<const char*>(trained.data()),
+                                                   trained.size() * sizeof(float)));
       write_file_atomic(base + ".json", res.info.dump(2));
       have[j] = true;
     }
   }
   if (world.size() > 1) {
-    // Every process gets every job's result (the others' entries are zero).
+    // Process 0 gets every job's result (its out_dir may be another
+    // machine's), evaluates and writes; the others are done.
     for (size_t j = 0; j < jobs.size(); ++j) {
-      const size_t n = size_t(spd::layer_numel(m, jobs[j].layer));
-      if (results[j].weights.size() != n) results[j].weights.assign(n, 0.f);
       const int owner = int(j) % world.size();
-      world.broadcast(results[j].weights.data(), int64_t(n), owner);
-      std::string s = results[j].info.dump();
-      world.broadcast_bytes(s, owner);
-      results[j].info = nlohmann::json::parse(s);
+      std::vector<float> w(size_t(spd::layer_numel(m, jobs[j].layer)), 0.f);
+      if (world.rank() == owner) {
+        const std::string bin = read_file(weights_path(j), "distilled block");
+        STRATA_CHECK(bin.size() == w.size() * sizeof(float), weights_path(j), ": ", bin.size(),
+                     " bytes, not the block's ", w.size() * sizeof(float));
+        std::memcpy(w.data(), bin.data(), bin.size());
+      }
+      world.broadcast(w.data(), int64_t(w.size()), owner);
+      std::string info = results[j].info.dump();
+      world.broadcast_bytes(info, owner);
+      results[j].info = nlohmann::json::parse(info);
+      if (root && world.rank() != owner && !fs::exists(weights_path(j)))
+        write_file_atomic(weights_path(j), std::string(reinterpret_cast<const char*>(w.data()),
+                                                       w.size() * sizeof(float)));
     }
+    world.barrier();
+    if (!root) return 0;
   }
   stages["distillation_seconds"] = t_stage.seconds();
 
@@ -493,17 +620,39 @@ int spd_pipeline(int argc, char** argv, int first) {
     if (cls[size_t(l)] == Cls::Sb) return job_of(l, false);
     return variant == 2 ? job_of(l, true) : job_of(l, false);
   };
-  std::vector<std::vector<float>> originals(static_cast<size_t>(L));
-  for (int l = 0; l < L; ++l) originals[size_t(l)] = spd::layer_snapshot(m, l);
+  // Each layer holds its original weights or one job's; a variant changes
+  // only the layers that differ from the last one (read back from the
+  // checkpoint or the job's file), so no copy of the model is kept.
+  std::vector<int> current(size_t(L), -1);  // -1: the checkpoint's weights
+  const CheckpointReader original(ckpt);
+  auto apply = [&](int l, int j) {
+    if (current[size_t(l)] == j) return;
+    if (j >= 0) {
+      const std::string bin = read_file(weights_path(size_t(j)), "distilled block");
+      STRATA_CHECK(int64_t(bin.size()) == layer_bytes(l), weights_path(size_t(j)), ": ",
+                   bin.size(), " bytes, not the block's ", layer_bytes(l));
+      std::vector<float> w(bin.size() / sizeof(float));
+      std::memcpy(w.data(), bin.data(), bin.size());
+      spd::restore_layer(m, l, w);
+    } else {
+      const auto& P = m.layout().layers[size_t(l)];
+      std::vector<int> tensors;
+      for (int t = P.input_norm; t <= P.down; ++t) tensors.push_back(t);
+      read_tensor_parts(
+          original, "params", m.layout(), tensors, [&](int t) { return m.param(t); },
+          &m.backend());
+    }
+    current[size_t(l)] = j;
+  };
   auto assemble = [&](int n, int variant) {
     std::vector<bool> on(size_t(L), false);
-    for (int l = 0; l < L; ++l) spd::restore_layer(m, l, originals[size_t(l)]);
+    std::vector<int> want(size_t(L), -1);
     for (int k = 0; k < n; ++k) {
       const int l = ranking[size_t(k)];
       on[size_t(l)] = true;
-      const int j = treatment(l, variant);
-      if (j >= 0) spd::restore_layer(m, l, results[size_t(j)].weights);
+      want[size_t(l)] = treatment(l, variant);
     }
+    for (int l = 0; l < L; ++l) apply(l, want[size_t(l)]);
     m.set_plan(LayerPlan::parse(spd_plan(L, on, g), L));
   };
   EvalOptions eo;
@@ -634,8 +783,13 @@ int spd_pipeline(int argc, char** argv, int first) {
     write_file_atomic(out_dir + "/budget.svg", render_svg(bc));
     write_file_atomic(out_dir + "/report.md", spd_report_markdown(report));
   }
-  world.barrier();
   if (root) std::fputs(spd_report_markdown(report).c_str(), stdout);
+  const int64_t peak = peak_rss_bytes(), estimate = need.total() + runtime_rss;
+  if (peak > 0)
+    say(cat("memory: peak resident ", human_bytes(double(peak)), "; estimate ",
+            human_bytes(double(estimate)), " (", human_bytes(double(runtime_rss)),
+            " before the model + ", human_bytes(double(need.total())), "), ",
+            fixed(100.0 * (double(estimate) / double(peak) - 1), 1), "% of the peak"));
   return 0;
 }
 

@@ -11,6 +11,18 @@
 
 namespace strata {
 
+void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& plan_text) {
+  STRATA_CHECK(g >= 1 && g % tp == 0, "layer plan '", plan_text, "': spd_degree = ", g,
+               " is not a multiple of tp = ", tp,
+               " (each process runs spd_degree / tp virtual ranks)");
+  for (const auto& [n, what] :
+       {std::pair<int, const char*>{cfg.num_attention_heads, "num_attention_heads"},
+        {cfg.num_key_value_heads, "num_key_value_heads"},
+        {cfg.intermediate_size, "intermediate_size"}})
+    STRATA_CHECK(n % g == 0, "layer plan '", plan_text, "': spd_degree = ", g, " must divide ",
+                 what, " (", n, ")");
+}
+
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend)
     : Model(cfg, LayerPlan::standard(cfg.num_hidden_layers), std::move(backend)) {}
@@ -68,18 +80,8 @@ void Model<T>::set_plan(const LayerPlan& plan) {
   STRATA_CHECK(plan.tp_shards(layout_.tp()) == layout_.shards(), "layer plan '", plan.to_string(),
                "' places layers on other tensor-parallel ranks than plan '", plan_.to_string(),
                "' the model was loaded with; load the checkpoint with it");
-  if (std::find(plan.kinds.begin(), plan.kinds.end(), LayerKind::Spd) != plan.kinds.end()) {
-    const int g = int(plan.number("spd_degree", 2)), tp = tp_size();
-    STRATA_CHECK(g % tp == 0, "layer plan '", plan.to_string(), "': spd_degree = ", g,
-                 " is not a multiple of tp = ", tp,
-                 " (each process runs spd_degree / tp virtual ranks)");
-    for (const auto& [n, what] :
-         {std::pair<int, const char*>{cfg_.num_attention_heads, "num_attention_heads"},
-          {cfg_.num_key_value_heads, "num_key_value_heads"},
-          {cfg_.intermediate_size, "intermediate_size"}})
-      STRATA_CHECK(n % g == 0, "layer plan '", plan.to_string(), "': spd_degree = ", g,
-                   " must divide ", what, " (", n, ")");
-  }
+  if (std::find(plan.kinds.begin(), plan.kinds.end(), LayerKind::Spd) != plan.kinds.end())
+    check_spd_degree(cfg_, int(plan.number("spd_degree", 2)), tp_size(), plan.to_string());
   plan_ = plan;
   units_ = plan_.units();
   have_forward_ = false;

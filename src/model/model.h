@@ -61,6 +61,12 @@ struct LayerSkipStep {
   bool dense_reference = false;
 };
 
+// Throws strata::Error naming `plan_text` unless an SPD degree g fits the
+// model and the tensor-parallel degree: g a multiple of tp, dividing the
+// query heads, the key/value heads and the MLP width (Model::set_plan's check,
+// for callers that have a configuration and no model yet).
+void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& plan_text);
+
 template <typename T>
 class Model {
  public:

@@ -125,6 +125,59 @@ void restore_layer(Model<float>& m, int layer, const std::vector<float>& snapsho
   m.backend().from_host(m.params() + r.offset, snapshot.data(), r.n);
 }
 
+// ------------------------------------------------------------------ memory
+
+PipelineMemory pipeline_memory(const LlamaConfig& cfg_in, int g, int n, int seq, int cal_batch,
+                               int b2b_batch, int budget, int64_t capture_bytes) {
+  LlamaConfig cfg = cfg_in;
+  cfg.finalize();
+  const int L = cfg.num_hidden_layers;
+  const double f = sizeof(float), S = double(seq) * cfg.hidden_size;
+  PipelineMemory pm;
+  // The model, every block in SPD (the scan's largest plan), forward passes
+  // with full recomputation.
+  LayerPlan all;
+  all.kinds.assign(size_t(L), LayerKind::Spd);
+  all.options = {{"spd_degree", std::to_string(g)}};
+  MemoryUse u;
+  u.batch = cal_batch, u.seq = seq;
+  u.recompute = Recompute::Full;
+  const MemoryEstimate model = estimate_memory(cfg, all, u);
+  for (const auto& p : model.parts)
+    pm.device.parts.push_back({p.name == "activations" ? "activations (calibration passes)" : p.name,
+                               p.bytes});
+  pm.device.parameters = model.parameters;
+  // The block model of a distillation (block_model: one layer, two tokens).
+  LlamaConfig one = cfg;
+  one.num_hidden_layers = 1;
+  one.vocab_size = 2;
+  one.tie_word_embeddings = true;
+  one.bos_token_id = 0, one.eos_token_id = 1;
+  LayerPlan p1;
+  p1.kinds = {LayerKind::Spd};
+  p1.options = all.options;
+  MemoryUse b;
+  b.gradients = true, b.optimizer_share = 1;
+  b.batch = b2b_batch, b.seq = seq;
+  pm.device.parts.push_back(
+      {"block model (B2B)",
+       int64_t(double(estimate_memory(one, p1, b).total()) + 3 * b2b_batch * S * f)});
+  // Host: captured inputs and outputs, layer copies, distilled blocks, HG.
+  const double per_layer = 2.0 * n * S * f;
+  pm.capture_layers = int(std::clamp<double>(std::floor(double(capture_bytes) / per_layer), 1,
+                                              std::max(1, std::min(budget, L))));
+  const ParamLayout block(one);
+  const ParamInfo &first = block[block.layers[0].input_norm], &last = block[block.layers[0].down];
+  const double layer_numel = double(last.offset + last.numel - first.offset);
+  pm.host.parts.push_back({"captured blocks", int64_t(pm.capture_layers * per_layer)});
+  // A block's weights on their way (its original kept during a distillation,
+  // the trained ones written out; a distilled block read back).
+  pm.host.parts.push_back({"block copies", int64_t(2.0 * layer_numel * f)});
+  pm.host.parts.push_back(
+      {"head grouping", int64_t(double(cfg.num_attention_heads) * seq * seq * f)});
+  return pm;
+}
+
 // ------------------------------------------------------------- distillation
 
 double block_mse(Model<float>& m, int layer, const BlockIO& io, int n, int seq, int batch) {
@@ -142,26 +195,51 @@ double block_mse(Model<float>& m, int layer, const BlockIO& io, int n, int seq, 
   return sum / n;
 }
 
+std::unique_ptr<Model<float>> block_model(Model<float>& m, int layer) {
+  STRATA_CHECK(layer >= 0 && layer < m.config().num_hidden_layers, "block model: no layer ", layer);
+  const LayerKind kind = m.plan().kinds[size_t(layer)];
+  STRATA_CHECK(kind == LayerKind::Standard || kind == LayerKind::Spd, "block model: layer ", layer,
+               " runs as '", m.plan().to_string(), "'; a block of one standard or spd layer is needed");
+  LlamaConfig c = m.config();
+  c.num_hidden_layers = 1;
+  // block_forward never embeds a token or reads the head: the smallest
+  // vocabulary, tied, costs nothing.
+  c.vocab_size = 2;
+  c.tie_word_embeddings = true;
+  c.bos_token_id = 0;
+  c.eos_token_id = 1;
+  LayerPlan p;
+  p.kinds = {kind};
+  p.options = m.plan().options;
+  auto b = std::make_unique<Model<float>>(c, p, ops::make_backend<float>(m.backend().name()));
+  restore_layer(*b, 0, layer_snapshot(m, layer));
+  return b;
+}
+
 DistillResult distill_block(Model<float>& m, int layer, const BlockIO& io, int n, int seq,
                             const DistillConfig& c) {
   STRATA_CHECK(c.batch >= 1 && c.epochs >= 0 && c.lr > 0, "distillation: bad settings");
-  const int64_t S = int64_t(seq) * m.config().hidden_size;
-  ops::Backend<float>& be = m.backend();
-  const std::vector<bool> saved = m.trainable_mask();
-  std::vector<bool> mask(m.layout().tensors().size(), false);
-  for (size_t t = 0; t < mask.size(); ++t) mask[t] = m.layout()[int(t)].layer == layer;
-  m.set_trainable(mask);
+  // The student trains in a model of its own block: the whole model's
+  // gradient arena and activations are never needed (an 8B model's block
+  // trains in about 4 GB beside the 32 GB of weights).
+  const std::unique_ptr<Model<float>> blk = block_model(m, layer);
+  Model<float>& s = *blk;
+  const int64_t S = int64_t(seq) * s.config().hidden_size;
+  ops::Backend<float>& be = s.backend();
+  std::vector<bool> mask(s.layout().tensors().size(), false);
+  for (size_t t = 0; t < mask.size(); ++t) mask[t] = s.layout()[int(t)].layer == 0;
+  s.set_trainable(mask);
   AdamWConfig ac;
   ac.beta1 = 0.9;
   ac.beta2 = 0.999;
   ac.eps = 1e-8;
   ac.weight_decay = 0;
   ac.grad_clip = 0;
-  AdamW<float> opt(be, m.layout(), ac, mask);
+  AdamW<float> opt(be, s.layout(), ac, mask);
 
   Timer timer;
   DistillResult r;
-  r.initial_mse = block_mse(m, layer, io, n, seq, c.batch);
+  r.initial_mse = block_mse(s, 0, io, n, seq, c.batch);
   ops::DeviceBuffer<float> x(&be, size_t(c.batch * S)), y(&be, size_t(c.batch * S)),
       dout(&be, size_t(c.batch * S));
   std::vector<int> order(static_cast<size_t>(n));
@@ -178,14 +256,14 @@ DistillResult distill_block(Model<float>& m, int layer, const BlockIO& io, int n
         be.from_host(x.data() + k * S, io.x.data() + w * S, S);
         be.from_host(y.data() + k * S, io.y.data() + w * S, S);
       }
-      const float* out = m.block_forward(layer, x.data(), b, seq);
+      const float* out = s.block_forward(0, x.data(), b, seq);
       const double loss = be.mse_forward(out, y.data(), b * S);
       if (r.steps == 0) r.first_step_mse = loss;
-      m.zero_grad();
+      s.zero_grad();
       be.zero(dout.data(), b * S);
       be.mse_backward(dout.data(), nullptr, out, y.data(), b * S, 1.0);
-      m.block_backward(dout.data());
-      opt.step(m.params(), m.grads(), c.lr);
+      s.block_backward(dout.data());
+      opt.step(s.params(), s.grads(), c.lr);
       sum += loss;
       ++steps;
       ++r.steps;
@@ -195,10 +273,9 @@ DistillResult distill_block(Model<float>& m, int layer, const BlockIO& io, int n
       std::fprintf(stderr, "  b2b block %d: epoch %d/%d  mse %.6g  (%.0f s)\n", layer, e + 1,
                    c.epochs, r.epoch_mse.back(), timer.seconds());
   }
-  r.final_mse = block_mse(m, layer, io, n, seq, c.batch);
+  r.final_mse = block_mse(s, 0, io, n, seq, c.batch);
   r.seconds = timer.seconds();
-  m.zero_grad();
-  m.set_trainable(saved);
+  restore_layer(m, layer, layer_snapshot(s, 0));
   return r;
 }
 

@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "model/memory.h"
 #include "model/model.h"
 
 namespace strata::spd {
@@ -42,6 +44,24 @@ std::vector<float> layer_snapshot(Model<float>& m, int layer);
 int64_t layer_numel(Model<float>& m, int layer);
 void restore_layer(Model<float>& m, int layer, const std::vector<float>& snapshot);
 
+// ------------------------------------------------------------------ memory
+// What `strata spd` holds at its peak for a model of `cfg` at degree g (one
+// process): on the model's device its weights, the activations of the
+// calibration passes (batch cal_batch, recomputation "full": a forward keeps
+// the residual streams only) and the head's workspace, then the block model a
+// distillation trains (weights, gradients, moments, activations at the B2B
+// batch); on the host the captured block inputs and outputs of
+// `capture_layers` blocks (as many as capture_bytes holds, at least one and
+// at most the budget), two copies of a block's weights (the distilled ones
+// live in files, the originals in the checkpoint) and head grouping's
+// attention probabilities. On a CPU the two are the same memory.
+struct PipelineMemory {
+  MemoryEstimate device, host;
+  int capture_layers = 1;
+};
+PipelineMemory pipeline_memory(const LlamaConfig& cfg, int degree, int n, int seq, int cal_batch,
+                               int b2b_batch, int budget, int64_t capture_bytes);
+
 // ------------------------------------------------------------- distillation
 struct DistillConfig {
   double lr = 5e-5;  // the paper's LLaMA2 rate
@@ -61,10 +81,15 @@ struct DistillResult {
 // Trains block `layer` of m (which must run it as an spd unit: the student)
 // so that its output on io.x matches io.y (the teacher): MSE over all
 // elements, AdamW (beta 0.9/0.999, no weight decay, no clipping, constant
-// rate), the windows reshuffled each epoch. Only that block's tensors change;
-// the model's trainable mask is restored afterwards.
+// rate), the windows reshuffled each epoch. The block trains in a model of
+// its own (block_model), whose weights are copied back: only that block's
+// tensors of m change, and m needs no gradient arena.
 DistillResult distill_block(Model<float>& m, int layer, const BlockIO& io, int n, int seq,
                             const DistillConfig& config);
+// A one-layer model holding block `layer` of m (its kind, plan options and
+// weights; a two-token tied vocabulary that block_forward never reads), on a
+// backend of m's device: what distill_block trains.
+std::unique_ptr<Model<float>> block_model(Model<float>& m, int layer);
 // The MSE of block `layer` as the model runs it against io.y (no training).
 double block_mse(Model<float>& m, int layer, const BlockIO& io, int n, int seq, int batch);
 
