@@ -355,10 +355,22 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   const int procs = processes_on_this_node();
   const std::string what = cat(r.files().back(), ": training ",
                                human_count(double(cfg.num_parameters())), " parameters");
+  // What spreads the model: ZeRO needs data-parallel ranks to shard over.
+  const std::string spread =
+      run.grid.dp == 1
+          ? "or spread it over more processes (mpirun -np N) with parallelism.tp, or with "
+            "parallelism.zero = 3 (each of N data-parallel ranks holds 1/N of the weights, "
+            "gradients and moments)"
+      : run.zero < 3
+          ? cat("or raise parallelism.zero from ", run.zero,
+                " (2: the gradients and moments sharded over the ", run.grid.dp,
+                " data-parallel ranks, 3: the weights too), or spread it with parallelism.tp")
+          : cat("or use more processes (ZeRO-3 already holds 1/", run.grid.dp,
+                " of the weights, gradients and moments) or parallelism.tp");
   const std::string model_hint =
-      "use a smaller model (model.hidden_size, model.num_hidden_layers), freeze tensors "
-      "(training.freeze), or spread it with parallelism.tp or over the data-parallel ranks "
-      "with parallelism.zero (1: the AdamW moments, 2: and the gradients, 3: and the weights)";
+      cat("use a smaller model (model.hidden_size, model.num_hidden_layers), freeze tensors "
+          "(training.freeze), ",
+          spread);
   const bool patterns =
       !r.get_strings("training.trainable").empty() || !r.get_strings("training.freeze").empty();
   u.gradients = true;
