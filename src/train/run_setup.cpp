@@ -312,6 +312,10 @@ void setup_grid(Run& run) {
   // One rank speaks for the job; the others only report errors.
   if (!run.root()) log::set_level(log::Level::Error);
   if (run.device != "cpu") log::info(ops::device_choice(device));
+  if (run.zero > 0 && run.grid.dp == 1 && !run.plan_memory)
+    log::warn("parallelism.zero = ", run.zero,
+              " with one data-parallel rank shards nothing (ZeRO divides the state among the "
+              "data-parallel ranks; run more processes, e.g. mpirun -np N)");
 }
 
 // Reads tensors `tensors` of checkpoint group `group` into this rank's parts.
