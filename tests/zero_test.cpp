@@ -86,17 +86,7 @@ Outcome train(const Job& s) {
   oc.grad_clip = 0.5;  // clipping on: the norm is summed over the shards
   std::unique_ptr<AdamW<float>> opt;
   if (store) {
-    std::vector<AdamW<float>::Piece> pieces;
-    for (const ZeroShards::Piece& q : store->pieces(mask)) {
-      AdamW<float>::Piece p;
-      p.tensor = q.tensor;
-      p.param_offset = s.stage == 3 ? q.shard_offset : q.arena_offset;
-      p.grad_offset = q.shard_offset;
-      p.numel = q.numel;
-      pieces.push_back(p);
-    }
-    opt = std::make_unique<AdamW<float>>(be, L, oc, std::move(pieces), store->shard_elements(),
-                                         &dp);
+    opt = make_sharded_adamw(be, L, oc, *store, mask);
   } else {
     opt = std::make_unique<AdamW<float>>(be, L, oc, mask);
   }

@@ -87,6 +87,23 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   return norm;
 }
 
+std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
+                                                 const ParamLayout& layout,
+                                                 const AdamWConfig& cfg, ZeroShards& store,
+                                                 const std::vector<bool>& trainable) {
+  std::vector<AdamW<float>::Piece> pieces;
+  for (const ZeroShards::Piece& q : store.pieces(trainable)) {
+    AdamW<float>::Piece p;
+    p.tensor = q.tensor;
+    p.param_offset = store.stage() == 3 ? q.shard_offset : q.arena_offset;
+    p.grad_offset = q.shard_offset;
+    p.numel = q.numel;
+    pieces.push_back(p);
+  }
+  return std::make_unique<AdamW<float>>(be, layout, cfg, std::move(pieces),
+                                        store.shard_elements(), &store.dp());
+}
+
 template class AdamW<float>;
 template class AdamW<double>;
 

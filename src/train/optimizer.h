@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/params.h"
+#include "model/zero.h"
 #include "ops/backend.h"
 #include "parallel/comm.h"
 
@@ -89,5 +90,15 @@ class AdamW {
   std::unique_ptr<double, std::function<void(double*)>> squares_;
   int64_t step_ = 0;
 };
+
+// ZeRO-2/3: the optimizer of this rank's shards in `store` (its pieces of
+// the tensors `trainable` marks; moments shaped as the shard arenas; the
+// clipping norm summed over the store's data-parallel group). Its step takes
+// the weights' base (the model's arena at stage 2, store.weight_shard() at
+// stage 3) and store.gradient_shard().
+std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
+                                                 const ParamLayout& layout,
+                                                 const AdamWConfig& cfg, ZeroShards& store,
+                                                 const std::vector<bool>& trainable);
 
 }  // namespace strata

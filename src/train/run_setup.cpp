@@ -716,17 +716,7 @@ void setup(Run& run) {
   if (run.zero_store) {
     // ZeRO-2/3: this rank's slices of the trainable tensors; the weights it
     // updates are the model's arena (stage 2) or the store's shard (stage 3).
-    std::vector<AdamW<float>::Piece> pieces;
-    for (const ZeroShards::Piece& q : run.zero_store->pieces(mask)) {
-      AdamW<float>::Piece p;
-      p.tensor = q.tensor;
-      p.param_offset = run.zero == 3 ? q.shard_offset : q.arena_offset;
-      p.grad_offset = q.shard_offset;
-      p.numel = q.numel;
-      pieces.push_back(p);
-    }
-    run.opt = std::make_unique<AdamW<float>>(run.model->backend(), layout, oc, std::move(pieces),
-                                             run.zero_store->shard_elements(), run.dp);
+    run.opt = make_sharded_adamw(run.model->backend(), layout, oc, *run.zero_store, mask);
   } else {
     std::vector<bool> owned(mask.size());
     for (size_t t = 0; t < mask.size(); ++t) owned[t] = run.owner[t] == run.grid.dp_rank;
