@@ -327,8 +327,8 @@ void check_ref(const TensorRef& t, const std::string& file, const char* group) {
   for (int64_t d : t.shape)
     STRATA_CHECK(d >= 0, "checkpoint ", file, ": tensor '", group, "/", t.name,
                  "' has a negative dimension in shape ", shape_str(t.shape));
-  STRATA_CHECK(t.data || numel(t.shape) == 0, "checkpoint ", file, ": tensor '", group, "/", t.name,
-               "' has no data");
+  STRATA_CHECK(t.data || t.fill || numel(t.shape) == 0, "checkpoint ", file, ": tensor '", group,
+               "/", t.name, "' has no data");
 }
 
 // bfloat16 as an HDF5 float type: sign bit 15, 8 exponent bits at 7, 7
@@ -370,13 +370,20 @@ void write_tensor(hid_t group, const char* group_name, const TensorRef& t, const
                        H5Dclose, file, "cannot create " + what + " (duplicate name?)");
   const int64_t n = numel(t.shape);
   if (n == 0) return;
+  const float* src = t.data;
+  std::vector<float> filled;  // the tensor produced now (TensorRef::fill)
+  if (!src) {
+    filled.resize(static_cast<size_t>(n));
+    t.fill(filled.data());
+    src = filled.data();
+  }
   herr_t rc;
   if (bf16) {
     std::vector<uint16_t> bits(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) bits[size_t(i)] = to_bf16_bits(t.data[i]);
+    for (int64_t i = 0; i < n; ++i) bits[size_t(i)] = to_bf16_bits(src[i]);
     rc = H5Dwrite(dset.get(), bf.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
   } else {
-    rc = H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data);
+    rc = H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
   }
   if (rc < 0) fail_h5(file, "cannot write " + what);
 }
@@ -510,6 +517,16 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
     throw;
   }
   fsync_directory(dir.string(), "checkpoint: ");
+}
+
+void drain_checkpoint(const CheckpointData& data) {
+  std::vector<float> scratch;
+  for (const auto* refs : {&data.params, &data.exp_avg, &data.exp_avg_sq})
+    for (const TensorRef& t : *refs)
+      if (!t.data && t.fill && numel(t.shape) > 0) {
+        scratch.resize(static_cast<size_t>(numel(t.shape)));
+        t.fill(scratch.data());
+      }
 }
 
 // ---------------------------------------------------------------------------

@@ -49,11 +49,16 @@
 
 namespace strata {
 
-// A host tensor to write from or read into.
+// A host tensor to write from or read into. For writing, `data` may be null
+// when `fill` is set: the writer then calls fill(dst) with room for the
+// tensor's values when it reaches it, so a checkpoint can be assembled tensor
+// by tensor (gathered over tensor and data parallelism) instead of whole in
+// memory.
 struct TensorRef {
   std::string name;
   std::vector<int64_t> shape;
   float* data;
+  std::function<void(float* dst)> fill = {};
 };
 
 struct CheckpointData {
@@ -73,6 +78,11 @@ struct CheckpointData {
 
 // Writes `data` to `path` atomically. Throws strata::Error naming the file.
 void write_checkpoint(const std::string& path, const CheckpointData& data);
+// What write_checkpoint does with the tensors' `fill`s, without a file: each
+// called in the writer's order (params, exp_avg, exp_avg_sq). The processes
+// of a job that do not write run it so that the collectives inside the fills
+// pair with the writer's.
+void drain_checkpoint(const CheckpointData& data);
 
 // For the atomicity test: called after each tensor is written to the
 // temporary file, with the number written so far. Empty by default.

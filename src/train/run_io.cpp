@@ -131,74 +131,77 @@ std::string save(Run& run) {
     return path;
   }
   // Checkpoints hold full tensors: the tensor-parallel group of data-parallel
-  // rank 0 assembles them (moments first from their ZeRO-1 owners), and world
-  // rank 0, a member of it, writes the file.
+  // rank 0 assembles them (moments from their ZeRO-1 owners, weights and
+  // moments gathered from ZeRO-2/3 shards), and world rank 0, a member of
+  // it, writes the file. Tensor by tensor, as the writer reaches each: no
+  // process holds more than one full tensor and one bucket (the other
+  // processes run the same gathers, in the writer's order).
   const ParamLayout& L = run.model->layout();
   const bool assemble = run.grid.dp_rank == 0;
-  std::vector<std::vector<float>> store;  // the full tensors (moved vectors keep their data)
   ops::Backend<float>& be = run.model->backend();
-  std::vector<float> staged;
-  // `part` is host memory; `on_device` parts are staged first.
-  auto full = [&](int t, const float* part, bool on_device = false) {
+  ZeroShards* const z = run.zero_store;
+  std::vector<float> host_part;
+  // This rank's (tensor-parallel) part of tensor t, in backend memory or on
+  // the host, into the full tensor `out` (assembling ranks).
+  auto to_full = [&](int t, const float* part, bool on_device, float* out) {
     if (on_device && !be.is_host()) {
-      staged.resize(size_t(L[t].numel));
-      be.to_host(staged.data(), part, L[t].numel);
-      part = staged.data();
+      host_part.resize(size_t(L[t].numel));
+      be.to_host(host_part.data(), part, L[t].numel);
+      part = host_part.data();
     }
-    std::vector<float> f(size_t(full_numel(L[t])));
-    gather_full_tensor(L, t, part, f.data(), *run.tp);
-    store.push_back(std::move(f));
-    return TensorRef{L[t].name, L[t].full_shape, store.back().data()};
+    if (assemble) gather_full_tensor(L, t, part, out, *run.tp);
+  };
+  // ZeRO-2/3: the bucket of tensor t whole, gathered from the shards of
+  // `arena` (one bucket held at a time, while its tensors are written).
+  const float* cached_arena = nullptr;
+  int cached_bucket = -1;
+  ops::DeviceBuffer<float> whole;
+  auto from_shards = [&](int t, const float* arena) {
+    const int b = run.model->bucket_of(t);
+    const WeightBucket& k = z->buckets()[size_t(b)];
+    if (arena != cached_arena || b != cached_bucket) {
+      if (whole.size() < size_t(k.numel)) {
+        whole = ops::DeviceBuffer<float>();
+        whole = ops::DeviceBuffer<float>(&be, size_t(k.numel));
+      }
+      z->gather_bucket(b, arena + z->shard_offset(b), whole.data());
+      cached_arena = arena, cached_bucket = b;
+    }
+    return whole.data() + (L[t].offset - k.offset);
   };
   const int n = int(L.tensors().size());
-  // (Bucket by bucket: under ZeRO-3 every data-parallel rank takes part in
-  // gathering each one.)
-  run.model->read_weights([&](const WeightBucket& k, const float* base) {
-    if (assemble)
-      for (int t = k.first; t <= k.last; ++t)
-        d.params.push_back(full(t, base + (L[t].offset - k.offset), true));
-  });
-  if (run.zero_store) {  // ZeRO-2/3: each bucket's moments gathered from the shards
-    ZeroShards& z = *run.zero_store;
-    ops::DeviceBuffer<float> whole;
-    for (size_t b = 0; b < z.buckets().size(); ++b) {
-      const WeightBucket& k = z.buckets()[b];
-      bool trains = false;
-      for (int t = k.first; t <= k.last; ++t) trains |= run.owner[size_t(t)] >= 0;
-      if (!trains) continue;
-      if (whole.size() < size_t(k.numel)) whole = ops::DeviceBuffer<float>(&be, size_t(k.numel));
-      for (auto* refs : {&d.exp_avg, &d.exp_avg_sq}) {
-        float* arena = refs == &d.exp_avg ? run.opt->exp_avg_arena() : run.opt->exp_avg_sq_arena();
-        z.gather_bucket(int(b), arena + z.shard_offset(int(b)), whole.data());
-        if (assemble)
-          for (int t = k.first; t <= k.last; ++t)
-            if (run.owner[size_t(t)] >= 0)
-              refs->push_back(full(t, whole.data() + (L[t].offset - k.offset), true));
-      }
-    }
-  }
-  std::vector<float> m, v;
-  for (int t = 0; t < n && !run.zero_store; ++t) {
+  for (int t = 0; t < n; ++t)
+    d.params.push_back(TensorRef{L[t].name, L[t].full_shape, nullptr, [&, t](float* out) {
+                                   const float* part = run.zero == 3 ? from_shards(t, z->weight_shard())
+                                                                     : run.model->param(t);
+                                   to_full(t, part, true, out);
+                                 }});
+  std::vector<float> m;
+  for (int t = 0; t < n; ++t) {
     if (run.owner[size_t(t)] < 0) continue;  // frozen: no optimizer state
-    const ParamInfo& p = L[t];
-    m.assign(size_t(p.numel), 0.f);
-    v.assign(size_t(p.numel), 0.f);
-    if (run.opt->has_state(t)) {
-      run.model->backend().to_host(m.data(), run.opt->exp_avg(t), p.numel);
-      run.model->backend().to_host(v.data(), run.opt->exp_avg_sq(t), p.numel);
-    }
-    if (run.zero == 1 && run.grid.dp > 1) {
-      run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
-      run.dp->broadcast(v.data(), p.numel, run.owner[size_t(t)]);
-    }
-    if (assemble) {
-      d.exp_avg.push_back(full(t, m.data()));
-      d.exp_avg_sq.push_back(full(t, v.data()));
+    for (auto* refs : {&d.exp_avg, &d.exp_avg_sq}) {
+      const bool second = refs == &d.exp_avg_sq;
+      refs->push_back(TensorRef{L[t].name, L[t].full_shape, nullptr, [&, t, second](float* out) {
+        if (z) {
+          const float* arena = second ? run.opt->exp_avg_sq_arena() : run.opt->exp_avg_arena();
+          to_full(t, from_shards(t, arena), true, out);
+          return;
+        }
+        const ParamInfo& p = L[t];
+        m.assign(size_t(p.numel), 0.f);
+        if (run.opt->has_state(t))
+          be.to_host(m.data(), second ? run.opt->exp_avg_sq(t) : run.opt->exp_avg(t), p.numel);
+        if (run.zero == 1 && run.grid.dp > 1)  // from the tensor's ZeRO-1 owner
+          run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
+        to_full(t, m.data(), false, out);
+      }});
     }
   }
   if (run.root()) {
     write_checkpoint(path, d);
     prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+  } else {
+    drain_checkpoint(d);
   }
   run.grid.world->barrier();  // the file is complete before any rank goes on
   return path;
