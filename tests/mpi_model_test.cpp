@@ -544,11 +544,9 @@ TEST(ZeroOverMpi, ShardsEqualTheAllReducedGradients) {
       SCOPED_TRACE(cat(plan_text, " ZeRO-", stage, " dp ", g_grid->dp, " tp ", g_tp));
       const LayerPlan plan = LayerPlan::parse(plan_text, 3);
       testing::CountingComm dp(*g_grid->dp_comm);
-      auto be = ops::make_backend<float>();
-      const ParamLayout layout(cfg, g_tp, g_grid->tp_rank, plan.tp_shards(g_tp));
-      auto owned = std::make_unique<ZeroShards>(*be, layout, dp, stage);
-      ZeroShards* z = owned.get();
-      Model<float> m(cfg, plan, std::move(be), g_grid->tp_comm.get(), std::move(owned));
+      ZeroShards* z = nullptr;
+      Model<float> m(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get(),
+                     zero_store_factory(dp, stage, &z));
       Model<float> ref(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
       m.init_weights(5);
       ref.init_weights(5);

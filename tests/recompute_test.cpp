@@ -9,25 +9,13 @@
 
 #include "model/model.h"
 #include "ops/backend.h"
+#include "every_plan_kind.h"
 #include "testing.h"
 
 namespace strata {
 namespace {
 
-LlamaConfig config() {
-  LlamaConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 32;
-  c.intermediate_size = 56;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
-  c.attention_bias = true;
-  c.tie_word_embeddings = false;
-  c.finalize();
-  return c;
-}
+LlamaConfig config() { return testing::four_layer_config(); }
 
 struct Outcome {
   std::vector<double> losses;
@@ -74,9 +62,7 @@ void expect_bitwise(const Outcome& a, const Outcome& b) {
         << "gradient of tensor " << t << " differs";
 }
 
-const char* const kPlans[] = {"standard*4",          "skip,standard*3",   "ladder*4",
-                              "standard*2,ladder*2", "lp*2,standard*2",   "parallel*4",
-                              "par*4;par_group=2",   "spd*4;spd_degree=2"};
+const auto& kPlans = testing::kEveryPlanKind;
 
 TEST(Recompute, EqualsKeepingTheActivationsBitwise) {
   for (const char* plan : kPlans)

@@ -420,19 +420,19 @@ TEST(Spd, PipelineMemoryFollowsTheSettings) {
   EXPECT_EQ(a.capture_layers, 4);  // at most the budget's blocks
   EXPECT_EQ(b.capture_layers, 1);
   const int64_t per_block = 2 * 16 * 8 * int64_t(c.hidden_size) * 4;
-  EXPECT_EQ(a.host.bytes_of("captured blocks"), 4 * per_block);
-  EXPECT_EQ(b.host.bytes_of("captured blocks"), per_block);
+  EXPECT_EQ(a.memory.bytes_of("captured blocks"), 4 * per_block);
+  EXPECT_EQ(b.memory.bytes_of("captured blocks"), per_block);
   // A larger calibration batch, a larger activation arena; the same weights.
   const spd::PipelineMemory big = spd::pipeline_memory(c, 2, 16, 8, 8, 1, 4, gb);
-  EXPECT_GT(big.device.bytes_of("activations (calibration passes)"),
-            a.device.bytes_of("activations (calibration passes)"));
-  EXPECT_EQ(big.device.bytes_of("weights"), a.device.bytes_of("weights"));
+  EXPECT_GT(big.memory.bytes_of("activations (calibration passes)"),
+            a.memory.bytes_of("activations (calibration passes)"));
+  EXPECT_EQ(big.memory.bytes_of("weights"), a.memory.bytes_of("weights"));
   // The block model is what distill_block builds: one layer.
   Model<float> m(c, LayerPlan::parse("spd*4;spd_degree=2", 4), ops::make_backend<float>());
   const auto blk = spd::block_model(m, 2);
   EXPECT_EQ(blk->config().num_hidden_layers, 1);
   EXPECT_EQ(spd::layer_snapshot(*blk, 0), spd::layer_snapshot(m, 2));
-  EXPECT_GT(a.device.bytes_of("block model (B2B)"), 4 * spd::layer_numel(m, 2) * 4);
+  EXPECT_GT(a.memory.bytes_of("block model (B2B)"), 4 * spd::layer_numel(m, 2) * 4);
 }
 
 TEST(Spd, CalibrationWindows) {

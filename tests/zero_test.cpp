@@ -18,26 +18,14 @@
 #include "model/model.h"
 #include "model/zero.h"
 #include "ops/backend.h"
+#include "every_plan_kind.h"
 #include "testing.h"
 #include "train/optimizer.h"
 
 namespace strata {
 namespace {
 
-LlamaConfig config(bool tied = false) {
-  LlamaConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 32;
-  c.intermediate_size = 56;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
-  c.attention_bias = true;
-  c.tie_word_embeddings = tied;
-  c.finalize();
-  return c;
-}
+LlamaConfig config(bool tied = false) { return testing::four_layer_config(tied); }
 
 struct Job {
   std::string plan = "standard*4";
@@ -70,10 +58,9 @@ Outcome train(const Job& s) {
   testing::CountingComm dp(*local);
   auto backend = ops::make_backend<float>();
   ops::Backend<float>& be = *backend;
-  std::unique_ptr<ZeroShards> owned;
-  if (s.stage) owned = std::make_unique<ZeroShards>(be, ParamLayout(c), dp, s.stage);
-  ZeroShards* const store = owned.get();
-  Model<float> m(c, plan, std::move(backend), nullptr, std::move(owned));
+  ZeroShards* store = nullptr;
+  Model<float> m(c, plan, std::move(backend), nullptr,
+                 s.stage ? zero_store_factory(dp, s.stage, &store) : WeightStoreFactory<float>());
   if (s.bf16) be.set_matmul_precision(ops::MatmulPrecision::BF16);
   m.set_recompute(s.recompute);
   m.init_weights(11);
@@ -123,11 +110,10 @@ Outcome train(const Job& s) {
         }
       r.counts = dp.counts();
     }
-    const double norm = store ? opt->step(s.stage == 3 ? store->weight_shard() : m.params(),
-                                          store->gradient_shard(), oc.lr)
-                              : opt->step(m.params(), m.grads(), oc.lr);
+    const double norm =
+        store ? sharded_step(*opt, *store, s.stage == 2 ? m.params() : nullptr, oc.lr)
+              : opt->step(m.params(), m.grads(), oc.lr);
     r.losses.push_back(norm);
-    if (store) store->publish_weights(s.stage == 2 ? m.params() : nullptr);
   }
   r.weights.resize(L.tensors().size());
   m.read_weights([&](const WeightBucket& k, const float* base) {
@@ -169,9 +155,7 @@ void expect_close(const std::vector<std::vector<float>>& a,
   }
 }
 
-const char* const kPlans[] = {"standard*4",          "skip,standard*3",   "ladder*4",
-                              "standard*2,ladder*2", "lp*2,standard*2",   "parallel*4",
-                              "par*4;par_group=2",   "spd*4;spd_degree=2"};
+const auto& kPlans = testing::kEveryPlanKind;
 
 TEST(Zero, StoreEqualsTheArenasBitwise) {
   for (const char* plan : kPlans)
@@ -408,9 +392,8 @@ TEST(Zero, WeightsOutsideAnOpenBucketAreRefused) {
   const LlamaConfig c = config();
   auto local = make_local_comm();
   auto backend = ops::make_backend<float>();
-  auto store = std::make_unique<ZeroShards>(*backend, ParamLayout(c), *local, 3);
   Model<float> m(c, LayerPlan::standard(c.num_hidden_layers), std::move(backend), nullptr,
-                 std::move(store));
+                 zero_store_factory(*local, 3, nullptr));
   m.init_weights(1);
   EXPECT_ERROR(m.param(m.layout().layers[1].q),
                "weights of layer 1 are read while their bucket is closed");

@@ -294,8 +294,7 @@ int spd_pipeline(int argc, char** argv, int first) {
   // The model's shape first (the checkpoint's header; spd.config when
   // planning without the checkpoint), checked before anything is allocated.
   LlamaConfig shape;
-  const bool have_ckpt = fs::exists(ckpt);
-  if (have_ckpt) {
+  if (fs::exists(ckpt)) {
     const CheckpointReader reader(ckpt);
     const CheckpointInfo head = read_checkpoint_info(reader);
     STRATA_CHECK(head.plan.plain(), ckpt, ": runs plan '", head.plan.to_string(),
@@ -307,17 +306,9 @@ int spd_pipeline(int argc, char** argv, int first) {
                                    dry_run && device_bytes > 0
                                        ? " (to plan without it, give the model's shape in spd.config)"
                                        : ""));
-    const std::string path = r.get_string("spd.config");
-    std::ifstream f(path);
-    if (!f) r.fail("spd.config", cat("cannot open ", path));
-    try {
-      shape = LlamaConfig::from_json(nlohmann::json::parse(f), path);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      r.fail("spd.config", cat(path, " is not valid JSON: ", e.what()));
-    }
-    say(cat("plan: ", ckpt, " is not on this machine; the model's shape comes from ", path));
+    shape = read_model_config(r, "spd.config");
+    say(cat("plan: ", ckpt, " is not on this machine; the model's shape comes from ",
+            r.get_string("spd.config")));
   }
   shape.finalize(ckpt);
   const int L = shape.num_hidden_layers;
@@ -352,14 +343,11 @@ int spd_pipeline(int argc, char** argv, int first) {
     if (!(dry_run && device_bytes > 0)) r.fail(key, cat("no such file: ", path));
     say(cat("plan: ", key, " ", path, " is not on this machine"));
   }
-  // Memory: on the device, then the host's part beside it.
+  // Memory (strata spd runs on the CPU backend, load_model's default).
   const spd::PipelineMemory pm =
       spd::pipeline_memory(shape, g, n_cal, seq, cal_batch, dc.batch, budget, capture_bytes);
-  // strata spd runs on the CPU backend (load_model's default): the device's
-  // part and the host's are one memory.
   const std::string device = "cpu";
-  MemoryEstimate need = pm.device;
-  for (const auto& p : pm.host.parts) need.parts.push_back(p);
+  const MemoryEstimate& need = pm.memory;
   const std::string what = cat(rc.recipe, ": strata spd on ", ckpt, " (",
                                fixed(double(shape.num_parameters()) / 1e9, 2), "B parameters)");
   const std::string hint =

@@ -135,15 +135,19 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     return n;
   };
   auto span = [&](const Dims& d) { return round16(bucket(d)); };
-  double P = round16(V / tp * C);
-  double maxF = 0, maxQKV = 0, maxQ = 0;
+  // The embedding's bucket, and the final norm's with the untied head.
+  const double embed_n = V / tp * C;
+  const double head_n = c.tie_word_embeddings ? C : round16(C) + V / tp * C;
+  double P = round16(embed_n);
+  double maxF = 0, maxQKV = 0, maxQ = 0, widest = 0;  // widest: the largest layer bucket
   for (const Group& g : groups) {
     P += g.count * span(g.d);
+    widest = std::max(widest, bucket(g.d));
     maxF = std::max(maxF, g.d.F);
     maxQKV = std::max(maxQKV, (g.d.Hq + 2 * g.d.Hkv) * D);
     maxQ = std::max(maxQ, g.d.Hq * D);
   }
-  P += c.tie_word_embeddings ? C : round16(C) + V / tp * C;
+  P += head_n;
 
   MemoryEstimate e;
   e.parameters = bytes(P);
@@ -155,14 +159,10 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     // ZeRO-2/3: every bucket cut into dp shards of ceil(n / dp) rounded to 16.
     const double dp = std::max(1, u.dp);
     auto shard = [&](double n) { return round16(std::ceil(n / dp)); };
-    double S = shard(V / tp * C) + shard(c.tie_word_embeddings ? C : round16(C) + V / tp * C);
-    double layer = 0;  // the largest layer bucket, padded
-    for (const Group& g : groups) {
-      S += g.count * shard(bucket(g.d));
-      layer = std::max(layer, dp * shard(bucket(g.d)));
-    }
-    const double embed = dp * shard(V / tp * C);
-    const double head = dp * shard(c.tie_word_embeddings ? C : round16(C) + V / tp * C);
+    double S = shard(embed_n) + shard(head_n);
+    for (const Group& g : groups) S += g.count * shard(bucket(g.d));
+    // Buckets padded to dp shards: a layer buffer, the embedding's, the head's.
+    const double layer = dp * shard(widest), embed = dp * shard(embed_n), head = dp * shard(head_n);
     // The store's pool at its peak (zero.h): layer buffers per unit in
     // flight, a unit being as many buffers as its layers.
     int per_unit = 1;
@@ -205,11 +205,8 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     // embedding's bucket and the layers' in flight, two all-reduces
     // (ZeRO 0/1, completed as backward polls) or one reduce-scatter beside
     // the store's own buffers (ZeRO-2/3).
-    double widest_layer = 0;
-    for (const Group& g : groups) widest_layer = std::max(widest_layer, bucket(g.d));
-    const double vocab = std::max(V / tp * C, c.tie_word_embeddings ? C : round16(C) + V / tp * C);
     e.parts.push_back({"communication buffers",
-                       bytes((vocab + (u.zero >= 2 ? 1 : 2) * widest_layer) * f)});
+                       bytes((std::max(embed_n, head_n) + (u.zero >= 2 ? 1 : 2) * widest) * f)});
   }
 
   if (u.batch > 0 && u.seq > 0) {

@@ -30,12 +30,12 @@ Model<T>::Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp)
-    : Model(cfg, plan, std::move(backend), tp, std::unique_ptr<WeightStore<T>>()) {}
+    : Model(cfg, plan, std::move(backend), tp, WeightStoreFactory<T>()) {}
 
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp,
-                std::unique_ptr<WeightStore<T>> store)
+                const WeightStoreFactory<T>& make_store)
     : cfg_(cfg),
       layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0,
               plan.tp_shards(tp ? tp->size() : 1)),
@@ -55,7 +55,7 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   set_plan(plan);
   STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
                "tensor parallelism runs float models only");
-  owned_store_ = std::move(store);
+  if (make_store) owned_store_ = make_store(layout_, *be_);
   store_ = owned_store_.get();
   store_weights_ = store_ && store_->holds_weights();
   if (!store_weights_) {
@@ -143,20 +143,19 @@ void Model<T>::closed_bucket(int b, const char* what) const {
 
 template <typename T>
 void Model<T>::write_weights(const std::function<void(const WeightBucket&, T* base)>& fill) {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const WeightBucket& k = buckets_[b];
-    if (!store_weights_) {
-      fill(k, params_.data() + k.offset);
-      continue;
-    }
-    size_t need = 0;
-    for (const WeightBucket& q : buckets_) need = std::max(need, size_t(q.numel));
-    if (staging_.size() < need) staging_ = ops::DeviceBuffer<T>(be_.get(), need);
-    be_->zero(staging_.data(), k.numel);
-    fill(k, staging_.data());
-    store_->write_weights(int(b), staging_.data());
+  if (!store_weights_) {
+    for (const WeightBucket& k : buckets_) fill(k, params_.data() + k.offset);
+    return;
   }
-  if (store_weights_) staging_ = ops::DeviceBuffer<T>();
+  // Under ZeRO-3 each bucket passes through one staging buffer to the store.
+  size_t widest = 0;
+  for (const WeightBucket& k : buckets_) widest = std::max(widest, size_t(k.numel));
+  ops::DeviceBuffer<T> staging(be_.get(), widest);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    be_->zero(staging.data(), buckets_[b].numel);
+    fill(buckets_[b], staging.data());
+    store_->write_weights(int(b), staging.data());
+  }
 }
 
 template <typename T>
@@ -215,6 +214,11 @@ void Model<T>::close_unit_weights(const PlanUnit& u) {
   for (int l = u.first; l < u.end(); ++l) close_weights(1 + l);
 }
 
+template <typename T>
+void Model<T>::prefetch_unit_weights(const PlanUnit& u) {
+  for (int l = u.first; l < u.end(); ++l) prefetch_weights(1 + l);
+}
+
 // The embedding and head buckets' weights, open for a scope (the store keeps
 // them gathered for the step, so opening them again costs nothing).
 template <typename T>
@@ -240,24 +244,24 @@ void Model<T>::init_weights(uint64_t seed) {
   std::vector<T> host;
   const auto& tensors = layout_.tensors();
   write_weights([&](const WeightBucket& k, T* base) {
-  host.assign(size_t(k.numel), T(0));
-  for (int ti = k.first; ti <= k.last; ++ti) {
-    const ParamInfo& info = tensors[size_t(ti)];
-    T* p = host.data() + (info.offset - k.offset);
-    const bool is_norm = info.name.find("norm") != std::string::npos;
-    if (is_norm) {
-      for (int64_t i = 0; i < info.numel; ++i) p[i] = T(1);
-    } else if (info.is_matrix) {
-      const PhiloxStream rng(seed, /*purpose: init*/ 1, uint32_t(ti));
-      const double std = cfg_.initializer_range;
+    host.assign(size_t(k.numel), T(0));
+    for (int ti = k.first; ti <= k.last; ++ti) {
+      const ParamInfo& info = tensors[size_t(ti)];
+      T* p = host.data() + (info.offset - k.offset);
+      const bool is_norm = info.name.find("norm") != std::string::npos;
+      if (is_norm) {
+        for (int64_t i = 0; i < info.numel; ++i) p[i] = T(1);
+      } else if (info.is_matrix) {
+        const PhiloxStream rng(seed, /*purpose: init*/ 1, uint32_t(ti));
+        const double std = cfg_.initializer_range;
 #pragma omp parallel for schedule(static)
-      // Drawn by the element's index in the full tensor: every tensor-parallel
-      // layout holds the same weights.
-      for (int64_t i = 0; i < info.numel; ++i)
-        p[i] = T(std * rng.normal(uint64_t(layout_.full_index(int(ti), i))));
-    }  // biases stay 0
-  }
-  be_->from_host(base, host.data(), k.numel);
+        // Drawn by the element's index in the full tensor: every tensor-parallel
+        // layout holds the same weights.
+        for (int64_t i = 0; i < info.numel; ++i)
+          p[i] = T(std * rng.normal(uint64_t(layout_.full_index(int(ti), i))));
+      }  // biases stay 0
+    }
+    be_->from_host(base, host.data(), k.numel);
   });
 }
 
@@ -1048,7 +1052,7 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
     // for while this one computes, this one's freed after it.
     open_unit_weights(u);
     if (k + 1 < units_.size() && units_[k + 1].end() <= exit_layer)
-      for (int l = units_[k + 1].first; l < units_[k + 1].end(); ++l) prefetch_weights(1 + l);
+      prefetch_unit_weights(units_[k + 1]);
     RunMode mode = RunMode::All;
     if (dropping) {  // a unit is dropped as a whole: its layers share one mask
       const auto& k = skip->keep[size_t(u.first)];
@@ -1132,8 +1136,7 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
       // ZeRO-2/3: its gradient buckets, handed on once final (release).
       open_unit_weights(*u);
       const auto next = std::next(u);
-      if (next != units_.rend() && next->first >= backward_floor_)
-        for (int l = next->first; l < next->end(); ++l) prefetch_weights(1 + l);
+      if (next != units_.rend() && next->first >= backward_floor_) prefetch_unit_weights(*next);
       for (int l = u->first; l < u->end(); ++l) open_grads(1 + l);
       opened[size_t(u->first)] = true;
       unit_backward_mode(*u, B, T_, run_mode_[size_t(u->first)]);

@@ -80,15 +80,14 @@ class Model {
   // are the same on every rank. float only.
   Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
         Communicator* tp = nullptr);
-  // With a weight store (ZeRO-2/3, model/zero.h), which the model owns (it
-  // goes before the backend it allocates from):
-  // the gradients of every bucket live in the store while backward writes
-  // them, and with store->holds_weights() the weights too: the model then
-  // allocates no parameter arena and reads a bucket only while the executor
-  // holds it open (weight_store.h). Its layout must be this model's
-  // (ParamLayout(cfg, tp size, tp rank, plan.tp_shards(tp size))).
+  // With a weight store (ZeRO-2/3, model/zero.h), made by `make_store` from
+  // the model's layout and backend and owned by the model (it goes before
+  // the backend it allocates from): the gradients of every bucket live in
+  // the store while backward writes them, and with store->holds_weights()
+  // the weights too: the model then allocates no parameter arena and reads a
+  // bucket only while the executor holds it open (weight_store.h).
   Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
-        Communicator* tp, std::unique_ptr<WeightStore<T>> store);
+        Communicator* tp, const WeightStoreFactory<T>& make_store);
 
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
@@ -244,7 +243,6 @@ class Model {
   std::vector<bool> bucket_trains_;  // per bucket: holds a trainable tensor
   WeightStore<T>* store_ = nullptr;
   bool store_weights_ = false;
-  ops::DeviceBuffer<T> staging_;  // write_weights under ZeRO-3: one bucket
   void open_weights(int b);
   void close_weights(int b);
   void prefetch_weights(int b);
@@ -252,6 +250,7 @@ class Model {
   void close_grads(int b);
   void open_unit_weights(const PlanUnit& u);
   void close_unit_weights(const PlanUnit& u);
+  void prefetch_unit_weights(const PlanUnit& u);
   int head_bucket() const { return int(buckets_.size()) - 1; }
   class OpenHead;  // the embedding and head buckets' weights open for a scope
   void open_head_grads();

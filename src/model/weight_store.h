@@ -13,9 +13,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "model/params.h"
+#include "ops/backend.h"
 
 namespace strata {
 
@@ -29,6 +32,14 @@ struct WeightBucket {
 // The buckets of a layout, in arena order: embedding, layers 0..L-1, final
 // norm (+ LM head).
 std::vector<WeightBucket> weight_buckets(const ParamLayout& layout);
+
+template <typename T>
+class WeightStore;
+// Makes the store of a model from the model's own layout, on its backend
+// (Model's constructor calls it once both exist).
+template <typename T>
+using WeightStoreFactory =
+    std::function<std::unique_ptr<WeightStore<T>>(const ParamLayout&, ops::Backend<T>&)>;
 
 template <typename T>
 class WeightStore {

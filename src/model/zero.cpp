@@ -33,6 +33,14 @@ std::vector<WeightBucket> weight_buckets(const ParamLayout& layout) {
   return out;
 }
 
+WeightStoreFactory<float> zero_store_factory(Communicator& dp, int stage, ZeroShards** made) {
+  return [&dp, stage, made](const ParamLayout& layout, ops::Backend<float>& be) {
+    auto z = std::make_unique<ZeroShards>(be, layout, dp, stage);
+    if (made) *made = z.get();
+    return std::unique_ptr<WeightStore<float>>(std::move(z));
+  };
+}
+
 ZeroShards::ZeroShards(ops::Backend<float>& be, const ParamLayout& layout, Communicator& dp,
                        int stage)
     : be_(be), dp_(dp), stage_(stage), buckets_(weight_buckets(layout)) {
@@ -142,13 +150,22 @@ void ZeroShards::give(float* p) {
 
 // ------------------------------------------------------------------ weights
 
-void ZeroShards::wait_gather(int b) {
-  int64_t& h = gather_handle_[size_t(b)];
-  if (h < 0) return;
+bool ZeroShards::timed_wait(int64_t& handle, double& seconds) {
+  if (handle < 0) return false;
   Timer t;
-  dp_.wait(h);
-  gather_wait_s_ += t.seconds();
-  h = -1;
+  dp_.wait(handle);
+  seconds += t.seconds();
+  handle = -1;
+  return true;
+}
+
+void ZeroShards::wait_gather(int b) { timed_wait(gather_handle_[size_t(b)], gather_wait_s_); }
+
+void ZeroShards::drop_gathered(int b) {
+  if (!gathered_[size_t(b)]) return;
+  wait_gather(b);
+  give(gathered_[size_t(b)]);
+  gathered_[size_t(b)] = nullptr;
 }
 
 void ZeroShards::start_gather(int b) {
@@ -175,30 +192,21 @@ float* ZeroShards::open_weights(int b) {
 
 void ZeroShards::close_weights(int b) {
   weights_open_[size_t(b)] = false;
-  if (buckets_[size_t(b)].layer < 0) return;  // embedding and head: kept for the step
-  give(gathered_[size_t(b)]);
-  gathered_[size_t(b)] = nullptr;
+  if (buckets_[size_t(b)].layer >= 0) drop_gathered(b);  // embedding and head: kept for the step
 }
 
 void ZeroShards::write_weights(int b, const float* whole) {
   STRATA_CHECK(stage_ == 3, "internal error: under ZeRO-2 the model holds its weights");
   STRATA_CHECK(!weights_open_[size_t(b)], "internal error: weights written while open");
-  if (gathered_[size_t(b)]) {  // a kept embedding or head is stale now
-    wait_gather(b);
-    give(gathered_[size_t(b)]);
-    gathered_[size_t(b)] = nullptr;
-  }
+  drop_gathered(b);  // a kept embedding or head is stale now
   slice_bucket(b, whole, weight_shard_.data() + shard_offset_[size_t(b)]);
 }
 
 void ZeroShards::publish_weights(float* arena) {
   if (stage_ == 3) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (!gathered_[b]) continue;
       STRATA_CHECK(!weights_open_[b], "internal error: weights updated while open");
-      wait_gather(int(b));
-      give(gathered_[b]);
-      gathered_[b] = nullptr;
+      drop_gathered(int(b));
     }
     return;
   }
@@ -223,12 +231,7 @@ void ZeroShards::publish_weights(float* arena) {
 // ---------------------------------------------------------------- gradients
 
 void ZeroShards::wait_scatter(int b) {
-  int64_t& h = scatter_handle_[size_t(b)];
-  if (h < 0) return;
-  Timer t;
-  dp_.wait(h);
-  scatter_wait_s_ += t.seconds();
-  h = -1;
+  if (!timed_wait(scatter_handle_[size_t(b)], scatter_wait_s_)) return;
   give(grad_buf_[size_t(b)]);
   grad_buf_[size_t(b)] = nullptr;
   scatter_order_.erase(std::find(scatter_order_.begin(), scatter_order_.end(), b));

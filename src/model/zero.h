@@ -132,8 +132,12 @@ class ZeroShards final : public WeightStore<float> {
   float* take(int64_t n);  // a free buffer of at least n elements
   void give(float* p);
   int64_t padded(int b) const { return shard_[size_t(b)] * dp_.size(); }
+  // Waits for `handle` (-1: nothing to wait for), adding the time to
+  // `seconds`; whether there was one.
+  bool timed_wait(int64_t& handle, double& seconds);
   void wait_gather(int b);
   void wait_scatter(int b);
+  void drop_gathered(int b);  // a gathered bucket's buffer back to the pool
 
   ops::Backend<float>& be_;
   Communicator& dp_;
@@ -161,5 +165,9 @@ class ZeroShards final : public WeightStore<float> {
   bool prefetch_ = true;
   void start_gather(int b);
 };
+
+// The factory of a model's ZeRO store (Model's constructor), which also
+// hands back the store it made (owned by the model).
+WeightStoreFactory<float> zero_store_factory(Communicator& dp, int stage, ZeroShards** made);
 
 }  // namespace strata

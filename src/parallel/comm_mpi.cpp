@@ -154,9 +154,12 @@ MpiComm::Pending MpiComm::start_allgather(const float* in, float* out, int64_t n
   return p;
 }
 
-void MpiComm::allgather(const float* in, float* out, int64_t n) {
-  Pending p = start_allgather(in, out, n);
+void MpiComm::finish(Pending p) {
   MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
+}
+
+void MpiComm::allgather(const float* in, float* out, int64_t n) {
+  finish(start_allgather(in, out, n));
 }
 
 int64_t MpiComm::allgather_async(const float* in, float* out, int64_t n) {
@@ -192,8 +195,7 @@ MpiComm::Pending MpiComm::start_reduce_scatter(const float* in, float* out, int6
 }
 
 void MpiComm::reduce_scatter_sum(const float* in, float* out, int64_t n) {
-  Pending p = start_reduce_scatter(in, out, n);
-  MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
+  finish(start_reduce_scatter(in, out, n));
 }
 
 int64_t MpiComm::reduce_scatter_sum_async(const float* in, float* out, int64_t n) {

@@ -81,6 +81,7 @@ class MpiComm final : public Communicator {
   std::deque<Pending> pending_;
   int64_t first_handle_ = 0;
   int64_t push(Pending p);
+  static void finish(Pending p);  // waits for its requests (a blocking call)
   void drop_completed_front();
   // The requests of an allgather / reduce-scatter (blocking calls wait on them).
   Pending start_allgather(const float* in, float* out, int64_t n);

@@ -87,33 +87,36 @@ cudaEvent_t NcclComm::take_event() {
 
 void NcclComm::release_event(cudaEvent_t e) { free_events_.push_back(e); }
 
-void NcclComm::allreduce_sum(float* buf, int64_t n) {
-  check_count(n, "allreduce_sum");
-  if (n == 0) return;
+bool NcclComm::queue(int64_t n, const char* what, const char* call,
+                     const std::function<ncclResult_t()>& enqueue) {
+  check_count(n, what);
+  if (n == 0) return false;
   order_after_compute();
-  check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
-             "ncclAllReduce", comm_);
-  sync_stream("ncclAllReduce");
+  check_nccl(enqueue(), call, comm_);
+  return true;
 }
 
-int64_t NcclComm::allreduce_sum_async(float* buf, int64_t n) {
-  check_count(n, "allreduce_sum_async");
-  cudaEvent_t done = nullptr;  // n == 0: complete from the start
-  if (n > 0) {
-    order_after_compute();
-    check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
-               "ncclAllReduce", comm_);
-    return push_event();
+int64_t NcclComm::push_event(bool queued) {
+  cudaEvent_t done = nullptr;  // nothing queued: complete from the start
+  if (queued) {
+    done = take_event();
+    check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
   }
   pending_.push_back(done);
   return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
 }
 
-int64_t NcclComm::push_event() {
-  cudaEvent_t done = take_event();
-  check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
-  pending_.push_back(done);
-  return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
+void NcclComm::allreduce_sum(float* buf, int64_t n) {
+  if (queue(n, "allreduce_sum", "ncclAllReduce", [&] {
+        return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
+      }))
+    sync_stream("ncclAllReduce");
+}
+
+int64_t NcclComm::allreduce_sum_async(float* buf, int64_t n) {
+  return push_event(queue(n, "allreduce_sum_async", "ncclAllReduce", [&] {
+    return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
+  }));
 }
 
 void NcclComm::wait(int64_t handle) {
@@ -151,47 +154,30 @@ void NcclComm::drop_completed_front() {
 }
 
 void NcclComm::allgather(const float* in, float* out, int64_t n) {
-  check_count(n, "allgather");
-  if (n == 0) return;
-  order_after_compute();
-  check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_),
-             "ncclAllGather", comm_);
-  sync_stream("ncclAllGather");
+  if (queue(n, "allgather", "ncclAllGather", [&] {
+        return ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_);
+      }))
+    sync_stream("ncclAllGather");
 }
 
 int64_t NcclComm::allgather_async(const float* in, float* out, int64_t n) {
-  check_count(n, "allgather_async");
-  if (n == 0) {
-    pending_.push_back(nullptr);
-    return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
-  }
-  order_after_compute();
-  check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_),
-             "ncclAllGather", comm_);
-  return push_event();
+  return push_event(queue(n, "allgather_async", "ncclAllGather", [&] {
+    return ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_);
+  }));
 }
 
 void NcclComm::reduce_scatter_sum(const float* in, float* out, int64_t n) {
-  check_count(n, "reduce_scatter_sum");
-  if (n == 0) return;
-  order_after_compute();
-  check_nccl(
-      ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
-      "ncclReduceScatter", comm_);
-  sync_stream("ncclReduceScatter");
+  if (queue(n, "reduce_scatter_sum", "ncclReduceScatter", [&] {
+        return ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_,
+                                 stream_);
+      }))
+    sync_stream("ncclReduceScatter");
 }
 
 int64_t NcclComm::reduce_scatter_sum_async(const float* in, float* out, int64_t n) {
-  check_count(n, "reduce_scatter_sum_async");
-  if (n == 0) {
-    pending_.push_back(nullptr);
-    return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
-  }
-  order_after_compute();
-  check_nccl(
-      ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
-      "ncclReduceScatter", comm_);
-  return push_event();
+  return push_event(queue(n, "reduce_scatter_sum_async", "ncclReduceScatter", [&] {
+    return ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
+  }));
 }
 
 void NcclComm::broadcast(float* buf, int64_t n, int root) {

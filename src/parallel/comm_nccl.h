@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,8 +83,13 @@ class NcclComm final : public Communicator {
   cudaEvent_t take_event();
   void release_event(cudaEvent_t e);
   void drop_completed_front();
-  // The handle of work just queued on stream_ (an event recorded after it).
-  int64_t push_event();
+  // Queues a collective (enqueue) on stream_ after the compute stream's work;
+  // n == 0 queues nothing. Returns whether it queued.
+  bool queue(int64_t n, const char* what, const char* call,
+             const std::function<ncclResult_t()>& enqueue);
+  // The handle of what was just queued on stream_ (an event recorded after
+  // it), or of nothing (complete from the start).
+  int64_t push_event(bool queued);
 
   std::unique_ptr<Communicator> host_;
   int rank_ = 0, size_ = 1, device_ = -1;

@@ -104,6 +104,14 @@ std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
                                         store.shard_elements(), &store.dp());
 }
 
+double sharded_step(AdamW<float>& opt, ZeroShards& store, float* arena, double lr) {
+  store.finish_gradients();
+  const double norm = opt.step(store.stage() == 3 ? store.weight_shard() : arena,
+                               store.gradient_shard(), lr);
+  store.publish_weights(arena);
+  return norm;
+}
+
 template class AdamW<float>;
 template class AdamW<double>;
 

@@ -100,5 +100,10 @@ std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
                                                  const ParamLayout& layout,
                                                  const AdamWConfig& cfg, ZeroShards& store,
                                                  const std::vector<bool>& trainable);
+// The step of such an optimizer: every reduce-scatter waited for, AdamW on
+// the shards, then the store's weights made current (stage 2: the updated
+// slices all-gathered into `arena`, the model's weights; stage 3: the kept
+// embedding and head dropped). Returns the gradient norm (AdamW::step).
+double sharded_step(AdamW<float>& opt, ZeroShards& store, float* arena, double lr);
 
 }  // namespace strata

@@ -13,6 +13,8 @@
 
 #include <toml++/toml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -665,6 +667,19 @@ std::string schema_help(const std::vector<KeySpec>& schema) {
     out += line;
   }
   return out;
+}
+
+LlamaConfig read_model_config(const Recipe& r, const std::string& key) {
+  const std::string path = r.get_string(key);
+  std::ifstream f(path);
+  if (!f) r.fail(key, cat("cannot open ", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    r.fail(key, cat(path, " is not valid JSON: ", e.what()));
+  }
+  return LlamaConfig::from_json(j, path);
 }
 
 }  // namespace strata

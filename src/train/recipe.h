@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 namespace strata {
 
 enum class KeyType { Int, Float, Bool, String, StringList };
@@ -88,5 +90,9 @@ class Recipe {
  private:
   std::shared_ptr<const Impl> impl_;  // immutable once loaded: copies are cheap
 };
+
+// The Hugging Face config.json a recipe key names (model.config, spd.config):
+// an unreadable or malformed file is that key's one-line error.
+LlamaConfig read_model_config(const Recipe& r, const std::string& key);
 
 }  // namespace strata

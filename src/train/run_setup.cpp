@@ -105,16 +105,7 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
 LlamaConfig model_config_from_recipe(const Recipe& r, const Tokenizer* tok, int seq_len) {
   LlamaConfig c;
   if (!r.get_string("model.config").empty()) {
-    const std::string path = r.get_string("model.config");
-    std::ifstream f(path);
-    if (!f) r.fail("model.config", cat("cannot open ", path));
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(f);
-    } catch (const std::exception& e) {
-      r.fail("model.config", cat(path, " is not valid JSON: ", e.what()));
-    }
-    c = LlamaConfig::from_json(j, path);
+    c = read_model_config(r, "model.config");
   } else {
     for (const char* k : {"model.hidden_size", "model.intermediate_size", "model.num_hidden_layers",
                           "model.num_attention_heads"})
@@ -624,18 +615,10 @@ void setup(Run& run) {
   if (run.dry_run) return;
   run.runtime_rss = process_rss_bytes();
   try {
-    std::unique_ptr<ZeroShards> store;
-    if (run.zero >= 2) {
-      const int tp = run.grid.tp;
-      LlamaConfig c = cfg;
-      c.finalize();
-      const ParamLayout layout(c, tp, run.grid.tp_rank, plan.tp_shards(tp));
-      store = std::make_unique<ZeroShards>(*run.backend, layout, *run.dp, run.zero);
-      run.zero_store = store.get();
-    }
-    run.model = std::make_unique<Model<float>>(cfg, plan, std::move(run.backend),
-                                               run.grid.tp > 1 ? run.tp : nullptr,
-                                               std::move(store));
+    run.model = std::make_unique<Model<float>>(
+        cfg, plan, std::move(run.backend), run.grid.tp > 1 ? run.tp : nullptr,
+        run.zero >= 2 ? zero_store_factory(*run.dp, run.zero, &run.zero_store)
+                      : WeightStoreFactory<float>());
   } catch (const Error& e) {
     // The layout's checks name tensor parallelism or the plan; anything else
     // (an allocation the estimate missed) is the recipe's as a whole.

@@ -144,9 +144,9 @@ PipelineMemory pipeline_memory(const LlamaConfig& cfg_in, int g, int n, int seq,
   u.recompute = Recompute::Full;
   const MemoryEstimate model = estimate_memory(cfg, all, u);
   for (const auto& p : model.parts)
-    pm.device.parts.push_back({p.name == "activations" ? "activations (calibration passes)" : p.name,
+    pm.memory.parts.push_back({p.name == "activations" ? "activations (calibration passes)" : p.name,
                                p.bytes});
-  pm.device.parameters = model.parameters;
+  pm.memory.parameters = model.parameters;
   // The block model of a distillation (block_model: one layer, two tokens).
   LlamaConfig one = cfg;
   one.num_hidden_layers = 1;
@@ -159,7 +159,7 @@ PipelineMemory pipeline_memory(const LlamaConfig& cfg_in, int g, int n, int seq,
   MemoryUse b;
   b.gradients = true, b.optimizer_share = 1;
   b.batch = b2b_batch, b.seq = seq;
-  pm.device.parts.push_back(
+  pm.memory.parts.push_back(
       {"block model (B2B)",
        int64_t(double(estimate_memory(one, p1, b).total()) + 3 * b2b_batch * S * f)});
   // Host: captured inputs and outputs, layer copies, distilled blocks, HG.
@@ -169,11 +169,11 @@ PipelineMemory pipeline_memory(const LlamaConfig& cfg_in, int g, int n, int seq,
   const ParamLayout block(one);
   const ParamInfo &first = block[block.layers[0].input_norm], &last = block[block.layers[0].down];
   const double layer_numel = double(last.offset + last.numel - first.offset);
-  pm.host.parts.push_back({"captured blocks", int64_t(pm.capture_layers * per_layer)});
+  pm.memory.parts.push_back({"captured blocks", int64_t(pm.capture_layers * per_layer)});
   // A block's weights on their way (its original kept during a distillation,
   // the trained ones written out; a distilled block read back).
-  pm.host.parts.push_back({"block copies", int64_t(2.0 * layer_numel * f)});
-  pm.host.parts.push_back(
+  pm.memory.parts.push_back({"block copies", int64_t(2.0 * layer_numel * f)});
+  pm.memory.parts.push_back(
       {"head grouping", int64_t(double(cfg.num_attention_heads) * seq * seq * f)});
   return pm;
 }

@@ -46,17 +46,16 @@ void restore_layer(Model<float>& m, int layer, const std::vector<float>& snapsho
 
 // ------------------------------------------------------------------ memory
 // What `strata spd` holds at its peak for a model of `cfg` at degree g (one
-// process): on the model's device its weights, the activations of the
+// process, on the CPU backend): the model's weights, the activations of the
 // calibration passes (batch cal_batch, recomputation "full": a forward keeps
-// the residual streams only) and the head's workspace, then the block model a
+// the residual streams only) and the head's workspace; the block model a
 // distillation trains (weights, gradients, moments, activations at the B2B
-// batch); on the host the captured block inputs and outputs of
-// `capture_layers` blocks (as many as capture_bytes holds, at least one and
-// at most the budget), two copies of a block's weights (the distilled ones
-// live in files, the originals in the checkpoint) and head grouping's
-// attention probabilities. On a CPU the two are the same memory.
+// batch); the captured block inputs and outputs of `capture_layers` blocks
+// (as many as capture_bytes holds, at least one and at most the budget), two
+// copies of a block's weights (the distilled ones live in files, the
+// originals in the checkpoint) and head grouping's attention probabilities.
 struct PipelineMemory {
-  MemoryEstimate device, host;
+  MemoryEstimate memory;
   int capture_layers = 1;
 };
 PipelineMemory pipeline_memory(const LlamaConfig& cfg, int degree, int n, int seq, int cal_batch,

@@ -281,7 +281,6 @@ TrainResult train(const Recipe& recipe) {
       }
       const double wait0 = run.dp->wait_seconds();
       for (int64_t h : pending) run.dp->wait(h);
-      if (zs) zs->finish_gradients();
       if (debug_dp_wait)
         std::fprintf(stderr,
                      "dp wait: rank %d step %lld | imbalance %.1f ms | all-reduce tail %.1f ms | "
@@ -303,14 +302,10 @@ TrainResult train(const Recipe& recipe) {
         }
     const double loss = n_valid ? loss_sum / double(n_valid) : 0.0;
     if (!std::isfinite(loss)) stop_diverged(run, "loss", loss);
-    if (zs && !dp_sync) zs->finish_gradients();
     const double gnorm =
-        zs ? run.opt->step(run.zero == 3 ? zs->weight_shard() : run.model->params(),
-                           zs->gradient_shard(), lr)
+        zs ? sharded_step(*run.opt, *zs, run.zero == 2 ? run.model->params() : nullptr, lr)
            : run.opt->step(run.model->params(), run.model->grads(), lr);
     if (!std::isfinite(gnorm)) stop_diverged(run, "gradient norm", gnorm);  // nothing updated
-    // ZeRO-2: the updated slices all-gathered; ZeRO-3: the kept head dropped.
-    if (zs) zs->publish_weights(run.zero == 2 ? run.model->params() : nullptr);
     if (run.zero == 1 && dp_sync)  // ZeRO-1: each tensor's owner sends its update to the others
       for (size_t t = 0; t < run.owner.size(); ++t)
         if (run.owner[t] >= 0)
