@@ -27,7 +27,8 @@ Outcome train(const std::string& plan_text, Recompute recompute, bool bf16,
               const LayerSkipStep* skip) {
   const LlamaConfig c = config();
   Model<float> m(c, LayerPlan::parse(plan_text, c.num_hidden_layers), ops::make_backend<float>());
-  if (bf16) m.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  // (The CPU backend's precision is the process's: set it either way.)
+  m.backend().set_matmul_precision(bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32);
   m.init_weights(11);
   m.set_recompute(recompute);
   const int B = 4, T = 9;
