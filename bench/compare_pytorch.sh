@@ -120,7 +120,7 @@ for p in "${PREC_LIST[@]}"; do
 done
 
 [[ -f $PY_SCRIPT ]] || die "missing $PY_SCRIPT"
-[[ -x $STRATA ]] || die "no strata binary at '$STRATA' (build it, see README.md \"Build\", or pass --strata PATH)"
+[[ -x $STRATA ]] || die "no strata binary at '$STRATA' (build it, see docs/build.md, or pass --strata PATH)"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compare_pytorch.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

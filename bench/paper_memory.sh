@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/paper_memory.sh: which training layouts of Llama2 7B, 13B and 70B fit
-# 8 and 64 devices of 80 GB (README "Scaling"), from strata's memory estimate
+# 8 and 64 devices of 80 GB (docs/distributed.md, "Scaling"), from strata's memory estimate
 # (`strata train ... --dry-run --plan-memory`): 4 sequences of 4,096 tokens
 # per device and step as in LayerSkip's continual pretraining, bf16 matmuls,
 # LayerSkip's settings (they cost no memory). Prints one markdown table.

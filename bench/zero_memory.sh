@@ -4,7 +4,7 @@
 # step time and the communication not hidden by compute (medians over the
 # steps after the first, from metrics.jsonl), the data-parallel traffic and
 # the waits of ZeRO-2/3's collectives, the peak resident memory and the
-# estimate the run checked before it allocated (README "Scaling").
+# estimate the run checked before it allocated (docs/distributed.md, "Scaling").
 # STRATA_ZERO_PREFETCH=0 in the environment runs ZeRO-3 without gathering
 # ahead (to measure what the prefetch hides).
 #

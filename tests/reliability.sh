@@ -119,7 +119,7 @@ expect_fail b15_tokenizer "austen-4k.model" \
 # B18: an integer too large for 64 bits is called that.
 expect_fail b18_big_int "training.steps: 99999999999999999999999 is out of range for an integer" \
   train --set training.steps=99999999999999999999999 --set run.dir="$out/b18"
-# B19: usage errors exit 2 (the README's promise), other errors 1.
+# B19: usage errors exit 2 (docs/reliability.md, "Exit status"), other errors 1.
 usage_status() {
   local name=$1
   shift
