@@ -3,7 +3,12 @@
 // run through.
 #pragma once
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "model/config.h"
+#include "model/plan.h"
 
 namespace strata::testing {
 
@@ -22,9 +27,31 @@ inline LlamaConfig four_layer_config(bool tied = false) {
   return c;
 }
 
-// standard, skip, ladder (whole and hybrid), lp pairs, parallel, par groups, spd.
-inline const char* const kEveryPlanKind[] = {
-    "standard*4",          "skip,standard*3", "ladder*4",          "standard*2,ladder*2",
-    "lp*2,standard*2",     "parallel*4",      "par*4;par_group=2", "spd*4;spd_degree=2"};
+// The plans the tests that must hold for every kind run: whole runs and
+// hybrids of the first kinds (standard, skip, ladder, lp, parallel, par, spd),
+// then every other kind's example from its row (kind_table(): a new kind joins
+// these tests through its row). Benchmark-only kinds are left out.
+inline const std::vector<std::string>& every_plan_kind() {
+  static const std::vector<std::string> plans = [] {
+    std::vector<std::string> p = {"standard*4",          "skip,standard*3",   "ladder*4",
+                                  "standard*2,ladder*2", "lp*2,standard*2",   "parallel*4",
+                                  "par*4;par_group=2",   "spd*4;spd_degree=2"};
+    for (const KindInfo* k : kind_table())
+      if (!k->benchmark_only && std::find(p.begin(), p.end(), k->example) == p.end())
+        p.push_back(k->example);
+    return p;
+  }();
+  return plans;
+}
+
+// The same as C strings (they live as long as the program).
+inline const std::vector<const char*>& every_plan_kind_cstr() {
+  static const std::vector<const char*> plans = [] {
+    std::vector<const char*> p;
+    for (const std::string& s : every_plan_kind()) p.push_back(s.c_str());
+    return p;
+  }();
+  return plans;
+}
 
 }  // namespace strata::testing

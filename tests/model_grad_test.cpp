@@ -7,6 +7,10 @@
 // residuals and input gradients crossing unit boundaries).
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <string>
+#include <vector>
+
 #include "model/model.h"
 #include "testing.h"
 
@@ -55,9 +59,14 @@ TEST_P(ModelGrad, EveryParameterTensor) {
   auto targets = testing::random_tokens(B * T, c.vocab_size, 2);
   targets[3] = ops::kIgnoreIndex;
   const double dloss = 1.0 / 9;
-  auto loss = [&] { return dloss * m.forward(tokens.data(), targets.data(), B, T).loss_sum; };
+  // Every evaluation is the same pass (a shuffle's order depends on it).
+  auto loss = [&] {
+    m.restart_passes();
+    return dloss * m.forward(tokens.data(), targets.data(), B, T).loss_sum;
+  };
 
   m.zero_grad();
+  m.restart_passes();
   m.forward(tokens.data(), targets.data(), B, T);
   m.backward(dloss);
   const std::vector<double> analytic(m.grads(), m.grads() + m.num_params());
@@ -90,6 +99,20 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"standard_spd4_tied", true, 4, false, 0, "standard,spd*2;spd_degree=4", 3},
         Case{"ladder_spd4_bias", false, 4, true, 0, "ladder,spd*2;spd_degree=4", 3}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Every kind of the table through its row's example plan (four layers): a new
+// kind gets its gradient check from its row.
+std::vector<Case> every_kind() {
+  static std::deque<std::string> names;  // (stable as it grows)
+  std::vector<Case> cases;
+  for (const KindInfo* k : kind_table()) {
+    names.push_back(std::string("kind_") + k->name);
+    cases.push_back(Case{names.back().c_str(), false, 2, true, 0, k->example, 4});
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Kinds, ModelGrad, ::testing::ValuesIn(every_kind()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace strata

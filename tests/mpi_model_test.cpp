@@ -157,6 +157,38 @@ TEST_P(TensorParallel, LadderPlansMatchSingleProcessModel) {
   }
 }
 
+// Every kind of the table through its row's example (four layers): a new
+// kind's tensor-parallel check comes with its row. A benchmark-only kind
+// (nocomm) skips the reductions: under tp > 1 it must differ from one process.
+// A kind whose own check refuses this tp (spd_degree 2 at tp 4) is left to
+// the runs at the tp degrees its example fits.
+TEST_P(TensorParallel, EveryKindMatchesSingleProcessModel) {
+  for (const KindInfo* k : kind_table()) {
+    SCOPED_TRACE(k->example);
+    const LlamaConfig cfg = config(GetParam(), 4);
+    const LayerPlan plan = LayerPlan::parse(k->example, 4);
+    try {
+      plan.check_model(cfg, g_tp);
+    } catch (const Error& e) {
+      std::printf("[ note     ] %s at tp %d: %s\n", k->name, g_tp, e.what());
+      continue;
+    }
+    if (!k->benchmark_only) {
+      check_against_single_process(GetParam(), k->example, 4);
+      continue;
+    }
+    if (g_tp == 1) continue;
+    Model<float> tp(cfg, plan, ops::make_backend<float>(), g_grid->tp_comm.get());
+    Model<float> ref(cfg, plan, ops::make_backend<float>());
+    tp.init_weights(5);
+    ref.init_weights(5);
+    const auto tokens = testing::random_tokens(2 * 7, cfg.vocab_size, 11);
+    const double a = tp.forward(tokens.data(), tokens.data(), 2, 7).loss_sum;
+    const double b = ref.forward(tokens.data(), tokens.data(), 2, 7).loss_sum;
+    EXPECT_GT(std::abs(a - b), 1e-6 * std::abs(b)) << "a benchmark-only kind reduced like one process";
+  }
+}
+
 // LayerSkip layer dropout (a partial mask, an empty one, a full one) and
 // early exits on ladder, hybrid and Layer-Parallel plans under tensor
 // parallelism (an lp pair split over the ranks with its dropped samples).

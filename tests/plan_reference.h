@@ -15,6 +15,11 @@
 //             device j holds heads [j H/g, (j+1) H/g) (and its kv heads) and MLP
 //             columns [j F/g, (j+1) F/g); P_j = its o_proj partial, h_j = x +
 //             P_j + b, y = x + sum_j [P_j + MLP_j(h_j)] + b; x_{2l+1} := x
+//   shuffle run of n layers from f (pass `pass`): position j runs layer
+//             f + perm[j] as a standard layer on streams 2(f+j)..2(f+j+1),
+//             perm = kinds::shuffle_permutation(shuffle_seed, f, n, pass)
+// A kind without a rule here fails the test that asked for it (every kind
+// of kind_table() is checked against this reference, tests/kinds_test.cpp).
 //   lp pair with `par` (the paper's PAR approximation, eq. 2):
 //             y = x + A_k(x) + F_k(x + A_k(x)) + A_{k+1}(x) + F_{k+1}(x + A_{k+1}(x))
 // With `keep` (LayerSkip layer dropout), layer l's module outputs are zero for
@@ -30,6 +35,7 @@
 #include <gtest/gtest.h>
 
 #include "infer/generate.h"
+#include "model/kinds/kinds.h"
 #include "model/model.h"
 #include "reference.h"
 #include "testing.h"
@@ -131,7 +137,7 @@ inline Vec cols_of(const Vec& w, int rows, int cols, int c0, int c1) {
 inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& plan,
                                           const std::vector<int32_t>& tokens, int B, int T,
                                           const std::vector<std::vector<uint8_t>>* keep = nullptr,
-                                          bool par = false) {
+                                          bool par = false, uint64_t pass = 0) {
   const LlamaConfig& c = m.config();
   const ParamLayout& lay = m.layout();
   const int C = c.hidden_size, D = c.head_dim, Hq = c.num_attention_heads,
@@ -257,7 +263,26 @@ inline std::vector<Vec> reference_streams(Model<double>& m, const LayerPlan& pla
       ++l;
       continue;
     }
+    if (kind == LayerKind::Shuffle) {  // the run from l in this pass's order
+      int n = 0;
+      while (l + n < c.num_hidden_layers && plan.kinds[size_t(l + n)] == LayerKind::Shuffle) ++n;
+      const auto perm =
+          kinds::shuffle_permutation(uint64_t(plan.number("shuffle_seed", 0)), l, n, pass);
+      for (int j = 0; j < n; ++j) {
+        const int w = l + perm[size_t(j)], s = 2 * (l + j) + 1;
+        x[size_t(s)] = add(x[size_t(s - 1)], attn(w, x[size_t(s - 1)]));
+        x[size_t(s + 1)] = add(x[size_t(s)], mlp(w, x[size_t(s)], post_norm(w)));
+      }
+      l += n - 1;
+      continue;
+    }
     const bool ladder = kind == LayerKind::Ladder, parallel = kind == LayerKind::Parallel;
+    if (!(ladder || parallel || kind == LayerKind::Standard || kind == LayerKind::NoComm ||
+          kind == LayerKind::Spd)) {
+      ADD_FAILURE() << "tests/plan_reference.h has no reference for layer kind '"
+                    << layer_kind_name(kind) << "'";
+      return x;
+    }
     const Vec& ain = ladder ? x[size_t(std::max(i - 2, 0))] : x[size_t(i - 1)];
     x[size_t(i)] = add(x[size_t(i - 1)], attn(l, ain));
     const Vec& min = ladder || parallel ? x[size_t(i - 1)] : x[size_t(i)];

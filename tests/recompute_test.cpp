@@ -63,7 +63,7 @@ void expect_bitwise(const Outcome& a, const Outcome& b) {
         << "gradient of tensor " << t << " differs";
 }
 
-const auto& kPlans = testing::kEveryPlanKind;
+const auto& kPlans = testing::every_plan_kind_cstr();
 
 TEST(Recompute, EqualsKeepingTheActivationsBitwise) {
   for (const char* plan : kPlans)

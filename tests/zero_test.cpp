@@ -158,7 +158,7 @@ void expect_close(const std::vector<std::vector<float>>& a,
   }
 }
 
-const auto& kPlans = testing::kEveryPlanKind;
+const auto& kPlans = testing::every_plan_kind_cstr();
 
 TEST(Zero, StoreEqualsTheArenasBitwise) {
   for (const char* plan : kPlans)

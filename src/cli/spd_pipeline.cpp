@@ -33,6 +33,7 @@
 #include "data/tokenizer.h"
 #include "eval/evaluate.h"
 #include "io/model_io.h"
+#include "model/kinds/kinds.h"
 #include "parallel/grid.h"
 #include "train/recipe.h"
 #include "train/spd.h"

@@ -154,10 +154,7 @@ KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
   STRATA_CHECK(layers_ >= 1 && layers_ <= c.num_hidden_layers, "KV cache for ", layers_,
                " layers: the model has ", c.num_hidden_layers);
   model.plan().check_exit(layers_, "a KV cache for layers [0, E) with E =");
-  for (LayerKind k : model.plan().kinds)
-    STRATA_CHECK(k != LayerKind::Shuffle, "generation: plan '", model.plan().to_string(),
-                 "' has shuffle layers, whose order changes every forward pass (a KV cache "
-                 "cannot follow it); shuffle is for evaluation and training");
+  model.plan().check_generation();
   max_len_ = max_len;
   STRATA_CHECK(max_len_ >= 1 && max_len_ <= c.max_position_embeddings, "KV cache of ", max_len_,
                " positions: the model's context is ", c.max_position_embeddings);
@@ -237,8 +234,9 @@ void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<i
     if (u.first >= l0 && u.end() <= l1) {
       // A ladder layer reads the previous layer's mid stream, which a pass
       // starting at it does not have.
-      STRATA_CHECK(u.first != l0 || l0 == 0 || u.kind != LayerKind::Ladder || mid,
-                   "generation starting at layer ", l0, " (a ladder layer of plan '",
+      STRATA_CHECK(u.first != l0 || l0 == 0 || !kind_info(u.kind).reads_stream_below || mid,
+                   "generation starting at layer ", l0, " (a ", kind_info(u.kind).name,
+                   " layer of plan '",
                    m_.plan().to_string(),
                    "') is not supported: self-speculative verification needs the stream inside "
                    "layer ",

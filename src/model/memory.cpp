@@ -94,7 +94,7 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   const bool have_plan = plan.num_layers() == L;
   for (int l = 0; l < L; ++l) {
     const Dims d = dims(l);
-    const bool spd_layer = have_plan && plan.kinds[size_t(l)] == LayerKind::Spd;
+    const bool spd_layer = have_plan && plan.spd_block(l);
     if (!have_plan && l > 0) {  // no plan: every layer is the first one's
       groups[0].count = double(L);
       break;
@@ -166,12 +166,11 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     // The store's pool at its peak (zero.h): layer buffers per unit in
     // flight, a unit being as many buffers as its layers.
     int per_unit = 1;
-    bool deferring = false;
-    for (const PlanUnit& unit : have_plan ? plan.units() : std::vector<PlanUnit>{}) {
+    for (const PlanUnit& unit : have_plan ? plan.units() : std::vector<PlanUnit>{})
       per_unit = std::max(per_unit, unit.size);
-      deferring |= unit.kind == LayerKind::Ladder || unit.kind == LayerKind::Parallel ||
-                   unit.kind == LayerKind::Par;
-    }
+    // Kinds with a second gradient buffer may keep a unit's buckets open
+    // into the next unit (KindBuffers::grad_slot_1).
+    const bool deferring = have_plan && plan.buffers().grad_slot_1;
     const bool tied = c.tie_word_embeddings;
     // A request up to a layer bucket's size takes a layer buffer.
     auto cls = [&](double n) { return std::max(n, layer); };
@@ -213,14 +212,10 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     // The activation arena (Model::ensure_acts), element for element.
     const double N = double(u.batch) * u.seq;
     double a = (2 * double(L) + 1) * round16(N * C);
-    bool deferring = false, pairs = false, par_groups = false, spd = false;
-    for (const PlanUnit& unit : have_plan ? plan.units() : std::vector<PlanUnit>{}) {
-      deferring |= unit.kind == LayerKind::Ladder || unit.kind == LayerKind::Parallel ||
-                   unit.kind == LayerKind::Par;
-      pairs |= unit.kind == LayerKind::Lp || unit.kind == LayerKind::Par;
-      par_groups |= unit.kind == LayerKind::Par;
-      spd |= unit.kind == LayerKind::Spd;
-    }
+    // The buffers the plan's kinds add (KindBuffers).
+    const KindBuffers kb = have_plan ? plan.buffers() : KindBuffers();
+    const bool deferring = kb.grad_slot_1, pairs = kb.grad_slot_2,
+               par_groups = kb.output_slot_2, spd = kb.spd_block;
     const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
     auto per_layer = [&](const Dims& d, bool with_spd) {
       double per = 2 * round16(N * C) + 2 * round16(N) + round16(N * (d.Hq + 2 * d.Hkv) * D) +

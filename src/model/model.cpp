@@ -11,18 +11,6 @@
 
 namespace strata {
 
-void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& plan_text) {
-  STRATA_CHECK(g >= 1 && g % tp == 0, "layer plan '", plan_text, "': spd_degree = ", g,
-               " is not a multiple of tp = ", tp,
-               " (each process runs spd_degree / tp virtual ranks)");
-  for (const auto& [n, what] :
-       {std::pair<int, const char*>{cfg.num_attention_heads, "num_attention_heads"},
-        {cfg.num_key_value_heads, "num_key_value_heads"},
-        {cfg.intermediate_size, "intermediate_size"}})
-    STRATA_CHECK(n % g == 0, "layer plan '", plan_text, "': spd_degree = ", g, " must divide ",
-                 what, " (", n, ")");
-}
-
 template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, std::unique_ptr<ops::Backend<T>> backend)
     : Model(cfg, LayerPlan::standard(cfg.num_hidden_layers), std::move(backend)) {}
@@ -80,8 +68,7 @@ void Model<T>::set_plan(const LayerPlan& plan) {
   STRATA_CHECK(plan.tp_shards(layout_.tp()) == layout_.shards(), "layer plan '", plan.to_string(),
                "' places layers on other tensor-parallel ranks than plan '", plan_.to_string(),
                "' the model was loaded with; load the checkpoint with it");
-  if (std::find(plan.kinds.begin(), plan.kinds.end(), LayerKind::Spd) != plan.kinds.end())
-    check_spd_degree(cfg_, int(plan.number("spd_degree", 2)), tp_size(), plan.to_string());
+  plan.check_model(cfg_, tp_size());
   plan_ = plan;
   units_ = plan_.units();
   have_forward_ = false;
@@ -316,6 +303,7 @@ void Model<T>::ensure_activations(int B, int T_) {
     QKV = std::max<int64_t>(QKV, d.QKV());
     Q = std::max<int64_t>(Q, d.Q());
   }
+  const KindBuffers buffers = plan_.buffers();  // what the plan's kinds need beyond standard
   // Carves every activation tensor out of `base` (64-byte aligned) and returns
   // the elements used. Run once with base = nullptr to size the arena.
   auto carve_all = [&](T* base) {
@@ -344,7 +332,7 @@ void Model<T>::ensure_activations(int B, int T_) {
     // Selective: one norm output and one SwiGLU output, recomputed before
     // each module's backward (SPD layers keep their own).
     bool dropping = false;
-    for (LayerKind k : plan_.kinds) dropping |= selective && k != LayerKind::Spd;
+    for (int l = 0; l < L; ++l) dropping |= selective && !plan_.spd_block(l);
     shared_ln_ = dropping ? carve(N * C) : nullptr;
     shared_h_ = dropping ? carve(N * F) : nullptr;
     for (int l = 0; l < L; ++l) {
@@ -356,7 +344,7 @@ void Model<T>::ensure_activations(int B, int T_) {
         continue;
       }
       const LayerDims& d = full ? widest : layer_dims_[size_t(l)];
-      const bool drop = selective && plan_.kinds[size_t(l)] != LayerKind::Spd;
+      const bool drop = selective && !plan_.spd_block(l);
       a.attn.ln = drop ? shared_ln_ : carve(N * C);
       a.attn.rstd = carve(N);
       a.attn.qkv = carve(N * d.QKV());
@@ -367,9 +355,8 @@ void Model<T>::ensure_activations(int B, int T_) {
       a.mlp.gateup = carve(N * 2 * d.F);
       a.mlp.h = drop ? shared_h_ : carve(N * d.F);
       a.spd.clear();
-      bool spd_acts = plan_.kinds[size_t(l)] == LayerKind::Spd;
-      if (full)
-        for (LayerKind k : plan_.kinds) spd_acts |= k == LayerKind::Spd;
+      // (Under full recomputation the one shared set serves every layer.)
+      const bool spd_acts = full ? buffers.spd_block : plan_.spd_block(l);
       if (spd_acts) {
         const int V = spd_virtual_ranks();
         for (int j = 0; j < V; ++j) {
@@ -398,24 +385,12 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_att_ = carve(N * Q);
     d_gateup_ = carve(N * 2 * F);
     d_h_ = carve(N * F);
-    bool deferring = false;
-    for (const PlanUnit& u : units_)
-      deferring |=
-          u.kind == LayerKind::Ladder || u.kind == LayerKind::Parallel || u.kind == LayerKind::Par;
-    d_ln2_ = deferring ? carve(N * C) : nullptr;
-    bool pairs = false;
-    bool groups = false;
-    for (const PlanUnit& u : units_) {
-      pairs |= u.kind == LayerKind::Lp || u.kind == LayerKind::Par;
-      groups |= u.kind == LayerKind::Par;
-    }
-    d_ln3_ = pairs ? carve(N * C) : nullptr;
-    bool spd = false;
-    for (const PlanUnit& u : units_) spd |= u.kind == LayerKind::Spd;
-    spd_p_ = spd ? carve(N * C) : nullptr;
-    spd_dh_ = spd ? carve(N * C) : nullptr;
-    spd_acc_ = spd ? carve(N * C + 3 * C) : nullptr;
-    sum_out_ = groups ? carve(N * C) : nullptr;
+    d_ln2_ = buffers.grad_slot_1 ? carve(N * C) : nullptr;
+    d_ln3_ = buffers.grad_slot_2 ? carve(N * C) : nullptr;
+    spd_p_ = buffers.spd_block ? carve(N * C) : nullptr;
+    spd_dh_ = buffers.spd_block ? carve(N * C) : nullptr;
+    spd_acc_ = buffers.spd_block ? carve(N * C + 3 * C) : nullptr;
+    sum_out_ = buffers.output_slot_2 ? carve(N * C) : nullptr;
     return used;
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape

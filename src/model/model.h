@@ -61,12 +61,6 @@ struct LayerSkipStep {
   bool dense_reference = false;
 };
 
-// Throws strata::Error naming `plan_text` unless an SPD degree g fits the
-// model and the tensor-parallel degree: g a multiple of tp, dividing the
-// query heads, the key/value heads and the MLP width (Model::set_plan's check,
-// for callers that have a configuration and no model yet).
-void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& plan_text);
-
 template <typename T>
 class Model {
  public:
@@ -171,6 +165,11 @@ class Model {
   void set_trainable(const std::vector<bool>& trainable);
   bool trainable(int index) const { return trainable_[index]; }
   const std::vector<bool>& trainable_mask() const { return trainable_; }
+
+  // Forward passes are numbered 0, 1, ... (what varies from pass to pass, the
+  // shuffle kind's order, is a function of the number): the next forward
+  // takes number `next` (a test replays one pass, e.g. for finite differences).
+  void restart_passes(uint64_t next = 0) { next_pass_ = next; }
 
   // Runs the model on tokens[B*T] and returns the summed cross-entropy against
   // targets[B*T] (kIgnoreIndex entries are skipped). Keeps what backward needs.

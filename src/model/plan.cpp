@@ -1,5 +1,6 @@
 #include "model/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -10,64 +11,6 @@
 
 namespace strata {
 
-const std::vector<KindInfo>& kind_table() {
-  static const std::vector<KindInfo> table = {
-      {"standard", LayerKind::Standard, 1, {}, "x + h(x) per module (the Llama layer)"},
-      {"skip", LayerKind::Skip, 1, {}, "the layer is bypassed (pruned)"},
-      {"ladder",
-       LayerKind::Ladder,
-       1,
-       {},
-       "x_i = x_{i-1} + h_i(x_{i-2}) per module (Ladder Residual: all-reduces overlap the next "
-       "module)"},
-      {"parallel",
-       LayerKind::Parallel,
-       1,
-       {},
-       "x + attn(n) + mlp(n) with one shared norm n and one all-reduce per layer (PaLM)"},
-      {"nocomm",
-       LayerKind::NoComm,
-       1,
-       {},
-       "a standard layer without its all-reduces: the communication-free speed bound "
-       "(benchmarks only)",
-       true},
-      {"lp",
-       LayerKind::Lp,
-       2,
-       {"lp_alpha"},
-       "Layer Parallelism: a pair of layers on one input, attentions summed, then both MLPs "
-       "on one norm (weights lp_alpha * first + (1 - lp_alpha) * second, default 0.5)"},
-      {"par",
-       LayerKind::Par,
-       0,
-       {"par_group"},
-       "PAR (Layer Parallelism's study): groups of par_group layers (default 2) on one input, "
-       "y = x + sum of A_i(x) + F_i(x + A_i(x))"},
-      {"shuffle",
-       LayerKind::Shuffle,
-       -1,
-       {"shuffle_seed"},
-       "a run of standard layers in a new random order every forward pass (seed shuffle_seed; "
-       "the study's shuffle; not for generation)"},
-      {"spd",
-       LayerKind::Spd,
-       1,
-       {"spd_degree"},
-       "SPD (Sync-Point Drop): the attention all-reduce dropped at tensor-parallel degree "
-       "spd_degree (default 2; simulated exactly on fewer processes); one all-reduce per layer"},
-  };
-  return table;
-}
-
-const KindInfo& kind_info(LayerKind k) {
-  for (const KindInfo& info : kind_table())
-    if (info.kind == k) return info;
-  fail("layer plan: kind without a table entry");
-}
-
-const char* layer_kind_name(LayerKind k) { return kind_info(k).name; }
-
 namespace {
 
 std::string trim(const std::string& s) {
@@ -75,20 +18,9 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-// Numeric options and their ranges (the others take any text).
-struct NumberOption {
-  const char* key;
-  double lo, hi;
-  bool whole;
-};
-const NumberOption kNumberOptions[] = {{"lp_alpha", 0.0, 1.0, false},
-                                       {"par_group", 2, 1000, true},
-                                       {"shuffle_seed", 0, 4294967295.0, true},
-                                       {"spd_degree", 1, 4096, true}};
-
 std::string known_kinds() {
   std::vector<std::string> names;
-  for (const KindInfo& k : kind_table()) names.push_back(k.name);
+  for (const KindInfo* k : kind_table()) names.push_back(k->name);
   return join(names, ", ");
 }
 
@@ -122,8 +54,8 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
       item = trim(item.substr(0, star));
     }
     const KindInfo* info = nullptr;
-    for (const KindInfo& k : kind_table())
-      if (item == k.name) info = &k;
+    for (const KindInfo* k : kind_table())
+      if (item == k->name) info = k;
     STRATA_CHECK(info, where, ": unknown layer kind '", item, "' (known: ", known_kinds(), ")");
     STRATA_CHECK(plan.kinds.size() + size_t(count) <= 100000, where, ": too many layers");
     plan.kinds.insert(plan.kinds.end(), size_t(count), info->kind);
@@ -145,16 +77,16 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
                    "' needs a key and a value");
       STRATA_CHECK(seen.insert(key).second, where, ": option '", key, "' given twice");
       const KindInfo* owner = nullptr;
-      for (const KindInfo& k : kind_table())
-        for (const char* o : k.options)
-          if (key == o) owner = &k;
+      const KindOption* n = nullptr;
+      for (const KindInfo* k : kind_table())
+        for (const KindOption& o : k->options)
+          if (key == o.key) owner = k, n = &o;
       STRATA_CHECK(owner, where, ": unknown option '", key, "'");
       bool used = false;
       for (LayerKind k : plan.kinds) used |= k == owner->kind;
       STRATA_CHECK(used, where, ": option '", key, "' belongs to ", owner->name,
                    " layers and the plan has none");
-      for (const NumberOption& n : kNumberOptions) {
-        if (key != n.key) continue;
+      {
         double v = 0;
         size_t used_chars = 0;
         try {
@@ -162,10 +94,10 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
         } catch (const std::exception&) {
           used_chars = 0;
         }
-        STRATA_CHECK(used_chars == value.size() && v >= n.lo && v <= n.hi &&
-                         (!n.whole || v == std::floor(v)),
-                     where, ": option '", key, "' must be a ", n.whole ? "whole " : "",
-                     "number in [", n.lo, ", ", n.hi, "], got '", value, "'");
+        STRATA_CHECK(used_chars == value.size() && v >= n->lo && v <= n->hi &&
+                         (!n->whole || v == std::floor(v)),
+                     where, ": option '", key, "' must be a ", n->whole ? "whole " : "",
+                     "number in [", n->lo, ", ", n->hi, "], got '", value, "'");
       }
       plan.options.emplace_back(key, value);
       if (next == std::string::npos) break;
@@ -182,14 +114,14 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
                  " layers each)");
     l = e;
   }
-  for (size_t l = 1; l < plan.kinds.size(); ++l)
-    STRATA_CHECK(!(plan.kinds[l] == LayerKind::Ladder &&
-                   (plan.kinds[l - 1] == LayerKind::Par || plan.kinds[l - 1] == LayerKind::Spd)),
-                 where, ": layer ", l, " is a ladder layer right after a ",
-                 plan.kinds[l - 1] == LayerKind::Par ? "par group" : "spd layer",
-                 " (a ladder layer reads the stream inside the unit below, which ",
-                 plan.kinds[l - 1] == LayerKind::Par ? "a par group" : "an spd layer",
-                 " does not have)");
+  // A kind that reads the stream inside the unit below needs one there.
+  for (size_t l = 1; l < plan.kinds.size(); ++l) {
+    const KindInfo &k = kind_info(plan.kinds[l]), &below = kind_info(plan.kinds[l - 1]);
+    STRATA_CHECK(!k.reads_stream_below || below.inner_stream, where, ": layer ", l, " is a ",
+                 k.name, " layer right after a ", below.unit_noun, " (a ", k.name,
+                 " layer reads the stream inside the unit below, which ", below.unit_article, " ",
+                 below.unit_noun, " does not have)");
+  }
   return plan;
 }
 
@@ -255,6 +187,30 @@ bool LayerPlan::plain() const {
   return true;
 }
 
+void LayerPlan::check_generation() const {
+  for (LayerKind k : kinds) {
+    const KindInfo& info = kind_info(k);
+    STRATA_CHECK(!info.no_generation, "generation: plan '", to_string(), "' has ", info.name,
+                 " layers, ", info.no_generation);
+  }
+}
+
+void LayerPlan::check_model(const LlamaConfig& cfg, int tp) const {
+  for (const KindInfo* k : kind_table())
+    if (k->check && std::find(kinds.begin(), kinds.end(), k->kind) != kinds.end())
+      k->check(*this, cfg, tp);
+}
+
+KindBuffers LayerPlan::buffers() const {
+  KindBuffers b;
+  for (LayerKind k : kinds) b |= kind_info(k).buffers;
+  return b;
+}
+
+bool LayerPlan::spd_block(int layer) const {
+  return layer >= 0 && layer < num_layers() && kind_info(kinds[size_t(layer)]).buffers.spd_block;
+}
+
 const std::string* LayerPlan::option(const std::string& key) const {
   for (const auto& [k, v] : options)
     if (k == key) return &v;
@@ -265,7 +221,7 @@ std::vector<TpShard> LayerPlan::tp_shards(int tp) const {
   std::vector<TpShard> s(kinds.size(), TpShard{0, tp});
   if (tp < 2 || tp % 2 != 0) return s;
   for (const PlanUnit& u : units())
-    if (u.kind == LayerKind::Lp) {
+    if (kind_info(u.kind).pair_on_tp_halves) {
       s[size_t(u.first)] = TpShard{0, tp / 2};
       s[size_t(u.first + 1)] = TpShard{tp / 2, tp / 2};
     }
@@ -273,8 +229,8 @@ std::vector<TpShard> LayerPlan::tp_shards(int tp) const {
 }
 
 int LayerPlan::unit_size(LayerKind k) const {
-  const int n = kind_info(k).unit_size;
-  return n != 0 ? n : int(number("par_group", 2));
+  const KindInfo& info = kind_info(k);
+  return info.unit_size != 0 ? info.unit_size : int(number(info.options.at(0).key, 2));
 }
 
 double LayerPlan::number(const std::string& key, double fallback) const {

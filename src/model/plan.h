@@ -26,12 +26,17 @@
 //             own input: x_out = x + sum_j [P_j + MLP_j(x + P_j + b)] (+ b),
 //             one all-reduce per layer; x_{2l+1} := x_in. Degree 1 is standard.
 // The layers are grouped into units, the steps the executor takes: a unit is
-// one layer, or (for kinds that couple layers) a pair. Early exits happen only
-// at unit boundaries. Options after ';' apply to the whole plan
+// one layer, or (for kinds that couple layers) a pair or a group. Early exits
+// happen only at unit boundaries. Options after ';' apply to the whole plan
 // ("standard*4,spd*28;spd_degree=8"); each belongs to a kind and is refused
-// when no layer of that kind is in the plan. The Ladder, Layer-Parallel and
-// SPD kinds are added as entries of kind_table() (plan.cpp) and files under
-// model/kinds/ (DESIGN.md, "The layer plan and the residual-stream executor").
+// when no layer of that kind is in the plan.
+//
+// A kind is one row and one file: its line in model/kinds/kinds.def and its
+// file model/kinds/<name>.cpp, which holds its rule (forward and backward
+// against model/unit.h) and its KindInfo row below. The executor, the memory
+// estimate, the inference engine, the plan's checks, `--help-recipe` and the
+// tests that enumerate kinds read the row; nothing else switches on the kind
+// (docs/architecture.md, "How to add a kind").
 #pragma once
 
 #include <string>
@@ -40,20 +45,115 @@
 
 namespace strata {
 
-enum class LayerKind { Standard, Skip, Ladder, Parallel, NoComm, Lp, Par, Shuffle, Spd };
+enum class LayerKind {
+#define STRATA_KIND(Enum, name) Enum,
+#include "model/kinds/kinds.def"
+#undef STRATA_KIND
+};
 
-// What the plan knows of a kind.
+struct LlamaConfig;
+struct PlanUnit;
+struct LayerPlan;
+template <typename T>
+class UnitForward;
+template <typename T>
+class UnitBackward;
+
+// A plan option of a kind: a number in [lo, hi] (whole: an integer).
+struct KindOption {
+  const char* key;
+  double lo, hi;
+  bool whole;
+  const char* help;
+};
+
+// The executor's buffers a kind needs beyond a standard layer's (the
+// activation arena, Model::ensure_activations, and the memory estimate,
+// model/memory.cpp, allocate them when a unit of the plan asks).
+struct KindBuffers {
+  // UnitBackward::d_ln(1): a second partial-gradient buffer (a reduction or
+  // an input gradient kept in flight past the next module: ladder; the two
+  // modules' gradients side by side: parallel, par). Under ZeRO-2/3 such a
+  // unit may keep its gradient buckets open into the next unit.
+  bool grad_slot_1 = false;
+  // UnitBackward::d_ln(2): a third (pairs and groups of layers: lp, par).
+  bool grad_slot_2 = false;
+  // UnitForward::module_out(2): a running sum of a group's outputs (par).
+  bool output_slot_2 = false;
+  // SPD blocks: each layer keeps its virtual ranks' activations (also under
+  // selective recomputation), and the block's scratch (spd).
+  bool spd_block = false;
+
+  KindBuffers& operator|=(const KindBuffers& o) {
+    grad_slot_1 |= o.grad_slot_1;
+    grad_slot_2 |= o.grad_slot_2;
+    output_slot_2 |= o.output_slot_2;
+    spd_block |= o.spd_block;
+    return *this;
+  }
+};
+
+// A kind's rule for elements of type T (model/kinds/<name>.cpp).
+template <typename T>
+struct KindCode {
+  void (*forward)(UnitForward<T>&, const PlanUnit&) = nullptr;
+  void (*backward)(UnitBackward<T>&, const PlanUnit&) = nullptr;
+};
+
+// Everything the rest of strata asks about a kind.
 struct KindInfo {
   const char* name;
   LayerKind kind;
-  int unit_size;  // layers per unit (0: the plan option par_group; -1: the whole run)
-  std::vector<const char*> options;  // plan options this kind reads
-  const char* summary;
-  bool benchmark_only = false;  // computes nothing meaningful: only `strata bench` runs it
+  // Layers per unit (-1: the whole run; 0: the value of the kind's first
+  // option, default 2: par_group).
+  int unit_size;
+  const char* summary;  // one line of help (`strata train --help-recipe`)
+  // A plan of four layers that uses the kind (the tests that must hold for
+  // every kind enumerate these: reference, gradient check, tensor parallelism).
+  const char* example;
+  std::vector<KindOption> options = {};  // the plan options this kind reads
+  KindBuffers buffers = {};
+  // Computes nothing meaningful (nocomm skips the all-reduces): only `strata
+  // bench` runs it.
+  bool benchmark_only = false;
+  // Why a KV cache cannot run it (nullptr: generation runs it).
+  const char* no_generation = nullptr;
+  // Keeps a stream after its attention that the layer above may read (a
+  // ladder attention reads x_{i-2}, inside the unit below); "a par group"
+  // and "an spd layer" have none.
+  bool inner_stream = true;
+  const char* unit_article = "a";  // "a par group", "an spd layer" (in errors)
+  const char* unit_noun = "layer";
+  // Reads the stream inside the unit below (ladder): needs inner_stream there,
+  // and generation cannot start at it without that stream.
+  bool reads_stream_below = false;
+  // Under an even tp, the two layers of a unit live on the two halves of the
+  // tensor-parallel group (lp: the paper's mapping, one layer per rank at tp 2).
+  bool pair_on_tp_halves = false;
+  // Extra checks of a plan with this kind against the model and tp degree
+  // (spd: spd_degree divides the heads and the MLP); throws a one-line error.
+  void (*check)(const LayerPlan& plan, const LlamaConfig& cfg, int tp) = nullptr;
+  KindCode<float> f32;
+  KindCode<double> f64;
+
+  template <typename T>
+  const KindCode<T>& code() const;
 };
-const std::vector<KindInfo>& kind_table();
+template <>
+inline const KindCode<float>& KindInfo::code<float>() const {
+  return f32;
+}
+template <>
+inline const KindCode<double>& KindInfo::code<double>() const {
+  return f64;
+}
+
+// Every kind, in the order of kinds.def (the LayerKind order).
+const std::vector<const KindInfo*>& kind_table();
 const KindInfo& kind_info(LayerKind k);
 const char* layer_kind_name(LayerKind k);
+// Each kind with its summary and options, for help texts.
+std::string kinds_help();
 
 // Which ranks of a tensor-parallel group hold a layer's split tensors:
 // `ranks` consecutive ranks from `first`, each holding 1/ranks of them.
@@ -95,6 +195,14 @@ struct LayerPlan {
   bool benchmark_only() const;
   // Throws a one-line error naming `what` when benchmark_only().
   void check_not_benchmark_only(const std::string& what) const;
+  // Throws a one-line error when a KV cache cannot run the plan.
+  void check_generation() const;
+  // Runs the kinds' own checks against the model and the tp degree.
+  void check_model(const LlamaConfig& cfg, int tp) const;
+  // The buffers the plan's kinds need beyond a standard layer's.
+  KindBuffers buffers() const;
+  // Whether a layer of a kind in this plan needs SPD's per-layer activations.
+  bool spd_block(int layer) const;
   // Where each layer's split tensors live under tensor parallelism of `tp`
   // ranks: the whole group (Megatron-LM), except for the layers of a
   // Layer-Parallel pair (k, k+1) under an even tp, which take half of the

@@ -660,11 +660,13 @@ std::string schema_help(const std::vector<KeySpec>& schema) {
   for (const KeySpec& k : schema) {
     const std::string s = section_part(k.path);
     if (s != section) out += cat("\n[", section = s, "]\n");
-    char line[512];
-    std::snprintf(line, sizeof line, "  %-26s %-6s %-12s %s%s\n", key_part(k.path).c_str(),
-                  short_name(k.type), k.default_toml.empty() ? "-" : k.default_toml.c_str(),
-                  k.help.c_str(), k.required ? " (required)" : "");
-    out += line;
+    // A help of several lines: the first in the table, the rest below it.
+    const size_t nl = k.help.find('\n');
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-26s %-6s %-12s ", key_part(k.path).c_str(),
+                  short_name(k.type), k.default_toml.empty() ? "-" : k.default_toml.c_str());
+    out += cat(line, k.help.substr(0, nl), k.required ? " (required)" : "", "\n");
+    if (nl != std::string::npos) out += k.help.substr(nl + 1);
   }
   return out;
 }

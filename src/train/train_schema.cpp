@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "model/plan.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -28,9 +29,10 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "start from this checkpoint's config, weights, tokenizer"},
       {"model.config", K::String, "\"\"", "Hugging Face config.json with the model shape"},
       {"model.plan", K::String, "\"\"",
-       "layer plan: kinds standard, skip, ladder, parallel (nocomm: benchmarks only), e.g. "
-       "\"standard*3,ladder*3\" (default: all standard; with init_from: run the checkpoint's "
-       "weights under this plan)"},
+       "layer plan, e.g. \"standard*3,ladder*3\" or \"standard*4,spd*28;spd_degree=8\" "
+       "(default: all standard; with init_from: run the checkpoint's weights under this plan); "
+       "the kinds and their options:\n" +
+           kinds_help()},
       {"model.vocab_size", K::Int, "", "vocabulary size (default: the tokenizer's)"},
       {"model.hidden_size", K::Int, "", "model width"},
       {"model.intermediate_size", K::Int, "", "MLP width"},

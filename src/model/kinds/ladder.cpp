@@ -1,4 +1,4 @@
-// Ladder Residual (Mamidala et al., ICML 2025): every module reads the stream
+// Ladder Residual (Muru Zhang, Mayank Mishra et al., ICML 2025): every module reads the stream
 // from two modules back, x_i = x_{i-1} + reduce_from_tp(h_i(x_{i-2})), with
 // x_{-1} := x_0. The reductions are started asynchronously and their residual
 // adds deferred, so the all-reduce of module i runs while module i+1 computes
@@ -45,9 +45,21 @@ void ladder_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.defer_input_grad(std::max(i - 2, 0), l, false, d_attn, b.copy_to_tp_async(d_attn));
 }
 
-template void ladder_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void ladder_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void ladder_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void ladder_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& ladder_kind() {
+  static const KindInfo info{
+      .name = "ladder",
+      .kind = LayerKind::Ladder,
+      .unit_size = 1,
+      .summary =
+          "x_i = x_{i-1} + h_i(x_{i-2}) per module (Ladder Residual: all-reduces overlap the next "
+          "module)",
+      .example = "standard,ladder*3",
+      .buffers = {.grad_slot_1 = true},
+      .reads_stream_below = true,
+      .f32 = {ladder_forward<float>, ladder_backward<float>},
+      .f64 = {ladder_forward<double>, ladder_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

@@ -1,4 +1,4 @@
-// Layer Parallelism (Flamant et al., "Leveraging the true depth of LLMs"):
+// Layer Parallelism ("Leveraging the true depth of LLMs", anonymous authors):
 // the two layers of a pair (k, k+1) read the same input. Both attentions
 // (each with its own norm) are summed by one reduction, then both MLPs read
 // the same stream normed with the mixed weight lp_alpha * g_k +
@@ -63,9 +63,23 @@ void lp_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.attention_norm_backward(k + 1, x, d1, g);
 }
 
-template void lp_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void lp_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void lp_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void lp_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& lp_kind() {
+  static const KindInfo info{
+      .name = "lp",
+      .kind = LayerKind::Lp,
+      .unit_size = 2,
+      .summary =
+          "Layer Parallelism: a pair of layers on one input, attentions summed, then both MLPs on "
+          "one norm (weights lp_alpha * first + (1 - lp_alpha) * second, default 0.5)",
+      .example = "standard,lp*2,standard;lp_alpha=0.3",
+      .options = {{"lp_alpha", 0.0, 1.0, false,
+                   "the mixed MLP norm's weight on the first layer (default 0.5)"}},
+      .buffers = {.grad_slot_2 = true},
+      .pair_on_tp_halves = true,
+      .f32 = {lp_forward<float>, lp_backward<float>},
+      .f64 = {lp_forward<double>, lp_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

@@ -31,9 +31,20 @@ void nocomm_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.attention_norm_backward(l, b.stream(i - 1), d_ln, g);
 }
 
-template void nocomm_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void nocomm_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void nocomm_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void nocomm_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& nocomm_kind() {
+  static const KindInfo info{
+      .name = "nocomm",
+      .kind = LayerKind::NoComm,
+      .unit_size = 1,
+      .summary =
+          "a standard layer without its all-reduces: the communication-free speed bound "
+          "(benchmarks only)",
+      .example = "nocomm*4",
+      .benchmark_only = true,
+      .f32 = {nocomm_forward<float>, nocomm_backward<float>},
+      .f64 = {nocomm_forward<double>, nocomm_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

@@ -1,5 +1,5 @@
-// PAR, the approximation Layer Parallelism's study starts from (Flamant et
-// al., eq. 2 and section 3): the layers of a group read the same input x and
+// PAR, the approximation Layer Parallelism's study starts from ("Leveraging
+// the true depth of LLMs", eq. 2 and section 3): the layers of a group read the same input x and
 // their whole contributions are summed,
 //   y = x + sum_i [A_i(x) + F_i(x + A_i(x))]
 // (each MLP sees only its own layer's attention output). Groups of par_group
@@ -59,9 +59,23 @@ void par_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.add(g, acc);
 }
 
-template void par_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void par_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void par_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void par_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& par_kind() {
+  static const KindInfo info{
+      .name = "par",
+      .kind = LayerKind::Par,
+      .unit_size = 0,
+      .summary =
+          "PAR (Layer Parallelism's study): groups of par_group layers (default 2) on one input, y "
+          "= x + sum of A_i(x) + F_i(x + A_i(x))",
+      .example = "par*2,standard*2;par_group=2",
+      .options = {{"par_group", 2, 1000, true, "layers per group (default 2)"}},
+      .buffers = {.grad_slot_1 = true, .grad_slot_2 = true, .output_slot_2 = true},
+      .inner_stream = false,
+      .unit_noun = "par group",
+      .f32 = {par_forward<float>, par_backward<float>},
+      .f64 = {par_forward<double>, par_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

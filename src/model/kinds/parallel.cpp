@@ -39,9 +39,18 @@ void parallel_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.attention_norm_backward(l, b.stream(i - 1), d_attn, g);
 }
 
-template void parallel_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void parallel_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void parallel_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void parallel_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& parallel_kind() {
+  static const KindInfo info{
+      .name = "parallel",
+      .kind = LayerKind::Parallel,
+      .unit_size = 1,
+      .summary = "x + attn(n) + mlp(n) with one shared norm n and one all-reduce per layer (PaLM)",
+      .example = "parallel*2,standard*2",
+      .buffers = {.grad_slot_1 = true},
+      .f32 = {parallel_forward<float>, parallel_backward<float>},
+      .f64 = {parallel_forward<double>, parallel_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

@@ -39,9 +39,23 @@ void shuffle_backward(UnitBackward<T>& b, const PlanUnit& u) {
     standard_layer_backward(b, u.first + perm[size_t(j)], 2 * (u.first + j) + 1);
 }
 
-template void shuffle_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void shuffle_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void shuffle_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void shuffle_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& shuffle_kind() {
+  static const KindInfo info{
+      .name = "shuffle",
+      .kind = LayerKind::Shuffle,
+      .unit_size = -1,
+      .summary =
+          "a run of standard layers in a new random order every forward pass (seed shuffle_seed; "
+          "the study's shuffle; not for generation)",
+      .example = "standard,shuffle*3;shuffle_seed=9",
+      .options = {{"shuffle_seed", 0, 4294967295.0, true, "seed of the orders (default 0)"}},
+      .no_generation =
+          "whose order changes every forward pass (a KV cache cannot follow it); shuffle is for "
+          "evaluation and training",
+      .f32 = {shuffle_forward<float>, shuffle_backward<float>},
+      .f64 = {shuffle_forward<double>, shuffle_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

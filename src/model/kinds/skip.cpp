@@ -18,9 +18,17 @@ void skip_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.settle(2 * u.first + 1);
 }
 
-template void skip_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void skip_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void skip_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void skip_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& skip_kind() {
+  static const KindInfo info{
+      .name = "skip",
+      .kind = LayerKind::Skip,
+      .unit_size = 1,
+      .summary = "the layer is bypassed (pruned)",
+      .example = "standard,skip,standard*2",
+      .f32 = {skip_forward<float>, skip_backward<float>},
+      .f64 = {skip_forward<double>, skip_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

@@ -1,5 +1,5 @@
-// SPD, Sync-Point Drop (Kim et al., "Communication-efficient tensor
-// parallelism via sync-point drop"): the all-reduce after the attention is
+// SPD, Sync-Point Drop (Han-Byul Kim et al., "SPD: Sync-Point Drop for
+// Efficient Tensor Parallelism of Large Language Models"): the all-reduce after the attention is
 // dropped. Each of the spd_degree ranks (real tp ranks, or virtual ones when
 // one process simulates several) feeds its MLP columns its own attention
 // output: h_j = x + P_j (+ b); P_j goes into the block's one reduction with
@@ -10,9 +10,36 @@
 // each rank knows the gradient through its own heads and MLP inputs only, so
 // the block's one reduction sums that (with the norm and bias gradients it
 // makes partial) instead of the attention's normed-input gradient.
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "model/config.h"
 #include "model/kinds/kinds.h"
 
+namespace strata {
+
+void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& plan_text) {
+  STRATA_CHECK(g >= 1 && g % tp == 0, "layer plan '", plan_text, "': spd_degree = ", g,
+               " is not a multiple of tp = ", tp,
+               " (each process runs spd_degree / tp virtual ranks)");
+  for (const auto& [n, what] :
+       {std::pair<int, const char*>{cfg.num_attention_heads, "num_attention_heads"},
+        {cfg.num_key_value_heads, "num_key_value_heads"},
+        {cfg.intermediate_size, "intermediate_size"}})
+    STRATA_CHECK(n % g == 0, "layer plan '", plan_text, "': spd_degree = ", g, " must divide ",
+                 what, " (", n, ")");
+}
+
+}  // namespace strata
+
 namespace strata::kinds {
+
+namespace {
+void check_spd_plan(const LayerPlan& plan, const LlamaConfig& cfg, int tp) {
+  check_spd_degree(cfg, int(plan.number("spd_degree", 2)), tp, plan.to_string());
+}
+}  // namespace
 
 template <typename T>
 void spd_forward(UnitForward<T>& f, const PlanUnit& u) {
@@ -38,9 +65,26 @@ void spd_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.spd_block_backward(l, g, g);  // the residual x passes g; the block adds the rest
 }
 
-template void spd_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void spd_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void spd_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void spd_backward<double>(UnitBackward<double>&, const PlanUnit&);
+const KindInfo& spd_kind() {
+  static const KindInfo info{
+      .name = "spd",
+      .kind = LayerKind::Spd,
+      .unit_size = 1,
+      .summary =
+          "SPD (Sync-Point Drop): the attention all-reduce dropped at tensor-parallel degree "
+          "spd_degree (default 2; simulated exactly on fewer processes); one all-reduce per layer",
+      .example = "standard,spd*3;spd_degree=2",
+      .options = {{"spd_degree", 1, 4096, true,
+                   "the tensor-parallel degree whose attention sync is dropped (default 2)"}},
+      .buffers = {.spd_block = true},
+      .inner_stream = false,
+      .unit_article = "an",
+      .unit_noun = "spd layer",
+      .check = check_spd_plan,
+      .f32 = {spd_forward<float>, spd_backward<float>},
+      .f64 = {spd_forward<double>, spd_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds

@@ -45,13 +45,22 @@ void standard_layer_backward(UnitBackward<T>& b, int l, int i) {
   b.attention_norm_backward(l, b.stream(i - 1), d_ln, g);
 }
 
-template void standard_forward<float>(UnitForward<float>&, const PlanUnit&);
-template void standard_forward<double>(UnitForward<double>&, const PlanUnit&);
-template void standard_backward<float>(UnitBackward<float>&, const PlanUnit&);
-template void standard_backward<double>(UnitBackward<double>&, const PlanUnit&);
 template void standard_layer_forward<float>(UnitForward<float>&, int, int);
 template void standard_layer_forward<double>(UnitForward<double>&, int, int);
 template void standard_layer_backward<float>(UnitBackward<float>&, int, int);
 template void standard_layer_backward<double>(UnitBackward<double>&, int, int);
+
+const KindInfo& standard_kind() {
+  static const KindInfo info{
+      .name = "standard",
+      .kind = LayerKind::Standard,
+      .unit_size = 1,
+      .summary = "x + h(x) per module (the Llama layer)",
+      .example = "standard*4",
+      .f32 = {standard_forward<float>, standard_backward<float>},
+      .f64 = {standard_forward<double>, standard_backward<double>},
+  };
+  return info;
+}
 
 }  // namespace strata::kinds
