@@ -1,5 +1,5 @@
 // Compares CPU GEMM libraries on strata's training-shaped GEMMs, to justify the
-// choice of GEMM library (README, "GEMM library"). Each library is loaded with
+// choice of GEMM library (docs/performance.md, "GEMM library"). Each library is loaded with
 // dlopen so they can sit in one binary without symbol clashes; libraries that
 // are not installed are reported and skipped.
 //

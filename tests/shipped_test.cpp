@@ -1,6 +1,6 @@
 // The models shipped in checkpoints/ (see checkpoints/MANIFEST.md): their
-// checksums, and that each one does what the README uses it for: stories260K
-// decodes as llama2.c's run.c does, the quickstart and LayerSkip quickstart
+// checksums, and that each one does what the docs use it for (docs/checkpoints.md, "Shipped
+// models"): stories260K decodes as llama2.c's run.c does, the quickstart and LayerSkip quickstart
 // models (bf16 weights) model Austen's text, the LayerSkip model's early exits
 // are far better than the baseline's, and self-speculation on it gives the
 // plain greedy text.

@@ -23,21 +23,9 @@
 #include "data/tokenizer.h"
 #include "eval/evaluate.h"
 #include "io/model_io.h"
+#include "train/spd.h"
 
 namespace strata::cli {
-
-// The plan with the layers in `spd` as spd blocks of degree g, the rest standard.
-std::string spd_plan(int L, const std::vector<bool>& spd, int g) {
-  LayerPlan p = LayerPlan::standard(L);
-  bool any = false;
-  for (int l = 0; l < L; ++l)
-    if (spd[size_t(l)]) {
-      p.kinds[size_t(l)] = LayerKind::Spd;
-      any = true;
-    }
-  if (any) p.options.emplace_back("spd_degree", std::to_string(g));
-  return p.to_string();
-}
 
 namespace {
 
@@ -64,7 +52,7 @@ int spd_scan(int argc, char** argv, int first) {
   int done = 0;
   const int total = 2 * L + 1;
   auto score = [&](const std::vector<bool>& spd, const char* what, int n) {
-    const std::string plan = spd_plan(L, spd, g);
+    const std::string plan = spd::plan_text(L, spd, g);
     const double ppl = in.perplexity(plan).ppl();
     ++done;
     if (progress)
@@ -100,7 +88,7 @@ int spd_scan(int argc, char** argv, int first) {
   std::vector<bool> spd(size_t(L), false);
   for (int n = 0; n <= L; ++n) {
     if (n > 0) spd[size_t(ranking[size_t(n - 1)])] = true;
-    std::string plan = spd_plan(L, spd, g);
+    std::string plan = spd::plan_text(L, spd, g);
     if (n > 0 && n < L) std::tie(plan, ppl_budget[size_t(n)]) = score(spd, "budget", n);
     nlohmann::json blocks = nlohmann::json::array();
     for (int j = 0; j < n; ++j) blocks.push_back(ranking[size_t(j)]);

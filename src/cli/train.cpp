@@ -8,8 +8,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/text.h"
 #include "core/memory_info.h"
+#include "core/text.h"
+#include "train/train_config.h"
 #include "train/trainer.h"
 
 namespace strata::cli {
@@ -76,9 +77,10 @@ int cmd_train(int argc, char** argv, int first) {
   RecipeLayout own;
   if (device_bytes > 0) {
     const Recipe as_written = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
-    own.tp = int(as_written.get_int("parallelism.tp"));
-    own.dp = int(as_written.get_int("parallelism.dp"));
-    own.zero = int(as_written.get_int("parallelism.zero"));
+    const ParallelSection p = read_train_config(as_written).parallel;
+    own.tp = p.tp;
+    own.dp = p.dp;
+    own.zero = p.zero;
     rc.sets.push_back("parallelism.tp=1");
     rc.sets.push_back("parallelism.dp=0");
   }

@@ -1,5 +1,5 @@
 // Token shards: the on-disk dataset format written by `strata data prepare`
-// and read by the loaders. See README "Data format".
+// and read by the loaders. See docs/training.md, "Data format".
 //
 // A dataset directory holds meta.json and, per split ("train", "val"), shard
 // files <split>-00000.tokens, <split>-00001.tokens, ... Each shard is

@@ -177,9 +177,9 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     // The head's gradients (tied: the embedding's, open the whole backward),
     // reused for the embedding's at the end; untied and no larger than a
     // layer bucket, a layer buffer that goes on to serve the layers.
-    const double head_grads = tied                              ? cls(embed)
+    const double head_grads = tied                             ? cls(embed)
                               : std::max(embed, head) <= layer ? 0
-                                                                : std::max(embed, head);
+                                                               : std::max(embed, head);
     double buffers = 0;
     if (u.zero == 2) {
       buffers = head_grads + per_unit * (2 + deferring) * layer;
@@ -200,10 +200,9 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   if (u.gradients && u.dp > 1) {
     // The data-parallel collectives in flight keep a temporary copy of their
     // message in the library (Open MPI's nonblocking all-reduce and
-    // reduce-scatter do; measured, README "Scaling"): the head's or
-    // embedding's bucket and the layers' in flight, two all-reduces
-    // (ZeRO 0/1, completed as backward polls) or one reduce-scatter beside
-    // the store's own buffers (ZeRO-2/3).
+    // reduce-scatter do; measured, docs/distributed.md, "The memory estimate against measurement"):
+    // the head's or embedding's bucket and the layers' in flight, two all-reduces (ZeRO 0/1,
+    // completed as backward polls) or one reduce-scatter beside the store's own buffers (ZeRO-2/3).
     e.parts.push_back({"communication buffers",
                        bytes((std::max(embed_n, head_n) + (u.zero >= 2 ? 1 : 2) * widest) * f)});
   }
@@ -214,8 +213,8 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     double a = (2 * double(L) + 1) * round16(N * C);
     // The buffers the plan's kinds add (KindBuffers).
     const KindBuffers kb = have_plan ? plan.buffers() : KindBuffers();
-    const bool deferring = kb.grad_slot_1, pairs = kb.grad_slot_2,
-               par_groups = kb.output_slot_2, spd = kb.spd_block;
+    const bool deferring = kb.grad_slot_1, pairs = kb.grad_slot_2, par_groups = kb.output_slot_2,
+               spd = kb.spd_block;
     const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
     auto per_layer = [&](const Dims& d, bool with_spd) {
       double per = 2 * round16(N * C) + 2 * round16(N) + round16(N * (d.Hq + 2 * d.Hkv) * D) +

@@ -90,11 +90,11 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, co
 //   recompute: none 1.00, selective 1.01, full 1.25 (bench train --recompute:
 //     selective -0.7..+1.6%, full +15..+26%; a forward is a third of a step);
 //   tensor parallelism: x (1 + 0.05 log2 tp): two all-reduces of the
-//     activations per layer, mostly overlapped (README, Cost of communication);
+//     activations per layer, mostly overlapped (docs/distributed.md, "Cost of communication");
 //   ZeRO-1: x 1.02 (the updated weights' broadcast after each step);
 //   ZeRO-2: x 1.03 (reduce-scatters per micro-batch, then that all-gather);
 //   ZeRO-3: x 1.10 (the weights gathered twice more per micro-batch, mostly
-//     overlapped with the units before them: README "Scaling");
+//     overlapped with the units before them: docs/distributed.md, "Scaling");
 //   micro-batch m: x (1 + 0.1 max(0, log2(4 / m))): below 4 sequences the GEMMs
 //     run below peak.
 // Sorted: the layouts that fit first, by cost, then the larger micro-batch

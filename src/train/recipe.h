@@ -91,8 +91,9 @@ class Recipe {
   std::shared_ptr<const Impl> impl_;  // immutable once loaded: copies are cheap
 };
 
-// The Hugging Face config.json a recipe key names (model.config, spd.config):
-// an unreadable or malformed file is that key's one-line error.
-LlamaConfig read_model_config(const Recipe& r, const std::string& key);
+// The Hugging Face config.json at `path`, which recipe key `key` names
+// (model.config, spd.config): an unreadable or malformed file is that key's
+// one-line error.
+LlamaConfig read_model_config(const Recipe& r, const std::string& key, const std::string& path);
 
 }  // namespace strata

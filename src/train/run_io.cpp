@@ -1,42 +1,16 @@
 // `strata train`: validation, benchmark tasks, checkpoints and metrics (run.h).
 
-#include <fnmatch.h>
-#include <glob.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <filesystem>
-#include <functional>
-#include <memory>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/file.h"
-#include "core/log.h"
-#include "core/sha256.h"
-#include "core/signals.h"
-#include "core/threads.h"
+#include "core/text.h"
 #include "core/timer.h"
-#include "data/loader.h"
-#include "data/sft.h"
-#include "data/shards.h"
-#include "data/tokenizer.h"
 #include "eval/evaluate.h"
-#include "infer/generate.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
-#include "model/model.h"
 #include "model/sharding.h"
-#include "parallel/grid.h"
-#include "parallel/timed_comm.h"
-#include "train/layerskip.h"
-#include "train/optimizer.h"
-#include "train/schedule.h"
-
 #include "train/run.h"
 
 namespace strata::train_internal {
@@ -60,13 +34,14 @@ double evaluate(Run& run, int batches) {
   if (!run.make_val_loader || batches <= 0) return -1;
   auto loader = run.make_val_loader();
   // Each data-parallel rank scores its slice of every global batch.
-  const int64_t available = loader->rows_per_epoch() / (int64_t(run.micro_batch) * run.grid.dp);
+  const int micro_batch = run.c.training.micro_batch;
+  const int64_t available = loader->rows_per_epoch() / (int64_t(micro_batch) * run.grid.dp);
   const int n = int(std::max<int64_t>(1, std::min<int64_t>(batches, available)));
   Batch b;
   double sum = 0;
   int64_t count = 0;
   for (int i = 0; i < n; ++i) {
-    loader->next(run.micro_batch, b, run.grid.dp_rank, run.grid.dp);
+    loader->next(micro_batch, b, run.grid.dp_rank, run.grid.dp);
     const LossResult res = run.model->forward(b.tokens.data(), b.targets.data(), b.B, b.T);
     sum += res.loss_sum;
     count += res.n_valid;
@@ -82,15 +57,16 @@ double evaluate(Run& run, int batches) {
 // stderr, "eval/<task>/<metric>" entries in the metrics record.
 void run_eval_tasks(Run& run, nlohmann::json& record) {
   STRATA_CHECK(run.tokenizer, "eval.tasks needs a tokenizer");
+  const EvalSection& e = run.c.eval;
   EvalOptions o;
-  o.tasks = run.r.get_strings("eval.tasks");
-  o.limit = run.r.get_int("eval.task_limit");
-  o.shots = int(run.r.get_int("eval.task_shots"));
-  o.eval_dir = run.r.get_string("eval.task_dir");
-  o.batch_size = run.micro_batch;
-  o.seed = run.seed;
+  o.tasks = e.tasks;
+  o.limit = e.task_limit;
+  o.shots = e.task_shots;
+  o.eval_dir = e.task_dir;
+  o.batch_size = run.c.training.micro_batch;
+  o.seed = run.c.run.seed;
   o.progress = false;
-  o.allow_code_execution = run.r.get_bool("eval.allow_code_execution");
+  o.allow_code_execution = e.allow_code_execution;
   Timer t;
   const auto results = evaluate_tasks(*run.model, *run.tokenizer, o);
   std::string line;
@@ -110,15 +86,15 @@ std::string save(Run& run) {
   CheckpointData d;
   d.config = run.model->config().to_json();
   d.plan = run.model->plan().to_string();
-  d.recipe = run.r.to_toml();
+  d.recipe = run.c.recipe->to_toml();
   d.state = {{"step", run.step},
              {"tokens_seen", run.tokens_seen},
              {"loader", run.train_loader->state()},
-             {"run_name", run.r.get_string("run.name")},
-             {"seed", run.seed}};
+             {"run_name", run.c.run.name},
+             {"seed", run.c.run.seed}};
   if (run.tokenizer) d.tokenizer = run.tokenizer->model_bytes();
   d.optimizer_step = run.opt->steps_taken();
-  const std::string path = checkpoint_path(run.dir, run.step);
+  const std::string path = checkpoint_path(run.dir(), run.step);
   if (run.world() == 1 && !run.zero_store) {
     d.params = param_refs(*run.model);
     d.exp_avg = moment_refs(*run.model, *run.opt, false);
@@ -127,7 +103,7 @@ std::string save(Run& run) {
     for (auto* refs : {&d.params, &d.exp_avg, &d.exp_avg_sq})
       stage_to_host(run.model->backend(), *refs, host);
     write_checkpoint(path, d);
-    prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+    prune_checkpoints(run.dir(), run.c.checkpoint.keep);
     return path;
   }
   // Checkpoints hold full tensors: the tensor-parallel group of data-parallel
@@ -172,8 +148,9 @@ std::string save(Run& run) {
   const int n = int(L.tensors().size());
   for (int t = 0; t < n; ++t)
     d.params.push_back(TensorRef{L[t].name, L[t].full_shape, nullptr, [&, t](float* out) {
-                                   const float* part = run.zero == 3 ? from_shards(t, z->weight_shard())
-                                                                     : run.model->param(t);
+                                   const float* part = run.zero() == 3
+                                                           ? from_shards(t, z->weight_shard())
+                                                           : run.model->param(t);
                                    to_full(t, part, true, out);
                                  }});
   std::vector<float> m;
@@ -181,25 +158,26 @@ std::string save(Run& run) {
     if (run.owner[size_t(t)] < 0) continue;  // frozen: no optimizer state
     for (auto* refs : {&d.exp_avg, &d.exp_avg_sq}) {
       const bool second = refs == &d.exp_avg_sq;
-      refs->push_back(TensorRef{L[t].name, L[t].full_shape, nullptr, [&, t, second](float* out) {
-        if (z) {
-          const float* arena = second ? run.opt->exp_avg_sq_arena() : run.opt->exp_avg_arena();
-          to_full(t, from_shards(t, arena), true, out);
-          return;
-        }
-        const ParamInfo& p = L[t];
-        m.assign(size_t(p.numel), 0.f);
-        if (run.opt->has_state(t))
-          be.to_host(m.data(), second ? run.opt->exp_avg_sq(t) : run.opt->exp_avg(t), p.numel);
-        if (run.zero == 1 && run.grid.dp > 1)  // from the tensor's ZeRO-1 owner
-          run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
-        to_full(t, m.data(), false, out);
-      }});
+      refs->push_back(TensorRef{
+          L[t].name, L[t].full_shape, nullptr, [&, t, second](float* out) {
+            if (z) {
+              const float* arena = second ? run.opt->exp_avg_sq_arena() : run.opt->exp_avg_arena();
+              to_full(t, from_shards(t, arena), true, out);
+              return;
+            }
+            const ParamInfo& p = L[t];
+            m.assign(size_t(p.numel), 0.f);
+            if (run.opt->has_state(t))
+              be.to_host(m.data(), second ? run.opt->exp_avg_sq(t) : run.opt->exp_avg(t), p.numel);
+            if (run.zero() == 1 && run.grid.dp > 1)  // from the tensor's ZeRO-1 owner
+              run.dp->broadcast(m.data(), p.numel, run.owner[size_t(t)]);
+            to_full(t, m.data(), false, out);
+          }});
     }
   }
   if (run.root()) {
     write_checkpoint(path, d);
-    prune_checkpoints(run.dir, int(run.r.get_int("checkpoint.keep")));
+    prune_checkpoints(run.dir(), run.c.checkpoint.keep);
   } else {
     drain_checkpoint(d);
   }

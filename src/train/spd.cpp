@@ -55,6 +55,18 @@ LayerRange layer_range(Model<float>& m, int l) {
 
 }  // namespace
 
+std::string plan_text(int L, const std::vector<bool>& spd, int g) {
+  LayerPlan p = LayerPlan::standard(L);
+  bool any = false;
+  for (int l = 0; l < L; ++l)
+    if (spd[size_t(l)]) {
+      p.kinds[size_t(l)] = LayerKind::Spd;
+      any = true;
+    }
+  if (any) p.options.emplace_back("spd_degree", std::to_string(g));
+  return p.to_string();
+}
+
 std::vector<int32_t> calibration_windows(const std::vector<int32_t>& ids, int n, int seq,
                                          uint64_t seed) {
   STRATA_CHECK(n >= 1 && seq >= 1, "calibration: need at least one window of one token");
@@ -144,8 +156,8 @@ PipelineMemory pipeline_memory(const LlamaConfig& cfg_in, int g, int n, int seq,
   u.recompute = Recompute::Full;
   const MemoryEstimate model = estimate_memory(cfg, all, u);
   for (const auto& p : model.parts)
-    pm.memory.parts.push_back({p.name == "activations" ? "activations (calibration passes)" : p.name,
-                               p.bytes});
+    pm.memory.parts.push_back(
+        {p.name == "activations" ? "activations (calibration passes)" : p.name, p.bytes});
   pm.memory.parameters = model.parameters;
   // The block model of a distillation (block_model: one layer, two tokens).
   LlamaConfig one = cfg;
@@ -165,7 +177,7 @@ PipelineMemory pipeline_memory(const LlamaConfig& cfg_in, int g, int n, int seq,
   // Host: captured inputs and outputs, layer copies, distilled blocks, HG.
   const double per_layer = 2.0 * n * S * f;
   pm.capture_layers = int(std::clamp<double>(std::floor(double(capture_bytes) / per_layer), 1,
-                                              std::max(1, std::min(budget, L))));
+                                             std::max(1, std::min(budget, L))));
   const ParamLayout block(one);
   const ParamInfo &first = block[block.layers[0].input_norm], &last = block[block.layers[0].down];
   const double layer_numel = double(last.offset + last.numel - first.offset);
@@ -199,7 +211,8 @@ std::unique_ptr<Model<float>> block_model(Model<float>& m, int layer) {
   STRATA_CHECK(layer >= 0 && layer < m.config().num_hidden_layers, "block model: no layer ", layer);
   const LayerKind kind = m.plan().kinds[size_t(layer)];
   STRATA_CHECK(kind == LayerKind::Standard || kind == LayerKind::Spd, "block model: layer ", layer,
-               " runs as '", m.plan().to_string(), "'; a block of one standard or spd layer is needed");
+               " runs as '", m.plan().to_string(),
+               "'; a block of one standard or spd layer is needed");
   LlamaConfig c = m.config();
   c.num_hidden_layers = 1;
   // block_forward never embeds a token or reads the head: the smallest

@@ -1,22 +1,26 @@
-// SPD's offline tools (Kim et al., "Communication-efficient tensor parallelism
-// via sync-point drop", section 4.2): calibration windows, the original
-// model's block inputs and outputs, block-to-block distillation of one block
-// in SPD mode (B2B), and attention head grouping (HG): the distance between
-// heads' attention scores, balanced anticlustering of the heads into the
-// degree's groups, the matching of groups to MLP slices by output norm, and
-// the permutation of the block's heads that leaves the standard block's
-// output unchanged. `strata spd <recipe.toml>` (cli/spd_cmd.cpp) runs them as
-// the paper's Algorithm 1.
+// SPD's offline tools (Han-Byul Kim et al., "SPD: Sync-Point Drop for
+// Efficient Tensor Parallelism of Large Language Models", section 4.2): calibration windows, the
+// original model's block inputs and outputs, block-to-block distillation of one block in SPD mode
+// (B2B), and attention head grouping (HG): the distance between heads' attention scores, balanced
+// anticlustering of the heads into the degree's groups, the matching of groups to MLP slices by
+// output norm, and the permutation of the block's heads that leaves the standard block's output
+// unchanged. `strata spd <recipe.toml>` runs them as the paper's Algorithm 1
+// (train/spd_pipeline.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/memory.h"
 #include "model/model.h"
 
 namespace strata::spd {
+
+// The plan with the layers in `spd` as spd blocks of degree g, the rest
+// standard ("standard,spd*2;spd_degree=4").
+std::string plan_text(int layers, const std::vector<bool>& spd, int g);
 
 // n windows of seq + 1 tokens at seeded random offsets of `ids` (the GPTQ /
 // OmniQuant calibration draw): [n, seq + 1], inputs = [.., :seq], targets =

@@ -1,0 +1,220 @@
+// A training recipe into its typed sections (train_config.h), each section
+// read and validated in turn; every error names the file, line and key.
+#include "train/train_config.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "eval/evaluate.h"
+#include "train/trainer.h"
+
+namespace strata {
+namespace {
+
+// An integer key of at least `min` (and at most 2^30: sizes and counts).
+int64_t at_least(const Recipe& r, const char* key, int64_t min) {
+  const int64_t v = r.get_int(key);
+  if (v < min) r.fail(key, cat("must be >= ", min, ", got ", v));
+  STRATA_CHECK(v <= (int64_t(1) << 30), r.where(key), ": ", key, ": value too large");
+  return v;
+}
+
+// A float key in a range, finite, named by its key.
+double in_range(const Recipe& r, const char* key, double lo, double hi, bool lo_open, bool hi_open,
+                const char* what) {
+  const double v = r.get_float(key);
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (!ok) r.fail(key, cat("must be ", what, ", got ", v));
+  return v;
+}
+
+RunSection read_run(const Recipe& r) {
+  RunSection s;
+  s.name = r.get_string("run.name");
+  s.dir = r.get_string("run.dir").empty() ? "runs/" + s.name : r.get_string("run.dir");
+  s.seed = uint64_t(r.get_int("run.seed"));
+  s.threads = int(r.get_int("run.threads"));
+  s.device = r.get_string("run.device");
+  return s;
+}
+
+ParallelSection read_parallel(const Recipe& r) {
+  ParallelSection s;
+  s.tp = int(at_least(r, "parallelism.tp", 1));
+  const int64_t dp = r.get_int("parallelism.dp");
+  if (dp < 0) r.fail("parallelism.dp", cat("must be >= 0 (0: world size / tp), got ", dp));
+  s.dp = int(dp);
+  s.dp_given = r.given("parallelism.dp");
+  s.zero = int(r.get_int("parallelism.zero"));
+  if (s.zero < 0 || s.zero > 3)
+    r.fail("parallelism.zero",
+           cat("must be 0, 1, 2 or 3 (the ZeRO stage: what is sharded over the data-parallel "
+               "ranks), got ",
+               s.zero));
+  return s;
+}
+
+// The model.* keys that give the shape, by their LlamaConfig JSON names.
+ModelSection read_model(const Recipe& r) {
+  ModelSection s;
+  s.init_from = r.get_string("model.init_from");
+  s.config_file = r.get_string("model.config");
+  s.plan = r.get_string("model.plan");
+  s.plan_given = r.given("model.plan");
+  for (const KeySpec& k : train_recipe_schema()) {
+    if (k.path.rfind("model.", 0) != 0 || k.path == "model.init_from" || k.path == "model.config" ||
+        k.path == "model.plan" || !r.given(k.path))
+      continue;
+    const std::string name = k.path.substr(6);
+    if (k.type == KeyType::Int)
+      s.shape[name] = r.get_int(k.path);
+    else if (k.type == KeyType::Float)
+      s.shape[name] = r.get_float(k.path);
+    else if (k.type == KeyType::Bool)
+      s.shape[name] = r.get_bool(k.path);
+    else
+      s.shape[name] = r.get_string(k.path);
+  }
+  return s;
+}
+
+TrainingSection read_training(const Recipe& r) {
+  TrainingSection s;
+  s.steps = at_least(r, "training.steps", 1);
+  s.micro_batch = int(at_least(r, "training.micro_batch_size", 1));
+  s.seq_len = int(at_least(r, "training.seq_len", 2));
+  s.accum = int(at_least(r, "training.grad_accum_steps", 1));
+  s.precision = r.get_string("training.precision");
+  s.trainable = r.get_strings("training.trainable");
+  s.freeze = r.get_strings("training.freeze");
+  return s;
+}
+
+DataSection read_data(const Recipe& r) {
+  DataSection s;
+  const std::string kind = r.get_string("data.kind");
+  if (kind != "pretrain" && kind != "sft")
+    r.fail("data.kind", cat("unknown kind '", kind, "' (pretrain or sft)"));
+  s.kind = kind == "sft" ? DataKind::Sft : DataKind::Pretrain;
+  s.tokenizer = r.get_string("data.tokenizer");
+  s.dataset = r.get_string("data.dataset");
+  s.inputs = r.get_strings("data.inputs");
+  s.doc_split = r.get_string("data.doc_split");
+  s.val_fraction = r.get_float("data.val_fraction");
+  s.sft_train = r.get_string("data.sft_train");
+  s.sft_val = r.get_string("data.sft_val");
+  s.packing = r.get_bool("data.packing");
+  return s;
+}
+
+// [optimizer], training.grad_clip and [lr_scheduler]: finite and in range.
+void read_optimizer(const Recipe& r, TrainConfig& c) {
+  if (r.get_string("optimizer.name") != "adamw")
+    r.fail("optimizer.name",
+           cat("unknown optimizer '", r.get_string("optimizer.name"), "' (adamw)"));
+  const double inf = std::numeric_limits<double>::infinity();
+  AdamWConfig& o = c.optimizer;
+  o.lr = in_range(r, "optimizer.lr", 0, inf, false, true, "finite and >= 0");
+  c.schedule.min_lr = in_range(r, "lr_scheduler.min_lr", 0, inf, false, true, "finite and >= 0");
+  o.beta1 = in_range(r, "optimizer.beta1", 0, 1, false, true, "in [0, 1)");
+  o.beta2 = in_range(r, "optimizer.beta2", 0, 1, false, true, "in [0, 1)");
+  o.eps = in_range(r, "optimizer.eps", 0, inf, true, true, "finite and > 0");
+  o.weight_decay = in_range(r, "optimizer.weight_decay", 0, inf, false, true, "finite and >= 0");
+  o.grad_clip = c.training.grad_clip =
+      in_range(r, "training.grad_clip", 0, inf, false, true, "finite and >= 0 (0: no clipping)");
+  c.load_optimizer_state = r.get_bool("optimizer.load_state");
+  const int64_t decay = r.get_int("lr_scheduler.decay_steps");
+  if (decay < 0)
+    r.fail("lr_scheduler.decay_steps", cat("must be >= 0 (0: training.steps), got ", decay));
+  const int64_t warmup = r.get_int("lr_scheduler.warmup_steps");
+  if (warmup < 0) r.fail("lr_scheduler.warmup_steps", cat("must be >= 0, got ", warmup));
+  LrSchedule& s = c.schedule;
+  s.kind = r.get_string("lr_scheduler.kind");
+  s.lr = o.lr;
+  s.warmup_steps = warmup;
+  s.decay_steps = decay > 0 ? decay : c.training.steps;
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    r.fail("lr_scheduler.kind", e.what());
+  }
+}
+
+LayerSkipConfig read_layerskip(const Recipe& r) {
+  LayerSkipConfig ls;
+  ls.p_max = r.get_float("layerskip.p_max");
+  ls.layer_scale = r.get_string("layerskip.layer_scale");
+  ls.time_scale = r.get_string("layerskip.time_scale");
+  ls.e_scale = r.get_float("layerskip.e_scale");
+  ls.curriculum = r.get_string("layerskip.curriculum");
+  ls.rotation = int(r.get_int("layerskip.rotation"));
+  ls.always_last = r.get_bool("layerskip.always_last");
+  ls.e_formula = r.get_string("layerskip.e_formula");
+  return ls;
+}
+
+CheckpointSection read_checkpoint(const Recipe& r) {
+  CheckpointSection s;
+  s.interval = at_least(r, "checkpoint.interval", 0);
+  s.keep = int(at_least(r, "checkpoint.keep", 0));
+  s.resume = r.get_string("checkpoint.resume");
+  s.final = r.get_bool("checkpoint.final");
+  return s;
+}
+
+EvalSection read_eval(const Recipe& r) {
+  EvalSection s;
+  s.interval = at_least(r, "eval.interval", 0);
+  s.batches = int(at_least(r, "eval.batches", 0));
+  s.tasks = r.get_strings("eval.tasks");
+  s.task_limit = r.get_int("eval.task_limit");
+  s.task_shots = int(r.get_int("eval.task_shots"));
+  s.task_dir = r.get_string("eval.task_dir");
+  s.allow_code_execution = r.get_bool("eval.allow_code_execution");
+  return s;
+}
+
+LogSection read_log(const Recipe& r) {
+  LogSection s;
+  s.interval = at_least(r, "log.interval", 1);
+  s.tensorboard = r.get_bool("log.tensorboard");
+  s.sample_prompt = r.get_string("log.sample_prompt");
+  s.sample_tokens = int(r.get_int("log.sample_tokens"));
+  s.sample_temperature = r.get_float("log.sample_temperature");
+  return s;
+}
+
+}  // namespace
+
+TrainConfig read_train_config(const Recipe& r) {
+  TrainConfig c;
+  c.recipe = &r;
+  c.run = read_run(r);
+  c.parallel = read_parallel(r);
+  c.training = read_training(r);
+  read_optimizer(r, c);
+  c.checkpoint = read_checkpoint(r);
+  c.eval = read_eval(r);
+  c.log = read_log(r);
+  try {  // before anything is written: a task that runs code needs the recipe's permission
+    require_code_permission(c.eval.task_dir, c.eval.tasks, c.eval.allow_code_execution,
+                            "set eval.allow_code_execution = true");
+  } catch (const Error& e) {
+    r.fail("eval.tasks", e.what());
+  }
+  if (!parse_recompute(r.get_string("training.recompute"), &c.training.recompute))
+    r.fail("training.recompute", cat("unknown mode '", one_line(r.get_string("training.recompute")),
+                                     "' (none, selective or full)"));
+  if (c.training.precision != "fp32" && c.training.precision != "bf16" &&
+      c.training.precision != "auto")
+    r.fail("training.precision",
+           cat("unknown precision '", c.training.precision, "' (fp32, bf16 or auto)"));
+  c.model = read_model(r);
+  c.data = read_data(r);
+  c.layerskip = read_layerskip(r);
+  return c;
+}
+
+}  // namespace strata
