@@ -51,13 +51,6 @@ bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-std::string trim_ascii(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && is_ascii_space(s[a])) ++a;
-  while (b > a && is_ascii_space(s[b - 1])) --b;
-  return std::string(s.substr(a, b - a));
-}
-
 // Python's str.replace: every non-overlapping occurrence, left to right.
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   std::string out;
@@ -69,22 +62,6 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   if (pos == 0) return;
   out.append(s, pos);
   s = std::move(out);
-}
-
-// Levenshtein distance, for "did you mean" on unknown keys.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 // ------------------------------------------------------------ field paths
@@ -324,7 +301,7 @@ struct GoldSpec {
       return int(v.get<int64_t>());
     }
     std::string s;
-    if (v.is_string()) s = trim_ascii(v.get<std::string>());
+    if (v.is_string()) s = trim(v.get<std::string>());
     int g = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), g);
     if (s.empty() || ec != std::errc() || end != s.data() + s.size())
@@ -888,7 +865,7 @@ std::vector<Row> read_jsonl(const std::string& path) {
     ++line;
     const std::string_view s(text.data() + pos, end - pos);
     pos = end + 1;
-    if (trim_ascii(s).empty()) continue;
+    if (trim(s).empty()) continue;
     Row r;
     r.where = cat(path, ":", line);
     // Nesting is bounded while parsing: fields are copied recursively when
@@ -989,7 +966,7 @@ void attach_labels(std::vector<Row>& rows, const std::string& labels_path) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
     ++line;
-    const std::string s = trim_ascii(std::string_view(text).substr(pos, end - pos));
+    const std::string s = trim(std::string_view(text).substr(pos, end - pos));
     pos = end + 1;
     if (s.empty()) continue;
     int v = 0;
@@ -1015,7 +992,7 @@ std::string capitalize(std::string s) {
 // The harness's HellaSwag clean-up: strip, " [title]" -> ". ", drop
 // "[...]" spans (not across lines), one pass of "  " -> " ".
 std::string hellaswag_clean(const std::string& in) {
-  std::string s = trim_ascii(in);
+  std::string s = trim(in);
   replace_all(s, " [title]", ". ");
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -1254,7 +1231,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 bool wikitext_title(std::string line) {
   replace_all(line, "= = =", "===");
   replace_all(line, "= =", "==");
-  line = trim_ascii(line);
+  line = trim(line);
   return line.size() >= 3 && line.rfind("= ", 0) == 0 &&
          line.compare(line.size() - 2, 2, " =") == 0;
 }
@@ -1264,7 +1241,7 @@ std::vector<std::string> split_documents(const Config& c, const std::string& pat
   replace_all(text, "\r\n", "\n");
   std::vector<std::string> docs;
   auto add = [&](std::string d) {
-    if (!trim_ascii(d).empty()) docs.push_back(std::move(d));
+    if (!trim(d).empty()) docs.push_back(std::move(d));
   };
   switch (c.split) {
     case Split::File:
@@ -1273,7 +1250,7 @@ std::vector<std::string> split_documents(const Config& c, const std::string& pat
     case Split::Paragraph: {
       std::string cur;
       for (const std::string& line : split_lines(text)) {
-        if (trim_ascii(line).empty()) {
+        if (trim(line).empty()) {
           add(std::move(cur));
           cur.clear();
         } else {
@@ -1303,8 +1280,8 @@ std::vector<std::string> split_documents(const Config& c, const std::string& pat
       size_t pos = 0;
       for (size_t hit; (hit = text.find(c.separator, pos)) != std::string::npos;
            pos = hit + c.separator.size())
-        add(trim_ascii(std::string_view(text).substr(pos, hit - pos)));
-      add(trim_ascii(std::string_view(text).substr(pos)));
+        add(trim(std::string_view(text).substr(pos, hit - pos)));
+      add(trim(std::string_view(text).substr(pos)));
       break;
     }
   }
