@@ -227,6 +227,27 @@ TEST(Generate, SelfSpeculativeStopsAtTheContextAndEos) {
   EXPECT_TRUE(std::equal(cut.begin(), cut.end(), ref.begin()));
 }
 
+// Runs summed (prompts one after another): counts and times add up,
+// hit_context if any run hit it.
+TEST(Generate, StatsAddUp) {
+  GenerateStats a, b;
+  a.prompt_tokens = 3, a.new_tokens = 5, a.prefill_s = 0.25, a.decode_s = 1.5;
+  a.rounds = 2, a.drafted = 8, a.accepted = 6, a.draft_s = 0.5, a.verify_s = 0.75;
+  b = a;
+  b.hit_context = true;
+  a += b;
+  EXPECT_EQ(a.prompt_tokens, 6);
+  EXPECT_EQ(a.new_tokens, 10);
+  EXPECT_EQ(a.prefill_s, 0.5);
+  EXPECT_EQ(a.decode_s, 3.0);
+  EXPECT_EQ(a.rounds, 4);
+  EXPECT_EQ(a.drafted, 16);
+  EXPECT_EQ(a.accepted, 12);
+  EXPECT_EQ(a.draft_s, 1.0);
+  EXPECT_EQ(a.verify_s, 1.5);
+  EXPECT_TRUE(a.hit_context);
+}
+
 TEST(Generate, BadOptionsAreErrors) {
   auto m = random_model(2, 2, false, false, 1);
   GenerateOptions o;
