@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "eval/evaluate.h"
 #include "io/model_io.h"
+#include "io/model_surgery.h"
 #include "ops/backend.h"
 
 namespace strata::cli {
@@ -214,8 +215,7 @@ int lp_scan(int argc, char** argv, int first) {
 }
 
 // The paper's "merge" (section 3, c): layers [s, e) replaced by one layer
-// whose every tensor (norms and biases included) is the element-wise mean of
-// theirs. A new checkpoint with e - s - 1 fewer layers.
+// with their mean (io/model_surgery.h).
 int lp_merge(int argc, char** argv, int first) {
   Args args("strata lp merge",
             "Writes a checkpoint in which layers [s, e) of a standard checkpoint are replaced by "
@@ -227,55 +227,16 @@ int lp_merge(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_USAGE_CHECK(args.has("range"), "strata lp merge: --range S:E is required");
   const std::string in = args.get("in.h5"), out = args.get("out.h5");
-  STRATA_CHECK(in != out, "strata lp merge: ", out, " is the input; write to another file");
+  check_not_input(in, out, "strata lp merge");
   const std::string range = args.get("range");
   const size_t colon = range.find(':');
   int s = 0, e = 0;
   STRATA_CHECK(colon != std::string::npos && parse_int(range.substr(0, colon), &s) &&
                    parse_int(range.substr(colon + 1), &e),
                "strata lp merge: --range '", range, "' is not S:E (e.g. 2:5)");
-  CheckpointInfo info;
-  auto src = load_model(in, &info);
-  STRATA_CHECK(info.plan.plain(), "strata lp merge: ", in, " runs plan '", info.plan.to_string(),
-               "'; merging needs a standard model");
-  const int L = src->config().num_hidden_layers;
-  STRATA_CHECK(s >= 0 && e <= L && e - s >= 2, "strata lp merge: --range ", range,
-               " must hold at least 2 of the model's layers 0..", L - 1);
-  LlamaConfig c = src->config();
-  c.num_hidden_layers = L - (e - s) + 1;
-  Model<float> dst(c, ops::make_backend<float>());
-  const ParamLayout &from = src->layout(), &to = dst.layout();
-  auto layer_name = [](const std::string& name, int l) {  // model.layers.<k>.x -> ...<l>.x
-    const std::string key = "model.layers.";
-    if (name.rfind(key, 0) != 0) return name;
-    const size_t dot = name.find('.', key.size());
-    return key + std::to_string(l) + name.substr(dot);
-  };
-  for (int t = 0; t < int(to.tensors().size()); ++t) {
-    const ParamInfo& info_t = to[t];
-    float* d = dst.param(t);
-    int l = -1;
-    if (info_t.name.rfind("model.layers.", 0) == 0) l = std::stoi(info_t.name.substr(13));
-    if (l < 0 || l < s) {  // outside the layers, or below the range: the same tensor
-      const int k = from.find(info_t.name);
-      std::copy_n(src->param(k), info_t.numel, d);
-    } else if (l > s) {  // above the range: shifted down
-      const int k = from.find(layer_name(info_t.name, l + (e - s) - 1));
-      std::copy_n(src->param(k), info_t.numel, d);
-    } else {  // the merged layer: the mean over [s, e)
-      std::fill_n(d, info_t.numel, 0.0f);
-      for (int j = s; j < e; ++j) {
-        const float* p = src->param(from.find(layer_name(info_t.name, j)));
-        for (int64_t i = 0; i < info_t.numel; ++i) d[i] += p[i];
-      }
-      for (int64_t i = 0; i < info_t.numel; ++i) d[i] /= float(e - s);
-    }
-  }
-  nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
-  state["converted_from"] = cat(in, " (layers ", s, "..", e - 1, " merged)");
-  save_model(out, dst, info.tokenizer, state);
+  const int L = merge_layers(in, out, s, e, "strata lp merge", "--range " + range);
   std::printf("wrote %s: %d layers, layers %d..%d of %s (%d layers) merged into layer %d\n",
-              out.c_str(), c.num_hidden_layers, s, e - 1, in.c_str(), L, s);
+              out.c_str(), L - (e - s) + 1, s, e - 1, in.c_str(), L, s);
   return 0;
 }
 
