@@ -9,10 +9,12 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/targets.h"
 #include "core/text.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/plan.h"
+#include "ops/types.h"
 #include "testing.h"
 
 namespace strata {
@@ -88,6 +90,31 @@ TEST(Text, PythonStringRules) {
   EXPECT_EQ(python_split_count("a\xc3\xa9"
                                "b"),
             1);
+}
+
+// The data layer marks targets with core's constant, the ops skip theirs.
+static_assert(kIgnoreIndex == ops::kIgnoreIndex);
+
+// The shared helpers of core/text.h: one trim, one edit distance, counts.
+TEST(Text, TrimEditDistanceAndCounts) {
+  EXPECT_EQ(trim(" \t x y \r\n\f\v"), "x y");
+  EXPECT_EQ(trim(" \n x \n", " \t"), "\n x \n");  // only the characters asked for
+  EXPECT_EQ(trim("  "), "");
+  EXPECT_EQ(trim(""), "");
+  EXPECT_EQ(trim("\xc2\xa0x"), "\xc2\xa0x");  // ASCII only (python_strip does Unicode)
+  EXPECT_EQ(edit_distance("steps", "steps"), 0u);
+  EXPECT_EQ(edit_distance("stpes", "steps"), 1u);  // a swap of neighbours is one edit
+  EXPECT_EQ(edit_distance("summry", "summary"), 1u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("ca", "abc"), 3u);  // optimal string alignment, not Damerau's 2
+  EXPECT_EQ(human_count(42), "42");
+  EXPECT_EQ(human_count(7849), "7.8k");
+  EXPECT_EQ(human_count(4.561e6), "4.56M");
+  EXPECT_EQ(human_count(1.234e9), "1.23B");
+  EXPECT_EQ(strprintf("%-6s|%8.3f|%d", "ab", 3.14159, 42), "ab    |   3.142|42");
+  EXPECT_EQ(strprintf("%s", std::string(5000, 'x').c_str()).size(), 5000u);
+  EXPECT_EQ(strprintf("%s", ""), "");
 }
 
 TEST(Buffer, AlignedZeroedAndMovable) {

@@ -12,6 +12,7 @@
 #include "infer/generate.h"
 #include "infer/sampler.h"
 #include "infer/spec_cost.h"
+#include "infer/text_generation.h"
 #include "io/llama2c.h"
 #include "model/model.h"
 #include "plan_reference.h"
@@ -225,6 +226,57 @@ TEST(Generate, SelfSpeculativeStopsAtTheContextAndEos) {
   const auto cut = generate(*m, p, o);
   EXPECT_EQ(cut.back(), o.eos_id);
   EXPECT_TRUE(std::equal(cut.begin(), cut.end(), ref.begin()));
+}
+
+// Runs summed (prompts one after another): counts and times add up,
+// hit_context if any run hit it.
+TEST(Generate, StatsAddUp) {
+  GenerateStats a, b;
+  a.prompt_tokens = 3, a.new_tokens = 5, a.prefill_s = 0.25, a.decode_s = 1.5;
+  a.rounds = 2, a.drafted = 8, a.accepted = 6, a.draft_s = 0.5, a.verify_s = 0.75;
+  b = a;
+  b.hit_context = true;
+  a += b;
+  EXPECT_EQ(a.prompt_tokens, 6);
+  EXPECT_EQ(a.new_tokens, 10);
+  EXPECT_EQ(a.prefill_s, 0.5);
+  EXPECT_EQ(a.decode_s, 3.0);
+  EXPECT_EQ(a.rounds, 4);
+  EXPECT_EQ(a.drafted, 16);
+  EXPECT_EQ(a.accepted, 12);
+  EXPECT_EQ(a.draft_s, 1.0);
+  EXPECT_EQ(a.verify_s, 1.5);
+  EXPECT_TRUE(a.hit_context);
+}
+
+// Streamed text over a detokenizer of one letter per id (0: BOS, nothing):
+// with a stop string, its possible start is held back and the text ends
+// before it; EOS ends the text without showing; what is held back for a stop
+// string that never comes is released at the end.
+TEST(Generate, TextStreamHoldsBackTheStopString) {
+  const Detokenizer decode = [](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids)
+      if (id > 0) s += char('a' + id - 1);
+    return s;
+  };
+  TextStream cut(decode, {0}, "cd", -1);
+  std::string shown;
+  for (int32_t t : {1, 2, 3, 4, 5}) shown += cut.push(t);
+  EXPECT_EQ(shown, "ab");
+  EXPECT_TRUE(cut.stopped());
+  EXPECT_EQ(cut.finish(), "");
+  EXPECT_EQ(cut.shown(), "ab");
+  TextStream eos(decode, {0, 1}, "", 3);
+  EXPECT_EQ(eos.push(2), "b");
+  EXPECT_EQ(eos.push(3), "");
+  EXPECT_EQ(eos.tokens(), (std::vector<int32_t>{2}));
+  TextStream held(decode, {0}, "xy", -1);
+  EXPECT_EQ(held.push(1), "");
+  EXPECT_EQ(held.push(2), "a");
+  EXPECT_FALSE(held.stopped());
+  EXPECT_EQ(held.finish(), "b");
+  EXPECT_EQ(held.shown(), "ab");
 }
 
 TEST(Generate, BadOptionsAreErrors) {

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "eval/lp_scan.h"
 #include "infer/generate.h"
 #include "io/model_io.h"
 #include "model/kinds/kinds.h"
@@ -270,6 +272,43 @@ TEST(Lp, MergeAveragesTheRange) {
   for (auto& a : argv_s) argv.push_back(a.data());
   EXPECT_ERROR(cli::cmd_lp(int(argv.size()), argv.data(), 2), "must hold at least 2");
   std::filesystem::remove_all(dir);
+}
+
+// strata lp scan's library call over a made-up perplexity per plan: every
+// range scored, the best end per length, the largest length within the
+// tolerance recommended, and the table that shows them.
+TEST(Lp, ScanRecommendsTheLargestRangeWithinTheTolerance) {
+  const std::map<std::string, double> ppl = {{"standard*4", 10.0},
+                                             {"lp*2,standard*2", 10.4},
+                                             {"standard,lp*2,standard", 10.2},
+                                             {"standard*2,lp*2", 10.3},
+                                             {"lp*4", 12.0}};
+  std::vector<std::string> asked;
+  auto perplexity = [&](const std::string& plan) {
+    asked.push_back(plan);
+    PerplexityResult r;
+    r.tokens = 100;
+    r.nll_sum = 100 * std::log(ppl.at(plan));
+    return r;
+  };
+  LpScanOptions o;
+  o.deltas = {2, 4};
+  const LpScanResult r = lp_scan(perplexity, 4, o);
+  EXPECT_EQ(asked.size(), 5u);
+  EXPECT_EQ(r.json["best"]["2"]["end"], 3);
+  EXPECT_EQ(r.json["best"]["4"]["effective_depth"], 2);
+  EXPECT_EQ(r.json["recommended"]["plan"], "standard,lp*2,standard");
+  EXPECT_TRUE(std::isnan(r.grid[1][3]));  // D = 4 cannot end at 3
+  const std::string table = lp_scan_table(r, o, "text.txt");
+  EXPECT_NE(table.find("standard: ppl 10.0000 over 100 tokens (text.txt)"), std::string::npos);
+  EXPECT_NE(table.find("recommended: D = 2 at [1, 3), ppl 10.2000 (+2.00%), effective depth 3"),
+            std::string::npos)
+      << table;
+  o.tolerance = 1;
+  EXPECT_TRUE(lp_scan(perplexity, 4, o).json["recommended"].is_null());
+  EXPECT_EQ(transform_plan("stretch", 6, 1, 4, 0.5), "standard,par*3,standard*2;par_group=3");
+  EXPECT_EQ(transform_plan("lp", 4, 0, 2, 0.25), "lp*2,standard*2;lp_alpha=0.25");
+  EXPECT_EQ(find_lp_transform("nope"), nullptr);
 }
 
 // Shuffle (the study's section 3 a): pass p runs the run's layers in the

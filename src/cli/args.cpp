@@ -209,4 +209,8 @@ bool parse_recipe_command(const std::string& command, const char* usage,
   return true;
 }
 
+Args& add_threads_option(Args& args) {
+  return args.option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
+}
+
 }  // namespace strata::cli

@@ -61,6 +61,11 @@ class Args {
   std::vector<Pos> pos_;
 };
 
+// --threads N (OpenMP threads; 0 keeps OMP_NUM_THREADS or all cores), the
+// option of every command that computes; apply_threads (cli/commands.h)
+// applies it.
+Args& add_threads_option(Args& args);
+
 // A command made of subcommands (`strata lp scan ...`): prints `usage` for
 // --help / -h (status 0) or when no subcommand is given (status 2), runs the
 // named one with the arguments after it, and fails with one line naming an

@@ -1,10 +1,10 @@
 // `strata bench comm` (under mpirun): how much of an async all-reduce stays
 // exposed after compute of a given length, with and without progress polls
-// between the compute kernels. On the CPU only the calling thread drives a
-// non-blocking MPI collective (MPI_THREAD_FUNNELED, no progress thread), so
-// without polls most of the work happens in the final wait.
+// between the compute kernels (the measurement: parallel/overlap_bench.h).
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,9 +12,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/timer.h"
 #include "ops/backend.h"
 #include "parallel/grid.h"
+#include "parallel/overlap_bench.h"
 
 namespace strata::cli {
 namespace {
@@ -35,8 +35,20 @@ std::vector<double> parse_sizes(const std::string& text) {
   return out;
 }
 
-struct Trial {
-  double compute_s = 0, wait_s = 0, poll_s = 0;
+// The compute: 256x512 @ 512x512 linears (67 MFLOP each) on the CPU backend.
+struct GemmKernel {
+  std::unique_ptr<ops::Backend<float>> be = ops::make_backend<float>();
+  static constexpr int64_t N = 256;
+  static constexpr int C = 512;
+  ops::DeviceBuffer<float> x{be.get(), size_t(N) * C}, w{be.get(), size_t(C) * C},
+      y{be.get(), size_t(N) * C};
+  GemmKernel() {
+    std::vector<float> h(size_t(C) * C);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = float(int(i % 7) - 3) * 0.01f;
+    be->from_host(w.data(), h.data(), int64_t(h.size()));
+    be->from_host(x.data(), h.data(), N * C);
+  }
+  void operator()() { be->linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, C, {}); }
 };
 
 }  // namespace
@@ -59,7 +71,6 @@ int bench_comm(int argc, char** argv, int first) {
                "strata bench comm: --compute-ms must be in (0, 60000]");
   const int repeat = std::max(1, args.get_int("repeat"));
   apply_threads(args.get_int("threads"));
-
   ProcessGrid grid = make_grid(1, 0);
   STRATA_CHECK(grid.world_size >= 2,
                "strata bench comm measures collectives between processes: start it under "
@@ -67,84 +78,25 @@ int bench_comm(int argc, char** argv, int first) {
   Communicator& comm = *grid.world;
   const bool root = grid.is_root();
   if (root) print_bench_machine();
-
-  // The compute: 256x512 @ 512x512 linears (67 MFLOP each), as many as fill
-  // the target on rank 0 (every rank runs the same count).
-  auto be = ops::make_backend<float>();
-  const int64_t N = 256;
-  const int C = 512;
-  ops::DeviceBuffer<float> x(be.get(), size_t(N) * C), w(be.get(), size_t(C) * C),
-      y(be.get(), size_t(N) * C);
-  {
-    std::vector<float> h(size_t(C) * C);
-    for (size_t i = 0; i < h.size(); ++i) h[i] = float(int(i % 7) - 3) * 0.01f;
-    be->from_host(w.data(), h.data(), int64_t(h.size()));
-    be->from_host(x.data(), h.data(), N * C);
-  }
-  auto kernel = [&] { be->linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, C, {}); };
-  for (int i = 0; i < 3; ++i) kernel();  // warm-up
-  Timer calib;
-  for (int i = 0; i < 10; ++i) kernel();
-  double per_kernel = calib.seconds() / 10;
-  per_kernel = comm.allreduce_sum(per_kernel) / comm.size();
+  GemmKernel gemm;
+  const std::function<void()> kernel = [&] { gemm(); };
+  // As many kernels as fill the target on average (every rank runs the same count).
+  const double per_kernel = time_kernel(comm, kernel);
   const int kernels = std::max(1, int(compute_target / per_kernel + 0.5));
-  if (root)
+  if (root) {
     std::printf(
         "%d processes; compute: %d GEMM kernels of %.2f ms (256x512x512) per trial; median of "
         "%d trials; times are the mean over processes\n\n",
         comm.size(), kernels, per_kernel * 1e3, repeat);
-
-  auto mean = [&](double v) { return comm.allreduce_sum(v) / comm.size(); };
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  if (root)
     std::printf("%10s %12s %13s %18s %18s %10s\n", "size (MiB)", "alone (ms)", "compute (ms)",
                 "exposed, no polls", "exposed, polls", "in polls");
+  }
   for (double mib : sizes) {
-    const int64_t n = std::max<int64_t>(1, int64_t(mib * 1024 * 1024 / sizeof(float)));
-    std::vector<float> buf(size_t(n), 1.0f);
-    // Blocking all-reduce alone.
-    std::vector<double> alone;
-    for (int r = 0; r < repeat; ++r) {
-      comm.barrier();
-      Timer t;
-      comm.allreduce_sum(buf.data(), n);
-      alone.push_back(mean(t.seconds()));
-    }
-    // Async all-reduce behind the compute, with and without polls.
-    auto trial = [&](bool polls) {
-      comm.barrier();
-      Trial tr;
-      Timer t;
-      const int64_t h = comm.allreduce_sum_async(buf.data(), n);
-      for (int k = 0; k < kernels; ++k) {
-        kernel();
-        if (polls) {
-          Timer p;
-          comm.progress();
-          tr.poll_s += p.seconds();
-        }
-      }
-      tr.compute_s = t.seconds() - tr.poll_s;
-      Timer wt;
-      comm.wait(h);
-      tr.wait_s = wt.seconds();
-      return Trial{mean(tr.compute_s), mean(tr.wait_s), mean(tr.poll_s)};
-    };
-    std::vector<double> compute, exposed_off, exposed_on, polls;
-    for (int r = 0; r < repeat; ++r) {
-      const Trial off = trial(false), on = trial(true);
-      compute.push_back(off.compute_s);
-      exposed_off.push_back(off.wait_s);
-      exposed_on.push_back(on.wait_s + on.poll_s);
-      polls.push_back(on.poll_s);
-    }
+    const OverlapTimes t = measure_overlap(comm, mib, kernel, kernels, repeat);
     if (root)
-      std::printf("%10.2f %12.2f %13.1f %18.2f %18.2f %10.2f\n", mib, median(alone) * 1e3,
-                  median(compute) * 1e3, median(exposed_off) * 1e3, median(exposed_on) * 1e3,
-                  median(polls) * 1e3);
+      std::printf("%10.2f %12.2f %13.1f %18.2f %18.2f %10.2f\n", mib, t.alone * 1e3,
+                  t.compute * 1e3, t.exposed_without_polls * 1e3, t.exposed_with_polls * 1e3,
+                  t.polls * 1e3);
   }
   if (root)
     std::printf(

@@ -267,8 +267,8 @@ int bench_peak(int argc, char** argv, int first) {
             "machine-readable.");
   args.option("seconds", "S", "time per FMA loop (the best chunk counts)", "0.5")
       .option("buffer", "MIB", "bandwidth buffer in MiB (at least 8x the last-level cache)", "1024")
-      .option("passes", "N", "bandwidth passes (the best counts)", "5")
-      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
+      .option("passes", "N", "bandwidth passes (the best counts)", "5");
+  add_threads_option(args);
   if (!args.parse(argc, argv, first)) return 0;
   apply_threads(args.get_int("threads"));
   STRATA_USAGE_CHECK(args.get_double("seconds") > 0 && args.get_double("seconds") <= 60,

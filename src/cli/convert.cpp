@@ -12,13 +12,12 @@
 #include "io/hf.h"
 #include "io/llama2c.h"
 #include "io/model_io.h"
+#include "io/model_surgery.h"
 #include "model/memory.h"
 #include "ops/backend.h"
 
 namespace strata::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Loads an optional tokenizer and checks it fits the model's vocabulary.
 std::string tokenizer_for(const std::string& path, const std::string& fallback_bytes,
@@ -106,17 +105,9 @@ int convert_plan(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_USAGE_CHECK(args.has("plan"), "strata convert plan: --plan is required");
   const std::string in = args.get("in.h5"), out = args.get("out.h5");
-  STRATA_CHECK(in != out, "strata convert plan: ", out, " is the input; write to another file");
-  CheckpointInfo info;
-  LoadOptions opt;
-  opt.plan = args.get("plan");
-  auto model = load_model(in, &info, opt);
-  model->plan().check_not_benchmark_only("strata convert plan");
-  nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
-  state["converted_from"] = cat(in, " (plan ", info.saved_plan, ")");
-  save_model(out, *model, info.tokenizer, state);
-  std::printf("wrote %s: plan %s on the weights of %s (plan %s)\n", out.c_str(),
-              model->plan().to_string().c_str(), in.c_str(), info.saved_plan.c_str());
+  const PlanConversion c = strata::convert_plan(in, out, args.get("plan"), "strata convert plan");
+  std::printf("wrote %s: plan %s on the weights of %s (plan %s)\n", out.c_str(), c.plan.c_str(),
+              in.c_str(), c.saved_plan.c_str());
   return 0;
 }
 
@@ -134,14 +125,9 @@ int convert_weights(int argc, char** argv, int first) {
   const std::string in = args.get("in.h5"), out = args.get("out.h5"), dtype = args.get("dtype");
   STRATA_USAGE_CHECK(dtype == "f32" || dtype == "bf16", "strata convert weights: --dtype '", dtype,
                      "' is not f32 or bf16");
-  STRATA_CHECK(in != out, "strata convert weights: ", out, " is the input; write to another file");
-  CheckpointInfo info;
-  auto model = load_model(in, &info);
-  nlohmann::json state = info.state.is_object() ? info.state : nlohmann::json::object();
-  state["converted_from"] = cat(in, " (weights only, ", dtype, ")");
-  save_model(out, *model, info.tokenizer, state, dtype == "bf16", info.recipe);
+  const uint64_t bytes = write_weights(in, out, dtype == "bf16", "strata convert weights");
   std::printf("wrote %s: the %s weights of %s (%s)\n", out.c_str(), dtype.c_str(), in.c_str(),
-              human_bytes(double(fs::file_size(out))).c_str());
+              human_bytes(double(bytes)).c_str());
   return 0;
 }
 

@@ -66,6 +66,45 @@ void print_help() {
       "  --version  print the version\n");
 }
 
+// Runs a command and turns what it throws into one `strata: error:` line and
+// the exit status: 2 for usage errors, 1 for the rest. In a multi-process job
+// the other ranks may be waiting in a collective: the whole job is ended
+// rather than left to hang.
+int run_command(const Command& c, int argc, char** argv) {
+  auto fail_with = [](const std::string& msg, int status) {
+    strata::abort_job_if_distributed(msg);
+    std::fprintf(stderr, "strata: error: %s\n", msg.c_str());
+    return status;
+  };
+  try {
+    const int rc = c.run(argc, argv, 2);
+    strata::finalize_mpi();
+    return rc;
+  } catch (const strata::UsageError& e) {
+    return fail_with(e.what(), 2);
+  } catch (const strata::Error& e) {
+    return fail_with(e.what(), 1);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path that cannot be created or written (read-only, too long, a
+    // file where a directory should be): the user's to fix, so not an
+    // internal error. Paths are shortened: the message stays one line.
+    std::string msg =
+        strata::one_line(strata::shorten(e.path1().string()) + ": " + e.code().message());
+    if (!e.path2().empty())
+      msg += strata::one_line(" (and " + strata::shorten(e.path2().string()) + ")");
+    return fail_with(msg, 1);
+  } catch (const std::bad_alloc&) {
+    return fail_with(
+        "out of memory: an allocation failed (use a smaller model, micro-batch or sequence "
+        "length, or a machine with more memory)",
+        1);
+  } catch (const std::exception& e) {
+    strata::abort_job_if_distributed(std::string("internal error: ") + e.what());
+    std::fprintf(stderr, "strata: internal error: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,46 +131,8 @@ int main(int argc, char** argv) {
     std::printf("strata %s\n", STRATA_VERSION);
     return 0;
   }
-  for (const auto& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) != 0) continue;
-    try {
-      const int rc = c.run(argc, argv, 2);
-      strata::finalize_mpi();
-      return rc;
-    } catch (const strata::UsageError& e) {
-      strata::abort_job_if_distributed(e.what());
-      std::fprintf(stderr, "strata: error: %s\n", e.what());
-      return 2;
-    } catch (const strata::Error& e) {
-      // In a multi-process job the other ranks may be waiting in a
-      // collective: end them all rather than hang.
-      strata::abort_job_if_distributed(e.what());
-      std::fprintf(stderr, "strata: error: %s\n", e.what());
-      return 1;
-    } catch (const std::filesystem::filesystem_error& e) {
-      // A path that cannot be created or written (read-only, too long, a
-      // file where a directory should be): the user's to fix, so not an
-      // internal error. Paths are shortened: the message stays one line.
-      std::string msg =
-          strata::one_line(strata::shorten(e.path1().string()) + ": " + e.code().message());
-      if (!e.path2().empty())
-        msg += strata::one_line(" (and " + strata::shorten(e.path2().string()) + ")");
-      strata::abort_job_if_distributed(msg);
-      std::fprintf(stderr, "strata: error: %s\n", msg.c_str());
-      return 1;
-    } catch (const std::bad_alloc&) {
-      const std::string why =
-          "out of memory: an allocation failed (use a smaller model, micro-batch or sequence "
-          "length, or a machine with more memory)";
-      strata::abort_job_if_distributed(why);
-      std::fprintf(stderr, "strata: error: %s\n", why.c_str());
-      return 1;
-    } catch (const std::exception& e) {
-      strata::abort_job_if_distributed(std::string("internal error: ") + e.what());
-      std::fprintf(stderr, "strata: internal error: %s\n", e.what());
-      return 1;
-    }
-  }
+  for (const auto& c : kCommands)
+    if (std::strcmp(argv[1], c.name) == 0) return run_command(c, argc, argv);
   std::fprintf(stderr, "strata: error: unknown command '%s' (see strata --help)\n", argv[1]);
   return 2;
 }

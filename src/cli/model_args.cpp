@@ -27,6 +27,61 @@ void add_model_options(Args& args) {
               "auto");
 }
 
+namespace {
+
+// --device, and the link of the tp group (a modelled latency for benchmarks).
+LoadOptions load_options(const Args& args, LoadedModel& m, const std::string& command,
+                         int link_delay_us) {
+  LoadOptions o;
+  o.plan = args.get("plan");
+  try {
+    o.device = ops::resolve_device(args.get("device"));
+    use_device_comms(m.grid, o.device, nullptr, ops::local_cuda_device());
+  } catch (const Error& e) {
+    fail(cat(command, " --device: ", e.what()));
+  }
+  o.tp = m.grid.tp > 1 ? m.grid.tp_comm.get() : nullptr;
+  STRATA_CHECK(link_delay_us >= 0, command, ": --link-delay-us must be at least 0, got ",
+               link_delay_us);
+  STRATA_CHECK(link_delay_us == 0 || o.tp, command,
+               ": --link-delay-us models the link of a tensor-parallel group: it needs --tp > 1");
+  if (o.tp && link_delay_us > 0) {
+    m.link = std::make_unique<DelayedComm>(*o.tp, std::chrono::microseconds(link_delay_us));
+    o.tp = m.link.get();
+  }
+  return o;
+}
+
+// Before the weights are allocated: the estimate against what the machine
+// has, refused in one line when it does not fit. `checking` is set while it
+// runs (a refusal there is not --plan's fault).
+std::function<void(const CheckpointInfo&)> memory_check(const Args& args,
+                                                        const std::string& command,
+                                                        const MemoryPlan& memory,
+                                                        const std::string& device, bool& checking) {
+  return [&args, command, memory, device, &checking](const CheckpointInfo& info) {
+    const int tp = args.get_int("tp");
+    MemoryUse use = memory.use ? memory.use(info) : MemoryUse{};
+    use.tp = tp;
+    const MemoryEstimate need = estimate_memory(info.config, info.plan, use);
+    const MemoryLimit have = ops::memory_available(device);
+    checking = true;
+    check_memory(need, have, processes_on_this_node(), cat(command, ": ", args.get("checkpoint")),
+                 memory.hint.empty() ? cat("use a machine with more memory",
+                                           tp == 1 ? " or split the model with --tp" : "")
+                                     : memory.hint);
+    // Printed where it matters: a large model, or a tight machine.
+    if (need.total() >= int64_t(1e9) || (have.bytes >= 0 && need.total() * 2 > have.bytes))
+      log::info("memory: ", need.to_string(), " per process",
+                have.bytes >= 0
+                    ? cat("; ", human_bytes(double(have.bytes)), " available (", have.source, ")")
+                    : std::string());
+    checking = false;
+  };
+}
+
+}  // namespace
+
 LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark,
                                  int link_delay_us, const MemoryPlan& memory) {
   STRATA_USAGE_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
@@ -42,44 +97,9 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
     STRATA_CHECK(std::freopen("/dev/null", "w", stdout), command, ": cannot silence rank ",
                  m.grid.world_rank, "'s output");
   }
-  LoadOptions o;
-  o.plan = args.get("plan");
-  const std::string device = args.get("device");
-  try {
-    o.device = ops::resolve_device(device);
-    use_device_comms(m.grid, o.device, nullptr, ops::local_cuda_device());
-  } catch (const Error& e) {
-    fail(cat(command, " --device: ", e.what()));
-  }
-
-  o.tp = m.grid.tp > 1 ? m.grid.tp_comm.get() : nullptr;
-  STRATA_CHECK(link_delay_us >= 0, command, ": --link-delay-us must be at least 0, got ",
-               link_delay_us);
-  STRATA_CHECK(link_delay_us == 0 || o.tp, command,
-               ": --link-delay-us models the link of a tensor-parallel group: it needs --tp > 1");
-  if (o.tp && link_delay_us > 0) {
-    m.link = std::make_unique<DelayedComm>(*o.tp, std::chrono::microseconds(link_delay_us));
-    o.tp = m.link.get();
-  }
-  bool in_memory_check = false;  // its refusal is not --plan's fault
-  o.before_alloc = [&](const CheckpointInfo& info) {
-    MemoryUse use = memory.use ? memory.use(info) : MemoryUse{};
-    use.tp = tp;
-    const MemoryEstimate need = estimate_memory(info.config, info.plan, use);
-    const MemoryLimit have = ops::memory_available(o.device);
-    in_memory_check = true;
-    check_memory(need, have, processes_on_this_node(), cat(command, ": ", args.get("checkpoint")),
-                 memory.hint.empty() ? cat("use a machine with more memory",
-                                           tp == 1 ? " or split the model with --tp" : "")
-                                     : memory.hint);
-    // Printed where it matters: a large model, or a tight machine.
-    if (need.total() >= int64_t(1e9) || (have.bytes >= 0 && need.total() * 2 > have.bytes))
-      log::info("memory: ", need.to_string(), " per process",
-                have.bytes >= 0
-                    ? cat("; ", human_bytes(double(have.bytes)), " available (", have.source, ")")
-                    : std::string());
-    in_memory_check = false;
-  };
+  LoadOptions o = load_options(args, m, command, link_delay_us);
+  bool in_memory_check = false;
+  o.before_alloc = memory_check(args, command, memory, o.device, in_memory_check);
   try {
     m.model = load_model(args.get("checkpoint"), &m.info, o);
   } catch (const Error& e) {
@@ -87,12 +107,17 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
     fail(cat(command, " --plan: ", e.what()));
   }
   use_device_comms(m.grid, o.device, m.model->backend().stream(), ops::local_cuda_device());
-  if (o.device != "cpu") log::info(ops::device_choice(device));
+  if (o.device != "cpu") log::info(ops::device_choice(args.get("device")));
   if (!benchmark) m.info.plan.check_not_benchmark_only(command);
   if (!o.plan.empty())
     log::info("plan: ", m.info.plan.to_string(), " (", args.get("checkpoint"), " was saved with ",
               m.info.saved_plan, ")");
   return m;
+}
+
+Tokenizer checkpoint_tokenizer(const LoadedModel& lm, const std::string& checkpoint) {
+  STRATA_CHECK(!lm.info.tokenizer.empty(), checkpoint, ": has no tokenizer");
+  return Tokenizer::from_bytes(lm.info.tokenizer, checkpoint);
 }
 
 void add_scan_options(Args& args, const std::string& svg_help) {
@@ -101,9 +126,8 @@ void add_scan_options(Args& args, const std::string& svg_help) {
       .option("window", "W", "tokens per window (default: the model's context + 1)", "0")
       .option("batch-size", "N", "sequences per forward pass", "8")
       .option("out", "FILE", "write the results as JSON", "")
-      .option("svg", "FILE", svg_help, "")
-      .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0")
-      .flag("quiet", "no progress lines");
+      .option("svg", "FILE", svg_help, "");
+  add_threads_option(args).flag("quiet", "no progress lines");
 }
 
 ScanInput load_scan_input(const Args& args, const std::string& command) {
@@ -121,9 +145,7 @@ ScanInput load_scan_input(const Args& args, const std::string& command) {
   const CheckpointInfo& info = in.lm.info;
   STRATA_CHECK(info.plan.plain(), command, ": ", args.get("checkpoint"), " runs plan '",
                info.plan.to_string(), "'; the scan needs a standard model");
-  STRATA_CHECK(!info.tokenizer.empty(), args.get("checkpoint"), ": has no tokenizer");
-  in.tok =
-      std::make_unique<Tokenizer>(Tokenizer::from_bytes(info.tokenizer, args.get("checkpoint")));
+  in.tok = std::make_unique<Tokenizer>(checkpoint_tokenizer(in.lm, args.get("checkpoint")));
   in.layers = in.lm.model->config().num_hidden_layers;
   return in;
 }

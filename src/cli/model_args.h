@@ -49,6 +49,10 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command,
                                  bool benchmark = false, int link_delay_us = 0,
                                  const MemoryPlan& memory = {});
 
+// The tokenizer stored in the checkpoint the model came from (`checkpoint`
+// names it in errors); one line when there is none.
+Tokenizer checkpoint_tokenizer(const LoadedModel& lm, const std::string& checkpoint);
+
 // The plan scans (lp scan, spd scan). Their options besides the model's and
 // their own: --text, --limit-bytes, --window, --batch-size, --out, --svg
 // (what the SVG shows: `svg_help`), --threads, --quiet.

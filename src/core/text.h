@@ -1,4 +1,6 @@
-// Small text helpers shared by the parsers: one-line error messages and joins.
+// Small text helpers shared by the parsers: one-line error messages, joins,
+// trimming, edit distances (did-you-mean), counts for people and printf into
+// strings.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,26 @@ std::string join(const std::vector<std::string>& items, const std::string& sep);
 
 // The non-empty comma-separated items of s ("a,,b" -> {"a", "b"}).
 std::vector<std::string> split_commas(const std::string& s);
+
+// ASCII whitespace: space, \t, \n, \r, \f, \v (C's isspace in the "C" locale).
+inline constexpr std::string_view kAsciiSpace = " \t\n\r\f\v";
+
+// s without its leading and trailing characters from `chars` (ASCII
+// whitespace unless told: trim(s, " \t") keeps line breaks).
+std::string trim(std::string_view s, std::string_view chars = kAsciiSpace);
+
+// Edit distance with transpositions (optimal string alignment): insertions,
+// deletions, substitutions and swaps of two adjacent characters cost one each,
+// so "stpes" is one edit from "steps", as a typist would count it. For
+// "did you mean" suggestions.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+// A count for people, in decimal units: "1.23B", "4.56M", "7.8k", "42".
+std::string human_count(double n);
+
+// printf into a string: the bytes std::printf would write (tables that a
+// library builds and a command prints).
+std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 // v with `digits` digits after the point ("%.*f").
 std::string fixed(double v, int digits);

@@ -1,7 +1,9 @@
 // Wall-clock timing for progress output and benchmarks.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace strata {
 
@@ -16,5 +18,12 @@ class Timer {
  private:
   std::chrono::steady_clock::time_point t0_;
 };
+
+// The median of measurements (of an even count, the upper of the two middle
+// ones); `v` must not be empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 }  // namespace strata

@@ -5,16 +5,16 @@
 #include <algorithm>
 #include <numeric>
 
-#include "ops/types.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/targets.h"
 #include "data/row_loader.h"
 
 namespace strata {
 
 int64_t Batch::count_targets() const {
   int64_t n = 0;
-  for (const int32_t t : targets) n += t != ops::kIgnoreIndex;
+  for (const int32_t t : targets) n += t != kIgnoreIndex;
   return n;
 }
 

@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/targets.h"
 #include "core/text.h"
 #include "data/row_loader.h"
-#include "ops/types.h"
 
 namespace strata {
 namespace {
@@ -96,8 +96,7 @@ class SftRowLoader final : public detail::RowLoader {
     const int64_t n = std::min<int64_t>(int64_t(ex.tokens.size()), int64_t(seq_len_) + 1);
     for (int t = 0; t < seq_len_; ++t) {
       tokens[t] = t < n ? ex.tokens[size_t(t)] : pad_;
-      targets[t] =
-          t + 1 < n && ex.loss[size_t(t) + 1] ? ex.tokens[size_t(t) + 1] : ops::kIgnoreIndex;
+      targets[t] = t + 1 < n && ex.loss[size_t(t) + 1] ? ex.tokens[size_t(t) + 1] : kIgnoreIndex;
     }
   }
 
@@ -151,7 +150,7 @@ class SftPackedLoader final : public detail::RowLoader {
     const size_t start = size_t(index) * size_t(seq_len_);
     for (size_t t = 0; t < size_t(seq_len_); ++t) {
       tokens[t] = s.tokens[start + t];
-      targets[t] = s.loss[start + t + 1] ? s.tokens[start + t + 1] : ops::kIgnoreIndex;
+      targets[t] = s.loss[start + t + 1] ? s.tokens[start + t + 1] : kIgnoreIndex;
     }
   }
 

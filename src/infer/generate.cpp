@@ -211,6 +211,20 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
 
 namespace strata {
 
+GenerateStats& GenerateStats::operator+=(const GenerateStats& o) {
+  prompt_tokens += o.prompt_tokens;
+  new_tokens += o.new_tokens;
+  prefill_s += o.prefill_s;
+  decode_s += o.decode_s;
+  rounds += o.rounds;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  draft_s += o.draft_s;
+  verify_s += o.verify_s;
+  hit_context |= o.hit_context;
+  return *this;
+}
+
 std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
                                                  const std::vector<std::vector<int32_t>>& prompts,
                                                  const GenerateOptions& o,
@@ -232,16 +246,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
             if (on_token) on_token(i, t);
           },
           &st);
-      total.prompt_tokens += st.prompt_tokens;
-      total.new_tokens += st.new_tokens;
-      total.prefill_s += st.prefill_s;
-      total.decode_s += st.decode_s;
-      total.rounds += st.rounds;
-      total.drafted += st.drafted;
-      total.accepted += st.accepted;
-      total.draft_s += st.draft_s;
-      total.verify_s += st.verify_s;
-      total.hit_context |= st.hit_context;
+      total += st;
     }
     if (stats_out) *stats_out = total;
     return outs;

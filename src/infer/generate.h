@@ -38,6 +38,9 @@ struct GenerateStats {
   // round's d + 1 states); the rest is sampling and bookkeeping.
   double draft_s = 0, verify_s = 0;
   bool hit_context = false;  // stopped at the model's context length
+  // Sums the counts and times of another run (prompts generated one after
+  // another); hit_context if either hit it.
+  GenerateStats& operator+=(const GenerateStats& o);
   double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   double tokens_per_round() const { return rounds ? double(new_tokens) / double(rounds) : 0.0; }
 };

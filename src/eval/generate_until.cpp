@@ -1,0 +1,164 @@
+// generate_until: generation, filters, exact_match and execution
+// (generate_until.h).
+#include "eval/generate_until.h"
+
+#include <algorithm>
+#include <cctype>
+#include <regex>
+
+#include "core/text.h"
+#include "eval/evaluate.h"
+#include "eval/progress.h"
+#include "eval/sandbox.h"
+#include "infer/generate.h"
+
+namespace strata {
+
+// The harness's regex filter: every match of the pattern; the group_select-th
+// (negative counts from the end); its first non-empty group when the pattern
+// has groups, else the whole match; stripped. No match: the fallback.
+std::string regex_filter(const FilterStep& f, const std::string& text) {
+  const std::regex re(f.pattern);
+  std::vector<std::smatch> matches;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
+    matches.push_back(*it);
+  if (matches.empty()) return f.fallback;
+  int64_t i = f.group_select < 0 ? int64_t(matches.size()) + f.group_select : f.group_select;
+  if (i < 0 || i >= int64_t(matches.size())) return f.fallback;
+  const std::smatch& m = matches[size_t(i)];
+  std::string picked = m.str(0);
+  if (m.size() > 1) {
+    picked.clear();
+    for (size_t g = 1; g < m.size() && picked.empty(); ++g) picked = m.str(g);
+  }
+  return python_strip(picked);
+}
+
+std::string apply_filters(const std::vector<FilterStep>& filters, std::string text) {
+  for (const FilterStep& f : filters) {
+    if (f.function == "regex") {
+      text = regex_filter(f, text);
+    } else if (f.function == "strip") {
+      text = python_strip(text);
+    } else if (f.function == "lowercase") {
+      for (char& ch : text) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    }  // take_first: one response per example already
+  }
+  return text;
+}
+
+// The harness's exact_match: regexes removed, optionally lower-cased and
+// without ASCII punctuation, then compared as they are (no stripping).
+bool exact_match(const ExactMatchSpec& spec, std::string pred, std::string ref) {
+  for (const std::string& r : spec.regexes_to_ignore) {
+    const std::regex re(r);
+    pred = std::regex_replace(pred, re, "");
+    ref = std::regex_replace(ref, re, "");
+  }
+  auto norm = [&](std::string& s) {
+    if (spec.ignore_case)
+      for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    if (spec.ignore_punctuation)
+      std::erase_if(s, [](char ch) { return std::ispunct(static_cast<unsigned char>(ch)) != 0; });
+  };
+  norm(pred);
+  norm(ref);
+  return pred == ref;
+}
+
+// The generated text up to the first stop string.
+std::string cut_at_stops(std::string text, const std::vector<std::string>& until) {
+  for (const std::string& u : until)
+    if (const size_t at = text.find(u); at != std::string::npos) text.resize(at);
+  return text;
+}
+
+namespace {
+
+// Tokens of a request's context as the model sees them: BOS, then the text
+// (or the chat pieces).
+std::vector<int32_t> prompt_ids(const Tokenizer& tok, const LlRequest& r) {
+  std::vector<int32_t> ids = {tok.bos_id()};
+  if (r.pieces.empty()) {
+    const auto enc = tok.encode(r.context);
+    ids.insert(ids.end(), enc.begin(), enc.end());
+    return ids;
+  }
+  for (const ContextPiece& p : r.pieces) {
+    if (p.eos) {
+      ids.push_back(tok.eos_id());
+    } else {
+      const auto enc = tok.encode(p.text);
+      ids.insert(ids.end(), enc.begin(), enc.end());
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+Generated generate_answers(Model<float>& model, const Tokenizer& tok, const TaskData& task,
+                           const EvalOptions& o) {
+  const size_t n = task.examples.size();
+  GenerationSpec g = task.generation;
+  if (o.max_gen_toks > 0) g.max_gen_toks = o.max_gen_toks;
+  if (o.temperature >= 0) g.temperature = o.temperature, g.do_sample = o.temperature > 0;
+  GenerateOptions go;
+  go.max_new_tokens = g.max_gen_toks;
+  go.sampling.temperature = g.do_sample ? g.temperature : 0.0;
+  go.sampling.seed = o.seed;
+  go.eos_id = tok.eos_id();
+  Generated out;
+  out.raw.resize(n);
+  out.spec = g;
+  Progress prog(o.progress, task.name);
+  const int B = std::max(1, o.batch_size);
+  for (size_t start = 0; start < n; start += size_t(B)) {
+    const size_t end = std::min(n, start + size_t(B));
+    std::vector<std::vector<int32_t>> prompts, gen(end - start);
+    std::vector<int32_t> anchor;  // each prompt's last token: decoding starts after it
+    for (size_t i = start; i < end; ++i) {
+      prompts.push_back(prompt_ids(tok, task.examples[i].requests[0]));
+      anchor.push_back(prompts.back().back());
+    }
+    // Stop strings end a sequence as soon as its text holds one.
+    auto text_of = [&](size_t b) {
+      std::vector<int32_t> ids = {anchor[b]};
+      ids.insert(ids.end(), gen[b].begin(), gen[b].end());
+      const std::string whole = tok.decode(ids), head = tok.decode({anchor[b]});
+      return whole.starts_with(head) ? whole.substr(head.size()) : tok.decode(gen[b]);
+    };
+    int current = 0;
+    go.stop_requested = [&] {
+      const std::string t = text_of(size_t(current));
+      for (const std::string& u : g.until)
+        if (t.find(u) != std::string::npos) return true;
+      return false;
+    };
+    generate_batch(model, prompts, go, [&](int i, int32_t t) {
+      current = i;
+      if (t != go.eos_id) gen[size_t(i)].push_back(t);
+    });
+    for (size_t b = 0; b < gen.size(); ++b) out.raw[start + b] = cut_at_stops(text_of(b), g.until);
+    prog(int64_t(end), int64_t(n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const EvalExample& ex = task.examples[i];
+    if (!task.execute.empty()) {
+      // HumanEval: the prompt, the completion and the tests run as one program.
+      const std::string program = ex.prompt + out.raw[i] + "\n" + ex.target + "\n";
+      const SandboxResult r = run_python_sandboxed(program, o.sandbox);
+      out.filtered.push_back(ex.prompt + out.raw[i]);
+      out.score.push_back(r.status == SandboxStatus::Passed ? 1.0 : 0.0);
+      out.status.push_back(sandbox_status_name(r.status));
+    } else {
+      out.filtered.push_back(apply_filters(task.filters, out.raw[i]));
+      out.score.push_back(exact_match(task.exact_match, out.filtered.back(), ex.target) ? 1.0
+                                                                                        : 0.0);
+    }
+  }
+  return out;
+}
+
+}  // namespace strata

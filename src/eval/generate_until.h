@@ -1,0 +1,41 @@
+// generate_until tasks: one answer generated per example (in batches, ended
+// by the task's stop strings), then post-processed and scored as the harness
+// does (filters, exact_match), or executed (HumanEval's pass@1, in the
+// sandbox).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "eval/task.h"
+#include "model/model.h"
+
+namespace strata {
+
+struct EvalOptions;  // eval/evaluate.h
+
+// generate_until post-processing, as the harness's: the text up to the first
+// stop string; the task's filters in order (regex: the group_select-th match,
+// its first non-empty group, stripped, else the fallback); exact_match after
+// regexes_to_ignore, ignore_case and ignore_punctuation.
+std::string cut_at_stops(std::string text, const std::vector<std::string>& until);
+std::string apply_filters(const std::vector<FilterStep>& filters, std::string text);
+bool exact_match(const ExactMatchSpec& spec, std::string prediction, std::string reference);
+
+// A task's answers: as generated (cut at the stop strings), after the
+// filters (HumanEval: the program), and each example's score.
+struct Generated {
+  std::vector<std::string> raw, filtered;
+  std::vector<double> score;        // exact_match or pass@1 per example
+  std::vector<std::string> status;  // HumanEval: the sandbox's verdict
+  GenerationSpec spec;              // the settings used (task + overrides)
+};
+
+// Generates and scores every example of a generate_until task, batch_size
+// prompts at a time, with the task's generation settings and the options'
+// overrides (max_gen_toks, temperature; seed; sandbox limits).
+Generated generate_answers(Model<float>& model, const Tokenizer& tok, const TaskData& task,
+                           const EvalOptions& o);
+
+}  // namespace strata
