@@ -493,7 +493,8 @@ void swiglu_rows(std::vector<Case<T>>& t) {
 // ------------------------------------------------------- head + cross-entropy
 
 // Fused norm + head + cross-entropy: forward then backward, and the fused
-// forward-backward; ignored targets; a vocabulary shard (one rank).
+// forward-backward; ignored targets; the phases of the vocabulary-parallel
+// head on one rank's shard (with one rank the combines are identities).
 template <typename T>
 void head_ce_rows(std::vector<Case<T>>& t) {
   struct S {
@@ -520,50 +521,72 @@ void head_ce_rows(std::vector<Case<T>>& t) {
     shapes.push_back(
         {7, 6, 11, fused, 0, random_tokens_with(7, 11, 23, {4}, ops::kIgnoreIndex), 2, 0});
   for (const S& s : shapes) {
-    auto shard = std::make_shared<ops::VocabShard<T>>();
-    shard->v0 = s.v0;
-    shard->combine = [](T*, T*, int64_t) {};  // one rank: local statistics are global
-    shard->reduce = [](T*, int64_t) {};
-    auto sp = s.v0 ? shard : nullptr;
     const int64_t N = s.N;
+    const bool shard = s.v0 > 0;
+    std::vector<int64_t> out = {N * s.C, N, N, N};
+    if (shard) out.push_back(N);  // the target logits
     t.push_back({.name = cat("head_ce ", s.fused ? "fused " : "", "N", s.N, " V", s.V,
-                             s.v0 ? " shard" : ""),
+                             shard ? " shard" : ""),
                  .in = {N * s.C, s.C, int64_t(s.V) * s.C},
                  .diff = {true, true, true},
-                 .out = {N * s.C, N, N, N},
-                 .in_loss = {false, false, false, false},
+                 .out = out,
+                 .in_loss = std::vector<bool>(out.size(), false),
                  .scalar_in_loss = true,
                  .init = scaled(0, s.x_scale),
                  .fwd =
                      [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
                        int64_t valid = 0;
+                       if (!shard) {
+                         const double loss =
+                             be.head_ce_forward(out[0], out[1], out[2], out[3], &valid, in[0],
+                                                in[1], in[2], s.tg.data(), N, s.C, s.V, 1e-5);
+                         return std::vector<double>{loss, double(valid)};
+                       }
+                       // One rank: its statistics are already the combined ones.
+                       be.head_ce_shard_stats(out[0], out[1], out[2], out[4], in[0], in[1], in[2],
+                                              s.tg.data(), N, s.C, s.V, s.v0, 1e-5);
                        const double loss =
-                           be.head_ce_forward(out[0], out[1], out[2], out[3], &valid, in[0], in[1],
-                                              in[2], s.tg.data(), N, s.C, s.V, 1e-5, sp.get());
+                           be.head_ce_shard_loss(out[3], &valid, out[2], out[4], s.tg.data(), N);
                        return std::vector<double>{loss, double(valid)};
                      },
                  .bwd =
                      [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out, const Ptrs<T>&,
                          double ds, const Ptrs<T>& g) {
-                       if (s.fused) {
+                       if (shard) {
+                         ops::DeviceBuffer<T> dxn(&be, size_t(N) * s.C);
+                         be.head_ce_shard_backward(dxn.data(), g[2], out[0], out[2], in[2],
+                                                   s.tg.data(), N, s.C, s.V, s.v0, ds);
+                         be.rmsnorm_backward(g[0], g[1], dxn.data(), in[0], in[1], out[1], N, s.C);
+                         be.synchronize();
+                       } else if (s.fused) {
                          ops::DeviceBuffer<T> xn(&be, size_t(N) * s.C), rstd(&be, size_t(N));
                          int64_t valid = 0;
                          be.head_ce_forward_backward(g[0], g[1], g[2], xn.data(), rstd.data(),
                                                      &valid, in[0], in[1], in[2], s.tg.data(), N,
-                                                     s.C, s.V, 1e-5, ds, sp.get());
+                                                     s.C, s.V, 1e-5, ds);
                          be.synchronize();
                        } else {
                          be.head_ce_backward(g[0], g[1], g[2], in[0], out[0], out[1], out[2], in[1],
-                                             in[2], s.tg.data(), N, s.C, s.V, ds, sp.get());
+                                             in[2], s.tg.data(), N, s.C, s.V, ds);
                        }
                      },
                  .ref =
                      [=](const Ins& in) {
                        const auto r = ref::head_ce(in[0], in[1], in[2], s.tg, N, s.C, s.V, 1e-5,
                                                    ops::kIgnoreIndex, s.v0);
-                       return Expected{{ref::rmsnorm(in[0], in[1], N, s.C, 1e-5),
-                                        ref::rmsnorm_rstd(in[0], N, s.C, 1e-5), r.lse, r.nll},
-                                       {r.loss_sum, double(r.n_valid)}};
+                       Expected e{{ref::rmsnorm(in[0], in[1], N, s.C, 1e-5),
+                                   ref::rmsnorm_rstd(in[0], N, s.C, 1e-5), r.lse, r.nll},
+                                  {r.loss_sum, double(r.n_valid)}};
+                       if (shard) {
+                         Host tl(static_cast<size_t>(N), 0.0);
+                         for (int64_t n = 0; n < N; ++n) {
+                           const int64_t y = int64_t(s.tg[size_t(n)]) - s.v0;
+                           if (s.tg[size_t(n)] != ops::kIgnoreIndex && y >= 0 && y < s.V)
+                             tl[size_t(n)] = r.logits[size_t(n * s.V + y)];
+                         }
+                         e.out.push_back(tl);
+                       }
+                       return e;
                      },
                  .ref_tol = 10,
                  .fd_samples = s.fd_samples});

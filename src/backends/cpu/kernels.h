@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
 #include "ops/types.h"
 
@@ -19,7 +18,6 @@ using ops::AdamWStep;
 using ops::clip_coefficient;
 using ops::kIgnoreIndex;
 using ops::LinearLd;
-using ops::VocabShard;
 
 // One template per op of ops/ops.def, of the same name and parameters
 // (cpu_backend.cpp forwards each Backend call to it); the contract is there.

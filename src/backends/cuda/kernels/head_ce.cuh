@@ -1,7 +1,8 @@
 // Fused final RMSNorm + LM head + cross-entropy, chunked over rows as the
 // CPU backend (backends/cpu/head_ce.cpp): per chunk one logits GEMM, the row
 // softmax kernel (a 256-thread block per row, gradient in place) and two
-// GEMMs for dxn and dwout. Kernels on top, launchers below.
+// GEMMs for dxn and dwout; the vocabulary-parallel head in phases over the
+// same chunks. Kernels on top, launchers below.
 #pragma once
 
 #include <algorithm>
@@ -69,59 +70,43 @@ STRATA_GLOBAL void k_ce_nll(T* nll, const T* lse, const T* target_logit, const i
 
 enum class HeadMode { Forward, Backward, ForwardBackward };
 
+// Rows per chunk: about 64 MiB of logits, 256 to 8192 rows.
+inline int64_t head_chunk_rows(int64_t N, int V) {
+  const int64_t R = std::clamp<int64_t>((int64_t(1) << 24) / std::max(V, 1), 256, 8192) / 16 * 16;
+  return std::min(R, N);
+}
+
 template <typename T>
 double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse,
                T* token_nll, int64_t* n_valid, const T* x, const T* wn, const T* wout,
-               const int32_t* targets, int64_t N, int C, int V, double eps, double dloss,
-               const ops::VocabShard<T>* shard) {
+               const int32_t* targets, int64_t N, int C, int V, double eps, double dloss) {
   if (N == 0) {
     if (n_valid) *n_valid = 0;
     return 0.0;
   }
-  int64_t R = std::clamp<int64_t>((int64_t(1) << 24) / std::max(V, 1), 256, 8192) / 16 * 16;
-  R = std::min(R, N);
+  const int64_t R = head_chunk_rows(N, V);
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
   const bool grad = mode != HeadMode::Forward;
   T* dxn =
       grad && (dx || dwn) ? static_cast<T*>(k.scratch(kDxn, size_t(N) * C * sizeof(T))) : nullptr;
   T* lse_buf = lse ? lse : static_cast<T*>(k.scratch(kLse, size_t(N) * sizeof(T)));
   T* nll_buf = token_nll ? token_nll : static_cast<T*>(k.scratch(kNll, size_t(N) * sizeof(T)));
-  T* tl = shard ? static_cast<T*>(k.scratch(kTarget, size_t(R) * sizeof(T))) : nullptr;
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
   if (mode != HeadMode::Backward) rmsnorm_forward(k, xn, rstd, x, wn, N, C, eps);
-  const int threads = 256;
+  const int m = mode == HeadMode::Forward ? 0 : mode == HeadMode::Backward ? 2 : 1;
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
     const T* xr = xn + r0 * C;
-    const unsigned blocks = blocks_for(rows, 1, 8192);
     k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
-    if (shard) {
-      if (mode != HeadMode::Backward) {
-        STRATA_LAUNCH(k_ce_rows<T>, blocks, threads, 0, k.stream(), logits, rows, V, dt + r0,
-                      lse_buf + r0, static_cast<T*>(nullptr), tl, 0, T(0), shard->v0,
-                      int(ops::kIgnoreIndex));
-        shard->combine(lse_buf + r0, tl, rows);
-        STRATA_LAUNCH(k_ce_nll<T>, blocks_for(rows, 256), 256, 0, k.stream(), nll_buf + r0,
-                      static_cast<const T*>(lse_buf + r0), static_cast<const T*>(tl), dt + r0,
-                      rows, int(ops::kIgnoreIndex));
-      }
-      if (grad)
-        STRATA_LAUNCH(k_ce_rows<T>, blocks, threads, 0, k.stream(), logits, rows, V, dt + r0,
-                      lse_buf + r0, static_cast<T*>(nullptr), static_cast<T*>(nullptr), 2,
-                      T(dloss), shard->v0, int(ops::kIgnoreIndex));
-    } else {
-      const int m = mode == HeadMode::Forward ? 0 : mode == HeadMode::Backward ? 2 : 1;
-      STRATA_LAUNCH(k_ce_rows<T>, blocks, threads, 0, k.stream(), logits, rows, V, dt + r0,
-                    lse_buf + r0,
-                    mode == HeadMode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
-                    static_cast<T*>(nullptr), m, T(dloss), int64_t(0), int(ops::kIgnoreIndex));
-    }
+    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
+                  dt + r0, lse_buf + r0,
+                  mode == HeadMode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
+                  static_cast<T*>(nullptr), m, T(dloss), int64_t(0), int(ops::kIgnoreIndex));
     if (!grad) continue;
     if (dxn)
       k.gemm().gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
     if (dwout) k.gemm().gemm(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
   }
-  if (dxn && shard) shard->reduce(dxn, N * C);
   if (dxn) rmsnorm_backward(k, dx, dwn, dxn, x, wn, rstd, N, C);
   if (mode == HeadMode::Backward) return 0.0;
   int64_t count = 0;
@@ -131,30 +116,86 @@ double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* x
 }
 
 template <typename T>
-double head_ce_forward(KernelContext<T>& k, T* xn, T* rstd, T* lse, T* token_nll,
-                       int64_t* n_valid, const T* x, const T* wn, const T* wout,
-                       const int32_t* targets, int64_t N, int C, int V, double eps,
-                       const ops::VocabShard<T>* shard) {
+double head_ce_forward(KernelContext<T>& k, T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid,
+                       const T* x, const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                       int C, int V, double eps) {
   return head_ce<T>(k, HeadMode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll,
-                 n_valid, x, wn, wout, targets, N, C, V, eps, 0.0, shard);
+                    n_valid, x, wn, wout, targets, N, C, V, eps, 0.0);
 }
 
 template <typename T>
 void head_ce_backward(KernelContext<T>& k, T* dx, T* dwn, T* dwout, const T* x, const T* xn,
                       const T* rstd, const T* lse, const T* wn, const T* wout,
-                      const int32_t* targets, int64_t N, int C, int V, double dloss,
-                      const ops::VocabShard<T>* shard) {
+                      const int32_t* targets, int64_t N, int C, int V, double dloss) {
   head_ce<T>(k, HeadMode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
-          const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss, shard);
+             const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
 }
 
 template <typename T>
 double head_ce_forward_backward(KernelContext<T>& k, T* dx, T* dwn, T* dwout, T* xn, T* rstd,
                                 int64_t* n_valid, const T* x, const T* wn, const T* wout,
                                 const int32_t* targets, int64_t N, int C, int V, double eps,
-                                double dloss, const ops::VocabShard<T>* shard) {
-  return head_ce<T>(k, HeadMode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid,
-                 x, wn, wout, targets, N, C, V, eps, dloss, shard);
+                                double dloss) {
+  return head_ce<T>(k, HeadMode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr,
+                    n_valid, x, wn, wout, targets, N, C, V, eps, dloss);
+}
+
+// The vocabulary-parallel head (ops/ops.def): this rank's V columns, global
+// ids v0 ..; its caller combines the statistics across ranks between phases.
+template <typename T>
+void head_ce_shard_stats(KernelContext<T>& k, T* xn, T* rstd, T* lse, T* target_logit, const T* x,
+                         const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
+                         int V, int64_t v0, double eps) {
+  if (N == 0) return;
+  const int64_t R = head_chunk_rows(N, V);
+  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  rmsnorm_forward(k, xn, rstd, x, wn, N, C, eps);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    k.gemm().gemm(false, true, rows, V, C, T(1), xn + r0 * C, C, wout, C, T(0), logits, V);
+    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
+                  dt + r0, lse + r0, static_cast<T*>(nullptr), target_logit + r0, 0, T(0), v0,
+                  int(ops::kIgnoreIndex));
+  }
+}
+
+template <typename T>
+double head_ce_shard_loss(KernelContext<T>& k, T* token_nll, int64_t* n_valid, const T* lse,
+                          const T* target_logit, const int32_t* targets, int64_t N) {
+  if (N == 0) {
+    if (n_valid) *n_valid = 0;
+    return 0.0;
+  }
+  T* nll = token_nll ? token_nll : static_cast<T*>(k.scratch(kNll, size_t(N) * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  STRATA_LAUNCH(k_ce_nll<T>, blocks_for(N, 256), 256, 0, k.stream(), nll, lse, target_logit, dt, N,
+                int(ops::kIgnoreIndex));
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) count += targets[n] != ops::kIgnoreIndex;
+  if (n_valid) *n_valid = count;
+  return device_sum(k, static_cast<const T*>(nll), static_cast<const T*>(nullptr), N, 2);
+}
+
+template <typename T>
+void head_ce_shard_backward(KernelContext<T>& k, T* dxn, T* dwout, const T* xn, const T* lse,
+                            const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                            int64_t v0, double dloss) {
+  if (N == 0) return;
+  const int64_t R = head_chunk_rows(N, V);
+  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    const T* xr = xn + r0 * C;
+    k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
+    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
+                  dt + r0, const_cast<T*>(lse) + r0, static_cast<T*>(nullptr),
+                  static_cast<T*>(nullptr), 2, T(dloss), v0, int(ops::kIgnoreIndex));
+    if (dxn)
+      k.gemm().gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
+    if (dwout) k.gemm().gemm(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
+  }
 }
 
 template <typename T>
