@@ -124,6 +124,16 @@ std::string device_choice(const std::string& requested);
 // (host_memory_available, core/memory_info.h). STRATA_MEMORY_LIMIT overrides both.
 MemoryLimit memory_available(const std::string& device);
 
+// What this build's backends are, for `strata info` (backends/factory.cpp).
+struct BackendsInfo {
+  std::string gemm;                      // the CPU GEMM library and version: "oneDNN 3.0.0"
+  std::string matmul_fp32, matmul_bf16;  // how the CPU backend runs matmuls of each precision
+  bool native_bf16 = false;              // so precision "auto" picks bf16
+  std::string cuda;     // "backend built (runtime 13.0); 1 device(s) visible", or why not
+  std::string devices;  // the device names, and the one "auto" picks
+};
+BackendsInfo describe_backends();
+
 // RAII allocation in a backend's memory space.
 template <typename T>
 class DeviceBuffer {
