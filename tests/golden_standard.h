@@ -83,40 +83,45 @@ inline GoldenResult golden_standard(Model<float>& m, const int32_t* tokens, cons
     be.residual_forward(x[i + 1].data(), x[i].data(), mod.data(), NC);
   }
 
-  // The vocab-parallel head's combine: global lse from every rank's local one.
-  ops::VocabShard<float> shard;
-  std::vector<float> scratch;
-  if (tp) {
-    shard.v0 = int64_t(rank) * Vl;
-    shard.combine = [&](float* lse, float* target, int64_t rows) {
-      scratch.resize(size_t(rows) * P);
-      tp->allgather(lse, scratch.data(), rows);
-      for (int64_t r = 0; r < rows; ++r) {
-        float mx = scratch[size_t(r)];
-        for (int q = 1; q < P; ++q) mx = std::max(mx, scratch[size_t(q) * rows + r]);
-        double z = 0;
-        for (int q = 0; q < P; ++q) z += std::exp(double(scratch[size_t(q) * rows + r] - mx));
-        lse[r] = float(double(mx) + std::log(z));
-      }
-      tp->allreduce_sum(target, rows);
-    };
-    shard.reduce = [&](float* dxn, int64_t n) { tp->allreduce_sum(dxn, n); };
-  }
   const int head = lay.lm_head >= 0 ? lay.lm_head : lay.embed;
   std::vector<float> dstream = buf(NC), lnf = buf(NC), rstdf = buf(N), lsef = buf(N);
   GoldenResult r;
-  if (fused) {
+  if (tp) {
+    // The vocab-parallel head: this rank's statistics, the combine (the
+    // global lse from every rank's local one, the target logit summed), the
+    // loss; backward: this rank's part of dxn, summed, then the norm.
+    const int64_t v0 = int64_t(rank) * Vl;
+    std::vector<float> target = buf(N), scratch(size_t(N) * P), dxn = buf(NC);
+    be.head_ce_shard_stats(lnf.data(), rstdf.data(), lsef.data(), target.data(),
+                           x[size_t(2 * L)].data(), p(lay.final_norm), p(head), targets, N, int(C),
+                           Vl, v0, c.rms_norm_eps);
+    tp->allgather(lsef.data(), scratch.data(), N);
+    for (int64_t i = 0; i < N; ++i) {
+      float mx = scratch[size_t(i)];
+      for (int q = 1; q < P; ++q) mx = std::max(mx, scratch[size_t(q) * N + i]);
+      double z = 0;
+      for (int q = 0; q < P; ++q) z += std::exp(double(scratch[size_t(q) * N + i] - mx));
+      lsef[size_t(i)] = float(double(mx) + std::log(z));
+    }
+    tp->allreduce_sum(target.data(), N);
+    r.loss_sum = be.head_ce_shard_loss(nullptr, &r.n_valid, lsef.data(), target.data(), targets, N);
+    be.head_ce_shard_backward(dxn.data(), g(head), lnf.data(), lsef.data(), p(head), targets, N,
+                              int(C), Vl, v0, dloss);
+    tp->allreduce_sum(dxn.data(), NC);
+    be.rmsnorm_backward(dstream.data(), g(lay.final_norm), dxn.data(), x[size_t(2 * L)].data(),
+                        p(lay.final_norm), rstdf.data(), N, int(C));
+  } else if (fused) {
     r.loss_sum = be.head_ce_forward_backward(dstream.data(), g(lay.final_norm), g(head), lnf.data(),
                                              rstdf.data(), &r.n_valid, x[size_t(2 * L)].data(),
                                              p(lay.final_norm), p(head), targets, N, int(C), Vl,
-                                             c.rms_norm_eps, dloss, tp ? &shard : nullptr);
+                                             c.rms_norm_eps, dloss);
   } else {
     r.loss_sum = be.head_ce_forward(lnf.data(), rstdf.data(), lsef.data(), nullptr, &r.n_valid,
                                     x[size_t(2 * L)].data(), p(lay.final_norm), p(head), targets, N,
-                                    int(C), Vl, c.rms_norm_eps, tp ? &shard : nullptr);
+                                    int(C), Vl, c.rms_norm_eps);
     be.head_ce_backward(dstream.data(), g(lay.final_norm), g(head), x[size_t(2 * L)].data(),
                         lnf.data(), rstdf.data(), lsef.data(), p(lay.final_norm), p(head), targets,
-                        N, int(C), Vl, dloss, tp ? &shard : nullptr);
+                        N, int(C), Vl, dloss);
   }
 
   std::vector<float> d_ln = buf(NC), d_qkv = buf(N * QKV), d_att = buf(N * Q),

@@ -3,6 +3,7 @@
 // no code with the kernels they check.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -11,10 +12,16 @@ namespace strata::reference {
 
 using Vec = std::vector<double>;
 
-inline Vec embedding(const std::vector<int32_t>& tokens, const Vec& wte, int C) {
-  Vec out(tokens.size() * C);
-  for (size_t n = 0; n < tokens.size(); ++n)
-    for (int c = 0; c < C; ++c) out[n * C + c] = wte[size_t(tokens[n]) * C + c];
+// Rows of wte by token id. With a vocabulary shard (V_local >= 0) wte holds
+// rows [v0, v0 + V_local): other tokens give zero rows.
+inline Vec embedding(const std::vector<int32_t>& tokens, const Vec& wte, int C, int64_t v0 = 0,
+                     int V_local = -1) {
+  Vec out(tokens.size() * C, 0.0);
+  for (size_t n = 0; n < tokens.size(); ++n) {
+    const int64_t row = tokens[n] - v0;
+    if (V_local >= 0 && (row < 0 || row >= V_local)) continue;
+    for (int c = 0; c < C; ++c) out[n * C + c] = wte[size_t(row) * C + c];
+  }
   return out;
 }
 
@@ -27,6 +34,17 @@ inline Vec rmsnorm(const Vec& x, const Vec& w, int64_t N, int C, double eps) {
     for (int c = 0; c < C; ++c) out[n * C + c] = x[n * C + c] / std::sqrt(ms + eps) * w[c];
   }
   return out;
+}
+
+// 1 / sqrt(mean(x^2) + eps) of each row.
+inline Vec rmsnorm_rstd(const Vec& x, int64_t N, int C, double eps) {
+  Vec r(N);
+  for (int64_t n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[n * C + c] * x[n * C + c];
+    r[n] = 1.0 / std::sqrt(ms / C + eps);
+  }
+  return r;
 }
 
 // y = x W^T + b, W [OC, IC]
@@ -94,6 +112,33 @@ inline void attention(const Vec& qkv, int B, int T, int Hq, int Hkv, int D, Vec&
     }
 }
 
+// Generation's attention: n queries at positions pos0 .. pos0+n-1 (query i,
+// head h at q[i * q_stride + h * D]) over a KV cache kc, vc [Hkv, max_len, D].
+inline Vec attention_cached(const Vec& q, int64_t q_stride, const Vec& kc, const Vec& vc, int n,
+                            int pos0, int Hq, int Hkv, int D, int max_len) {
+  Vec out(size_t(n) * Hq * D, 0.0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int i = 0; i < n; ++i)
+    for (int h = 0; h < Hq; ++h) {
+      const int g = h / (Hq / Hkv);
+      const size_t kv = size_t(g) * max_len * D;
+      std::vector<double> s(size_t(pos0 + i + 1));
+      double m = -INFINITY;
+      for (int j = 0; j <= pos0 + i; ++j) {
+        double d = 0;
+        for (int c = 0; c < D; ++c) d += q[i * q_stride + h * D + c] * kc[kv + size_t(j) * D + c];
+        s[j] = d * scale;
+        m = std::max(m, s[j]);
+      }
+      double z = 0;
+      for (double x : s) z += std::exp(x - m);
+      for (int j = 0; j <= pos0 + i; ++j)
+        for (int c = 0; c < D; ++c)
+          out[(size_t(i) * Hq + h) * D + c] += std::exp(s[j] - m) / z * vc[kv + size_t(j) * D + c];
+    }
+  return out;
+}
+
 inline Vec swiglu(const Vec& gateup, int64_t N, int F) {
   Vec h(N * F);
   for (int64_t n = 0; n < N; ++n)
@@ -110,9 +155,12 @@ struct CeResult {
   int64_t n_valid = 0;
   Vec nll, lse, logits;
 };
+// With v0 > 0, wout holds rows [v0, v0 + V) of a larger vocabulary (one
+// rank's shard): lse is over those V logits, and the target's logit counts
+// only where the shard holds the target (0 otherwise).
 inline CeResult head_ce(const Vec& x, const Vec& wn, const Vec& wout,
                         const std::vector<int32_t>& targets, int64_t N, int C, int V, double eps,
-                        int32_t ignore_index) {
+                        int32_t ignore_index, int64_t v0 = 0) {
   CeResult r;
   const Vec xn = rmsnorm(x, wn, N, C, eps);
   r.logits = linear(xn, wout, nullptr, N, C, V);
@@ -125,11 +173,19 @@ inline CeResult head_ce(const Vec& x, const Vec& wn, const Vec& wout,
     for (int v = 0; v < V; ++v) z += std::exp(r.logits[n * V + v] - m);
     r.lse[n] = m + std::log(z);
     if (targets[n] == ignore_index) continue;
-    r.nll[n] = r.lse[n] - r.logits[n * V + targets[n]];
+    const int64_t y = targets[n] - v0;
+    r.nll[n] = r.lse[n] - (y >= 0 && y < V ? r.logits[n * V + y] : 0.0);
     r.loss_sum += r.nll[n];
     ++r.n_valid;
   }
   return r;
+}
+
+// torch.nn.MSELoss (reduction "mean").
+inline double mse(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return s / double(a.size());
 }
 
 // torch.optim.AdamW, one step, as its documentation writes it.

@@ -5,9 +5,9 @@
 #pragma once
 
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/bias.cuh"
 #include "backends/cuda/kernels/common.cuh"
-#include "backends/cuda/kernels/elementwise.cuh"
-#include "backends/cuda/kernels/rows.cuh"
+#include "backends/cuda/kernels/rmsnorm.cuh"
 
 namespace strata::lab {
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include <algorithm>
+#include "backends/cpu/gemm.h"
 #include "backends/cuda/backends.h"
 
 #include "core/error.h"
@@ -75,6 +76,25 @@ MemoryLimit memory_available(const std::string& device) {
   (void)device;
 #endif
   return host_memory_available();
+}
+
+BackendsInfo describe_backends() {
+  BackendsInfo b;
+  b.gemm = cpu::gemm_library();
+  const auto cpu = make_cpu_backend<float>();
+  b.matmul_fp32 = cpu->matmul_path(MatmulPrecision::FP32);
+  b.matmul_bf16 = cpu->matmul_path(MatmulPrecision::BF16);
+  b.native_bf16 = cpu->native_bf16();
+#if defined(STRATA_HAVE_CUDA)
+  const int rt = cuda::runtime_version();
+  b.cuda = cat("backend built (runtime ", rt / 1000, ".", (rt % 1000) / 10, "); ",
+               cuda::device_count(), " device(s) visible");
+#else
+  b.cuda = "backend not built (nvcc not found at configure time)";
+#endif
+  b.devices = cat(backend_names(), "; ", device_choice("auto"),
+                  " (simt: the CUDA kernels on the CPU SIMT executor)");
+  return b;
 }
 
 template <typename T>

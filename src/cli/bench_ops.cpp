@@ -103,139 +103,197 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
-                   const std::string& device, bool bf16) {
-  const int64_t N = int64_t(m.B) * m.T, C = m.C, F = m.F, V = m.V, D = m.D();
-  const int64_t QKV = int64_t(m.H + 2 * m.Hkv) * D, Q = int64_t(m.H) * D;
-  std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
-              m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(D), m.V, m.B, m.T, long(N), num_threads());
-  std::printf("%-18s %-9s %-28s %12s %9s\n", "op", "pass", "shape", "time", "rate");
+using Buf = ops::DeviceBuffer<float>;
 
-  // Every op runs through the backend interface, as the model calls it.
-  const auto backend = ops::make_backend<float>(device);
-  ops::Backend<float>& be = *backend;
-  if (bf16) be.set_matmul_precision(ops::MatmulPrecision::BF16);
-  using Buf = ops::DeviceBuffer<float>;
-  const int64_t big = std::max({N * 2 * F, N * QKV, V * C, 2 * F * C});
-  Buf x(&be, big), y(&be, big), w(&be, big), dw(&be, big), dx(&be, big), dy(&be, big),
-      aux(&be, big);
-  fill(be, x.data(), big, 1, 1.0f);
-  fill(be, w.data(), big, 2, 0.05f);
-  fill(be, dy.data(), big, 3, 1.0f);
-  const float sz = sizeof(float);
-  auto want = [&](const std::string& op) {
-    return filter.empty() || op.find(filter) != std::string::npos;
-  };
-  auto run = [&](const std::string& op, const std::string& pass, const std::string& shape,
-                 double amount, bool flops, const std::function<void()>& fn) {
-    if (!want(op)) return;
+// What the op rows of one model shape share: the backend, buffers big enough
+// for every op, and the row printer. Every op runs through the backend
+// interface, as the model calls it.
+struct OpBench {
+  OpBench(const BenchModel& bm, ops::Backend<float>& backend, int repeats, std::string only)
+      : m(bm),
+        be(backend),
+        repeat(repeats),
+        filter(std::move(only)),
+        N(int64_t(m.B) * m.T),
+        C(m.C),
+        F(m.F),
+        V(m.V),
+        D(m.D()),
+        QKV(int64_t(m.H + 2 * m.Hkv) * D),
+        Q(int64_t(m.H) * D),
+        big(std::max({N * 2 * F, N * QKV, V * C, 2 * F * C})),
+        x(&be, big),
+        y(&be, big),
+        w(&be, big),
+        dw(&be, big),
+        dx(&be, big),
+        dy(&be, big),
+        aux(&be, big) {
+    fill(be, x.data(), big, 1, 1.0f);
+    fill(be, w.data(), big, 2, 0.05f);
+    fill(be, dy.data(), big, 3, 1.0f);
+  }
+  // Times fn (the median of `repeat`) and prints its row, unless the filter
+  // leaves the op out.
+  void run(const std::string& op, const std::string& pass, const std::string& shape, double amount,
+           bool flops, const std::function<void()>& fn) {
+    if (!filter.empty() && op.find(filter) == std::string::npos) return;
     auto timed = [&] {
       fn();
       be.synchronize();  // device backends queue the work
     };
     print_row(Row{op, pass, shape, median_seconds(timed, repeat), amount, flops});
-  };
+  }
 
-  // Linear layers: forward, and backward (dx and dW GEMMs).
+  const BenchModel& m;
+  ops::Backend<float>& be;
+  const int repeat;
+  const std::string filter;
+  const int64_t N, C, F, V, D, QKV, Q, big;
+  static constexpr float sz = sizeof(float);
+  Buf x, y, w, dw, dx, dy, aux;
+  Buf rstd, wn, lse;  // set up by the rows that first need them
+};
+
+// ------------------------------------------------------------- the op rows
+// One function per op family, in the order of the printed table: GFLOP/s for
+// compute-bound ops, GB/s for the rest.
+
+// Linear layers: forward, and backward (dx and dW GEMMs).
+void linear_rows(OpBench& b) {
   struct Lin {
     const char* name;
     int64_t in, out;
   };
-  for (const Lin& l : {Lin{"linear qkv", C, QKV}, Lin{"linear o", Q, C},
-                       Lin{"linear gate|up", C, 2 * F}, Lin{"linear down", F, C}}) {
-    const std::string shape = dims({N, l.in}) + " -> " + std::to_string(l.out);
-    const double fl = 2.0 * N * l.in * l.out;
-    run(l.name, "fwd", shape, fl, true, [&] {
-      be.linear_forward(y.data(), x.data(), w.data(), nullptr, N, int(l.in), int(l.out));
+  for (const Lin& l : {Lin{"linear qkv", b.C, b.QKV}, Lin{"linear o", b.Q, b.C},
+                       Lin{"linear gate|up", b.C, 2 * b.F}, Lin{"linear down", b.F, b.C}}) {
+    const std::string shape = dims({b.N, l.in}) + " -> " + std::to_string(l.out);
+    const double fl = 2.0 * b.N * l.in * l.out;
+    b.run(l.name, "fwd", shape, fl, true, [&] {
+      b.be.linear_forward(b.y.data(), b.x.data(), b.w.data(), nullptr, b.N, int(l.in), int(l.out));
     });
-    run(l.name, "bwd", shape, 2 * fl, true, [&] {
-      be.linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, int(l.in),
-                         int(l.out), false);
+    b.run(l.name, "bwd", shape, 2 * fl, true, [&] {
+      b.be.linear_backward(b.dx.data(), b.dw.data(), nullptr, b.dy.data(), b.x.data(), b.w.data(),
+                           b.N, int(l.in), int(l.out), false);
     });
   }
+}
 
-  Buf rstd(&be, N), wn(&be, C);
+void norm_rope_rows(OpBench& b) {
+  const int64_t N = b.N, C = b.C, D = b.D;
+  const BenchModel& m = b.m;
+  b.rstd = Buf(&b.be, N);
+  b.wn = Buf(&b.be, C);
   const std::vector<float> ones(size_t(C), 1.0f);
-  be.from_host(wn.data(), ones.data(), C);
-  run("rmsnorm", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
-      [&] { be.rmsnorm_forward(y.data(), rstd.data(), x.data(), wn.data(), N, int(C), 1e-5); });
-  run("rmsnorm", "bwd", dims({N, C}), 3.0 * N * C * sz, false, [&] {
-    be.rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), wn.data(), rstd.data(), N,
-                        int(C));
+  b.be.from_host(b.wn.data(), ones.data(), C);
+  b.run("rmsnorm", "fwd", dims({N, C}), 2.0 * N * C * b.sz, false, [&] {
+    b.be.rmsnorm_forward(b.y.data(), b.rstd.data(), b.x.data(), b.wn.data(), N, int(C), 1e-5);
   });
-
-  Buf cos(&be, int64_t(m.T) * D / 2), sin(&be, int64_t(m.T) * D / 2);
+  b.run("rmsnorm", "bwd", dims({N, C}), 3.0 * N * C * b.sz, false, [&] {
+    b.be.rmsnorm_backward(b.dx.data(), b.dw.data(), b.dy.data(), b.x.data(), b.wn.data(),
+                          b.rstd.data(), N, int(C));
+  });
+  Buf cos(&b.be, int64_t(m.T) * D / 2), sin(&b.be, int64_t(m.T) * D / 2);
   std::vector<double> inv_freq(size_t(D / 2));
   for (int64_t i = 0; i < D / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0, -2.0 * i / D);
-  be.rope_table(cos.data(), sin.data(), m.T, int(D), inv_freq.data());
-  const double rope_bytes = 2.0 * N * (m.H + m.Hkv) * D * sz;
-  run("rope", "fwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
-    be.rope_forward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
+  b.be.rope_table(cos.data(), sin.data(), m.T, int(D), inv_freq.data());
+  const double rope_bytes = 2.0 * N * (m.H + m.Hkv) * D * b.sz;
+  b.run("rope", "fwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
+    b.be.rope_forward(b.x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), b.QKV, 0);
   });
-  run("rope", "bwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
-    be.rope_backward(x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), QKV, 0);
+  b.run("rope", "bwd", dims({N, m.H + m.Hkv, D}), rope_bytes, false, [&] {
+    b.be.rope_backward(b.x.data(), cos.data(), sin.data(), m.B, m.T, m.H + m.Hkv, int(D), b.QKV, 0);
   });
+}
 
-  // Causal attention: each of its matrix products covers T(T+1)/2 score entries.
+// Causal attention: each of its matrix products covers T(T+1)/2 score entries.
+void attention_rows(OpBench& b) {
+  const BenchModel& m = b.m;
   const double pairs = double(m.B) * m.H * (double(m.T) * (m.T + 1) / 2);
-  Buf lse(&be, int64_t(m.B) * m.H * m.T);
-  fill(be, x.data(), N * QKV, 4, 0.5f);
-  const std::string ashape = dims({m.B, m.T, m.H, D}) + " kv" + std::to_string(m.Hkv);
-  run("attention", "fwd", ashape, 4.0 * pairs * D, true,
-      [&] { be.attention_forward(y.data(), lse.data(), x.data(), m.B, m.T, m.H, m.Hkv, int(D)); });
-  run("attention", "bwd", ashape, 10.0 * pairs * D, true, [&] {
-    be.attention_backward(dx.data(), dy.data(), x.data(), y.data(), lse.data(), m.B, m.T, m.H,
-                          m.Hkv, int(D));
+  b.lse = Buf(&b.be, int64_t(m.B) * m.H * m.T);
+  fill(b.be, b.x.data(), b.N * b.QKV, 4, 0.5f);
+  const std::string shape = dims({m.B, m.T, m.H, b.D}) + " kv" + std::to_string(m.Hkv);
+  b.run("attention", "fwd", shape, 4.0 * pairs * b.D, true, [&] {
+    b.be.attention_forward(b.y.data(), b.lse.data(), b.x.data(), m.B, m.T, m.H, m.Hkv, int(b.D));
   });
+  b.run("attention", "bwd", shape, 10.0 * pairs * b.D, true, [&] {
+    b.be.attention_backward(b.dx.data(), b.dy.data(), b.x.data(), b.y.data(), b.lse.data(), m.B,
+                            m.T, m.H, m.Hkv, int(b.D));
+  });
+}
 
-  run("swiglu", "fwd", dims({N, F}), 3.0 * N * F * sz, false,
-      [&] { be.swiglu_forward(y.data(), x.data(), N, int(F)); });
-  run("swiglu", "bwd", dims({N, F}), 5.0 * N * F * sz, false,
-      [&] { be.swiglu_backward(dx.data(), dy.data(), x.data(), N, int(F)); });
+// SwiGLU, residual, bias add, axpby.
+void pointwise_rows(OpBench& b) {
+  const int64_t N = b.N, C = b.C, F = b.F;
+  const float sz = b.sz;
+  b.run("swiglu", "fwd", dims({N, F}), 3.0 * N * F * sz, false,
+        [&] { b.be.swiglu_forward(b.y.data(), b.x.data(), N, int(F)); });
+  b.run("swiglu", "bwd", dims({N, F}), 5.0 * N * F * sz, false,
+        [&] { b.be.swiglu_backward(b.dx.data(), b.dy.data(), b.x.data(), N, int(F)); });
+  b.run("residual", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
+        [&] { b.be.residual_forward(b.y.data(), b.x.data(), b.aux.data(), N * C); });
+  b.run("bias add", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
+        [&] { b.be.bias_add_forward(b.y.data(), b.wn.data(), N, int(C)); });
+  b.run("bias add", "bwd", dims({N, C}), 1.0 * N * C * sz, false,
+        [&] { b.be.bias_add_backward(b.dw.data(), b.dy.data(), N, int(C)); });
+  b.run("axpby", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
+        [&] { b.be.axpby_forward(b.y.data(), b.x.data(), b.aux.data(), N * C, 0.5, 0.5); });
+}
 
-  run("residual", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
-      [&] { be.residual_forward(y.data(), x.data(), aux.data(), N * C); });
-
-  run("bias add", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
-      [&] { be.bias_add_forward(y.data(), wn.data(), N, int(C)); });
-  run("bias add", "bwd", dims({N, C}), 1.0 * N * C * sz, false,
-      [&] { be.bias_add_backward(dw.data(), dy.data(), N, int(C)); });
-  run("axpby", "fwd", dims({N, C}), 3.0 * N * C * sz, false,
-      [&] { be.axpby_forward(y.data(), x.data(), aux.data(), N * C, 0.5, 0.5); });
-
+// The embedding, and the fused final norm + LM head + cross-entropy: its
+// forward is one GEMM, the fused forward+backward three.
+void embedding_head_rows(OpBench& b) {
+  const int64_t N = b.N, C = b.C, V = b.V;
   std::vector<int32_t> tokens(N);
   for (int64_t i = 0; i < N; ++i) tokens[i] = int32_t((i * 7919) % V);
-  run("embedding", "fwd", dims({N, C}), 2.0 * N * C * sz, false,
-      [&] { be.embedding_forward(y.data(), tokens.data(), w.data(), N, int(C), int(V)); });
-  run("embedding", "bwd", dims({N, C}), 3.0 * N * C * sz, false,
-      [&] { be.embedding_backward(dw.data(), tokens.data(), dy.data(), N, int(C)); });
-
-  // Fused final norm + LM head + cross-entropy: forward is one GEMM, the fused
-  // forward+backward three.
-  Buf xn(&be, N * C);
-  fill(be, x.data(), N * C, 5, 1.0f);
-  const std::string hshape = dims({N, C}) + " -> " + std::to_string(V);
-  run("head+ce", "fwd", hshape, 2.0 * N * C * V, true, [&] {
+  b.run("embedding", "fwd", dims({N, C}), 2.0 * N * C * b.sz, false,
+        [&] { b.be.embedding_forward(b.y.data(), tokens.data(), b.w.data(), N, int(C), int(V)); });
+  b.run("embedding", "bwd", dims({N, C}), 3.0 * N * C * b.sz, false,
+        [&] { b.be.embedding_backward(b.dw.data(), tokens.data(), b.dy.data(), N, int(C)); });
+  Buf xn(&b.be, N * C);
+  fill(b.be, b.x.data(), N * C, 5, 1.0f);
+  const std::string shape = dims({N, C}) + " -> " + std::to_string(V);
+  b.run("head+ce", "fwd", shape, 2.0 * N * C * V, true, [&] {
     int64_t n_valid = 0;
-    be.head_ce_forward(xn.data(), rstd.data(), lse.data(), nullptr, &n_valid, x.data(), wn.data(),
-                       w.data(), tokens.data(), N, int(C), int(V), 1e-5);
+    b.be.head_ce_forward(xn.data(), b.rstd.data(), b.lse.data(), nullptr, &n_valid, b.x.data(),
+                         b.wn.data(), b.w.data(), tokens.data(), N, int(C), int(V), 1e-5);
   });
-  run("head+ce", "fwd+bwd", hshape, 6.0 * N * C * V, true, [&] {
+  b.run("head+ce", "fwd+bwd", shape, 6.0 * N * C * V, true, [&] {
     int64_t n_valid = 0;
-    be.head_ce_forward_backward(dx.data(), dw.data() + V * C, dw.data(), xn.data(), rstd.data(),
-                                &n_valid, x.data(), wn.data(), w.data(), tokens.data(), N, int(C),
-                                int(V), 1e-5, 1.0 / double(N));
+    b.be.head_ce_forward_backward(b.dx.data(), b.dw.data() + V * C, b.dw.data(), xn.data(),
+                                  b.rstd.data(), &n_valid, b.x.data(), b.wn.data(), b.w.data(),
+                                  tokens.data(), N, int(C), int(V), 1e-5, 1.0 / double(N));
   });
+}
 
-  // AdamW over a tensor the size of the 2F x C MLP weight: reads p, g, m, v and
-  // writes p, m, v.
-  const int64_t P = 2 * F * C;
-  Buf mom(&be, P), var(&be, P);
+// AdamW over a tensor the size of the 2F x C MLP weight: reads p, g, m, v and
+// writes p, m, v.
+void adamw_rows(OpBench& b) {
+  const int64_t P = 2 * b.F * b.C;
+  Buf mom(&b.be, P), var(&b.be, P);
   ops::AdamWStep st;
   st.lr = 1e-4;
   st.weight_decay = 0.1;
-  run("adamw", "step", dims({P}), 7.0 * P * sz, false,
-      [&] { be.adamw_update(w.data(), dy.data(), mom.data(), var.data(), P, st); });
+  b.run("adamw", "step", dims({P}), 7.0 * P * b.sz, false,
+        [&] { b.be.adamw_update(b.w.data(), b.dy.data(), mom.data(), var.data(), P, st); });
+}
+
+// The table of `strata bench ops`: a new op adds its rows in a function above
+// and the function here.
+constexpr void (*kOpRows[])(OpBench&) = {linear_rows,    norm_rope_rows,      attention_rows,
+                                         pointwise_rows, embedding_head_rows, adamw_rows};
+
+void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
+                   const std::string& device, bool bf16) {
+  const int64_t N = int64_t(m.B) * m.T;
+  std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
+              m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(m.D()), m.V, m.B, m.T, long(N),
+              num_threads());
+  std::printf("%-18s %-9s %-28s %12s %9s\n", "op", "pass", "shape", "time", "rate");
+  const auto backend = ops::make_backend<float>(device);
+  if (bf16) backend->set_matmul_precision(ops::MatmulPrecision::BF16);
+  OpBench b(m, *backend, repeat, filter);
+  for (auto rows : kOpRows) rows(b);
 }
 
 // FLOPs of one training step (forward + backward): 6 per parameter per token for
@@ -250,12 +308,20 @@ double step_flops(const LlamaConfig& c, int B, int T) {
   return 6 * N * matrices + 3 * attn;  // model FLOPs: backward counted as 2x forward
 }
 
-// `bench model` (forward + backward) and `bench train` (the whole optimizer
-// step a recipe runs: zero_grad, forward + backward, global-norm clipping and
-// AdamW). Both report the fraction of the fp32 (or bf16) FMA peak measured on
-// the spot, the peak RSS, and end with a machine-readable `result:` line.
-int bench_step(int argc, char** argv, int first, bool train) {
-  const std::string name = train ? "strata bench train" : "strata bench model";
+// `bench model` and `bench train`: the options, and what they resolve to.
+struct StepBench {
+  std::string name;  // "strata bench model" or "strata bench train"
+  bool train = false;
+  BenchModel bm;
+  LlamaConfig cfg;
+  LayerPlan plan;
+  bool bf16 = false;
+  std::string device, recompute;
+  double peak = 0;
+  int steps = 1;
+};
+
+Args step_args(const std::string& name, bool train) {
   Args args(name,
             train ? "Times whole optimizer steps (forward + backward with the fused LM head, "
                     "gradient clipping to norm 1 and AdamW, as `strata train` runs them) of a "
@@ -282,91 +348,122 @@ int bench_step(int argc, char** argv, int first, bool train) {
               "the FMA peak to divide by (0: measure it, about 1 s; fp32, or bf16 with --bf16)",
               "0")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
-  if (!args.parse(argc, argv, first)) return 0;
-  apply_threads(args.get_int("threads"));
-  BenchModel bm = bench_models(args.get("model"), args.get_int("tokens")).front();
-  if (args.get_int("seq") > 0) bm.T = args.get_int("seq");
-  bm.B = args.get_int("batch") > 0 ? args.get_int("batch")
-                                   : std::max(1, args.get_int("tokens") / bm.T);
+  return args;
+}
+
+StepBench step_options(const Args& args, const std::string& name, bool train) {
+  StepBench o;
+  o.name = name;
+  o.train = train;
+  o.bm = bench_models(args.get("model"), args.get_int("tokens")).front();
+  if (args.get_int("seq") > 0) o.bm.T = args.get_int("seq");
+  o.bm.B = args.get_int("batch") > 0 ? args.get_int("batch")
+                                     : std::max(1, args.get_int("tokens") / o.bm.T);
   STRATA_USAGE_CHECK(args.get_int("vocab") >= 2, name, ": --vocab must be at least 2");
   STRATA_USAGE_CHECK(args.get_double("peak") >= 0, name, ": --peak must be >= 0");
-  const LlamaConfig cfg = bench_config(bm, args.get_int("vocab"), args.has("tied"));
-  const LayerPlan plan = args.get("plan").empty()
-                             ? LayerPlan::standard(cfg.num_hidden_layers)
-                             : LayerPlan::parse(args.get("plan"), cfg.num_hidden_layers);
-  const bool bf16 = args.has("bf16");
-  const std::string device = args.get("device");
-  print_bench_machine();
-  // The peak first, on an idle process (before the model takes its memory).
-  const bool cpu = ops::resolve_device(device) == "cpu";
-  double peak = args.get_double("peak");
-  std::string peak_what = "given with --peak";
-  if (peak == 0 && cpu) {
-    const FmaPeak f = measure_fma_peak(0.25);
-    peak = bf16 && f.bf16 > 0 ? f.bf16 : f.fp32;
-    peak_what = bf16 && f.bf16 > 0 ? f.bf16_path : f.fp32_path;
-    if (bf16 && f.bf16 == 0) peak_what += ", no native bf16";
-    std::printf("peak: %.1f GFLOP/s (%s, measured now; strata bench peak)\n", peak,
-                peak_what.c_str());
-  }
-  const int64_t runtime_rss = process_rss_bytes();  // before the model
-  Model<float> model(cfg, plan, ops::make_backend<float>(device));
-  model.init_weights(1);
-  if (bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
-  const std::string recompute = args.get("recompute");
-  Recompute mode = Recompute::None;
-  STRATA_USAGE_CHECK(parse_recompute(recompute, &mode), name, ": --recompute '", recompute,
-                     "' is not none, selective or full");
-  model.set_recompute(mode);
-  std::unique_ptr<AdamW<float>> opt;
-  if (train) opt = std::make_unique<AdamW<float>>(model.backend(), model.layout(), AdamWConfig{});
-  const int64_t N = int64_t(bm.B) * bm.T;
-  std::vector<int32_t> tokens(N), targets(N);
-  for (int64_t i = 0; i < N; ++i) {
-    tokens[i] = int32_t((i * 7919) % cfg.vocab_size);
-    targets[i] = int32_t((i * 104729 + 1) % cfg.vocab_size);
-  }
-  const int steps = std::max(1, args.get_int("steps"));
-  const auto precision = bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
-  std::printf("%s\n", ops::device_choice(device).c_str());
-  std::printf("matmuls: %s %s\n", bf16 ? "bf16," : "fp32,",
+  o.cfg = bench_config(o.bm, args.get_int("vocab"), args.has("tied"));
+  o.plan = args.get("plan").empty() ? LayerPlan::standard(o.cfg.num_hidden_layers)
+                                    : LayerPlan::parse(args.get("plan"), o.cfg.num_hidden_layers);
+  o.bf16 = args.has("bf16");
+  o.device = args.get("device");
+  o.recompute = args.get("recompute");
+  o.peak = args.get_double("peak");
+  o.steps = std::max(1, args.get_int("steps"));
+  return o;
+}
+
+// The FMA peak to divide by on the CPU, measured on an idle process (before
+// the model takes its memory) unless --peak gave it.
+void measure_step_peak(StepBench& o) {
+  const bool cpu = ops::resolve_device(o.device) == "cpu";
+  if (o.peak != 0 || !cpu) return;
+  const FmaPeak f = measure_fma_peak(0.25);
+  o.peak = o.bf16 && f.bf16 > 0 ? f.bf16 : f.fp32;
+  std::string what = o.bf16 && f.bf16 > 0 ? f.bf16_path : f.fp32_path;
+  if (o.bf16 && f.bf16 == 0) what += ", no native bf16";
+  std::printf("peak: %.1f GFLOP/s (%s, measured now; strata bench peak)\n", o.peak, what.c_str());
+}
+
+void print_step_setup(const StepBench& o, Model<float>& model, Recompute mode) {
+  const auto precision = o.bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
+  std::printf("%s\n", ops::device_choice(o.device).c_str());
+  std::printf("matmuls: %s %s\n", o.bf16 ? "bf16," : "fp32,",
               model.backend().matmul_path(precision).c_str());
   std::printf("%s: %.2fM parameters, B=%d T=%d, vocab %d%s, %d threads, %s matmuls, plan %s%s\n",
-              bm.name.c_str(), double(cfg.num_parameters()) * 1e-6, bm.B, bm.T, cfg.vocab_size,
-              cfg.tie_word_embeddings ? " (tied)" : "", num_threads(), bf16 ? "bf16" : "fp32",
-              plan.to_string().c_str(), train ? ", AdamW with clipping" : "");
-  if (mode != Recompute::None) std::printf("recompute: %s\n", recompute.c_str());
-  auto step = [&] {
-    model.zero_grad();
-    model.forward_backward(tokens.data(), targets.data(), bm.B, bm.T, 1.0 / double(N));
-    if (opt) opt->step(model.params(), model.grads(), 1e-5);
-    model.backend().synchronize();
-  };
-  const double med = median_seconds(step, steps);
-  const double gflops = step_flops(cfg, bm.B, bm.T) / med * 1e-9;
+              o.bm.name.c_str(), double(o.cfg.num_parameters()) * 1e-6, o.bm.B, o.bm.T,
+              o.cfg.vocab_size, o.cfg.tie_word_embeddings ? " (tied)" : "", num_threads(),
+              o.bf16 ? "bf16" : "fp32", o.plan.to_string().c_str(),
+              o.train ? ", AdamW with clipping" : "");
+  if (mode != Recompute::None) std::printf("recompute: %s\n", o.recompute.c_str());
+}
+
+// The step's time, rates, peak RSS, the memory estimate a training run prints
+// (--dry-run) and checks before it allocates, against what this process
+// reached, and the machine-readable `result:` line.
+void print_step_result(const StepBench& o, const Model<float>& model, Recompute mode, double med,
+                       int64_t runtime_rss) {
+  const int64_t N = int64_t(o.bm.B) * o.bm.T;
+  const double gflops = step_flops(o.cfg, o.bm.B, o.bm.T) / med * 1e-9;
   std::printf("activations: %.1f MiB\n", double(model.activation_bytes()) / (1 << 20));
-  std::printf("step: %.1f ms (median of %d), %.0f tokens/s, %.1f GFLOP/s", med * 1e3, steps,
+  std::printf("step: %.1f ms (median of %d), %.0f tokens/s, %.1f GFLOP/s", med * 1e3, o.steps,
               double(N) / med, gflops);
-  if (peak > 0) std::printf(", %.1f%% of the %s peak", 100 * gflops / peak, bf16 ? "bf16" : "fp32");
+  if (o.peak > 0)
+    std::printf(", %.1f%% of the %s peak", 100 * gflops / o.peak, o.bf16 ? "bf16" : "fp32");
   const double rss = peak_rss_mib();
   std::printf("\npeak RSS: %.1f MiB\n", rss);
-  // The estimate a training run prints (--dry-run) and checks before it
-  // allocates, against what this process reached.
   MemoryUse use;
   use.gradients = true;
-  use.optimizer_share = train ? 1 : 0;
-  use.batch = bm.B, use.seq = bm.T;
+  use.optimizer_share = o.train ? 1 : 0;
+  use.batch = o.bm.B, use.seq = o.bm.T;
   use.recompute = mode;
   use.runtime_bytes = runtime_rss;
-  const MemoryEstimate est = estimate_memory(cfg, plan, use);
+  const MemoryEstimate est = estimate_memory(o.cfg, o.plan, use);
   const double est_mib = double(est.total()) / (1 << 20);
   std::printf("memory estimate: %s = %.1f MiB, %+.1f%% of the peak RSS\n", est.to_string().c_str(),
               est_mib, 100 * (est_mib / rss - 1));
   std::printf(
       "result: tokens_per_s=%.1f step_ms=%.2f gflops=%.2f peak_fraction=%.4f "
       "peak_gflops=%.1f peak_rss_mib=%.1f estimate_mib=%.1f params=%lld threads=%d\n",
-      double(N) / med, med * 1e3, gflops, peak > 0 ? gflops / peak : 0.0, peak, rss, est_mib,
-      static_cast<long long>(cfg.num_parameters()), num_threads());
+      double(N) / med, med * 1e3, gflops, o.peak > 0 ? gflops / o.peak : 0.0, o.peak, rss, est_mib,
+      static_cast<long long>(o.cfg.num_parameters()), num_threads());
+}
+
+// `bench model` (forward + backward) and `bench train` (the whole optimizer
+// step a recipe runs: zero_grad, forward + backward, global-norm clipping and
+// AdamW). Both report the fraction of the fp32 (or bf16) FMA peak measured on
+// the spot, the peak RSS, and end with a machine-readable `result:` line.
+int bench_step(int argc, char** argv, int first, bool train) {
+  const std::string name = train ? "strata bench train" : "strata bench model";
+  Args args = step_args(name, train);
+  if (!args.parse(argc, argv, first)) return 0;
+  apply_threads(args.get_int("threads"));
+  StepBench o = step_options(args, name, train);
+  print_bench_machine();
+  measure_step_peak(o);
+  const int64_t runtime_rss = process_rss_bytes();  // before the model
+  Model<float> model(o.cfg, o.plan, ops::make_backend<float>(o.device));
+  model.init_weights(1);
+  if (o.bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  Recompute mode = Recompute::None;
+  STRATA_USAGE_CHECK(parse_recompute(o.recompute, &mode), name, ": --recompute '", o.recompute,
+                     "' is not none, selective or full");
+  model.set_recompute(mode);
+  std::unique_ptr<AdamW<float>> opt;
+  if (train) opt = std::make_unique<AdamW<float>>(model.backend(), model.layout(), AdamWConfig{});
+  const int64_t N = int64_t(o.bm.B) * o.bm.T;
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int64_t i = 0; i < N; ++i) {
+    tokens[i] = int32_t((i * 7919) % o.cfg.vocab_size);
+    targets[i] = int32_t((i * 104729 + 1) % o.cfg.vocab_size);
+  }
+  print_step_setup(o, model, mode);
+  auto step = [&] {
+    model.zero_grad();
+    model.forward_backward(tokens.data(), targets.data(), o.bm.B, o.bm.T, 1.0 / double(N));
+    if (opt) opt->step(model.params(), model.grads(), 1e-5);
+    model.backend().synchronize();
+  };
+  print_step_result(o, model, mode, median_seconds(step, o.steps), runtime_rss);
   return 0;
 }
 

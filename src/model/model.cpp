@@ -418,44 +418,10 @@ const T* Model<T>::stream(int i) const {
 // ------------------------------------------------------- tensor parallelism
 
 template <typename T>
-const ops::VocabShard<T>* Model<T>::head_shard() {
-  if constexpr (!std::is_same_v<T, float>) {
-    return nullptr;
-  } else {
-    if (!tp_.active()) return nullptr;
-    const int P = tp_size();
-    Communicator* tp = tp_.comm();
-    shard_.v0 = int64_t(tp_rank()) * v_local();
-    // Global log-sum-exp of a row = log sum over ranks of exp(local lse):
-    // gather every rank's local values; the target logit lives on one rank.
-    // On a device backend the statistics go through device buffers (NCCL
-    // collectives take device memory) and the small combine runs on the host.
-    shard_.combine = [this, P, tp](T* lse, T* target, int64_t rows) {
-      tp_scratch_.resize(size_t(rows) * (P + 1));
-      T* lse_h = tp_scratch_.data() + size_t(rows) * P;
-      if (be_->is_host()) {
-        tp->allgather(lse, tp_scratch_.data(), rows);
-      } else {
-        T* g = tp_device(size_t(rows) * P);
-        tp->allgather(lse, g, rows);
-        be_->to_host(tp_scratch_.data(), g, rows * P);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        T m = tp_scratch_[r];
-        for (int p = 1; p < P; ++p) m = std::max(m, tp_scratch_[size_t(p) * rows + r]);
-        double z = 0;
-        for (int p = 0; p < P; ++p) z += std::exp(double(tp_scratch_[size_t(p) * rows + r] - m));
-        lse_h[r] = T(double(m) + std::log(z));
-      }
-      if (be_->is_host())
-        std::copy_n(lse_h, rows, lse);
-      else
-        be_->from_host(lse, lse_h, rows);
-      tp->allreduce_sum(target, rows);
-    };
-    shard_.reduce = [tp](T* dxn, int64_t n) { tp->allreduce_sum(dxn, n); };
-    return &shard_;
-  }
+HeadCe<T>& Model<T>::head_ce() {
+  if (!head_ce_)
+    head_ce_ = std::make_unique<HeadCe<T>>(*be_, tp_.comm(), int64_t(tp_rank()) * v_local());
+  return *head_ce_;
 }
 
 template <typename T>
@@ -979,10 +945,10 @@ void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result)
   OpenHead head(*this);
   const int64_t N = int64_t(B) * T_;
   int64_t n_valid = 0;
-  const double sum = be_->head_ce_forward_backward(
+  const double sum = head_ce().forward_backward(
       dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &n_valid,
       streams_[2 * (l + 1)], param(layout_.final_norm), head_weight(), targets_.data(), N,
-      cfg_.hidden_size, v_local(), cfg_.rms_norm_eps, scale, head_shard());
+      cfg_.hidden_size, v_local(), cfg_.rms_norm_eps, scale);
   if (result) result->exit_loss_sum[size_t(l)] = sum;
 }
 
@@ -1151,10 +1117,10 @@ LossResult Model<T>::forward(const int32_t* tokens, const int32_t* targets, int 
   LossResult r;
   have_forward_ = true;
   OpenHead head(*this);
-  r.loss_sum = be_->head_ce_forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid,
-                                    streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
-                                    head_weight(), targets, N, cfg_.hidden_size, v_local(),
-                                    cfg_.rms_norm_eps, head_shard());
+  r.loss_sum = head_ce().forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid,
+                                 streams_[2 * cfg_.num_hidden_layers], param(layout_.final_norm),
+                                 head_weight(), targets, N, cfg_.hidden_size, v_local(),
+                                 cfg_.rms_norm_eps);
   return r;
 }
 
@@ -1166,10 +1132,10 @@ void Model<T>::backward(double dloss) {
   be_->zero(dstream_, N * cfg_.hidden_size);
   OpenHead head(*this);
   open_head_grads();
-  be_->head_ce_backward(dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}),
-                        streams_[2 * cfg_.num_hidden_layers], lnf_, rstdf_, lsef_,
-                        param(layout_.final_norm), head_weight(), targets_.data(), N,
-                        cfg_.hidden_size, v_local(), dloss, head_shard());
+  head_ce().backward(dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}),
+                     streams_[2 * cfg_.num_hidden_layers], lnf_, rstdf_, lsef_,
+                     param(layout_.final_norm), head_weight(), targets_.data(), N,
+                     cfg_.hidden_size, v_local(), dloss);
   run_backward(tokens_.data(), batch_, seq_);
 }
 
@@ -1190,10 +1156,10 @@ LossResult Model<T>::forward_backward(const int32_t* tokens, const int32_t* targ
   OpenHead head(*this);
   open_head_grads();
   const double w_last = skip && !skip->exit_weight.empty() ? skip->exit_weight[size_t(L - 1)] : 1.0;
-  r.loss_sum = be_->head_ce_forward_backward(
+  r.loss_sum = head_ce().forward_backward(
       dstream_, grad_if({layout_.final_norm}), grad_if({head_index()}), lnf_, rstdf_, &r.n_valid,
       streams_[2 * L], param(layout_.final_norm), head_weight(), targets, N, cfg_.hidden_size,
-      v_local(), cfg_.rms_norm_eps, dloss * w_last, head_shard());
+      v_local(), cfg_.rms_norm_eps, dloss * w_last);
   r.exit_loss_sum[size_t(L - 1)] = r.loss_sum;
   run_backward(tokens, B, T_, skip, &r, dloss);
   r.objective = 0;

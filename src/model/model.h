@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/head_ce.h"
 #include "model/memory.h"
 #include "model/modules.h"
 #include "model/params.h"
@@ -297,7 +298,7 @@ class Model {
   // gradient exists when any member is trainable).
   LayerTensors<T> layer_grads(int layer);
   // Tensor-parallel helpers of the head (no-ops without a tp group).
-  const ops::VocabShard<T>* head_shard();
+  HeadCe<T>& head_ce();  // the backend's fused op; the vocabulary-parallel phases under tp
   void gather_vocab(const T* local, int64_t rows, T* full);  // [rows, V/tp] -> [rows, V]
   void grad_ready(int first_tensor, int last_tensor);
   int v_local() const { return cfg_.vocab_size / tp_size(); }
@@ -361,7 +362,7 @@ class Model {
   std::vector<RunMode> run_mode_;
   std::vector<std::vector<int>> kept_;
   TpRegion<T> tp_;
-  ops::VocabShard<T> shard_;
+  std::unique_ptr<HeadCe<T>> head_ce_;
   std::vector<T> tp_scratch_;
   // Device backends: the gathered shards, and one rank's head logits.
   ops::DeviceBuffer<T> tp_gather_, tp_local_;

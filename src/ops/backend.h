@@ -2,8 +2,9 @@
 // the data lives. The model, the optimizer, evaluation and generation call ops
 // only through a Backend; backends/cpu implements it with OpenMP kernels and
 // oneDNN, and a CUDA backend implements the same calls with device pointers.
-// This file is the contract: shapes, layouts, what is saved for backward and
-// the accumulation rule of every gradient. It includes no backend.
+// This file and the op list it includes (ops/ops.def) are the contract:
+// shapes, layouts, what is saved for backward and the accumulation rule of
+// every gradient. It includes no backend.
 //
 // Conventions
 //   N = B*T tokens, C = hidden size; rows are row-major and contiguous unless
@@ -77,137 +78,27 @@ class Backend {
   // bytes a decode step reads). Both calls drop any such copies.
   virtual void freeze_weights(bool frozen) { (void)frozen; }
 
-  // --------------------------------------------------------------- embedding
-  // out[N,C] = wte[tokens[n], :] (tokens: host). Throws strata::Error if a
-  // token is outside [0,V). Vocab-parallel when V_local >= 0: wte holds rows
-  // [v0, v0 + V_local) of the V-row table; rows of other tokens are zero (the
-  // ranks' outputs sum to the full lookup).
-  virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C,
-                                 int V, int64_t v0 = 0, int V_local = -1) = 0;
-  // dwte[V,C] += sum over n with tokens[n]==v of dout[n,:] (the shard's tokens).
-  virtual void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C,
-                                  int64_t v0 = 0, int V_local = -1) = 0;
+  // ---------------------------------------------------------------------- ops
+  // One pure virtual per entry of ops/ops.def, where each op's contract is.
+#define STRATA_DEFAULT(...) = __VA_ARGS__
+#define STRATA_OP(role, name, ret, params, args) virtual ret name params = 0;
+#include "ops/ops.def"
+#undef STRATA_OP
+#undef STRATA_DEFAULT
+};
 
-  // ------------------------------------------------------------------ RMSNorm
-  // out[N,C] = x * rstd * w,  rstd[N] = 1/sqrt(mean(x^2) + eps). Saves rstd.
-  virtual void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int C,
-                               double eps) = 0;
-  // dx[N,C] += ...,  dw[C] += sum_n dout*x*rstd.
-  virtual void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd,
-                                int64_t N, int C) = 0;
-
-  // ------------------------------------------------------------------- linear
-  // out[N,OC] = x[N,IC] * w[OC,IC]^T (+ bias[OC]); bias may be null. w may be
-  // several weights stored back to back (fused QKV, fused gate|up). ld: leading
-  // dimensions for views into larger matrices (e.g. one shard's columns of a
-  // full weight); default compact.
-  virtual void linear_forward(T* out, const T* x, const T* w, const T* bias, int64_t N, int IC,
-                              int OC, const LinearLd& ld = {}) = 0;
-  // dx[N,IC] = dout*w (+= when accumulate_dx); dw[OC,IC] += dout^T*x;
-  // dbias[OC] += column sums of dout. Any of dx, dw, dbias may be null; dx
-  // shares x's leading dimension, dw w's, dout out's.
-  virtual void linear_backward(T* dx, T* dw, T* dbias, const T* dout, const T* x, const T* w,
-                               int64_t N, int IC, int OC, bool accumulate_dx,
-                               const LinearLd& ld = {}) = 0;
-
-  // -------------------------------------------------------------- bias, axpby
-  // out[n, j] += bias[j] over N rows of OC (rows ld apart; 0: OC).
-  virtual void bias_add_forward(T* out, const T* bias, int64_t N, int OC, int64_t ld = 0) = 0;
-  // dbias[j] += sum_n dout[n, j].
-  virtual void bias_add_backward(T* dbias, const T* dout, int64_t N, int OC, int64_t ld = 0) = 0;
-  // out[n] = a x[n] + b y[n] (out may alias x or y).
-  virtual void axpby_forward(T* out, const T* x, const T* y, int64_t n, double a, double b) = 0;
-  // dx += a dout, dy += b dout (either may be null; neither may alias dout).
-  virtual void axpby_backward(T* dx, T* dy, const T* dout, int64_t n, double a, double b) = 0;
-
-  // --------------------------------------------------------------------- RoPE
-  // Rotary tables, rotate-half (Hugging Face) layout: cos/sin[max_pos, D/2]
-  // with angle(p, i) = p * inv_freq[i] (inv_freq: host, D/2 values).
-  virtual void rope_table(T* cos, T* sin, int max_pos, int D, const double* inv_freq) = 0;
-  // In place on x viewed as B*T rows of `row_stride` elements; the first H
-  // heads of D elements of each row are rotated; row (b,t) has position
-  // pos0 + t:  y[i] = x[i] cos - x[i+D/2] sin,  y[i+D/2] = x[i+D/2] cos + x[i] sin.
-  virtual void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D,
-                            int64_t row_stride, int pos0) = 0;
-  // In place: dx = R^T dy (rotation by the negative angle).
-  virtual void rope_backward(T* dx, const T* cos, const T* sin, int B, int T_, int H, int D,
-                             int64_t row_stride, int pos0) = 0;
-
-  // ---------------------------------------------------------------- attention
-  // Causal grouped-query attention. qkv[B,T,(Hq+2*Hkv)*D]: per token, Hq query
-  // heads, Hkv key heads, Hkv value heads (post-RoPE q and k); query head h
-  // reads kv head h / (Hq/Hkv).
-  //   out[B,T,Hq*D] = softmax(q k^T / sqrt(D), causal) v
-  //   lse[B,Hq,T]   = log sum_j exp(q.k_j / sqrt(D))  (saved for backward)
-  virtual void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int Hq, int Hkv,
-                                 int D) = 0;
-  // dqkv[B,T,(Hq+2*Hkv)*D] = gradients of q, k and v (overwritten).
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
-                                  int B, int T_, int Hq, int Hkv, int D) = 0;
-  // Generation: n new queries of one sequence at positions pos0 .. pos0+n-1
-  // attend over its KV cache kc, vc [Hkv, max_len, D] (post-RoPE keys), which
-  // already holds positions 0 .. pos0+n-1. Query i of head h is
-  // q[i * q_stride + h * D ...]; out[n, Hq*D]. Causal; no backward.
-  virtual void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc,
-                                        const T* vc, int n, int pos0, int Hq, int Hkv, int D,
-                                        int max_len) = 0;
-
-  // ------------------------------------------------------------------- SwiGLU
-  // gateup[N,2F] = [gate | up]; h[N,F] = silu(gate) * up.
-  virtual void swiglu_forward(T* h, const T* gateup, int64_t N, int F) = 0;
-  // dgateup[N,2F] = gradients of gate and up (overwritten).
-  virtual void swiglu_backward(T* dgateup, const T* dh, const T* gateup, int64_t N, int F) = 0;
-
-  // ----------------------------------------------------------------- residual
-  // out[n] = a[n] + b[n]; out may alias a or b.
-  virtual void residual_forward(T* out, const T* a, const T* b, int64_t n) = 0;
-  // da += dout, db += dout (either may be null).
-  virtual void residual_backward(T* da, T* db, const T* dout, int64_t n) = 0;
-
-  // ---------------------------------------------------- head + cross-entropy
-  // Fused final RMSNorm + LM head + cross-entropy over N tokens, in chunks of
-  // rows so the [N,V] logits are never materialised (targets: host).
-  //   xn[N,C], rstd[N] = rmsnorm(x; wn) (saved for backward)
-  //   logits = xn * wout[V,C]^T;  lse[N] = logsumexp(logits) (saved)
-  //   returns the sum over tokens with targets[n] != kIgnoreIndex of
-  //   lse - logit[target]; *n_valid (host) = their count; token_nll[N]
-  //   (optional) = per-token loss (0 if ignored).
-  // With a shard: the vocab-parallel head (tensor parallelism), see VocabShard.
-  virtual double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
-                                 const T* wn, const T* wout, const int32_t* targets, int64_t N,
-                                 int C, int V, double eps,
-                                 const VocabShard<T>* shard = nullptr) = 0;
-  virtual void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                                const T* lse, const T* wn, const T* wout, const int32_t* targets,
-                                int64_t N, int C, int V, double dloss,
-                                const VocabShard<T>* shard = nullptr) = 0;
-  // Forward and backward in one pass over the chunks (the training path: one
-  // logits GEMM instead of two). Same outputs as the two calls.
-  virtual double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
-                                          const T* x, const T* wn, const T* wout,
-                                          const int32_t* targets, int64_t N, int C, int V,
-                                          double eps, double dloss,
-                                          const VocabShard<T>* shard = nullptr) = 0;
-  // Logits for evaluation and generation: logits[N,V] = rmsnorm(x; wn) * wout^T.
-  virtual void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout,
-                           int64_t N, int C, int V, double eps) = 0;
-
-  // ---------------------------------------------------------------------- MSE
-  // mean((a - b)^2) over n elements (PyTorch MSELoss, reduction="mean").
-  virtual double mse_forward(const T* a, const T* b, int64_t n) = 0;
-  // da += dloss * 2 (a - b) / n;  db -= the same (either may be null).
-  virtual void mse_backward(T* da, T* db, const T* a, const T* b, int64_t n, double dloss) = 0;
-
-  // -------------------------------------------------------- optimizer, norms
-  // Decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW:
-  //   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-  //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
-  virtual void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) = 0;
-  // *acc += sum of squares of x[n] (acc: a scalar accumulator; accumulated in
-  // double, deterministic for a thread count), and in-place scaling, for
-  // global-norm gradient clipping.
-  virtual void sum_squares(double* acc, const T* x, int64_t n) = 0;
-  virtual void scale_inplace(T* x, int64_t n, double s) = 0;
+// The declared ops by name, in the order of ops/ops.def, and whether each is
+// a forward (tests check it against a reference) or a backward (tests check
+// it against finite differences of its forward).
+enum class OpRole { Forward, Backward };
+struct OpInfo {
+  const char* name;
+  OpRole role;
+};
+inline constexpr OpInfo kOps[] = {
+#define STRATA_OP(role, name, ret, params, args) {#name, OpRole::role},
+#include "ops/ops.def"
+#undef STRATA_OP
 };
 
 // The one backend factory (backends/factory.cpp), by device name:
@@ -232,6 +123,16 @@ std::string device_choice(const std::string& requested);
 // memory for "cuda" (source "GPU <n> free memory"), the host's otherwise
 // (host_memory_available, core/memory_info.h). STRATA_MEMORY_LIMIT overrides both.
 MemoryLimit memory_available(const std::string& device);
+
+// What this build's backends are, for `strata info` (backends/factory.cpp).
+struct BackendsInfo {
+  std::string gemm;                      // the CPU GEMM library and version: "oneDNN 3.0.0"
+  std::string matmul_fp32, matmul_bf16;  // how the CPU backend runs matmuls of each precision
+  bool native_bf16 = false;              // so precision "auto" picks bf16
+  std::string cuda;     // "backend built (runtime 13.0); 1 device(s) visible", or why not
+  std::string devices;  // the device names, and the one "auto" picks
+};
+BackendsInfo describe_backends();
 
 // RAII allocation in a backend's memory space.
 template <typename T>

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 namespace strata::ops {
@@ -44,19 +43,6 @@ inline double clip_coefficient(double total_norm, double max_norm) {
   if (max_norm <= 0) return 1.0;
   return std::min(1.0, max_norm / (total_norm + 1e-6));
 }
-
-// Vocab-parallel head (tensor parallelism): this rank's wout holds rows
-// [v0, v0 + V) of the full vocabulary. After each chunk's local logits,
-// `combine` turns per-row local log-sum-exp and local target logit (0 when
-// another rank owns the target) into the global ones (in place), and
-// `reduce` sums dxn[N*C] over the ranks before the norm's backward. With a
-// shard no rank ever holds the full logits.
-template <typename T>
-struct VocabShard {
-  int64_t v0 = 0;
-  std::function<void(T* lse, T* target_logit, int64_t rows)> combine;
-  std::function<void(T* dxn, int64_t n)> reduce;
-};
 
 // Leading dimensions of a linear layer's operands, for views into larger
 // matrices (e.g. the columns of one shard of a full weight): x rows are ldx

@@ -1,6 +1,9 @@
 // Causal grouped-query attention: shape checks, scratch memory and the choice
-// of kernel instruction set (attention_kernel.h). The kernels give the same
-// bits at either width (tests/ops_test.cpp checks it where AVX-512 exists).
+// of kernel instruction set (attention_kernel.h). Memory-efficient: scores
+// are computed in tiles of query rows and never stored; only the per-row
+// log-sum-exp is kept for backward, which recomputes the probabilities tile
+// by tile. The kernels give the same bits at either width (tests/ops_test.cpp
+// checks it where AVX-512 exists).
 #include <omp.h>
 
 #include "backends/cpu/attention_kernel.h"

@@ -26,6 +26,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, i
   }
 }
 
+// Deterministic: threads own disjoint channel ranges.
 template <typename T>
 void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C, int64_t v0,
                         int V_local) {

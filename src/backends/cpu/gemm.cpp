@@ -179,6 +179,11 @@ void set_bf16_path(Bf16Path p) {
   g_bf16_path.store(int(p));
 }
 
+std::string gemm_library() {
+  const dnnl_version_t* v = dnnl_version();
+  return cat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+}
+
 std::string matmul_path(MatmulPrecision p) {
   const char* isa = isa_name(dnnl_get_effective_cpu_isa());
   if (p == MatmulPrecision::FP32) return cat("oneDNN sgemm, kernels for ", isa);

@@ -60,6 +60,9 @@ Bf16Path bf16_path();
 void set_bf16_path(Bf16Path p);
 bool native_bf16_available();
 
+// The GEMM library and its version, e.g. "oneDNN 3.0.0".
+std::string gemm_library();
+
 // One line on how GEMMs of this precision run here, e.g. "oneDNN sgemm
 // (avx512_core)" or "emulated: operands rounded to bf16, oneDNN sgemm".
 std::string matmul_path(MatmulPrecision p);

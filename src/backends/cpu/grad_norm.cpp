@@ -11,7 +11,7 @@ namespace strata::cpu {
 // AMD Zen 5), combined in a fixed order, so the result depends only on n and
 // the thread count.
 template <typename T>
-double sum_squares(const T* x, int64_t n) {
+void sum_squares(double* acc, const T* x, int64_t n) {
   constexpr int64_t kLanes = 8;
   const int64_t blocks = n / kLanes;
   double total = parallel_sum_ranges(blocks, [&](int64_t lo, int64_t hi) {
@@ -26,7 +26,7 @@ double sum_squares(const T* x, int64_t n) {
     return s;
   });
   for (int64_t i = blocks * kLanes; i < n; ++i) total += double(x[i]) * double(x[i]);
-  return total;
+  *acc += total;
 }
 
 template <typename T>
@@ -36,8 +36,8 @@ void scale_inplace(T* x, int64_t n, double s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= k;
 }
 
-template double sum_squares<float>(const float*, int64_t);
-template double sum_squares<double>(const double*, int64_t);
+template void sum_squares<float>(double*, const float*, int64_t);
+template void sum_squares<double>(double*, const double*, int64_t);
 template void scale_inplace<float>(float*, int64_t, double);
 template void scale_inplace<double>(double*, int64_t, double);
 

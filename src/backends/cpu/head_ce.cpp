@@ -3,6 +3,8 @@
 // into scratch, is reduced to (lse, loss) and, when a gradient is wanted,
 // turned in place into dlogits = (softmax - onehot) * dloss, which two more
 // GEMMs push into dxn and dwout before the next chunk overwrites the scratch.
+// The vocabulary-parallel head runs the same chunks in phases, so that its
+// caller can combine the ranks' statistics in between.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@ namespace strata::cpu {
 namespace {
 
 int64_t g_chunk_override = 0;
+struct Tag {};  // the head's workspaces, shared by all its entry points
 
 // Rows per chunk: about 64 MiB of float logits, and at least 256 rows: the
 // logits GEMM loses a third of its speed below ~512 rows (measured with
@@ -71,43 +74,10 @@ void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* tar
   }
 }
 
-// The vocab-parallel version of chunk_softmax: local statistics, the
-// shard's combine() across ranks, then the gradient for this rank's columns.
-template <typename T>
-void shard_chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* targets, T* lse,
-                         T* nll, double dloss, const VocabShard<T>& shard, T* target_logit) {
-  auto owned = [&](int32_t y) { return y != kIgnoreIndex && y >= shard.v0 && y < shard.v0 + V; };
-  if (mode != Mode::Backward) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* l = logits + r * V;
-      const T m = row_max(l, V);
-      lse[r] = m + std::log(exp_shift_sum<T>(nullptr, l, V, m));
-      target_logit[r] = owned(targets[r]) ? l[targets[r] - shard.v0] : T(0);
-    }
-    shard.combine(lse, target_logit, rows);
-    for (int64_t r = 0; r < rows; ++r)
-      nll[r] = targets[r] != kIgnoreIndex ? lse[r] - target_logit[r] : T(0);
-  }
-  if (mode == Mode::Forward) return;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    T* l = logits + r * V;
-    if (targets[r] == kIgnoreIndex) {
-      std::memset(l, 0, sizeof(T) * V);
-      continue;
-    }
-    const T k = T(dloss);
-    scaled_exp_shift(l, l, V, lse[r], k);
-    if (owned(targets[r])) l[targets[r] - shard.v0] -= k;
-  }
-}
-
 template <typename T>
 double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_nll,
            int64_t* n_valid, const T* x, const T* wn, const T* wout, const int32_t* targets,
-           int64_t N, int C, int V, double eps, double dloss, const VocabShard<T>* shard) {
-  struct Tag {};
+           int64_t N, int C, int V, double eps, double dloss) {
   if (N == 0) {
     if (n_valid) *n_valid = 0;
     return 0.0;
@@ -118,7 +88,6 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
   T* dxn = grad && (dx || dwn) ? workspace<T, 1, Tag>(size_t(N) * C) : nullptr;
   T* lse_buf = lse ? lse : workspace<T, 2, Tag>(size_t(N));
   T* nll_buf = token_nll ? token_nll : workspace<T, 3, Tag>(size_t(N));
-  T* target_logit = shard ? workspace<T, 4, Tag>(size_t(R)) : nullptr;
 
   if (mode != Mode::Backward) rmsnorm_forward(xn, rstd, x, wn, N, C, eps);
 
@@ -126,17 +95,12 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
     const int64_t rows = std::min(R, N - r0);
     const T* xr = xn + r0 * C;
     gemm<T>(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
-    if (shard)
-      shard_chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss,
-                             *shard, target_logit);
-    else
-      chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
+    chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
     if (!grad) continue;
     const Bf16OperandReuse reuse;  // bf16: the gradient chunk is converted once for both GEMMs
     if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
     if (dwout) gemm<T>(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
   }
-  if (dxn && shard) shard->reduce(dxn, N * C);  // each rank saw its vocabulary columns only
   if (dxn) rmsnorm_backward(dx, dwn, dxn, x, wn, rstd, N, C);
   if (mode == Mode::Backward) return 0.0;
   // Fixed-order sum: the loss is bit-identical run to run.
@@ -158,47 +122,123 @@ void set_head_ce_chunk_rows(int64_t rows) { g_chunk_override = rows > 0 ? rows :
 template <typename T>
 double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
                        const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                       double eps, const VocabShard<T>* shard) {
+                       double eps) {
   return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x, wn,
-                wout, targets, N, C, V, eps, 0.0, shard);
+                wout, targets, N, C, V, eps, 0.0);
 }
 
 template <typename T>
 void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
                       const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                      double dloss, const VocabShard<T>* shard) {
+                      double dloss) {
   run<T>(Mode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
-         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss, shard);
+         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
 }
 
 template <typename T>
 double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
                                 const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                int64_t N, int C, int V, double eps, double dloss,
-                                const VocabShard<T>* shard) {
+                                int64_t N, int C, int V, double eps, double dloss) {
   return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x, wn,
-                wout, targets, N, C, V, eps, dloss, shard);
+                wout, targets, N, C, V, eps, dloss);
+}
+
+// The vocabulary-parallel head (ops/ops.def): this rank's V columns, global
+// ids v0 ... The caller combines the statistics across ranks between the
+// phases.
+template <typename T>
+void head_ce_shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, const T* wn,
+                         const T* wout, const int32_t* targets, int64_t N, int C, int V, int64_t v0,
+                         double eps) {
+  if (N == 0) return;
+  const int64_t R = chunk_rows(N, V);
+  T* logits = workspace<T, 0, Tag>(size_t(R) * V);
+  rmsnorm_forward(xn, rstd, x, wn, N, C, eps);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    gemm<T>(false, true, rows, V, C, T(1), xn + r0 * C, C, wout, C, T(0), logits, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* l = logits + r * V;
+      const int32_t y = targets[r0 + r];
+      const T m = row_max(l, V);
+      lse[r0 + r] = m + std::log(exp_shift_sum<T>(nullptr, l, V, m));
+      const bool owned = y != kIgnoreIndex && y >= v0 && y < v0 + V;
+      target_logit[r0 + r] = owned ? l[y - v0] : T(0);
+    }
+  }
+}
+
+template <typename T>
+double head_ce_shard_loss(T* token_nll, int64_t* n_valid, const T* lse, const T* target_logit,
+                          const int32_t* targets, int64_t N) {
+  // Fixed-order sum: the loss is bit-identical run to run.
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const bool valid = targets[n] != kIgnoreIndex;
+    const T nll = valid ? lse[n] - target_logit[n] : T(0);
+    if (token_nll) token_nll[n] = nll;
+    if (!valid) continue;
+    total += double(nll);
+    ++count;
+  }
+  if (n_valid) *n_valid = count;
+  return total;
+}
+
+template <typename T>
+void head_ce_shard_backward(T* dxn, T* dwout, const T* xn, const T* lse, const T* wout,
+                            const int32_t* targets, int64_t N, int C, int V, int64_t v0,
+                            double dloss) {
+  if (N == 0) return;
+  const int64_t R = chunk_rows(N, V);
+  T* logits = workspace<T, 0, Tag>(size_t(R) * V);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    const T* xr = xn + r0 * C;
+    gemm<T>(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* l = logits + r * V;
+      const int32_t y = targets[r0 + r];
+      if (y == kIgnoreIndex) {
+        std::memset(l, 0, sizeof(T) * V);
+        continue;
+      }
+      const T k = T(dloss);
+      scaled_exp_shift(l, l, V, lse[r0 + r], k);
+      if (y >= v0 && y < v0 + V) l[y - v0] -= k;
+    }
+    const Bf16OperandReuse reuse;  // bf16: the gradient chunk is converted once for both GEMMs
+    if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
+    if (dwout) gemm<T>(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
+  }
 }
 
 template <typename T>
 void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N, int C,
                  int V, double eps) {
-  struct Tag {};
-  T* rstd = workspace<T, 0, Tag>(size_t(N));
+  struct LogitsTag {};
+  T* rstd = workspace<T, 0, LogitsTag>(size_t(N));
   rmsnorm_forward(xn_scratch, rstd, x, wn, N, C, eps);
   gemm<T>(false, true, N, V, C, T(1), xn_scratch, C, wout, C, T(0), logits, V);
 }
 
 #define STRATA_INSTANTIATE(T)                                                                      \
   template double head_ce_forward<T>(T*, T*, T*, T*, int64_t*, const T*, const T*, const T*,       \
-                                     const int32_t*, int64_t, int, int, double,                    \
-                                     const VocabShard<T>*);                                        \
+                                     const int32_t*, int64_t, int, int, double);                   \
   template void head_ce_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,  \
-                                    const T*, const int32_t*, int64_t, int, int, double,           \
-                                    const VocabShard<T>*);                                         \
+                                    const T*, const int32_t*, int64_t, int, int, double);          \
   template double head_ce_forward_backward<T>(T*, T*, T*, T*, T*, int64_t*, const T*, const T*,    \
                                               const T*, const int32_t*, int64_t, int, int, double, \
-                                              double, const VocabShard<T>*);                       \
+                                              double);                                             \
+  template void head_ce_shard_stats<T>(T*, T*, T*, T*, const T*, const T*, const T*,               \
+                                       const int32_t*, int64_t, int, int, int64_t, double);        \
+  template double head_ce_shard_loss<T>(T*, int64_t*, const T*, const T*, const int32_t*,          \
+                                        int64_t);                                                  \
+  template void head_ce_shard_backward<T>(T*, T*, const T*, const T*, const T*, const int32_t*,    \
+                                          int64_t, int, int, int64_t, double);                     \
   template void head_logits<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, double);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(double)

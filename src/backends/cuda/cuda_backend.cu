@@ -8,6 +8,7 @@
 
 #include "backends/cuda/backends.h"
 #include "backends/cuda/kernel_backend.h"
+#include "backends/cuda/kernels/gemm.cuh"
 
 namespace strata::cuda {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cuda/backends.h"
+#include "backends/cuda/kernels/gemm.cuh"
 
 namespace strata::cuda {
 namespace {

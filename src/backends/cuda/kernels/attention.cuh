@@ -5,9 +5,11 @@
 // memory to accumulate the output, whose D elements the lanes split (D <= 256).
 // Online softmax in the forward; the backward recomputes probabilities from
 // the saved log-sum-exp. Deterministic: no atomics, fixed summation order.
+// Kernels on top, launchers (training, and generation over a KV cache) below.
 #pragma once
 
-#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/context.cuh"
+#include "core/error.h"
 
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
@@ -236,6 +238,70 @@ STRATA_GLOBAL void k_attention_backward_dkv(T* dqkv, const T* dout, const T* qkv
     dkrow[d] = dk[t] * scale;
     dvrow[d] = dv[t];
   }
+}
+
+// ------------------------------------------------------------------ launchers
+
+inline unsigned attn_blocks(int64_t rows) { return unsigned((rows + kAttnWarps - 1) / kAttnWarps); }
+
+inline void check_heads(int Hq, int Hkv, int D) {
+  STRATA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: ", Hq, " query heads do not group over ", Hkv,
+               " key/value heads");
+  STRATA_CHECK(D <= kAttnMaxDLane * kWarp, "attention kernels take head_dim <= ",
+               kAttnMaxDLane * kWarp, ", got ", D);
+}
+
+template <typename T>
+void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B, int T_, int Hq,
+                       int Hkv, int D) {
+  check_heads(Hq, Hkv, D);
+  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
+  AttnView<T> v{qkv,
+                qkv + int64_t(Hq) * D,
+                qkv + int64_t(Hq + Hkv) * D,
+                W,
+                int64_t(T_) * W,
+                W,
+                D,
+                B,
+                T_,
+                Hq,
+                Hkv,
+                D,
+                0};
+  const int64_t rows = int64_t(B) * Hq * T_;
+  if (rows == 0) return;
+  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(rows), kAttnWarps * kWarp,
+                kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, lse, v);
+}
+
+template <typename T>
+void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qkv, const T* out,
+                        const T* lse, int B, int T_, int Hq, int Hkv, int D) {
+  check_heads(Hq, Hkv, D);
+  const int64_t rows = int64_t(B) * Hq * T_;
+  if (rows == 0) return;
+  T* delta = static_cast<T*>(k.scratch(kDelta, size_t(rows) * sizeof(T)));
+  STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnWarps * kWarp, 0, k.stream(), delta,
+                dout, out, B, T_, Hq, D);
+  STRATA_LAUNCH(k_attention_backward_dq<T>, attn_blocks(rows), kAttnWarps * kWarp,
+                kAttnWarps * (2 * D + kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
+                static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
+  STRATA_LAUNCH(k_attention_backward_dkv<T>, attn_blocks(int64_t(B) * Hkv * T_),
+                kAttnWarps * kWarp, kAttnWarps * (2 * D + 2 * kWarp) * sizeof(T), k.stream(), dqkv,
+                dout, qkv, lse, static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
+}
+
+// Generation: the forward kernel over a KV cache (no lse).
+template <typename T>
+void attention_cached_forward(KernelContext<T>& k, T* out, const T* q, int64_t q_stride,
+                              const T* kc, const T* vc, int n, int pos0, int Hq, int Hkv, int D,
+                              int max_len) {
+  check_heads(Hq, Hkv, D);
+  if (n == 0) return;
+  AttnView<T> v{q, kc, vc, q_stride, 0, D, int64_t(max_len) * D, 1, n, Hq, Hkv, D, pos0};
+  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnWarps * kWarp,
+                kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
 }
 
 }  // namespace STRATA_TARGET_NS

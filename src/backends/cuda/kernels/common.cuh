@@ -100,6 +100,12 @@ STRATA_DEVICE uint16_t bf16_bits(float f) {
   return (x & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((x >> 16) | 0x0040u) : rounded;
 }
 
+// Grid-stride loop over n elements (an element-wise kernel gives the same
+// result on any grid).
+#define STRATA_GRID_LOOP(i, n)                                              \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
 // Grid-stride loop shapes for n elements.
 inline unsigned blocks_for(int64_t n, int threads, unsigned cap = 4096) {
   const int64_t b = (n + threads - 1) / threads;

@@ -1,0 +1,211 @@
+// Fused final RMSNorm + LM head + cross-entropy, chunked over rows as the
+// CPU backend (backends/cpu/head_ce.cpp): per chunk one logits GEMM, the row
+// softmax kernel (a 256-thread block per row, gradient in place) and two
+// GEMMs for dxn and dwout; the vocabulary-parallel head in phases over the
+// same chunks. Kernels on top, launchers below.
+#pragma once
+
+#include <algorithm>
+
+#include "backends/cuda/kernels/context.cuh"
+#include "backends/cuda/kernels/reduce.cuh"
+#include "backends/cuda/kernels/rmsnorm.cuh"
+#include "ops/types.h"
+
+namespace strata::cuda {
+inline namespace STRATA_TARGET_NS {
+
+// Cross-entropy rows of a logits chunk [rows, V] (this rank's V columns,
+// global ids v0 ..). mode 0: lse, nll only; mode 1: also the gradient in place,
+// (softmax - onehot) * dloss; mode 2: gradient only, from a given lse. Ignored
+// targets get nll 0 and a zero gradient row. With `local` (vocab shards), mode
+// 0 writes the local lse and the owned target logit instead of nll.
+template <typename T>
+STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targets, T* lse, T* nll,
+                             T* target_logit, int mode, T dloss, int64_t v0, int ignore) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* l = logits + r * V;
+    const int32_t y = targets[r];
+    const bool valid = y != ignore;
+    const int64_t yl = int64_t(y) - v0;
+    const bool owned = valid && yl >= 0 && yl < V;
+    T lr;
+    if (mode == 2) {
+      lr = lse[r];
+    } else {
+      T m = g_neg_inf<T>();
+      for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) m = g_max(m, l[j]);
+      m = block_max(m);
+      T s = 0;
+      for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) s += g_exp(l[j] - m);
+      s = block_sum(s);
+      lr = m + g_log(s);
+      const T ly = owned ? l[yl] : T(0);
+      __syncthreads();  // every thread has read l[yl] before the gradient overwrites it
+      if (threadIdx.x == 0) {
+        lse[r] = lr;
+        if (target_logit) target_logit[r] = ly;
+        if (nll) nll[r] = valid ? lr - ly : T(0);
+      }
+      if (mode == 0) continue;
+    }
+    for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) {
+      T g = valid ? g_exp(l[j] - lr) * dloss : T(0);
+      if (owned && j == yl) g -= dloss;
+      l[j] = g;
+    }
+  }
+}
+
+// nll[r] = lse[r] - target_logit[r] (after a vocab-shard combine).
+template <typename T>
+STRATA_GLOBAL void k_ce_nll(T* nll, const T* lse, const T* target_logit, const int32_t* targets,
+                            int64_t rows, int ignore) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x)
+    nll[r] = targets[r] != ignore ? lse[r] - target_logit[r] : T(0);
+}
+
+// ------------------------------------------------------------------ launchers
+
+enum class HeadMode { Forward, Backward, ForwardBackward };
+
+// Rows per chunk: about 64 MiB of logits, 256 to 8192 rows.
+inline int64_t head_chunk_rows(int64_t N, int V) {
+  const int64_t R = std::clamp<int64_t>((int64_t(1) << 24) / std::max(V, 1), 256, 8192) / 16 * 16;
+  return std::min(R, N);
+}
+
+template <typename T>
+double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse,
+               T* token_nll, int64_t* n_valid, const T* x, const T* wn, const T* wout,
+               const int32_t* targets, int64_t N, int C, int V, double eps, double dloss) {
+  if (N == 0) {
+    if (n_valid) *n_valid = 0;
+    return 0.0;
+  }
+  const int64_t R = head_chunk_rows(N, V);
+  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const bool grad = mode != HeadMode::Forward;
+  T* dxn =
+      grad && (dx || dwn) ? static_cast<T*>(k.scratch(kDxn, size_t(N) * C * sizeof(T))) : nullptr;
+  T* lse_buf = lse ? lse : static_cast<T*>(k.scratch(kLse, size_t(N) * sizeof(T)));
+  T* nll_buf = token_nll ? token_nll : static_cast<T*>(k.scratch(kNll, size_t(N) * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  if (mode != HeadMode::Backward) rmsnorm_forward(k, xn, rstd, x, wn, N, C, eps);
+  const int m = mode == HeadMode::Forward ? 0 : mode == HeadMode::Backward ? 2 : 1;
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    const T* xr = xn + r0 * C;
+    k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
+    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
+                  dt + r0, lse_buf + r0,
+                  mode == HeadMode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
+                  static_cast<T*>(nullptr), m, T(dloss), int64_t(0), int(ops::kIgnoreIndex));
+    if (!grad) continue;
+    if (dxn)
+      k.gemm().gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
+    if (dwout) k.gemm().gemm(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
+  }
+  if (dxn) rmsnorm_backward(k, dx, dwn, dxn, x, wn, rstd, N, C);
+  if (mode == HeadMode::Backward) return 0.0;
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) count += targets[n] != ops::kIgnoreIndex;
+  if (n_valid) *n_valid = count;
+  return device_sum(k, nll_buf, static_cast<const T*>(nullptr), N, 2);
+}
+
+template <typename T>
+double head_ce_forward(KernelContext<T>& k, T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid,
+                       const T* x, const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                       int C, int V, double eps) {
+  return head_ce<T>(k, HeadMode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll,
+                    n_valid, x, wn, wout, targets, N, C, V, eps, 0.0);
+}
+
+template <typename T>
+void head_ce_backward(KernelContext<T>& k, T* dx, T* dwn, T* dwout, const T* x, const T* xn,
+                      const T* rstd, const T* lse, const T* wn, const T* wout,
+                      const int32_t* targets, int64_t N, int C, int V, double dloss) {
+  head_ce<T>(k, HeadMode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
+             const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
+}
+
+template <typename T>
+double head_ce_forward_backward(KernelContext<T>& k, T* dx, T* dwn, T* dwout, T* xn, T* rstd,
+                                int64_t* n_valid, const T* x, const T* wn, const T* wout,
+                                const int32_t* targets, int64_t N, int C, int V, double eps,
+                                double dloss) {
+  return head_ce<T>(k, HeadMode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr,
+                    n_valid, x, wn, wout, targets, N, C, V, eps, dloss);
+}
+
+// The vocabulary-parallel head (ops/ops.def): this rank's V columns, global
+// ids v0 ..; its caller combines the statistics across ranks between phases.
+template <typename T>
+void head_ce_shard_stats(KernelContext<T>& k, T* xn, T* rstd, T* lse, T* target_logit, const T* x,
+                         const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
+                         int V, int64_t v0, double eps) {
+  if (N == 0) return;
+  const int64_t R = head_chunk_rows(N, V);
+  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  rmsnorm_forward(k, xn, rstd, x, wn, N, C, eps);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    k.gemm().gemm(false, true, rows, V, C, T(1), xn + r0 * C, C, wout, C, T(0), logits, V);
+    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
+                  dt + r0, lse + r0, static_cast<T*>(nullptr), target_logit + r0, 0, T(0), v0,
+                  int(ops::kIgnoreIndex));
+  }
+}
+
+template <typename T>
+double head_ce_shard_loss(KernelContext<T>& k, T* token_nll, int64_t* n_valid, const T* lse,
+                          const T* target_logit, const int32_t* targets, int64_t N) {
+  if (N == 0) {
+    if (n_valid) *n_valid = 0;
+    return 0.0;
+  }
+  T* nll = token_nll ? token_nll : static_cast<T*>(k.scratch(kNll, size_t(N) * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  STRATA_LAUNCH(k_ce_nll<T>, blocks_for(N, 256), 256, 0, k.stream(), nll, lse, target_logit, dt, N,
+                int(ops::kIgnoreIndex));
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) count += targets[n] != ops::kIgnoreIndex;
+  if (n_valid) *n_valid = count;
+  return device_sum(k, static_cast<const T*>(nll), static_cast<const T*>(nullptr), N, 2);
+}
+
+template <typename T>
+void head_ce_shard_backward(KernelContext<T>& k, T* dxn, T* dwout, const T* xn, const T* lse,
+                            const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                            int64_t v0, double dloss) {
+  if (N == 0) return;
+  const int64_t R = head_chunk_rows(N, V);
+  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const int32_t* dt = k.upload_ints(kTargets, targets, N);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t rows = std::min(R, N - r0);
+    const T* xr = xn + r0 * C;
+    k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
+    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
+                  dt + r0, const_cast<T*>(lse) + r0, static_cast<T*>(nullptr),
+                  static_cast<T*>(nullptr), 2, T(dloss), v0, int(ops::kIgnoreIndex));
+    if (dxn)
+      k.gemm().gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
+    if (dwout) k.gemm().gemm(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
+  }
+}
+
+template <typename T>
+void head_logits(KernelContext<T>& k, T* logits, T* xn_scratch, const T* x, const T* wn,
+                 const T* wout, int64_t N, int C, int V, double eps) {
+  if (N == 0) return;
+  T* rstd = static_cast<T*>(k.scratch(kRstd, size_t(N) * sizeof(T)));
+  rmsnorm_forward(k, xn_scratch, rstd, x, wn, N, C, eps);
+  k.gemm().gemm(false, true, N, V, C, T(1), xn_scratch, C, wout, C, T(0), logits, V);
+}
+
+}  // namespace STRATA_TARGET_NS
+}  // namespace strata::cuda
