@@ -2,6 +2,8 @@
 # The layering of src/ (CMakeLists.txt, "built in layers"): every #include of
 # another directory must name a layer below. Static libraries catch a call
 # that goes the wrong way at link time; this catches a header that does.
+# It also runs tests/check_sizes.sh: no source file over 600 lines, no
+# function of src/cli/ over 60 (the command layer parses and calls the library).
 # Usage: tests/check_layers.sh [SRC_DIR]   (exit 1 and one line per offence)
 set -euo pipefail
 src=${1:-$(dirname "$0")/../src}
@@ -30,4 +32,5 @@ for dir in "$src"/*/; do
   done < <(grep -rnE '^#include "[a-z_]+/' "$dir" || true)
 done
 ((bad == 0)) && echo "check_layers: $(ls -d "$src"/*/ | wc -l) layers, every include goes down"
+"$(dirname "$0")/check_sizes.sh" "$src" || bad=1
 exit $bad

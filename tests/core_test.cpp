@@ -92,9 +92,6 @@ TEST(Text, PythonStringRules) {
             1);
 }
 
-// The data layer marks targets with core's constant, the ops skip theirs.
-static_assert(kIgnoreIndex == ops::kIgnoreIndex);
-
 // The shared helpers of core/text.h: one trim, one edit distance, counts.
 TEST(Text, TrimEditDistanceAndCounts) {
   EXPECT_EQ(trim(" \t x y \r\n\f\v"), "x y");

@@ -21,6 +21,7 @@
 #include "data/tokenizer.h"
 #include "eval/evaluate.h"
 #include "io/model_io.h"
+#include "model/kinds/kinds.h"
 #include "model/model.h"
 #include "plan_reference.h"
 #include "reference.h"
@@ -504,7 +505,7 @@ TEST(Spd, PipelineWritesCheckpointAndResumes) {
   auto spd_model = load_model(out + "/spd.h5", &info);
   std::vector<bool> on(3, false);
   on[size_t(ranking[0])] = on[size_t(ranking[1])] = true;
-  EXPECT_EQ(info.plan.to_string(), spd::plan_text(3, on, 2));
+  EXPECT_EQ(info.plan.to_string(), spd_plan_text(3, on, 2));
   EXPECT_EQ(info.state["spd"]["degree"].get<int>(), 2);
   EXPECT_EQ(info.state["spd"]["blocks"][1]["treatment"].get<std::string>(), "hg+b2b");
   EXPECT_EQ(info.state["spd"]["blocks"][1]["head_order"], jobs[2]["head_order"]);
@@ -524,7 +525,7 @@ TEST(Spd, PipelineWritesCheckpointAndResumes) {
   // Another degree than the blocks were distilled for is flagged.
   ::testing::internal::CaptureStderr();
   LoadOptions other_degree;
-  other_degree.plan = spd::plan_text(3, on, 4);
+  other_degree.plan = spd_plan_text(3, on, 4);
   load_model(out + "/spd.h5", nullptr, other_degree);
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("distilled for spd_degree 2"),
             std::string::npos);

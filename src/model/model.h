@@ -254,7 +254,7 @@ class Model {
   int head_bucket() const { return int(buckets_.size()) - 1; }
   class OpenHead;  // the embedding and head buckets' weights open for a scope
   void open_head_grads();
-  class ForwardPass;   // UnitForward for training and evaluation (model.cpp)
+  class ForwardPass;   // UnitForward for training and evaluation (model_units.cpp)
   class BackwardPass;  // UnitBackward for training
   struct LayerActs {
     AttentionActs<T> attn;

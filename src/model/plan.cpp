@@ -13,10 +13,8 @@ namespace strata {
 
 namespace {
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
+// The plan's text trimmed of spaces and tabs.
+std::string trim_blanks(const std::string& s) { return trim(s, " \t"); }
 
 std::string known_kinds() {
   std::vector<std::string> names;
@@ -40,18 +38,18 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
   std::stringstream ss(layers);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    item = trim(item);
+    item = trim_blanks(item);
     STRATA_CHECK(!item.empty(), where, ": empty entry");
     long count = 1;
     const auto star = item.find('*');
     if (star != std::string::npos) {
-      const std::string n = trim(item.substr(star + 1));
+      const std::string n = trim_blanks(item.substr(star + 1));
       STRATA_CHECK(
           !n.empty() && n.size() <= 6 && n.find_first_not_of("0123456789") == std::string::npos,
           where, ": bad repeat count '", n, "' (a positive whole number)");
       count = std::stol(n);
       STRATA_CHECK(count >= 1, where, ": repeat count of '", item, "' must be at least 1");
-      item = trim(item.substr(0, star));
+      item = trim_blanks(item.substr(0, star));
     }
     const KindInfo* info = nullptr;
     for (const KindInfo* k : kind_table())
@@ -67,12 +65,12 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
     std::set<std::string> seen;
     for (size_t at = semi + 1;;) {
       const size_t next = text.find(';', at);
-      item = trim(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      item = trim_blanks(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
       at = next + 1;
       STRATA_CHECK(!item.empty(), where, ": empty option");
       const size_t eq = item.find('=');
       STRATA_CHECK(eq != std::string::npos, where, ": option '", item, "' is not key=value");
-      const std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
+      const std::string key = trim_blanks(item.substr(0, eq)), value = trim_blanks(item.substr(eq + 1));
       STRATA_CHECK(!key.empty() && !value.empty(), where, ": option '", item,
                    "' needs a key and a value");
       STRATA_CHECK(seen.insert(key).second, where, ": option '", key, "' given twice");

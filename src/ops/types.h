@@ -1,16 +1,18 @@
 // Types of the op contract, shared by every backend and by the code that calls
-// ops (model, optimizer, data). Backends include this file; it includes no
-// backend.
+// ops (model, optimizer). Backends include this file; it includes no backend.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "core/targets.h"
+
 namespace strata::ops {
 
-// Targets equal to this are ignored by the cross-entropy (as in PyTorch / HF).
-constexpr int32_t kIgnoreIndex = -100;
+// Targets equal to this are ignored by the cross-entropy (as in PyTorch / HF);
+// defined with the data that writes it (core/targets.h).
+using strata::kIgnoreIndex;
 
 // Precision of the matmuls of the linear layers and the LM head: FP32, or BF16
 // (operands rounded to bfloat16, fp32 accumulation and result; everything that

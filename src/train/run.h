@@ -117,7 +117,6 @@ std::string save(Run& run);
 // One JSON line of metrics.jsonl (rank 0).
 void append_metrics(const Run& run, const nlohmann::json& j);
 
-std::string human_count(double n);  // 7.16M, 1.1k
 std::string human_time(double s);   // 2m05s, 1h07m
 
 }  // namespace strata::train_internal

@@ -19,19 +19,6 @@
 namespace strata::train_internal {
 namespace fs = std::filesystem;
 
-std::string human_count(double n) {
-  char buf[32];
-  if (n >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else if (n >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else if (n >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", n);
-  return buf;
-}
-
 std::string human_time(double s) {
   char buf[32];
   const long t = long(s + 0.5);

@@ -55,18 +55,6 @@ LayerRange layer_range(Model<float>& m, int l) {
 
 }  // namespace
 
-std::string plan_text(int L, const std::vector<bool>& spd, int g) {
-  LayerPlan p = LayerPlan::standard(L);
-  bool any = false;
-  for (int l = 0; l < L; ++l)
-    if (spd[size_t(l)]) {
-      p.kinds[size_t(l)] = LayerKind::Spd;
-      any = true;
-    }
-  if (any) p.options.emplace_back("spd_degree", std::to_string(g));
-  return p.to_string();
-}
-
 std::vector<int32_t> calibration_windows(const std::vector<int32_t>& ids, int n, int seq,
                                          uint64_t seed) {
   STRATA_CHECK(n >= 1 && seq >= 1, "calibration: need at least one window of one token");

@@ -18,10 +18,6 @@
 
 namespace strata::spd {
 
-// The plan with the layers in `spd` as spd blocks of degree g, the rest
-// standard ("standard,spd*2;spd_degree=4").
-std::string plan_text(int layers, const std::vector<bool>& spd, int g);
-
 // n windows of seq + 1 tokens at seeded random offsets of `ids` (the GPTQ /
 // OmniQuant calibration draw): [n, seq + 1], inputs = [.., :seq], targets =
 // [.., 1:]. Throws when ids has fewer than seq + 1 tokens.

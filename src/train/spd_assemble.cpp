@@ -12,6 +12,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "eval/evaluate.h"
+#include "model/kinds/kinds.h"
 #include "parallel/grid.h"
 #include "train/spd_pipeline_state.h"
 
@@ -51,7 +52,7 @@ class Assembler {
       want[size_t(l)] = treatment(s_, l, variant);
     }
     for (int l = 0; l < L; ++l) apply(l, want[size_t(l)]);
-    s_.model->set_plan(LayerPlan::parse(spd::plan_text(L, on, s_.c.degree), L));
+    s_.model->set_plan(LayerPlan::parse(spd_plan_text(L, on, s_.c.degree), L));
   }
 
  private:

@@ -91,7 +91,7 @@ bool plan(State& s, const SpdRunOptions& o) {
                                       " (the model's context), got ", c.seq_len));
   try {  // the degree against the heads and the MLP
     check_spd_degree(shape, c.degree, 1,
-                     spd::plan_text(L, std::vector<bool>(size_t(L), true), c.degree));
+                     spd_plan_text(L, std::vector<bool>(size_t(L), true), c.degree));
   } catch (const Error& e) {
     c.fail("spd.degree", cat(e.what(), " of ", c.checkpoint));
   }
@@ -216,7 +216,7 @@ void sensitivity(State& s) {
     for (int k = L; k >= 0; --k) {
       std::vector<bool> on(size_t(L), false);
       for (int l = k; l < L; ++l) on[size_t(l)] = true;
-      m.set_plan(LayerPlan::parse(spd::plan_text(L, on, c.degree), L));
+      m.set_plan(LayerPlan::parse(spd_plan_text(L, on, c.degree), L));
       s.ppl_from[size_t(k)] =
           spd::window_perplexity(m, s.windows, c.samples, c.seq_len, c.calibration_batch);
       if (k < L)
@@ -300,7 +300,7 @@ void distill_job(State& s, size_t j, const spd::BlockIO& bio) {
   }
   std::vector<bool> on(size_t(s.L), false);
   on[size_t(job.layer)] = true;
-  m.set_plan(LayerPlan::parse(spd::plan_text(s.L, on, c.degree), s.L));
+  m.set_plan(LayerPlan::parse(spd_plan_text(s.L, on, c.degree), s.L));
   spd::DistillConfig dc = c.distill;
   dc.progress = s.progress;
   dc.seed = c.seed + 1000 + uint64_t(job.layer);

@@ -17,6 +17,9 @@ namespace strata {
 // spd.cpp: spd_degree g against the model (it divides the heads, KV heads and
 // MLP width) and the tp degree (a multiple of it); one-line error naming the plan.
 void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& plan_text);
+// spd.cpp: the plan with the layers in `spd` as spd blocks of degree g, the
+// rest standard ("standard,spd*2;spd_degree=4").
+std::string spd_plan_text(int layers, const std::vector<bool>& spd, int g);
 
 }  // namespace strata
 

@@ -31,6 +31,18 @@ void check_spd_degree(const LlamaConfig& cfg, int g, int tp, const std::string& 
                  what, " (", n, ")");
 }
 
+std::string spd_plan_text(int L, const std::vector<bool>& spd, int g) {
+  LayerPlan p = LayerPlan::standard(L);
+  bool any = false;
+  for (int l = 0; l < L; ++l)
+    if (spd[size_t(l)]) {
+      p.kinds[size_t(l)] = LayerKind::Spd;
+      any = true;
+    }
+  if (any) p.options.emplace_back("spd_degree", std::to_string(g));
+  return p.to_string();
+}
+
 }  // namespace strata
 
 namespace strata::kinds {
