@@ -18,7 +18,10 @@ functions() {
   awk '
     FNR == 1 { start = 0 }
     start == 0 && /^[A-Za-z_~].*\(/ && !/^(namespace|struct|class|enum|union|using|typedef|extern|static_assert)/ &&
-        !/;[ \t]*$/ && !/^template <[^>]*>$/ { start = FNR; name = $0; open = index($0, "{") > 0; next }
+        !/;[ \t]*$/ && !/^template <[^>]*>$/ {
+      if (/\{.*\}[ \t]*$/) next  # a one-line function
+      start = FNR; name = $0; open = index($0, "{") > 0; next
+    }
     start > 0 && /^}/ { printf "%d\t%s:%d\t%s\n", FNR - start + 1, FILENAME, start, substr(name, 1, 90); start = 0; next }
     start > 0 && !open { if (index($0, "{") > 0) open = 1; else if ($0 ~ /;[ \t]*$/) start = 0 }
   ' "$@"
