@@ -89,12 +89,33 @@ BackendsInfo describe_backends() {
   const int rt = cuda::runtime_version();
   b.cuda = cat("backend built (runtime ", rt / 1000, ".", (rt % 1000) / 10, "); ",
                cuda::device_count(), " device(s) visible");
+  for (int i = 0; i < cuda::device_count(); ++i) {
+    cuda::GpuProperties p;
+    if (cuda::device_properties(i, &p)) b.gpus.push_back(cat("GPU ", i, ": ", cuda::describe_gpu(p)));
+  }
 #else
   b.cuda = "backend not built (nvcc not found at configure time)";
 #endif
   b.devices = cat(backend_names(), "; ", device_choice("auto"),
                   " (simt: the CUDA kernels on the CPU SIMT executor)");
   return b;
+}
+
+AcceleratorPeak accelerator_peak(const std::string& device) {
+  AcceleratorPeak r;
+#if defined(STRATA_HAVE_CUDA)
+  cuda::GpuProperties p;
+  if (resolve_device(device) != "cuda" || !cuda::device_properties(local_cuda_device(), &p))
+    return r;
+  const cuda::GpuPeak k = cuda::gpu_peak(p);
+  r.fp32_gflops = k.fp32_gflops;
+  r.bf16_gflops = k.bf16_gflops;
+  r.dram_gbs = k.dram_gbs;
+  r.what = cat(p.name, " (", k.source, ")");
+#else
+  (void)device;
+#endif
+  return r;
 }
 
 template <typename T>

@@ -46,6 +46,7 @@ int cmd_info(int argc, char** argv, int first) {
   std::printf("matmul bf16: %s\n", b.matmul_bf16.c_str());
   std::printf("precision auto: %s\n", b.native_bf16 ? "bf16" : "fp32");
   std::printf("cuda:    %s\n", b.cuda.c_str());
+  for (const std::string& g : b.gpus) std::printf("gpu:     %s\n", g.c_str());
   std::printf("devices: %s\n", b.devices.c_str());
   return 0;
 }

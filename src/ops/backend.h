@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/memory_info.h"
 
@@ -131,8 +132,18 @@ struct BackendsInfo {
   bool native_bf16 = false;              // so precision "auto" picks bf16
   std::string cuda;     // "backend built (runtime 13.0); 1 device(s) visible", or why not
   std::string devices;  // the device names, and the one "auto" picks
+  std::vector<std::string> gpus;  // one line per visible GPU: name, sm_XY, SMs, memory, peaks
 };
 BackendsInfo describe_backends();
+
+// The peak rates of the GPU behind device `device` (the local rank's GPU for
+// "cuda"; "auto" resolved first): the known-chip table or the computed rates
+// of backends/cuda/gpu_peak.h. All zero, `what` empty, for cpu and simt.
+struct AcceleratorPeak {
+  double fp32_gflops = 0, bf16_gflops = 0, dram_gbs = 0;
+  std::string what;  // "NVIDIA H100 80GB HBM3 (known chip: H100 SXM5 datasheet)"
+};
+AcceleratorPeak accelerator_peak(const std::string& device);
 
 // RAII allocation in a backend's memory space.
 template <typename T>

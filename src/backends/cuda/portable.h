@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cuda/kernel_times.h"
 #include "core/error.h"
 
 #if defined(__CUDACC__)
@@ -40,6 +41,7 @@
   T* name = reinterpret_cast<T*>(strata_dynamic_smem)
 #define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                            \
   do {                                                                                   \
+    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, stream);                    \
     kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__); \
     ::strata::gpu::check(cudaGetLastError(), #kernel);                                   \
   } while (0)
@@ -78,6 +80,26 @@ inline void zero_async(void* p, size_t bytes, void* s) {
 inline void sync(void* s) {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
+// Records a CUDA event on `stream` (kernel_times.h); resolved later.
+void* record_timing_event(void* stream);
+void add_pending_time(const char* name, void* start, void* stop);
+// While kernel timing is on: events around one launch (or one GEMM).
+class LaunchTimer {
+ public:
+  LaunchTimer(const char* name, void* stream) : name_(name), stream_(stream) {
+    if (kernel_timing()) start_ = record_timing_event(stream);
+  }
+  ~LaunchTimer() {
+    if (start_) add_pending_time(name_, start_, record_timing_event(stream_));
+  }
+  LaunchTimer(const LaunchTimer&) = delete;
+  LaunchTimer& operator=(const LaunchTimer&) = delete;
+
+ private:
+  const char* name_;
+  void* stream_;
+  void* start_ = nullptr;
+};
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 
@@ -85,6 +107,7 @@ inline void sync(void* s) {
 // ==================================================================== SIMT
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 
@@ -107,11 +130,11 @@ using dim3 = ::strata::simt::Dim3;
 #define blockIdx (::strata::simt::current().block_idx)
 #define blockDim (::strata::simt::current().block_dim)
 #define gridDim (::strata::simt::current().grid_dim)
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)        \
-  do {                                                               \
-    (void)(stream);                                                  \
-    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem), \
-                           [&] { kernel(__VA_ARGS__); });            \
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)          \
+  do {                                                                 \
+    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream)); \
+    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem),   \
+                           [&] { kernel(__VA_ARGS__); });              \
   } while (0)
 
 inline void __syncthreads() { ::strata::simt::syncthreads(); }
@@ -190,6 +213,26 @@ inline void zero_async(void* p, size_t bytes, void*) {
   if (bytes) std::memset(p, 0, bytes);
 }
 inline void sync(void*) { ::strata::simt::note_sync(); }
+// While kernel timing is on (kernel_times.h): the host time of one launch.
+class LaunchTimer {
+ public:
+  LaunchTimer(const char* name, void*) : name_(name) {
+    if (kernel_timing()) start_ = std::chrono::steady_clock::now(), on_ = true;
+  }
+  ~LaunchTimer() {
+    if (on_)
+      add_kernel_time(name_, std::chrono::duration<double, std::milli>(
+                                 std::chrono::steady_clock::now() - start_)
+                                 .count());
+  }
+  LaunchTimer(const LaunchTimer&) = delete;
+  LaunchTimer& operator=(const LaunchTimer&) = delete;
+
+ private:
+  const char* name_;
+  bool on_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The GPU check: one command on a GPU machine (an H100 or H200 lent for a few
+# minutes, with nvcc, cmake, ninja, compute-sanitizer and a Python, but none of
+# strata's Debian libraries) that builds strata for sm_90 and validates it on
+# the device in about eight minutes:
+#   1. the machine: GPU, driver, CUDA runtime, compiler
+#   2. the build (build-gpu/, only the targets below) and `strata info`
+#   3. the tests labelled gpu (ctest -L gpu) on the device
+#   4. compute-sanitizer memcheck, racecheck and synccheck on the kernel parity tests
+#   5. the kernel lab's variants at the sizes of a 1B-parameter model
+#   6. strata bench model and bench train on cuda, fp32 and bf16, 12L-768:
+#      ms/step, tokens/s, % of the GPU's peak, and the top kernels by time
+#   7. 20 training steps of the debug recipe on cpu and on cuda: the largest
+#      loss difference
+# Its last line is `N passed, M failed` (skipped steps are listed above it).
+#
+#   tests/gpu_prepare.sh        (here, first: stages .gpu-carry/ to carry along)
+#   tests/gpu.sh                (there: the check on the GPU)
+#   tests/gpu.sh --dry-run      (here: every step on the SIMT device, a CPU
+#                                build with the GPU machine's dependencies,
+#                                skipping only the tools that need a GPU)
+#
+# Everything it prints also goes to $OUT/gpu/ (one log per step, summary.txt),
+# or to build-gpu/gpu-out/ when OUT is not set. Environment: BUILD_DIR
+# (default build-gpu), JOBS (build jobs, default: all cores), STRATA_CARRY
+# (default .gpu-carry). Exit status: 0 when every step passed, 1 otherwise,
+# 2 for a usage error.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+dry=0
+for a in "$@"; do
+  case $a in
+    --dry-run) dry=1 ;;
+    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "tests/gpu.sh: unknown argument '$a' (--dry-run, --help)" >&2; exit 2 ;;
+  esac
+done
+
+build=${BUILD_DIR:-build-gpu}
+carry=${STRATA_CARRY:-.gpu-carry}
+jobs=${JOBS:-$(nproc)}
+out=${OUT:-$repo/$build/gpu-out}/gpu
+mkdir -p "$out" || { echo "tests/gpu.sh: cannot create $out" >&2; exit 1; }
+rm -f "$out"/*.log "$out"/summary.txt
+summary=$out/summary.txt
+
+passed=0 failed=0 skipped=0 n=0
+results=()
+say() { echo "$@" | tee -a "$summary"; }
+# step NAME COMMAND...: runs COMMAND, its output to the screen and to
+# $out/NN-NAME.log; exit 0 passes, 77 skips, anything else fails.
+step() {
+  local name=$1; shift
+  n=$((n + 1))
+  local log; log=$(printf '%s/%02d-%s.log' "$out" "$n" "$name")
+  local t0=$SECONDS
+  say ""
+  say "=== [$n] $name"
+  ( "$@" ) 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local dt=$((SECONDS - t0))
+  if [ "$rc" -eq 0 ]; then
+    passed=$((passed + 1)); results+=("pass  $name (${dt} s)")
+  elif [ "$rc" -eq 77 ]; then
+    skipped=$((skipped + 1)); results+=("skip  $name (${dt} s): $(tail -1 "$log")")
+  else
+    failed=$((failed + 1)); results+=("FAIL  $name (${dt} s, exit $rc): see $log")
+  fi
+  say "--- [$n] $name: exit $rc after ${dt} s"
+}
+# A step that needs a real GPU: skipped (77) in a dry run.
+gpu_only() {
+  if [ $dry -eq 1 ]; then echo "skipped: needs a GPU ($*)"; return 77; fi
+  "$@"
+}
+
+if [ $dry -eq 1 ]; then device=simt; else device=cuda; fi
+say "strata GPU check $(date -u +%Y-%m-%dT%H:%M:%SZ) ($([ $dry -eq 1 ] && echo "dry run on the SIMT device" || echo "on the GPU")), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# --- 1. the machine ----------------------------------------------------------
+machine() {
+  if [ $dry -eq 0 ]; then
+    nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version,clocks.max.sm \
+      --format=csv || return 1
+  else
+    echo "dry run: no GPU; the CUDA kernels run on the CPU SIMT executor"
+    lscpu | grep -E '^Model name|^CPU\(s\)' || true
+  fi
+  command -v nvcc > /dev/null && nvcc --version | tail -2
+  cmake --version | head -1
+  ${CXX:-c++} --version | head -1
+}
+step machine machine
+
+# --- 2. the build ------------------------------------------------------------
+configure_and_build() {
+  [ -d "$carry" ] || { echo "$carry/ is missing: run tests/gpu_prepare.sh first (and carry it)"; return 1; }
+  local flags=(-DSTRATA_GPU_BUILD=ON "-DSTRATA_VENDOR_DIR=$repo/$carry" -DSTRATA_CUDA=ON)
+  if [ $dry -eq 1 ]; then
+    # The GPU machine has none of these: build without them here too.
+    flags+=(-DSTRATA_WITH_DNNL=OFF -DSTRATA_WITH_HDF5=OFF -DSTRATA_WITH_SENTENCEPIECE=OFF
+            -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF -DSTRATA_WITH_SYSTEM_HEADERS=OFF)
+    command -v ccache > /dev/null &&
+      flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S . -B "$build" -G Ninja "${flags[@]}" > "$out/configure.txt" 2>&1 ||
+    { tail -30 "$out/configure.txt"; return 1; }
+  grep -E '^-- strata' "$out/configure.txt"
+  local targets=(strata test_backend_parity test_model_device test_simt strata-kernel-lab)
+  [ $dry -eq 0 ] && targets+=(strata-kernel-lab-cuda)
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}" 2>&1 | tail -3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+  "$build/strata" info
+}
+step build configure_and_build
+strata=$repo/$build/strata
+if [ ! -x "$strata" ]; then
+  say "the build failed: nothing else can run"
+  for r in "${results[@]}"; do say "$r"; done
+  say "$passed passed, $((failed + 1)) failed"
+  exit 1
+fi
+
+# --- 3. the tests labelled gpu -------------------------------------------------
+# In the dry run the cuda instances skip themselves and the simt ones run.
+step tests-gpu ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 -j 4
+
+# --- 4. compute-sanitizer on the kernel parity tests ---------------------------
+sanitize() {
+  local tool=$1 filter='*Cuda*:*cuda*'
+  compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+    "$build/tests/test_backend_parity" --gtest_filter="$filter" --gtest_brief=1 2>&1 | tail -15
+  return "${PIPESTATUS[0]}"
+}
+for tool in memcheck racecheck synccheck; do
+  step "sanitizer-$tool" gpu_only sanitize "$tool"
+done
+
+# --- 5. the kernel lab at 1B-model sizes ----------------------------------------
+if [ $dry -eq 1 ]; then
+  step kernel-lab "$build/bench/strata-kernel-lab" --size small
+else
+  step kernel-lab "$build/bench/strata-kernel-lab-cuda" --size 1b --repeat 10
+fi
+
+# --- 6. bench model and bench train ----------------------------------------------
+if [ $dry -eq 1 ]; then
+  shape=(--model 288 --tokens 128 --steps 1 --vocab 512)
+else
+  shape=(--model 768 --tokens 8192 --steps 5)
+fi
+step bench-model-fp32 "$strata" bench model --device "$device" "${shape[@]}" --kernels 12
+step bench-model-bf16 "$strata" bench model --device "$device" "${shape[@]}" --bf16 --kernels 12
+step bench-train-fp32 "$strata" bench train --device "$device" "${shape[@]}"
+step bench-train-bf16 "$strata" bench train --device "$device" "${shape[@]}" --bf16
+
+# --- 7. the debug recipe on cpu and on the device ----------------------------------
+losses() {
+  local dev=$1
+  "$strata" train recipes/debug.toml --set run.device="$dev" --set training.precision=fp32 \
+    --set log.interval=1 --set run.dir="$out/../train-$dev" $(cat "$carry/debug-overrides.txt") \
+    > "$out/train-$dev.txt" 2>&1 || { tail -20 "$out/train-$dev.txt"; return 1; }
+  grep -oE '^step +[0-9]+.*\| loss [0-9.]+' "$out/train-$dev.txt" | awk '{print $NF}' \
+    > "$out/loss-$dev.txt"
+  [ -s "$out/loss-$dev.txt" ] || { echo "no loss lines in $out/train-$dev.txt"; tail -5 "$out/train-$dev.txt"; return 1; }
+}
+compare_losses() {
+  losses cpu && losses "$device" || return 1
+  paste "$out/loss-cpu.txt" "$out/loss-$device.txt" | awk -v dev="$device" '
+    { d = $1 - $2; if (d < 0) d = -d; if (d > m) { m = d; at = NR } }
+    END { printf "%d steps, largest |loss(cpu) - loss(%s)| = %.3g at step %d\n", NR, dev, m, at
+          if (NR < 20) { print "fewer than 20 steps logged"; exit 1 }
+          if (m > 1e-3) { print "larger than 1e-3: the device diverges from the CPU"; exit 1 } }'
+}
+step train-cpu-vs-$device compare_losses
+
+# --- the summary --------------------------------------------------------------------
+say ""
+for r in "${results[@]}"; do say "$r"; done
+[ $skipped -gt 0 ] && say "($skipped skipped)"
+say "$passed passed, $failed failed"
+[ $failed -eq 0 ]
