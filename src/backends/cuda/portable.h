@@ -13,6 +13,20 @@
 // kernels/common.cuh (never CUDA's fast-math intrinsics directly). Callers
 // launch with STRATA_LAUNCH(kernel, grid, block, shared_bytes, stream, args...).
 //
+// Launch limits a GPU enforces, declared here so the SIMT build enforces them
+// too (a launch that a GPU refuses throws under SIMT, naming the kernel):
+//   - a block of more than 1024 threads, or a grid beyond CUDA's limits;
+//   - more threads than the kernel's launch bound. A kernel declares it with
+//     STRATA_LAUNCH_BOUNDS(name, n) before its template and
+//     STRATA_BOUNDS_OF(name) in its declaration (nvcc: __launch_bounds__(n),
+//     which also caps the kernel's registers so n threads fit the register file);
+//   - more than 48 KiB (49152 bytes) of dynamic shared memory, unless the host
+//     called gpu::allow_dynamic_shared(kernel, bytes) for at least that many
+//     first (cudaFuncSetAttribute's opt-in), and more than the device's 227 KiB
+//     (232448 bytes, H100 and H200) even then.
+// Registers x threads against the register file are checked on the compiled
+// kernels (tests/check_kernel_resources.sh), not here: only ptxas knows them.
+//
 // gpu:: is the memory and stream runtime the backend needs, the same two ways.
 //
 // Both builds of the kernels and of the backend can sit in one binary (a CUDA
@@ -43,6 +57,10 @@
     kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__); \
     ::strata::gpu::check(cudaGetLastError(), #kernel);                                   \
   } while (0)
+// The bound is a constant named after the kernel, so the declaration cannot
+// name another kernel's (nvcc reports an undeclared name).
+#define STRATA_LAUNCH_BOUNDS(name, n) inline constexpr int name##_max_threads = (n)
+#define STRATA_BOUNDS_OF(name) __launch_bounds__(name##_max_threads)
 
 namespace strata::gpu {
 inline namespace STRATA_TARGET_NS {
@@ -78,6 +96,13 @@ inline void zero_async(void* p, size_t bytes, void* s) {
 inline void sync(void* s) {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
+// Lets `kernel` launch with up to `bytes` of dynamic shared memory (past the
+// 48 KiB every kernel gets); CUDA refuses more than the device's opt-in maximum.
+template <typename... A>
+inline void allow_dynamic_shared(void (*kernel)(A...), size_t bytes) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 
@@ -107,12 +132,19 @@ using dim3 = ::strata::simt::Dim3;
 #define blockIdx (::strata::simt::current().block_idx)
 #define blockDim (::strata::simt::current().block_dim)
 #define gridDim (::strata::simt::current().grid_dim)
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)        \
-  do {                                                               \
-    (void)(stream);                                                  \
-    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem), \
-                           [&] { kernel(__VA_ARGS__); });            \
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                                  \
+  do {                                                                                         \
+    (void)(stream);                                                                            \
+    ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel),       \
+                           dim3(grid), dim3(block), (smem), [&] { kernel(__VA_ARGS__); });     \
   } while (0)
+// The executor looks the bound up by the kernel's name (what STRATA_LAUNCH
+// passes, less namespaces and template arguments).
+#define STRATA_LAUNCH_BOUNDS(name, n)                   \
+  inline constexpr int name##_max_threads = (n);       \
+  inline const bool name##_bound_registered =          \
+      ::strata::simt::declare_max_threads(#name, name##_max_threads)
+#define STRATA_BOUNDS_OF(name)
 
 inline void __syncthreads() { ::strata::simt::syncthreads(); }
 inline int __syncthreads_count(int p) { return ::strata::simt::syncthreads_count(p); }
@@ -190,6 +222,10 @@ inline void zero_async(void* p, size_t bytes, void*) {
   if (bytes) std::memset(p, 0, bytes);
 }
 inline void sync(void*) { ::strata::simt::note_sync(); }
+template <typename... A>
+inline void allow_dynamic_shared(void (*kernel)(A...), size_t bytes) {
+  ::strata::simt::allow_dynamic_shared(reinterpret_cast<::strata::simt::KernelId>(kernel), bytes);
+}
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 
