@@ -187,8 +187,7 @@ void lab_attention(bool model, int repeat) {
          max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
   ms = time_ms(
       [&] {
-        STRATA_LAUNCH(lab::attention_v2<float>, blocks, cu::kAttnThreads, 0, nullptr, out,
-                      lse, v);
+        STRATA_LAUNCH(lab::attention_v2<float>, blocks, cu::kAttnThreads, 0, nullptr, out, lse, v);
       },
       repeat);
   report("attention", 2, "lanes over D, a reduction per key", shape,

@@ -82,7 +82,8 @@ STRATA_DEVICE void attn_finish_row(T* out, T* lse, const AttnView<T>& a, int b, 
 // out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null).
 STRATA_LAUNCH_BOUNDS(k_attention_forward, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* out, T* lse, AttnView<T> a) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* out, T* lse,
+                                                                             AttnView<T> a) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -116,8 +117,9 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* 
 // row term).
 STRATA_LAUNCH_BOUNDS(k_attention_delta, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(T* delta, const T* dout, const T* out, int B, int T_, int Hq,
-                                     int D) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(T* delta, const T* dout,
+                                                                         const T* out, int B,
+                                                                         int T_, int Hq, int D) {
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (row >= int64_t(B) * Hq * T_) return;
@@ -132,8 +134,9 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(T* delt
 // dq of query row (b, i, h), written into dqkv (layout of qkv).
 STRATA_LAUNCH_BOUNDS(k_attention_backward_dq, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backward_dq(T* dqkv, const T* dout, const T* qkv, const T* lse,
-                                           const T* delta, int B, int T_, int Hq, int Hkv, int D) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backward_dq(
+    T* dqkv, const T* dout, const T* qkv, const T* lse, const T* delta, int B, int T_, int Hq,
+    int Hkv, int D) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -188,8 +191,9 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backwar
 // the queries i >= j.
 STRATA_LAUNCH_BOUNDS(k_attention_backward_dkv, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backward_dkv(T* dqkv, const T* dout, const T* qkv, const T* lse,
-                                            const T* delta, int B, int T_, int Hq, int Hkv, int D) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backward_dkv(
+    T* dqkv, const T* dout, const T* qkv, const T* lse, const T* delta, int B, int T_, int Hq,
+    int Hkv, int D) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -256,8 +260,8 @@ inline unsigned attn_blocks(int64_t rows) { return unsigned((rows + kAttnWarps -
 inline void check_heads(int Hq, int Hkv, int D) {
   STRATA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: ", Hq, " query heads do not group over ", Hkv,
                " key/value heads");
-  STRATA_CHECK(D <= kAttnMaxDLane * kWarp, "attention kernels take head_dim <= ",
-               kAttnMaxDLane * kWarp, ", got ", D);
+  STRATA_CHECK(D <= kAttnMaxDLane * kWarp,
+               "attention kernels take head_dim <= ", kAttnMaxDLane * kWarp, ", got ", D);
 }
 
 template <typename T>
@@ -291,14 +295,14 @@ void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qk
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
   T* delta = static_cast<T*>(k.scratch(kDelta, size_t(rows) * sizeof(T)));
-  STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta,
-                dout, out, B, T_, Hq, D);
+  STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta, dout,
+                out, B, T_, Hq, D);
   STRATA_LAUNCH(k_attention_backward_dq<T>, attn_blocks(rows), kAttnThreads,
                 kAttnWarps * (2 * D + kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
                 static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
-  STRATA_LAUNCH(k_attention_backward_dkv<T>, attn_blocks(int64_t(B) * Hkv * T_),
-                kAttnThreads, kAttnWarps * (2 * D + 2 * kWarp) * sizeof(T), k.stream(), dqkv,
-                dout, qkv, lse, static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
+  STRATA_LAUNCH(k_attention_backward_dkv<T>, attn_blocks(int64_t(B) * Hkv * T_), kAttnThreads,
+                kAttnWarps * (2 * D + 2 * kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
+                static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
 }
 
 // Generation: the forward kernel over a KV cache (no lse).

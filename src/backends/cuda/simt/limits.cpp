@@ -36,7 +36,8 @@ std::string_view base_name(std::string_view s) {
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
   const size_t colon = s.rfind("::");
   if (colon != std::string_view::npos) s.remove_prefix(colon + 2);
-  while (!s.empty() && (s.front() == ' ' || s.front() == '&' || s.front() == '(')) s.remove_prefix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '&' || s.front() == '('))
+    s.remove_prefix(1);
   return s;
 }
 
@@ -57,7 +58,8 @@ void allow_dynamic_shared(KernelId id, size_t bytes) {
 size_t dynamic_shared_limit(KernelId id) {
   std::lock_guard<std::mutex> lock(limits_mutex());
   auto it = opt_ins().find(id);
-  return it == opt_ins().end() ? kDefaultDynamicShared : std::max(it->second, kDefaultDynamicShared);
+  return it == opt_ins().end() ? kDefaultDynamicShared
+                               : std::max(it->second, kDefaultDynamicShared);
 }
 
 bool declare_max_threads(const char* name, int max_threads) {
