@@ -256,6 +256,9 @@ TEST(Simt, SharedMemoryOver48KiBNeedsOptIn) {
   // Over its own opt-in, and another kernel's opt-in does not count.
   EXPECT_THROW(STRATA_LAUNCH(k_shared_fill, 1, 32, kib64 + 4, nullptr, out.data(), 1), Error);
   EXPECT_THROW(STRATA_LAUNCH(k_shared_fill_max, 1, 32, kib64, nullptr, out.data(), 1), Error);
+  // The attribute is the kernel's limit either way: an opt-in below 48 KiB lowers it.
+  gpu::allow_dynamic_shared(k_shared_fill, 1024);
+  EXPECT_THROW(STRATA_LAUNCH(k_shared_fill, 1, 32, 2048, nullptr, out.data(), 1), Error);
 }
 
 // 227 KiB (232448 bytes) is the most an H100 or H200 block can have: the

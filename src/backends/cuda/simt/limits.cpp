@@ -58,8 +58,7 @@ void allow_dynamic_shared(KernelId id, size_t bytes) {
 size_t dynamic_shared_limit(KernelId id) {
   std::lock_guard<std::mutex> lock(limits_mutex());
   auto it = opt_ins().find(id);
-  return it == opt_ins().end() ? kDefaultDynamicShared
-                               : std::max(it->second, kDefaultDynamicShared);
+  return it == opt_ins().end() ? kDefaultDynamicShared : it->second;
 }
 
 bool declare_max_threads(const char* name, int max_threads) {
@@ -88,7 +87,9 @@ void check_launch(const char* name, KernelId id, Dim3 grid, Dim3 block, size_t d
   STRATA_CHECK(dynamic_shared <= kMaxDynamicShared, "SIMT launch of ", name, ": ", dynamic_shared,
                " bytes of dynamic shared memory, over the device's ", kMaxDynamicShared,
                " bytes (227 KiB) per block even with gpu::allow_dynamic_shared");
-  if (dynamic_shared > kDefaultDynamicShared) {
+  // The attribute is the kernel's limit either way: an opt-in below 48 KiB
+  // lowers it, as on a GPU.
+  if (dynamic_shared > 0) {
     const size_t limit = dynamic_shared_limit(id);
     STRATA_CHECK(dynamic_shared <= limit, "SIMT launch of ", name, ": ", dynamic_shared,
                  " bytes of dynamic shared memory, over the ", limit, " bytes it may use (",

@@ -69,7 +69,8 @@ inline constexpr size_t kMaxDynamicShared = 227 * 1024;
 // cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes): throws
 // when bytes exceed kMaxDynamicShared, as CUDA does.
 void allow_dynamic_shared(KernelId id, size_t bytes);
-// The opt-in of kernel `id` (kDefaultDynamicShared when it never opted in).
+// The dynamic shared memory kernel `id` may launch with: its last opt-in
+// (which may also lower it), kDefaultDynamicShared when it never opted in.
 size_t dynamic_shared_limit(KernelId id);
 // Registers the launch bound of the kernel named `name` (STRATA_LAUNCH_BOUNDS
 // at static initialisation); returns true.
