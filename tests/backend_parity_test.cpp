@@ -2,7 +2,7 @@
 // each row's forward against its reference, and every backend against the
 // CPU backend, forward and backward; a coverage test over the ops of
 // ops/ops.def; and what only the kernel backends have (the SIMT executor's
-// launches, bf16 operand rounding). The gradient checks of the same table
+// launches, bf16 operand rounding, the GEMM fallback). The gradient checks of the same table
 // are tests/grad_test.cpp.
 #include <gtest/gtest.h>
 
@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/gemm.h"
+#include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/simt/simt.h"
 #include "core/error.h"
 #include "op_table.h"
@@ -204,4 +206,134 @@ TEST(BackendParity, Bf16MatmulsRoundOperandsLikeTheCpuBackend) {
   double diff = 0;
   for (size_t i = 0; i < fp32.size(); ++i) diff = std::max(diff, std::abs(fp32[i] - outs[1][i]));
   EXPECT_GT(diff, 1e-4);
+}
+
+// ------------------------------------------------------------ GEMM fallback
+// The operands gemm_engine.h's rule keeps from cuBLASLt (leading dimensions
+// not a multiple of 16 bytes, views not 16-byte aligned) run on strata's
+// tiled GEMM kernel, through the SIMT executor here as on a GPU; aligned ones
+// do not. Each is checked against the CPU GEMM: within 1e-5 of the largest
+// |C| in fp32 and bf16 (the same bf16 operands, fp32 sums in another order),
+// 1e-12 in double.
+namespace {
+
+struct GemmCase {
+  bool ta, tb;
+  int64_t M, N, K;
+  int64_t pad_a, pad_b, pad_c;  // leading dimension = stored row length + pad
+  int64_t off_a, off_b, off_c;  // elements from an aligned start (a view)
+  double alpha, beta;
+};
+
+const GemmCase kOddGemms[] = {
+    {false, false, 9, 13, 37, 0, 0, 0, 0, 0, 0, 1.0, 0.0},   // odd ld everywhere
+    {true, false, 17, 11, 20, 1, 0, 3, 0, 0, 0, 1.5, 0.5},   // A^T, ld M + 1
+    {false, true, 40, 35, 50, 2, 1, 0, 0, 0, 0, -1.0, 1.0},  // B^T, several tiles
+    {true, true, 21, 18, 33, 0, 3, 2, 0, 0, 0, 0.5, -2.0},   // both transposed
+    {false, false, 16, 16, 32, 0, 0, 0, 1, 0, 0, 1.0, 1.0},  // A a view one element off
+    {true, false, 16, 24, 32, 0, 0, 0, 0, 0, 1, 2.0, 0.25},  // C a view one element off
+};
+// Aligned for every precision: ld multiples of 8 elements, 16-byte starts.
+const GemmCase kAlignedGemms[] = {
+    {false, true, 16, 24, 32, 0, 8, 0, 0, 0, 0, 1.0, 0.0},
+    {true, false, 24, 16, 40, 8, 0, 8, 8, 0, 8, 1.5, 0.5},
+};
+
+// Runs `c` on the simt backend's GEMM engine and on the CPU GEMM; returns
+// whether the engine took the fallback.
+template <typename T>
+bool run_gemm_case(const GemmCase& c, ops::MatmulPrecision prec, const std::string& what) {
+  auto be = ops::make_backend<T>("simt");
+  auto* kb = dynamic_cast<cuda::KernelBackend<T>*>(be.get());
+  EXPECT_NE(kb, nullptr);
+  if (!kb) return false;
+  const int64_t rows_a = c.ta ? c.K : c.M, cols_a = c.ta ? c.M : c.K;
+  const int64_t rows_b = c.tb ? c.N : c.K, cols_b = c.tb ? c.K : c.N;
+  const int64_t lda = cols_a + c.pad_a, ldb = cols_b + c.pad_b, ldc = c.N + c.pad_c;
+  const Host a = optable::random_host(c.off_a + rows_a * lda, 21);
+  const Host b = optable::random_host(c.off_b + rows_b * ldb, 22);
+  const Host c0 = optable::random_host(c.off_c + c.M * ldc, 23);
+  // The CPU GEMM on the same values as T.
+  std::vector<T> ha(a.begin(), a.end()), hb(b.begin(), b.end()), hc(c0.begin(), c0.end());
+  const ops::MatmulPrecision saved = cpu::matmul_precision();
+  cpu::set_matmul_precision(prec);
+  cpu::gemm<T>(c.ta, c.tb, c.M, c.N, c.K, T(c.alpha), ha.data() + c.off_a, lda, hb.data() + c.off_b,
+               ldb, T(c.beta), hc.data() + c.off_c, ldc);
+  cpu::set_matmul_precision(saved);
+  // The engine on backend memory.
+  optable::Device<T> dev(*be);
+  const T* da = dev.put(a);
+  const T* db = dev.put(b);
+  T* dc = dev.put(c0);
+  cuda::GemmEngine<T>& engine = kb->gemm_engine();
+  engine.set_precision(prec);
+  const uint64_t before = engine.fallback_gemms();
+  engine.gemm(c.ta, c.tb, c.M, c.N, c.K, T(c.alpha), da + c.off_a, lda, db + c.off_b, ldb,
+              T(c.beta), dc + c.off_c, ldc);
+  const uint64_t fallbacks = engine.fallback_gemms() - before;
+  EXPECT_LE(fallbacks, 1u) << what;
+  const Host got = dev.get(dc, int64_t(c0.size()));
+  expect_close(got, Host(hc.begin(), hc.end()), std::is_same_v<T, double> ? 1e-12 : 1e-5, what);
+  return fallbacks == 1;
+}
+
+std::string gemm_case_text(const GemmCase& c, const char* prec) {
+  return cat(prec, " ", c.ta ? "A^T " : "", c.tb ? "B^T " : "", c.M, "x", c.N, "x", c.K, " pads ",
+             c.pad_a, "/", c.pad_b, "/", c.pad_c, " offsets ", c.off_a, "/", c.off_b, "/", c.off_c);
+}
+
+}  // namespace
+
+TEST(BackendParity, GemmOperandsCublasLtWouldRejectTakeTheFallback) {
+  for (const GemmCase& c : kOddGemms) {
+    for (auto prec : {ops::MatmulPrecision::FP32, ops::MatmulPrecision::BF16}) {
+      const std::string what =
+          gemm_case_text(c, prec == ops::MatmulPrecision::BF16 ? "bf16" : "fp32");
+      EXPECT_TRUE(run_gemm_case<float>(c, prec, what)) << what << ": no fallback";
+    }
+    const std::string what = gemm_case_text(c, "double");
+    EXPECT_TRUE(run_gemm_case<double>(c, ops::MatmulPrecision::FP32, what)) << what;
+  }
+}
+
+TEST(BackendParity, GemmAlignedOperandsStayOnTheCublasLtPath) {
+  for (const GemmCase& c : kAlignedGemms) {
+    for (auto prec : {ops::MatmulPrecision::FP32, ops::MatmulPrecision::BF16}) {
+      const std::string what =
+          gemm_case_text(c, prec == ops::MatmulPrecision::BF16 ? "bf16" : "fp32");
+      EXPECT_FALSE(run_gemm_case<float>(c, prec, what)) << what << ": took the fallback";
+    }
+    const std::string what = gemm_case_text(c, "double");
+    EXPECT_FALSE(run_gemm_case<double>(c, ops::MatmulPrecision::FP32, what)) << what;
+  }
+  // ld 36 floats: 144 bytes, aligned in fp32; as bf16 operands 72 bytes, not.
+  const GemmCase c{false, false, 8, 36, 36, 0, 0, 0, 0, 0, 0, 1.0, 0.0};
+  EXPECT_FALSE(run_gemm_case<float>(c, ops::MatmulPrecision::FP32, "fp32 ld 36"));
+  EXPECT_TRUE(run_gemm_case<float>(c, ops::MatmulPrecision::BF16, "bf16 ld 36"));
+  EXPECT_TRUE(cuda::lt_gemm_ok(reinterpret_cast<const void*>(64), 36,
+                               reinterpret_cast<const void*>(64), 36,
+                               reinterpret_cast<const void*>(64), 36, 4, 4));
+  EXPECT_FALSE(cuda::lt_gemm_ok(reinterpret_cast<const void*>(64), 36,
+                                reinterpret_cast<const void*>(64), 36,
+                                reinterpret_cast<const void*>(64), 36, 2, 4));
+}
+
+// A model-sized op with an odd width runs its GEMMs on the fallback and still
+// matches the CPU backend (the linear op, forward).
+TEST(BackendParity, GemmFallbackUnderTheLinearOp) {
+  auto cpu = ops::make_backend<float>("cpu");
+  auto simt = ops::make_backend<float>("simt");
+  auto& engine = dynamic_cast<cuda::KernelBackend<float>&>(*simt).gemm_engine();
+  const int N = 19, IC = 45, OC = 29;
+  const Host x = optable::random_host(N * IC, 8), w = optable::random_host(OC * IC, 9);
+  std::vector<Host> outs;
+  const uint64_t before = engine.fallback_gemms();
+  for (auto* be : {cpu.get(), simt.get()}) {
+    optable::Device<float> dev(*be);
+    float* out = dev.put(Host(size_t(N * OC), 0.0));
+    be->linear_forward(out, dev.put(x), dev.put(w), nullptr, N, IC, OC);
+    outs.push_back(dev.get(out, N * OC));
+  }
+  EXPECT_EQ(engine.fallback_gemms() - before, 1u);
+  expect_close(outs[1], outs[0], 1e-5, "linear with IC 45, OC 29");
 }

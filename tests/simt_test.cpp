@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/common.cuh"
 
 using namespace strata;
@@ -78,6 +79,25 @@ STRATA_GLOBAL void k_dynamic(float* out) {
   s[blockDim.x - 1 - t] = float(t);
   __syncthreads();
   out[blockIdx.x * blockDim.x + t] = s[t];
+}
+
+// Fills `n` floats of dynamic shared memory and writes back their sum (every
+// thread), so a launch that is allowed is seen to use all of it.
+STRATA_GLOBAL void k_shared_fill(float* out, int n) {
+  STRATA_DYNAMIC_SHARED(float, s);
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) s[i] = 1.0f;
+  __syncthreads();
+  float sum = 0;
+  for (int i = 0; i < n; ++i) sum += s[i];
+  out[threadIdx.x] = sum;
+}
+// The same kernel again: opt-ins are per kernel, so each test gets its own.
+STRATA_GLOBAL void k_shared_fill_max(float* out, int n) { k_shared_fill(out, n); }
+
+// A kernel declaring a launch bound of 64 threads.
+STRATA_LAUNCH_BOUNDS(k_bounded, 64);
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_bounded) void k_bounded(int* out) {
+  out[threadIdx.x] = int(threadIdx.x);
 }
 
 STRATA_GLOBAL void k_barrier_in_branch(float* out) {
@@ -210,4 +230,73 @@ TEST(Simt, BarrierReachedByPartOfTheBlockAndBadShapesAreErrors) {
   }
   EXPECT_THROW(STRATA_LAUNCH(k_dynamic, 1, 2048, 0, nullptr, out.data()), Error);
   EXPECT_THROW(STRATA_LAUNCH(k_dynamic, 1, 32, 300 * 1024, nullptr, out.data()), Error);
+}
+
+// Past 48 KiB of dynamic shared memory a kernel must opt in
+// (cudaFuncSetAttribute on a GPU, gpu::allow_dynamic_shared here), and only
+// up to what it opted in to.
+TEST(Simt, SharedMemoryOver48KiBNeedsOptIn) {
+  std::vector<float> out(32);
+  const size_t kib48 = 48 * 1024, kib64 = 64 * 1024;
+  STRATA_LAUNCH(k_shared_fill, 1, 32, kib48, nullptr, out.data(), int(kib48 / 4));
+  EXPECT_EQ(out[0], float(kib48 / 4));
+  try {
+    STRATA_LAUNCH(k_shared_fill, 1, 32, kib48 + 4, nullptr, out.data(), 1);
+    FAIL() << "49156 bytes of dynamic shared memory launched without the opt-in";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("k_shared_fill"), std::string::npos) << m;
+    EXPECT_NE(m.find("49156 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("allow_dynamic_shared"), std::string::npos) << m;
+  }
+  gpu::allow_dynamic_shared(k_shared_fill, kib64);
+  EXPECT_EQ(simt::dynamic_shared_limit(reinterpret_cast<simt::KernelId>(&k_shared_fill)), kib64);
+  STRATA_LAUNCH(k_shared_fill, 2, 32, kib64, nullptr, out.data(), int(kib64 / 4));
+  EXPECT_EQ(out[0], float(kib64 / 4));
+  // Over its own opt-in, and another kernel's opt-in does not count.
+  EXPECT_THROW(STRATA_LAUNCH(k_shared_fill, 1, 32, kib64 + 4, nullptr, out.data(), 1), Error);
+  EXPECT_THROW(STRATA_LAUNCH(k_shared_fill_max, 1, 32, kib64, nullptr, out.data(), 1), Error);
+  // The attribute is the kernel's limit either way: an opt-in below 48 KiB lowers it.
+  gpu::allow_dynamic_shared(k_shared_fill, 1024);
+  EXPECT_THROW(STRATA_LAUNCH(k_shared_fill, 1, 32, 2048, nullptr, out.data(), 1), Error);
+}
+
+// 227 KiB (232448 bytes) is the most an H100 or H200 block can have: the
+// opt-in cannot ask for more, and no launch gets more.
+TEST(Simt, SharedMemoryOverDeviceMaximumRefused) {
+  std::vector<float> out(32);
+  const size_t max = 227 * 1024;
+  EXPECT_THROW(gpu::allow_dynamic_shared(k_shared_fill_max, max + 1), Error);
+  gpu::allow_dynamic_shared(k_shared_fill_max, max);
+  STRATA_LAUNCH(k_shared_fill_max, 1, 32, max, nullptr, out.data(), int(max / 4));
+  EXPECT_EQ(out[0], float(max / 4));
+  try {
+    STRATA_LAUNCH(k_shared_fill_max, 1, 32, max + 4, nullptr, out.data(), 1);
+    FAIL() << "more than 227 KiB of dynamic shared memory launched";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("k_shared_fill_max"), std::string::npos) << m;
+    EXPECT_NE(m.find("232452 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("227 KiB"), std::string::npos) << m;
+  }
+}
+
+// A block larger than the kernel's __launch_bounds__ fails to launch on a GPU.
+TEST(Simt, LaunchBoundsRefuseLargerBlocks) {
+  std::vector<int> out(128, -1);
+  STRATA_LAUNCH(k_bounded, 1, 64, 0, nullptr, out.data());
+  EXPECT_EQ(out[63], 63);
+  try {
+    STRATA_LAUNCH(k_bounded, 1, dim3(32, 3), 0, nullptr, out.data());
+    FAIL() << "a block of 96 threads launched a kernel bounded to 64";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("k_bounded"), std::string::npos) << m;
+    EXPECT_NE(m.find("96 threads"), std::string::npos) << m;
+    EXPECT_NE(m.find("__launch_bounds__ (64)"), std::string::npos) << m;
+  }
+  // The production attention kernels declare theirs (one block: 4 warps).
+  EXPECT_EQ(simt::max_threads("cu::k_attention_backward_dkv<double>"), 128);
+  EXPECT_EQ(simt::max_threads("k_attention_forward<T>"), 128);
+  EXPECT_EQ(simt::max_threads("k_tree_sum"), 0);
 }

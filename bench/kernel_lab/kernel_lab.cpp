@@ -179,7 +179,7 @@ void lab_attention(bool model, int repeat) {
                             "x" + std::to_string(D);
   double ms = time_ms(
       [&] {
-        STRATA_LAUNCH(cu::k_attention_forward<float>, blocks, cu::kAttnWarps * cu::kWarp,
+        STRATA_LAUNCH(cu::k_attention_forward<float>, blocks, cu::kAttnThreads,
                       cu::kAttnWarps * (D + cu::kWarp) * sizeof(float), nullptr, out, lse, v);
       },
       repeat);
@@ -187,18 +187,18 @@ void lab_attention(bool model, int repeat) {
          max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
   ms = time_ms(
       [&] {
-        STRATA_LAUNCH(lab::attention_v2<float>, blocks, cu::kAttnWarps * cu::kWarp, 0, nullptr, out,
-                      lse, v);
+        STRATA_LAUNCH(lab::attention_v2<float>, blocks, cu::kAttnThreads, 0, nullptr, out, lse, v);
       },
       repeat);
   report("attention", 2, "lanes over D, a reduction per key", shape,
          max_rel_err(d.get(out, want.size()), want), ms, 2e-5);
   const size_t smem3 = (2 * cu::kWarp * (D + 1) + cu::kAttnWarps * (D + cu::kWarp)) * sizeof(float);
+  gpu::allow_dynamic_shared(lab::attention_v3<float>, smem3);  // past 48 KiB from D = 178
   ms = time_ms(
       [&] {
         STRATA_LAUNCH(lab::attention_v3<float>,
                       dim3(unsigned((T + cu::kAttnWarps - 1) / cu::kAttnWarps), unsigned(B * Hq)),
-                      cu::kAttnWarps * cu::kWarp, smem3, nullptr, out, lse, v);
+                      cu::kAttnThreads, smem3, nullptr, out, lse, v);
       },
       repeat);
   report("attention", 3, "v1 with K/V chunks shared by the block", shape,

@@ -53,8 +53,9 @@ STRATA_GLOBAL void column_sums_v2_finish(T* dst, const T* partial, int chunks, i
 // Attention forward v2: a warp per query row whose lanes split the head
 // dimension; one dot product (a warp reduction) per key. The naive baseline
 // the production kernel (lanes over keys, shared probabilities) replaced.
+STRATA_LAUNCH_BOUNDS(attention_v2, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL void attention_v2(T* out, T* lse, AttnView<T> a) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(attention_v2) void attention_v2(T* out, T* lse, AttnView<T> a) {
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (row >= int64_t(a.B) * a.Hq * a.Tq) return;
@@ -89,9 +90,12 @@ STRATA_GLOBAL void attention_v2(T* out, T* lse, AttnView<T> a) {
 // is staged in shared memory once per block (coalesced, rows padded by one
 // element against bank conflicts) instead of once per warp. Block barriers
 // around each chunk; warps past their causal limit mask their lanes but keep
-// taking part in the barriers.
+// taking part in the barriers. Its shared memory, 2 * 32 * (D + 1) + 4 *
+// (D + 32) elements, passes 48 KiB from D = 178 in fp32 (D = 88 in double),
+// so the lab opts in (gpu::allow_dynamic_shared) before launching it.
+STRATA_LAUNCH_BOUNDS(attention_v3, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL void attention_v3(T* out, T* lse, AttnView<T> a) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(attention_v3) void attention_v3(T* out, T* lse, AttnView<T> a) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int bh = int(blockIdx.y), h = bh % a.Hq, b = bh / a.Hq;

@@ -1,6 +1,7 @@
 // The "cuda" backend: KernelBackend compiled by nvcc, on its own stream, with
 // GEMMs on cuBLASLt (fp32, or bf16 operands with fp32 accumulation; double
-// for completeness).
+// for completeness), and on strata's tiled GEMM kernel for the operands
+// gemm_engine.h's rule keeps from cuBLASLt or shapes it has no algorithm for.
 #include <cublasLt.h>
 
 #include <map>
@@ -9,6 +10,7 @@
 #include "backends/cuda/backends.h"
 #include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/kernels/gemm.cuh"
+#include "core/log.h"
 
 namespace strata::cuda {
 namespace {
@@ -55,12 +57,13 @@ class LtGemm final : public GemmEngine<T> {
       STRATA_LAUNCH(k_scale_matrix<T>, blocks_for(M * N, 256), 256, 0, stream_, C, M, N, ldc, beta);
       return;
     }
-    bool bf16 = false;
+    const bool bf16 = std::is_same_v<T, float> && precision_ == ops::MatmulPrecision::BF16;
+    if (!lt_gemm_ok(A, lda, B, ldb, C, ldc, bf16 ? 2 : sizeof(T), sizeof(T)))
+      return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
     const void* a = A;
     const void* b = B;
     if constexpr (std::is_same_v<T, float>) {
-      if (precision_ == ops::MatmulPrecision::BF16) {
-        bf16 = true;
+      if (bf16) {
         a = to_bf16(0, A, (ta ? K : M), (ta ? M : K), lda);
         b = to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
       }
@@ -71,6 +74,7 @@ class LtGemm final : public GemmEngine<T> {
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
     const Plan& p = it->second;
+    if (!p.found) return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
     check_lt(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, C, p.out, C,
                             p.out, &p.algo, workspace_, kWorkspace, stream_),
              "cublasLtMatmul");
@@ -79,8 +83,10 @@ class LtGemm final : public GemmEngine<T> {
   ops::MatmulPrecision precision() const override { return precision_; }
   bool native_bf16() const override { return native_bf16_ && std::is_same_v<T, float>; }
   std::string path(ops::MatmulPrecision p) const override {
-    return p == ops::MatmulPrecision::FP32 ? "cuBLASLt fp32 (CUBLAS_COMPUTE_32F, no TF32)"
-                                           : "cuBLASLt bf16 operands, fp32 accumulation and output";
+    return std::string(p == ops::MatmulPrecision::FP32
+                           ? "cuBLASLt fp32 (CUBLAS_COMPUTE_32F, no TF32)"
+                           : "cuBLASLt bf16 operands, fp32 accumulation and output") +
+           "; strata's tiled GEMM where cuBLASLt is not given the operands or has no algorithm";
   }
 
  private:
@@ -91,7 +97,16 @@ class LtGemm final : public GemmEngine<T> {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool found = false;  // false: the heuristic had no algorithm (the fallback runs)
   };
+
+  // strata's tiled GEMM (kernels/gemm.cuh) for what cuBLASLt is not given or
+  // cannot do; it reads the original operands (bf16: rounds them itself).
+  void fallback(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                const T* B, int64_t ldb, T beta, T* C, int64_t ldc, bool bf16) {
+    this->note_fallback();
+    gemm_tiled<T>(stream_, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+  }
 
   Plan make_plan(const Key& k) {
     const auto [ta, tb, M, N, K, lda, ldb, ldc, bf16, al_a, al_b, al_c] = k;
@@ -137,12 +152,16 @@ class LtGemm final : public GemmEngine<T> {
                                             1, &result, &found),
              "cublasLtMatmulAlgoGetHeuristic");
     cublasLtMatmulPreferenceDestroy(pref);
-    STRATA_CHECK(found > 0, "cuBLASLt has no algorithm for a ", M, "x", N, "x", K, " GEMM (",
-                 bf16  ? "bf16"
-                 : dbl ? "fp64"
-                       : "fp32",
-                 ")");
-    p.algo = result.algo;
+    // No algorithm: the plan says so and the fallback runs this shape (a GEMM
+    // is never the reason a run stops).
+    p.found = found > 0;
+    if (p.found) {
+      p.algo = result.algo;
+    } else {
+      log::warn("cuBLASLt has no algorithm for a ", M, "x", N, "x", K, " GEMM (",
+                bf16 ? "bf16" : (dbl ? "fp64" : "fp32"), ", ld ", lda, "/", ldb, "/", ldc,
+                "): strata's tiled GEMM runs it");
+    }
     return p;
   }
   static void destroy(Plan& p) {

@@ -4,14 +4,47 @@
 //   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
 // with A stored M x K (lda) or, when trans_a, K x M; B likewise. Pointers
 // are backend memory; the call is ordered on the backend's stream.
+//
+// Both engines hand cuBLASLt (or its stand-in) only the GEMMs of the rule
+// below and run every other one, and any GEMM cuBLASLt finds no algorithm
+// for, on strata's own tiled kernel (k_gemm_tiled, kernels/gemm.cuh), so an
+// operand cuBLASLt would reject slows one GEMM down instead of stopping the
+// run, and the SIMT build runs that kernel for exactly the GEMMs a GPU would.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "ops/types.h"
 
 namespace strata::cuda {
+
+// The operands strata hands to cuBLASLt: every matrix (A, B and C) starts at
+// a 16-byte aligned address and its leading dimension is a multiple of 16
+// bytes in the element type cuBLASLt reads (bf16 operands: 8 elements; fp32:
+// 4; double: 2). That is the alignment the cuBLAS documentation asks of
+// operands for its tensor-core kernels (section "Tensor Core Usage",
+// docs.nvidia.com/cuda/cublas: 16-byte aligned pointers, leading dimensions
+// that are multiples of 16 bytes), and cuBLASLt's heuristic filters its
+// kernels by the operands' alignment (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES,
+// which LtGemm passes): below it the heuristic may offer no algorithm at all
+// (a bf16 ld not a multiple of 8 is the known case), and what it offers is a
+// slow path anyway. Every
+// full-size activation and weight of a model with dimensions that are
+// multiples of 8 meets the rule; odd shapes and unaligned views do not.
+inline constexpr size_t kLtAlignBytes = 16;
+inline bool lt_operand_ok(const void* p, int64_t ld, size_t element_bytes) {
+  return reinterpret_cast<uintptr_t>(p) % kLtAlignBytes == 0 &&
+         (uint64_t(ld) * element_bytes) % kLtAlignBytes == 0;
+}
+// `operand_bytes`: the element size of A and B as cuBLASLt reads them (2 for
+// bf16 operands); `out_bytes`: that of C.
+inline bool lt_gemm_ok(const void* A, int64_t lda, const void* B, int64_t ldb, const void* C,
+                       int64_t ldc, size_t operand_bytes, size_t out_bytes) {
+  return lt_operand_ok(A, lda, operand_bytes) && lt_operand_ok(B, ldb, operand_bytes) &&
+         lt_operand_ok(C, ldc, out_bytes);
+}
 
 template <typename T>
 class GemmEngine {
@@ -26,6 +59,16 @@ class GemmEngine {
   virtual ops::MatmulPrecision precision() const = 0;
   virtual bool native_bf16() const = 0;
   virtual std::string path(ops::MatmulPrecision p) const = 0;
+
+  // GEMMs that ran on strata's tiled kernel instead of cuBLASLt (or its
+  // stand-in) since the engine was made: tests check the rule routes them.
+  uint64_t fallback_gemms() const { return fallbacks_; }
+
+ protected:
+  void note_fallback() { ++fallbacks_; }
+
+ private:
+  uint64_t fallbacks_ = 0;
 };
 
 }  // namespace strata::cuda

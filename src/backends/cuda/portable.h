@@ -13,6 +13,22 @@
 // kernels/common.cuh (never CUDA's fast-math intrinsics directly). Callers
 // launch with STRATA_LAUNCH(kernel, grid, block, shared_bytes, stream, args...).
 //
+// Launch limits a GPU enforces, declared here so the SIMT build enforces them
+// too (a launch that a GPU refuses throws under SIMT, naming the kernel):
+//   - a block of more than 1024 threads, or a grid beyond CUDA's limits;
+//   - more threads than the kernel's launch bound. A kernel declares it with
+//     STRATA_LAUNCH_BOUNDS(name, n) before its template and
+//     STRATA_BOUNDS_OF(name) in its declaration (nvcc: __launch_bounds__(n, 1),
+//     which also keeps the kernel's registers within what n threads may have);
+//   - more than 48 KiB (49152 bytes) of dynamic shared memory, unless the host
+//     called gpu::allow_dynamic_shared(kernel, bytes) for at least that many
+//     first (cudaFuncSetAttribute's opt-in), and more than the device's 227 KiB
+//     (232448 bytes, H100 and H200) even then.
+// Registers x threads against the register file, and spills, are checked on
+// the compiled kernels (tests/check_kernel_resources.sh), not here: only
+// ptxas knows them. GEMM operands cuBLASLt would reject are not refused but
+// rerouted to strata's own GEMM kernel, in both builds (gemm_engine.h).
+//
 // gpu:: is the memory and stream runtime the backend needs, the same two ways.
 //
 // Both builds of the kernels and of the backend can sit in one binary (a CUDA
@@ -45,6 +61,14 @@
     kernel<<<(grid), (block), (smem), static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__); \
     ::strata::gpu::check(cudaGetLastError(), #kernel);                                   \
   } while (0)
+// The bound is a constant named after the kernel, so the declaration cannot
+// name another kernel's (nvcc reports an undeclared name). The second
+// argument, one block per SM at least, lets ptxas give a thread all the
+// registers the bound allows: given the maximum alone it traded registers
+// for occupancy and spilled (attention dkv: 96 registers, 28 bytes of spill
+// stores on sm_90; 128 registers and none with it).
+#define STRATA_LAUNCH_BOUNDS(name, n) inline constexpr int name##_max_threads = (n)
+#define STRATA_BOUNDS_OF(name) __launch_bounds__(name##_max_threads, 1)
 
 namespace strata::gpu {
 inline namespace STRATA_TARGET_NS {
@@ -100,6 +124,13 @@ class LaunchTimer {
   void* stream_;
   void* start_ = nullptr;
 };
+// Lets `kernel` launch with up to `bytes` of dynamic shared memory (past the
+// 48 KiB every kernel gets); CUDA refuses more than the device's opt-in maximum.
+template <typename... A>
+inline void allow_dynamic_shared(void (*kernel)(A...), size_t bytes) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 
@@ -130,12 +161,19 @@ using dim3 = ::strata::simt::Dim3;
 #define blockIdx (::strata::simt::current().block_idx)
 #define blockDim (::strata::simt::current().block_dim)
 #define gridDim (::strata::simt::current().grid_dim)
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)          \
-  do {                                                                 \
-    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream)); \
-    ::strata::simt::launch(#kernel, dim3(grid), dim3(block), (smem),   \
-                           [&] { kernel(__VA_ARGS__); });              \
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                              \
+  do {                                                                                     \
+    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                     \
+    ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel),   \
+                           dim3(grid), dim3(block), (smem), [&] { kernel(__VA_ARGS__); }); \
   } while (0)
+// The executor looks the bound up by the kernel's name (what STRATA_LAUNCH
+// passes, less namespaces and template arguments).
+#define STRATA_LAUNCH_BOUNDS(name, n)            \
+  inline constexpr int name##_max_threads = (n); \
+  inline const bool name##_bound_registered =    \
+      ::strata::simt::declare_max_threads(#name, name##_max_threads)
+#define STRATA_BOUNDS_OF(name)
 
 inline void __syncthreads() { ::strata::simt::syncthreads(); }
 inline int __syncthreads_count(int p) { return ::strata::simt::syncthreads_count(p); }
@@ -233,6 +271,10 @@ class LaunchTimer {
   bool on_ = false;
   std::chrono::steady_clock::time_point start_;
 };
+template <typename... A>
+inline void allow_dynamic_shared(void (*kernel)(A...), size_t bytes) {
+  ::strata::simt::allow_dynamic_shared(reinterpret_cast<::strata::simt::KernelId>(kernel), bytes);
+}
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::gpu
 

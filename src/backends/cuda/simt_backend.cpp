@@ -14,12 +14,21 @@ namespace {
 // cuBLASLt's stand-in. BF16 rounds the operands with the SIMT kernel
 // k_round_bf16 (the CUDA path's bf16 conversion rule) and multiplies in fp32:
 // bf16 products are exact in fp32, so this is the numerics of a bf16 GEMM
-// with fp32 accumulation.
+// with fp32 accumulation. The operands the CUDA engine keeps from cuBLASLt
+// (lt_gemm_ok, gemm_engine.h) run here as there: on strata's tiled GEMM
+// kernel, through the SIMT executor.
 template <typename T>
 class CpuGemm final : public GemmEngine<T> {
  public:
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
             const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+    if (M == 0 || N == 0) return;
+    const bool bf16 = std::is_same_v<T, float> && precision_ == ops::MatmulPrecision::BF16;
+    if (K > 0 && !lt_gemm_ok(A, lda, B, ldb, C, ldc, bf16 ? 2 : sizeof(T), sizeof(T))) {
+      this->note_fallback();
+      gemm_tiled<T>(nullptr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+      return;
+    }
     ::strata::simt::DeviceAccess access;  // the stand-in reads device memory on the host
     const ops::MatmulPrecision saved = cpu::matmul_precision();
     if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
@@ -36,9 +45,11 @@ class CpuGemm final : public GemmEngine<T> {
   ops::MatmulPrecision precision() const override { return precision_; }
   bool native_bf16() const override { return false; }
   std::string path(ops::MatmulPrecision p) const override {
-    return p == ops::MatmulPrecision::FP32
-               ? "SIMT executor; GEMMs on the CPU GEMM library (cuBLASLt stand-in)"
-               : "SIMT executor; operands rounded to bf16 by k_round_bf16, fp32 CPU GEMM";
+    return std::string(p == ops::MatmulPrecision::FP32
+                           ? "SIMT executor; GEMMs on the CPU GEMM library (cuBLASLt stand-in)"
+                           : "SIMT executor; operands rounded to bf16 by k_round_bf16, fp32 CPU "
+                             "GEMM") +
+           "; strata's tiled GEMM kernel where cuBLASLt would not be given the operands";
   }
 
  private:

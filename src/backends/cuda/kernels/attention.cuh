@@ -16,6 +16,11 @@ inline namespace STRATA_TARGET_NS {
 
 constexpr int kAttnWarps = 4;     // warps (rows) per block
 constexpr int kAttnMaxDLane = 8;  // D / 32 elements per lane: D <= 256
+// Every attention kernel runs blocks of kAttnWarps warps and declares it as
+// its launch bound: ptxas then knows no block is larger (unbounded, a block
+// of 1024 threads would have to fit 64 registers a thread, and dkv uses 128),
+// and a larger launch is refused, on a GPU and by the SIMT executor.
+constexpr int kAttnThreads = kAttnWarps * kWarp;
 
 // Where the rows live. Query row (b, i, h): q + (b*Tq + i)*q_stride + h*D.
 // Key j of kv head g: k + b*kv_batch + j*kv_stride + g*kv_head (v alike).
@@ -75,8 +80,10 @@ STRATA_DEVICE void attn_finish_row(T* out, T* lse, const AttnView<T>& a, int b, 
 }
 
 // out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null).
+STRATA_LAUNCH_BOUNDS(k_attention_forward, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* out, T* lse,
+                                                                             AttnView<T> a) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -108,9 +115,11 @@ STRATA_GLOBAL void k_attention_forward(T* out, T* lse, AttnView<T> a) {
 
 // delta[b, h, i] = sum_d dout * out over the row (the softmax backward's
 // row term).
+STRATA_LAUNCH_BOUNDS(k_attention_delta, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL void k_attention_delta(T* delta, const T* dout, const T* out, int B, int T_, int Hq,
-                                     int D) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(T* delta, const T* dout,
+                                                                         const T* out, int B,
+                                                                         int T_, int Hq, int D) {
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (row >= int64_t(B) * Hq * T_) return;
@@ -123,9 +132,11 @@ STRATA_GLOBAL void k_attention_delta(T* delta, const T* dout, const T* out, int 
 }
 
 // dq of query row (b, i, h), written into dqkv (layout of qkv).
+STRATA_LAUNCH_BOUNDS(k_attention_backward_dq, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL void k_attention_backward_dq(T* dqkv, const T* dout, const T* qkv, const T* lse,
-                                           const T* delta, int B, int T_, int Hq, int Hkv, int D) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backward_dq(
+    T* dqkv, const T* dout, const T* qkv, const T* lse, const T* delta, int B, int T_, int Hq,
+    int Hkv, int D) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -178,9 +189,11 @@ STRATA_GLOBAL void k_attention_backward_dq(T* dqkv, const T* dout, const T* qkv,
 
 // dk and dv of key row (b, j, g): sums over the query heads of group g and
 // the queries i >= j.
+STRATA_LAUNCH_BOUNDS(k_attention_backward_dkv, kAttnThreads);
 template <typename T>
-STRATA_GLOBAL void k_attention_backward_dkv(T* dqkv, const T* dout, const T* qkv, const T* lse,
-                                            const T* delta, int B, int T_, int Hq, int Hkv, int D) {
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backward_dkv(
+    T* dqkv, const T* dout, const T* qkv, const T* lse, const T* delta, int B, int T_, int Hq,
+    int Hkv, int D) {
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -247,8 +260,8 @@ inline unsigned attn_blocks(int64_t rows) { return unsigned((rows + kAttnWarps -
 inline void check_heads(int Hq, int Hkv, int D) {
   STRATA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: ", Hq, " query heads do not group over ", Hkv,
                " key/value heads");
-  STRATA_CHECK(D <= kAttnMaxDLane * kWarp, "attention kernels take head_dim <= ",
-               kAttnMaxDLane * kWarp, ", got ", D);
+  STRATA_CHECK(D <= kAttnMaxDLane * kWarp,
+               "attention kernels take head_dim <= ", kAttnMaxDLane * kWarp, ", got ", D);
 }
 
 template <typename T>
@@ -271,7 +284,7 @@ void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B,
                 0};
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
-  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(rows), kAttnWarps * kWarp,
+  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(rows), kAttnThreads,
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, lse, v);
 }
 
@@ -282,14 +295,14 @@ void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qk
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
   T* delta = static_cast<T*>(k.scratch(kDelta, size_t(rows) * sizeof(T)));
-  STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnWarps * kWarp, 0, k.stream(), delta,
-                dout, out, B, T_, Hq, D);
-  STRATA_LAUNCH(k_attention_backward_dq<T>, attn_blocks(rows), kAttnWarps * kWarp,
+  STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta, dout,
+                out, B, T_, Hq, D);
+  STRATA_LAUNCH(k_attention_backward_dq<T>, attn_blocks(rows), kAttnThreads,
                 kAttnWarps * (2 * D + kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
                 static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
-  STRATA_LAUNCH(k_attention_backward_dkv<T>, attn_blocks(int64_t(B) * Hkv * T_),
-                kAttnWarps * kWarp, kAttnWarps * (2 * D + 2 * kWarp) * sizeof(T), k.stream(), dqkv,
-                dout, qkv, lse, static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
+  STRATA_LAUNCH(k_attention_backward_dkv<T>, attn_blocks(int64_t(B) * Hkv * T_), kAttnThreads,
+                kAttnWarps * (2 * D + 2 * kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
+                static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
 }
 
 // Generation: the forward kernel over a KV cache (no lse).
@@ -300,7 +313,7 @@ void attention_cached_forward(KernelContext<T>& k, T* out, const T* q, int64_t q
   check_heads(Hq, Hkv, D);
   if (n == 0) return;
   AttnView<T> v{q, kc, vc, q_stride, 0, D, int64_t(max_len) * D, 1, n, Hq, Hkv, D, pos0};
-  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnWarps * kWarp,
+  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
 }
 

@@ -66,7 +66,6 @@ namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;  // per thread of a block
 constexpr size_t kGuardBytes = 4096;
-constexpr unsigned kMaxThreads = 1024;
 
 std::atomic<int> g_schedule{int(Schedule::Forward)};
 std::atomic<uint64_t> g_seed{1};
@@ -436,16 +435,9 @@ void note_sync() { ++g_syncs; }
 ThreadState& current() { return runner().cur->st; }
 unsigned char* dynamic_shared() { return runner().smem.data(); }
 
-void launch(const char* name, Dim3 grid, Dim3 block, size_t dynamic_shared_bytes,
+void launch(const char* name, KernelId id, Dim3 grid, Dim3 block, size_t dynamic_shared_bytes,
             const std::function<void()>& body) {
-  const uint64_t nthreads = uint64_t(block.x) * block.y * block.z;
-  STRATA_CHECK(nthreads >= 1 && nthreads <= kMaxThreads, "SIMT launch of ", name, ": block ",
-               dim_text(block), " has ", nthreads, " threads (CUDA allows 1..1024)");
-  STRATA_CHECK(block.z <= 64, "SIMT launch of ", name, ": block.z ", block.z, " > 64");
-  STRATA_CHECK(grid.y <= 65535 && grid.z <= 65535, "SIMT launch of ", name, ": grid ",
-               dim_text(grid), " exceeds CUDA's limits");
-  STRATA_CHECK(dynamic_shared_bytes <= 227 * 1024, "SIMT launch of ", name, ": ",
-               dynamic_shared_bytes, " bytes of shared memory (the largest GPU block has 227 KiB)");
+  check_launch(name, id, grid, block, dynamic_shared_bytes);
   ++g_launches;
   const int64_t nblocks = int64_t(grid.x) * grid.y * grid.z;
   if (nblocks == 0) return;

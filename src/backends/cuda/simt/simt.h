@@ -20,6 +20,13 @@
 // - __shared__ arrays are per block (thread-local storage of the OS thread
 //   running the block); dynamic shared memory is a per-block buffer of the
 //   launch's size, filled with a poison pattern (NaN) at each block start.
+// - A launch a GPU would refuse is refused (throws, naming the kernel): a
+//   block over 1024 threads or over the kernel's declared launch bound
+//   (STRATA_LAUNCH_BOUNDS), a grid over CUDA's limits, dynamic shared memory
+//   over 48 KiB without the kernel's opt-in (allow_dynamic_shared) or over the
+//   device's 227 KiB with it (limits.cpp). Not modelled: static __shared__
+//   bytes (they count against the same limits on a GPU) and registers, which
+//   tests/check_kernel_resources.sh checks on the compiled kernels.
 //
 // Only portable.h and the executor's tests include this file.
 #pragma once
@@ -44,12 +51,35 @@ enum class Schedule { Forward, Reverse, Shuffled };
 void set_schedule(Schedule s, uint64_t seed = 1);
 Schedule schedule();
 
-// Runs body() once per thread of every block. Throws strata::Error on a
-// barrier misuse (see above) or a launch shape CUDA refuses (more than 1024
-// threads per block, more than 48 KiB... of dynamic shared memory is allowed
-// here but checked against `max_shared`).
-void launch(const char* name, Dim3 grid, Dim3 block, size_t dynamic_shared,
+// A kernel's identity for the launch limits: its address (STRATA_LAUNCH and
+// gpu::allow_dynamic_shared pass it).
+using KernelId = void (*)();
+
+// Runs body() once per thread of every block of kernel `id` (`name` for
+// messages and launch bounds). Throws strata::Error on a barrier misuse (see
+// above) or a launch a GPU refuses (check_launch below).
+void launch(const char* name, KernelId id, Dim3 grid, Dim3 block, size_t dynamic_shared,
             const std::function<void()>& body);
+
+// ------------------------------------------------------------ launch limits
+// (limits.cpp) The dynamic shared memory a kernel may have without opting in,
+// and the most it may opt in to (H100 and H200: 227 KiB per block).
+inline constexpr size_t kDefaultDynamicShared = 48 * 1024;
+inline constexpr size_t kMaxDynamicShared = 227 * 1024;
+// cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes): throws
+// when bytes exceed kMaxDynamicShared, as CUDA does.
+void allow_dynamic_shared(KernelId id, size_t bytes);
+// The dynamic shared memory kernel `id` may launch with: its last opt-in
+// (which may also lower it), kDefaultDynamicShared when it never opted in.
+size_t dynamic_shared_limit(KernelId id);
+// Registers the launch bound of the kernel named `name` (STRATA_LAUNCH_BOUNDS
+// at static initialisation); returns true.
+bool declare_max_threads(const char* name, int max_threads);
+// The declared bound of a kernel by the name STRATA_LAUNCH passes
+// ("cu::k_rmsnorm<float>" is k_rmsnorm's); 0 when it declared none.
+int max_threads(const char* name);
+// Throws if a GPU would refuse this launch (every limit of the list above).
+void check_launch(const char* name, KernelId id, Dim3 grid, Dim3 block, size_t dynamic_shared);
 
 // Launches since the process started (tests check a path ran its kernels),
 // and host synchronisations of the SIMT backend's stream (gpu::sync: where a
