@@ -178,7 +178,7 @@ TEST(ModelOnSimt, ATrainingStepSynchronisesOnlyWhereTheInterfaceSays) {
   }
 }
 
-// GPU host hygiene (docs/cuda.md): after a warm-up step, training steps take
+// GPU host hygiene (docs/gpu.md): after a warm-up step, training steps take
 // every device block from the backend's pool (no driver allocation, no free,
 // so no cudaFree that would synchronise the device), stage token ids, targets
 // and the loss and norm reads through pinned buffers without tripping the

@@ -2,7 +2,7 @@
 // training step allocates and frees the same sizes every step (activations,
 // scratch, the optimizer's temporaries); cudaFree synchronises the whole
 // device, which would stall the host and, with tensor parallelism, wait for
-// NCCL kernels of other communicators in flight (docs/cuda.md, "GPU host
+// NCCL kernels of other communicators in flight (docs/gpu.md, "GPU host
 // hygiene"). So a freed block goes back to the pool, and the next request of
 // its size class takes it: after the first step nothing reaches the driver.
 // Blocks go back to the driver only in trim() (after a synchronisation) and

@@ -77,8 +77,9 @@ class KernelBackend final : public ops::Backend<T> {
   void copy(T* dst, const T* src, int64_t n) override {
     gpu::copy_async(dst, src, size_t(n) * sizeof(T), stream_);
   }
-  // Caller-owned pageable host memory: cudaMemcpyAsync stages a pageable
-  // source before it returns, and to_host waits before returning.
+  // to_host and from_host take the caller's pageable host memory: from_host's
+  // cudaMemcpyAsync has read a pageable source when it returns, and to_host
+  // waits. A pinned caller buffer would need context.cuh's staging rules.
   void to_host(T* dst, const T* src, int64_t n) override {
     gpu::copy_async(dst, src, size_t(n) * sizeof(T), stream_);
     gpu::sync(stream_);
