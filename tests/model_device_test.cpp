@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/device_pool.h"
 #include "backends/cuda/simt/simt.h"
 #include "infer/generate.h"
 #include "model/model.h"
@@ -175,6 +176,98 @@ TEST(ModelOnSimt, ATrainingStepSynchronisesOnlyWhereTheInterfaceSays) {
     // the gradient norm's accumulators.
     EXPECT_EQ(simt::sync_count() - before, s ? 3u : 2u) << (s ? "with LayerSkip" : "plain");
   }
+}
+
+// GPU host hygiene (docs/gpu.md): after a warm-up step, training steps take
+// every device block from the backend's pool (no driver allocation, no free,
+// so no cudaFree that would synchronise the device), stage token ids, targets
+// and the loss and norm reads through pinned buffers without tripping the
+// SIMT executor's pinned-lifetime check, and train exactly as the CPU does.
+TEST(ModelOnSimt, SteadyTrainingStepsNeitherAllocateNorFreeDeviceMemory) {
+  const LlamaConfig c = tiny(3, false, 2, false);
+  const LayerPlan plan = LayerPlan::parse("standard,ladder*2", 3);
+  Model<float> cpu(c, plan, ops::make_backend<float>("cpu"));
+  Model<float> dev(c, plan, ops::make_backend<float>("simt"));
+  AdamWConfig oc;
+  oc.grad_clip = 0.5;
+  AdamW<float> cpu_opt(cpu.backend(), cpu.layout(), oc);
+  AdamW<float> dev_opt(dev.backend(), dev.layout(), oc);
+  const int B = 2, T = 8;
+  auto step = [&](Model<float>& m, AdamW<float>& opt, int i) {
+    // Fresh host arrays every step, gone when it returns (the staging copies them).
+    const auto tokens = testing::random_tokens(B * T, c.vocab_size, 20 + i);
+    const auto targets = testing::random_tokens(B * T, c.vocab_size, 40 + i);
+    m.zero_grad();
+    const LossResult r = m.forward_backward(tokens.data(), targets.data(), B, T, 1.0 / (B * T));
+    opt.step(m.params(), m.grads(), 1e-3);
+    return r.loss_sum;
+  };
+  cpu.init_weights(6);
+  dev.init_weights(6);
+  EXPECT_NEAR(step(dev, dev_opt, 0), step(cpu, cpu_opt, 0), 1e-5);  // warm-up: sizes the pool
+  const uint64_t allocs = simt::device_alloc_count(), frees = simt::device_free_count();
+  const uint64_t pinned_copies = simt::record_event();
+  for (int i = 1; i <= 3; ++i) {
+    const double want = step(cpu, cpu_opt, i);
+    EXPECT_NEAR(step(dev, dev_opt, i), want, 1e-5 * std::abs(want)) << "step " << i;
+  }
+  EXPECT_EQ(simt::device_alloc_count() - allocs, 0u) << "device allocations after warm-up";
+  EXPECT_EQ(simt::device_free_count() - frees, 0u) << "device frees after warm-up";
+  // Per step: the tokens twice (embedding forward and backward), the targets,
+  // the loss read and the norm read.
+  EXPECT_GE(simt::record_event() - pinned_copies, 3u * 5u) << "the step bypassed pinned staging";
+  // AdamW's first steps move each weight by about lr whatever the gradient's
+  // size, so 1e-7 gradient differences show as up to 4e-5 here (measured).
+  expect_arena_close(dev, cpu, false, 2e-4, "weights after four steps");
+}
+
+// The pool itself: a freed block serves the next request of its size class
+// without the driver, close sizes share it, and only trim() releases.
+TEST(ModelOnSimt, DevicePoolReusesBlocksAndReleasesOnlyOnTrim) {
+  cuda::DevicePool pool(nullptr);
+  const uint64_t allocs = simt::device_alloc_count(), frees = simt::device_free_count();
+  void* a = pool.take(1000);
+  pool.give(a);
+  EXPECT_EQ(pool.take(900), a) << "same 512-byte class";
+  void* b = pool.take(1000);  // `a` is handed out again: a new block
+  EXPECT_NE(b, a);
+  pool.give(a);
+  pool.give(b);
+  void* big = pool.take(size_t(8) << 20);
+  pool.give(big);
+  void* small = pool.take(size_t(1) << 20);
+  EXPECT_NE(small, big) << "a small request must not take a block 8 times its size";
+  EXPECT_EQ(pool.take(size_t(7) << 20), big) << "within a quarter: shared";
+  pool.give(big);
+  pool.give(small);
+  EXPECT_EQ(simt::device_alloc_count() - allocs, 4u);
+  EXPECT_EQ(simt::device_free_count(), frees) << "give() must not free";
+  EXPECT_GT(pool.cached_bytes(), size_t(9) << 20);
+  pool.trim();
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  EXPECT_EQ(simt::device_free_count() - frees, 4u);
+}
+
+// The pinned-memory hazard a GPU has and the SIMT executor models: an async
+// copy from pinned memory reads it later, so rewriting or freeing it before
+// a synchronisation or an event wait throws, naming the buffer.
+TEST(SimtPinned, RestagingOrFreeingBeforeTheCopyRanThrows) {
+  void* dev = gpu::malloc_device(64);
+  void* pin = gpu::malloc_host(64, "test tokens");
+  gpu::copy_async(dev, pin, 64, nullptr);
+  EXPECT_ERROR(gpu::host_touch(pin, "re-staging the"), "re-staging the", "'test tokens'");
+  EXPECT_ERROR(gpu::free_host(pin), "freeing the", "'test tokens'");
+  gpu::Event e = gpu::event_create();
+  gpu::event_record(e, nullptr);
+  gpu::event_wait(e);  // the right sequence: wait for the copy, then rewrite
+  gpu::host_touch(pin, "re-staging the");
+  gpu::copy_async(pin, dev, 64, nullptr);  // a read-back into pinned memory
+  EXPECT_ERROR(gpu::host_touch(pin, "reading the"), "reading the", "'test tokens'");
+  gpu::sync(nullptr);
+  gpu::host_touch(pin, "reading the");
+  gpu::free_host(pin);
+  gpu::event_destroy(e);
+  gpu::free_device(dev);
 }
 
 TEST(ModelOnSimt, Bf16StepEqualsTheCpuBf16Step) {

@@ -36,6 +36,7 @@
 #include "parallel/comm_mpi.h"
 #include "parallel/delayed_comm.h"
 #include "parallel/grid.h"
+#include "parallel/ordered_comm.h"
 
 namespace strata {
 namespace {
@@ -336,6 +337,87 @@ TEST(Comm, ScalarSums) {
 
 TEST(Comm, Barrier) {
   for (auto [name, c] : comms()) c->barrier();
+}
+
+// ---------------------------------------------------------------------------
+// The collective order rule (collective_order.h) that NcclComm and the SIMT
+// device's OrderedComm share
+// ---------------------------------------------------------------------------
+
+std::string queue_of(const std::string& line) { return line.substr(line.rfind(' ') + 1); }
+
+// A collective of one communicator on another queue than an in-flight async
+// one of another communicator could deadlock under NCCL: refused, naming both.
+TEST(CollectiveOrder, AnotherQueueBesideAnInFlightCollectiveThrows) {
+  CollectiveOrder& o = CollectiveOrder::process();
+  const int a = o.join("test-a"), b = o.join("test-b");
+  o.start_trace();
+  const int64_t t = o.issue(a, "allreduce_sum_async", 7, true);
+  o.blocking(b, "allreduce_sum", 7);  // the same queue: runs after it, fine
+  o.blocking(a, "allgather", 8);      // its own communicator: fine
+  try {
+    o.issue(b, "allreduce_sum", 8, false);
+    ADD_FAILURE() << "a second queue beside an in-flight collective was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* part :
+         {"test-b allreduce_sum", "in-flight test-a allreduce_sum_async", "deadlock"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  o.blocking(b, "allreduce_sum_double", CollectiveOrder::kHostQueue);  // host: never conflicts
+  o.complete(t);
+  o.blocking(b, "allreduce_sum", 8);  // nothing in flight any more
+  const std::vector<std::string> tr = o.trace();
+  o.stop_trace();
+  ASSERT_EQ(tr.size(), 5u);
+  EXPECT_EQ(tr[0].rfind("test-a allreduce_sum_async q", 0), 0u) << tr[0];
+  EXPECT_EQ(tr[1].rfind("test-b allreduce_sum q", 0), 0u) << tr[1];
+  EXPECT_EQ(queue_of(tr[0]), queue_of(tr[1]));
+  EXPECT_NE(queue_of(tr[2]), queue_of(tr[0]));
+  EXPECT_EQ(tr[3], "test-b allreduce_sum_double host");
+  EXPECT_EQ(queue_of(tr[4]), queue_of(tr[2]));
+}
+
+// The SIMT device's groups (use_device_comms "simt"): tp and dp wrapped in
+// OrderedComm. The pattern of a training step (an async dp all-reduce of
+// gradients in flight while the next layer's blocking tp all-reduce runs)
+// passes the rule, and every rank traces the same sequence.
+TEST(CollectiveOrder, SimtGroupsIssueOneSequenceOnEveryRank) {
+  ProcessGrid g = make_grid(g_tp, 0);
+  use_device_comms(g, "simt", nullptr);
+  if (g.world_size > 1) {
+    if (g.tp > 1) {
+      EXPECT_NE(dynamic_cast<OrderedComm*>(g.tp_comm.get()), nullptr);
+    }
+    if (g.dp > 1) {
+      EXPECT_NE(dynamic_cast<OrderedComm*>(g.dp_comm.get()), nullptr);
+    }
+  }
+  CollectiveOrder& o = CollectiveOrder::process();
+  o.start_trace();
+  std::vector<float> grads(64, 1.0f), act(32, 1.0f), full(32 * size_t(g.dp));
+  for (int layer = 0; layer < 3; ++layer) {
+    const int64_t h = g.dp_comm->allreduce_sum_async(grads.data(), 64);
+    g.tp_comm->allreduce_sum(act.data(), 32);
+    const int64_t z = g.dp_comm->allgather_async(act.data(), full.data(), 32);  // ZeRO-3 prefetch
+    g.tp_comm->allreduce_sum(act.data(), 32);
+    g.dp_comm->wait(z);
+    g.dp_comm->wait(h);
+  }
+  EXPECT_EQ(g.dp_comm->allreduce_sum(1.0), double(g.dp));
+  const std::vector<std::string> tr = o.trace();
+  o.stop_trace();
+  std::string joined;
+  for (const std::string& line : tr) joined += line + "\n";
+  if (g.world_size == 1) {
+    EXPECT_TRUE(tr.empty()) << "single-process groups are not wrapped";
+    return;
+  }
+  EXPECT_EQ(tr.size(), size_t(3 * ((g.dp > 1 ? 2 : 0) + (g.tp > 1 ? 2 : 0)) + (g.dp > 1 ? 1 : 0)));
+  // Every rank's sequence equals rank 0's.
+  std::string root = joined;
+  g.world->broadcast_bytes(root, 0);
+  EXPECT_EQ(joined, root) << "rank " << g.world_rank << " issued another sequence";
 }
 
 // Counts above the per-call limit go through several MPI calls: the limit is

@@ -21,6 +21,12 @@
 #            --compare), moments to 1e-4; LayerSkip on a ladder plan at dp=2
 #   zero_layouts  ZeRO-3 at dp=4 saves at step 10 and resumes alone (ZeRO-0),
 #            and the reverse: steps 11-20 follow the uninterrupted run
+#   order    dp=2 x tp=2 on the SIMT device, ZeRO-1 (per-layer async dp
+#            all-reduces beside the blocking tp ones) and ZeRO-3 (prefetching
+#            gathers): the members of every group issue its collectives in
+#            the same order, the ranks' orders have no cycle, all on one queue
+#            (STRATA_COLLECTIVE_TRACE; the rule NcclComm follows:
+#            parallel/collective_order.h)
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -124,7 +130,27 @@ signal_one_rank() {
   fi
 }
 
+# order_check DIR: DIR.trace.* (one per rank) follow the order rule
+# (tests/collective_order_check.py), with collectives of both groups and
+# async ones among them.
+order_check() {
+  local dir=$1
+  local files=("$dir".trace.*)
+  [[ ${#files[@]} -eq 4 ]] || fail "expected 4 traces of $dir, found ${#files[@]}"
+  grep -q '^tp allreduce_sum q' "${files[0]}" || fail "no tp all-reduce traced in $dir"
+  grep -q '^dp [a-z_]*_async q' "${files[0]}" || fail "no async dp collective traced in $dir"
+  python3 "$src/tests/collective_order_check.py" 2 "${files[@]}" || fail "$dir breaks the collective order rule"
+}
+
 case $phase in
+  order)
+    STRATA_COLLECTIVE_TRACE="$work/zero1.trace" trainp 4 2 "$work/zero1" 3 \
+      --set parallelism.zero=1 --set run.device=simt
+    order_check "$work/zero1"
+    STRATA_COLLECTIVE_TRACE="$work/zero3.trace" trainp 4 2 "$work/zero3" 3 \
+      --set parallelism.zero=3 --set run.device=simt
+    order_check "$work/zero3"
+    ;;
   device)
     train1 "$work/single" 20
     trainp 4 2 "$work/simt" 20 --set parallelism.zero=1 --set run.device=simt

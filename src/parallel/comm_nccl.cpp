@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "parallel/collective_order.h"
 
 namespace strata {
 namespace {
@@ -25,10 +26,25 @@ void check_count(int64_t n, const char* what) {
   STRATA_CHECK(n >= 0, "nccl communicator: ", what, " with a negative count ", n);
 }
 
+// The process's one communication stream (comm_nccl.h): made by the first
+// NcclComm, destroyed after the last. One device per process, as the
+// launcher sets it up (use_device_comms).
+std::shared_ptr<CUstream_st> process_comm_stream() {
+  static std::weak_ptr<CUstream_st> shared;
+  if (auto s = shared.lock()) return s;
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  std::shared_ptr<CUstream_st> owned(s, [](cudaStream_t p) { cudaStreamDestroy(p); });
+  shared = owned;
+  return owned;
+}
+
+CollectiveOrder& order() { return CollectiveOrder::process(); }
+
 }  // namespace
 
-NcclComm::NcclComm(std::unique_ptr<Communicator> host, int device)
-    : host_(std::move(host)), device_(device) {
+NcclComm::NcclComm(std::unique_ptr<Communicator> host, int device, const std::string& label)
+    : host_(std::move(host)), device_(device), order_id_(order().join(label)) {
   STRATA_CHECK(host_ != nullptr, "nccl communicator: no host communicator to bootstrap over");
   rank_ = host_->rank();
   size_ = host_->size();
@@ -45,7 +61,8 @@ NcclComm::NcclComm(std::unique_ptr<Communicator> host, int device)
   std::memcpy(&id, bytes.data(), sizeof id);
   check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", nullptr);
 
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  shared_stream_ = process_comm_stream();
+  stream_ = shared_stream_.get();
   check_cuda(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "cudaEventCreate");
 }
 
@@ -60,7 +77,7 @@ NcclComm::~NcclComm() {
     if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (compute_ready_) cudaEventDestroy(compute_ready_);
-  if (stream_) cudaStreamDestroy(stream_);
+  // The shared stream goes with the last communicator (shared_stream_).
 }
 
 void NcclComm::order_after_compute() {
@@ -87,34 +104,51 @@ cudaEvent_t NcclComm::take_event() {
 
 void NcclComm::release_event(cudaEvent_t e) { free_events_.push_back(e); }
 
-bool NcclComm::queue(int64_t n, const char* what, const char* call,
-                     const std::function<ncclResult_t()>& enqueue) {
+int64_t NcclComm::queue(int64_t n, const char* what, const char* call, bool async,
+                        const std::function<ncclResult_t()>& enqueue) {
   check_count(n, what);
-  if (n == 0) return false;
+  if (n == 0) return 0;
+  const int64_t ticket =
+      order().issue(order_id_, what, reinterpret_cast<uintptr_t>(stream_), async);
   order_after_compute();
   check_nccl(enqueue(), call, comm_);
-  return true;
+  return ticket;
 }
 
-int64_t NcclComm::push_event(bool queued) {
+void NcclComm::queue_and_wait(int64_t n, const char* what, const char* call,
+                              const std::function<ncclResult_t()>& enqueue) {
+  const int64_t ticket = queue(n, what, call, false, enqueue);
+  if (!ticket) return;
+  sync_stream(call);
+  order().complete(ticket);
+}
+
+int64_t NcclComm::push_event(int64_t ticket) {
   cudaEvent_t done = nullptr;  // nothing queued: complete from the start
-  if (queued) {
+  if (ticket) {
     done = take_event();
     check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
   }
   pending_.push_back(done);
+  tickets_.push_back(ticket);
   return first_handle_ + static_cast<int64_t>(pending_.size()) - 1;
 }
 
+void NcclComm::finish(size_t index) {
+  release_event(pending_[index]);
+  pending_[index] = nullptr;
+  order().complete(tickets_[index]);
+  tickets_[index] = 0;
+}
+
 void NcclComm::allreduce_sum(float* buf, int64_t n) {
-  if (queue(n, "allreduce_sum", "ncclAllReduce", [&] {
-        return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
-      }))
-    sync_stream("ncclAllReduce");
+  queue_and_wait(n, "allreduce_sum", "ncclAllReduce", [&] {
+    return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
+  });
 }
 
 int64_t NcclComm::allreduce_sum_async(float* buf, int64_t n) {
-  return push_event(queue(n, "allreduce_sum_async", "ncclAllReduce", [&] {
+  return push_event(queue(n, "allreduce_sum_async", "ncclAllReduce", true, [&] {
     return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
   }));
 }
@@ -123,25 +157,25 @@ void NcclComm::wait(int64_t handle) {
   STRATA_CHECK(handle >= 0 && handle < first_handle_ + static_cast<int64_t>(pending_.size()),
                "nccl communicator: wait on unknown handle ", handle);
   if (handle < first_handle_) return;
-  cudaEvent_t& e = pending_[static_cast<size_t>(handle - first_handle_)];
-  if (e) {
+  const auto i = static_cast<size_t>(handle - first_handle_);
+  if (pending_[i]) {
     // The compute stream waits on the device; the event can be re-recorded
-    // at once (the wait keeps the record it saw).
-    check_cuda(cudaStreamWaitEvent(compute_stream_, e, 0), "cudaStreamWaitEvent (ncclAllReduce)");
-    release_event(e);
-    e = nullptr;
+    // at once (the wait keeps the record it saw). From here on the compute
+    // stream is ordered after the collective (for CollectiveOrder: done).
+    check_cuda(cudaStreamWaitEvent(compute_stream_, pending_[i], 0),
+               "cudaStreamWaitEvent (ncclAllReduce)");
+    finish(i);
   }
   drop_completed_front();
 }
 
 void NcclComm::progress() {
-  for (cudaEvent_t& e : pending_) {
-    if (!e) continue;
-    const cudaError_t q = cudaEventQuery(e);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (!pending_[i]) continue;
+    const cudaError_t q = cudaEventQuery(pending_[i]);
     if (q == cudaErrorNotReady) continue;
     check_cuda(q, "cudaEventQuery (ncclAllReduce)");
-    release_event(e);
-    e = nullptr;
+    finish(i);
   }
   drop_completed_front();
 }
@@ -149,33 +183,31 @@ void NcclComm::progress() {
 void NcclComm::drop_completed_front() {
   while (!pending_.empty() && pending_.front() == nullptr) {
     pending_.pop_front();
+    tickets_.pop_front();
     ++first_handle_;
   }
 }
 
 void NcclComm::allgather(const float* in, float* out, int64_t n) {
-  if (queue(n, "allgather", "ncclAllGather", [&] {
-        return ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_);
-      }))
-    sync_stream("ncclAllGather");
+  queue_and_wait(n, "allgather", "ncclAllGather", [&] {
+    return ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_);
+  });
 }
 
 int64_t NcclComm::allgather_async(const float* in, float* out, int64_t n) {
-  return push_event(queue(n, "allgather_async", "ncclAllGather", [&] {
+  return push_event(queue(n, "allgather_async", "ncclAllGather", true, [&] {
     return ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, stream_);
   }));
 }
 
 void NcclComm::reduce_scatter_sum(const float* in, float* out, int64_t n) {
-  if (queue(n, "reduce_scatter_sum", "ncclReduceScatter", [&] {
-        return ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_,
-                                 stream_);
-      }))
-    sync_stream("ncclReduceScatter");
+  queue_and_wait(n, "reduce_scatter_sum", "ncclReduceScatter", [&] {
+    return ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
+  });
 }
 
 int64_t NcclComm::reduce_scatter_sum_async(const float* in, float* out, int64_t n) {
-  return push_event(queue(n, "reduce_scatter_sum_async", "ncclReduceScatter", [&] {
+  return push_event(queue(n, "reduce_scatter_sum_async", "ncclReduceScatter", true, [&] {
     return ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_);
   }));
 }
@@ -184,22 +216,30 @@ void NcclComm::broadcast(float* buf, int64_t n, int root) {
   check_count(n, "broadcast");
   STRATA_CHECK(root >= 0 && root < size_, "nccl communicator: broadcast root ", root,
                " outside a group of ", size_);
-  if (n == 0) return;
-  order_after_compute();
-  check_nccl(ncclBroadcast(buf, buf, static_cast<size_t>(n), ncclFloat, root, comm_, stream_),
-             "ncclBroadcast", comm_);
-  sync_stream("ncclBroadcast");
+  queue_and_wait(n, "broadcast", "ncclBroadcast", [&] {
+    return ncclBroadcast(buf, buf, static_cast<size_t>(n), ncclFloat, root, comm_, stream_);
+  });
 }
 
+// Host collectives: traced on the host queue (they are no kernels, so they
+// never conflict), in the same order as the device ones.
 void NcclComm::broadcast_bytes(std::string& bytes, int root) {
+  order().blocking(order_id_, "broadcast_bytes", CollectiveOrder::kHostQueue);
   host_->broadcast_bytes(bytes, root);
 }
 
-double NcclComm::allreduce_sum(double x) { return host_->allreduce_sum(x); }
+double NcclComm::allreduce_sum(double x) {
+  order().blocking(order_id_, "allreduce_sum_double", CollectiveOrder::kHostQueue);
+  return host_->allreduce_sum(x);
+}
 
-int64_t NcclComm::allreduce_sum(int64_t x) { return host_->allreduce_sum(x); }
+int64_t NcclComm::allreduce_sum(int64_t x) {
+  order().blocking(order_id_, "allreduce_sum_int64", CollectiveOrder::kHostQueue);
+  return host_->allreduce_sum(x);
+}
 
 void NcclComm::barrier() {
+  order().blocking(order_id_, "barrier", CollectiveOrder::kHostQueue);
   sync_stream("barrier");
   host_->barrier();
 }

@@ -17,9 +17,11 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "parallel/comm_mpi.h"
+#include "parallel/ordered_comm.h"
 
 namespace strata {
 namespace {
@@ -128,15 +130,26 @@ ProcessGrid make_grid(int tp, int dp_request) {
 }
 
 void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream, int gpu) {
-  if (device != "cuda" || g.world_size == 1) return;
+  if (g.world_size == 1) return;
+  const std::pair<std::unique_ptr<Communicator>*, const char*> groups[] = {{&g.tp_comm, "tp"},
+                                                                           {&g.dp_comm, "dp"}};
+  if (device == "simt") {
+    // MPI on the SIMT device's (host) buffers, issued through the order rule
+    // the NCCL communicators follow (collective_order.h), so CPU runs check it.
+    for (auto [c, label] : groups)
+      if ((*c)->size() > 1 && !dynamic_cast<OrderedComm*>(c->get()))
+        *c = std::make_unique<OrderedComm>(std::move(*c), label);
+    return;
+  }
+  if (device != "cuda") return;
 #if defined(STRATA_HAVE_NCCL)
-  for (std::unique_ptr<Communicator>* c : {&g.tp_comm, &g.dp_comm}) {
+  for (auto [c, label] : groups) {
     if ((*c)->size() == 1) continue;
     if (auto* n = dynamic_cast<NcclComm*>(c->get())) {  // already on NCCL: a new stream
       n->set_compute_stream(static_cast<cudaStream_t>(compute_stream));
       continue;
     }
-    auto nccl = std::make_unique<NcclComm>(std::move(*c), gpu);
+    auto nccl = std::make_unique<NcclComm>(std::move(*c), gpu, label);
     nccl->set_compute_stream(static_cast<cudaStream_t>(compute_stream));
     *c = std::move(nccl);
   }

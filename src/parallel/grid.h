@@ -40,7 +40,9 @@ ProcessGrid make_grid(int tp, int dp_request);
 // device's communicator: for device "cuda", NCCL (NcclComm over the MPI
 // group, one rank per GPU), its collectives ordered after the work queued on
 // `compute_stream` (the backend's stream; Ladder's overlap waits on the
-// stream, not the host). Other devices keep MPI. Throws when "cuda" runs on
+// stream, not the host); for "simt", MPI wrapped in OrderedComm, which
+// follows and checks the same collective order rule (collective_order.h).
+// Other devices keep MPI. Throws when "cuda" runs on
 // several processes in a build without NCCL. Called again on a grid already
 // on NCCL, it only sets the stream.
 // `gpu`: this process's CUDA device (NCCL binds to it).

@@ -171,6 +171,10 @@ class LtGemm final : public GemmEngine<T> {
     cublasLtMatmulDescDestroy(p.desc);
   }
   // A rows x cols operand (leading dimension ld) as bf16 with the same ld.
+  // The two staging buffers stay on CUDA's stream-ordered allocator rather
+  // than the backend's DevicePool: they only grow (after the first step of a
+  // shape nothing is allocated), cudaFreeAsync neither synchronises nor
+  // waits for other streams, and the engine stays usable without a backend.
   const void* to_bf16(int slot, const T* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = (rows - 1) * ld + cols;
     if (bf16_n_[slot] < n) {

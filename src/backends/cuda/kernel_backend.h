@@ -7,15 +7,20 @@
 //
 // Each op of ops/ops.def forwards to the launcher of the same name in
 // kernels/<op>.cuh, which takes the backend's KernelContext (stream, GEMM
-// engine, scratch) first. Host synchronisation happens only where the
-// interface says: to_host, read_scalars, synchronize, and the ops returning
-// a loss to the host (head_ce_forward*, mse_forward).
+// engine, scratch, pinned staging) first. Host synchronisation happens only
+// where the interface says: to_host, read_scalars, synchronize, and the ops
+// returning a loss to the host (head_ce_forward*, mse_forward). Device memory
+// comes from a DevicePool (device_pool.h): free() and free_scalars() neither
+// synchronise nor call cudaFree, so a training step in steady state makes no
+// driver allocation. Token ids, targets and the loss and norm reads go
+// through pinned buffers the context owns (context.cuh).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "backends/cuda/device_pool.h"
 #include "backends/cuda/gemm_engine.h"
 #include "backends/cuda/kernels/adamw.cuh"
 #include "backends/cuda/kernels/attention.cuh"
@@ -47,29 +52,34 @@ class KernelBackend final : public ops::Backend<T> {
         name_(std::move(name)),
         stream_(stream),
         gemm_(std::move(gemm)),
-        ctx_(stream, *gemm_) {}
+        pool_(stream),
+        ctx_(stream, *gemm_, pool_) {}
   ~KernelBackend() override {
     ctx_.free_scratch();
-    if (!gpu::kSimulated) gpu::sync(stream_);
+    gpu::sync(stream_);  // no copy from pinned staging or use of a pooled block in flight
   }
 
   const char* name() const override { return name_.c_str(); }
   GemmEngine<T>& gemm_engine() { return *gemm_; }
+  // Returns the cached device blocks to the driver (synchronises).
+  void trim_memory() { pool_.trim(); }
+  size_t cached_bytes() const { return pool_.cached_bytes(); }
 
   // ---------------------------------------------------------- memory, stream
   T* alloc(size_t n) override {
-    T* p = static_cast<T*>(gpu::malloc_device(n * sizeof(T)));
+    T* p = static_cast<T*>(pool_.take(n * sizeof(T)));
     gpu::zero_async(p, n * sizeof(T), stream_);
     return p;
   }
-  void free(T* p) override {
-    gpu::sync(stream_);
-    gpu::free_device(p);
-  }
+  // Stream-ordered reuse: see device_pool.h for why no sync is needed.
+  void free(T* p) override { pool_.give(p); }
   void zero(T* p, int64_t n) override { gpu::zero_async(p, size_t(n) * sizeof(T), stream_); }
   void copy(T* dst, const T* src, int64_t n) override {
     gpu::copy_async(dst, src, size_t(n) * sizeof(T), stream_);
   }
+  // to_host and from_host take the caller's pageable host memory: from_host's
+  // cudaMemcpyAsync has read a pageable source when it returns, and to_host
+  // waits. A pinned caller buffer would need context.cuh's staging rules.
   void to_host(T* dst, const T* src, int64_t n) override {
     gpu::copy_async(dst, src, size_t(n) * sizeof(T), stream_);
     gpu::sync(stream_);
@@ -81,21 +91,15 @@ class KernelBackend final : public ops::Backend<T> {
   void* stream() const override { return stream_; }
   void synchronize() override { gpu::sync(stream_); }
   double* alloc_scalars(int n) override {
-    auto* p = static_cast<double*>(gpu::malloc_device(size_t(n) * sizeof(double)));
+    auto* p = static_cast<double*>(pool_.take(size_t(n) * sizeof(double)));
     gpu::zero_async(p, size_t(n) * sizeof(double), stream_);
     return p;
   }
-  void free_scalars(double* p) override {
-    gpu::sync(stream_);
-    gpu::free_device(p);
-  }
+  void free_scalars(double* p) override { pool_.give(p); }
   void zero_scalars(double* p, int n) override {
     gpu::zero_async(p, size_t(n) * sizeof(double), stream_);
   }
-  void read_scalars(double* dst, const double* p, int n) override {
-    gpu::copy_async(dst, p, size_t(n) * sizeof(double), stream_);
-    gpu::sync(stream_);
-  }
+  void read_scalars(double* dst, const double* p, int n) override { ctx_.read_doubles(dst, p, n); }
 
   // ----------------------------------------------------------------- matmuls
   void set_matmul_precision(ops::MatmulPrecision p) override { gemm_->set_precision(p); }
@@ -118,6 +122,7 @@ class KernelBackend final : public ops::Backend<T> {
   std::string name_;
   void* stream_;
   std::unique_ptr<GemmEngine<T>> gemm_;
+  DevicePool pool_;  // before ctx_, which returns its scratch to it
   KernelContext<T> ctx_;
 };
 

@@ -84,6 +84,42 @@ inline void* malloc_device(size_t bytes) {
 inline void free_device(void* p) {
   if (p) check(cudaFree(p), "cudaFree");
 }
+// nullptr when the device is out of memory (the pool then trims and retries).
+inline void* try_malloc_device(size_t bytes) {
+  void* p = nullptr;
+  if (bytes && cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();  // clear the error: the caller recovers
+    return nullptr;
+  }
+  return p;
+}
+// Page-locked host memory: async copies from and to it are true DMA, so it
+// must outlive them and stay unchanged until they ran (an event or a sync).
+inline void* malloc_host(size_t bytes, const char*) {
+  void* p = nullptr;
+  if (bytes) check(cudaMallocHost(&p, bytes), "cudaMallocHost");
+  return p;
+}
+inline void free_host(void* p) {
+  if (p) check(cudaFreeHost(p), "cudaFreeHost");
+}
+// Before the host rewrites or reads a pinned buffer (checked under SIMT).
+inline void host_touch(const void*, const char*) {}
+// Events: recorded on a stream after some work; event_wait blocks the host
+// until that work has finished.
+using Event = cudaEvent_t;
+inline Event event_create() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return e;
+}
+inline void event_destroy(Event e) {
+  if (e) cudaEventDestroy(e);
+}
+inline void event_record(Event& e, void* s) {
+  check(cudaEventRecord(e, static_cast<cudaStream_t>(s)), "cudaEventRecord");
+}
+inline void event_wait(Event e) { check(cudaEventSynchronize(e), "cudaEventSynchronize"); }
 // Stream-ordered scratch: safe to free while earlier kernels still use it.
 inline void* malloc_async(size_t bytes, void* s) {
   void* p = nullptr;
@@ -242,9 +278,28 @@ inline void* malloc_device(size_t bytes) { return ::strata::simt::device_alloc(b
 inline void free_device(void* p) { ::strata::simt::device_free(p); }
 inline void* malloc_async(size_t bytes, void*) { return malloc_device(bytes); }
 inline void free_async(void* p, void*) { free_device(p); }
+inline void* try_malloc_device(size_t bytes) { return malloc_device(bytes); }
+// Pinned memory with the GPU's lifetime rules enforced (simt.h).
+inline void* malloc_host(size_t bytes, const char* name) {
+  return ::strata::simt::pinned_alloc(bytes, name);
+}
+inline void free_host(void* p) { ::strata::simt::pinned_free(p); }
+inline void host_touch(const void* p, const char* what) {
+  ::strata::simt::check_pinned_idle(p, what);
+}
+using Event = uint64_t;
+inline Event event_create() { return 0; }
+inline void event_destroy(Event) {}
+inline void event_record(Event& e, void*) { e = ::strata::simt::record_event(); }
+inline void event_wait(Event e) { ::strata::simt::wait_event(e); }
+// The copy happens now, but a pinned end of it counts as in use until the
+// stream is synchronised or an event after it waited on (simt.h).
 inline void copy_async(void* dst, const void* src, size_t bytes, void*) {
   ::strata::simt::DeviceAccess access;
-  if (bytes) std::memmove(dst, src, bytes);
+  if (!bytes) return;
+  std::memmove(dst, src, bytes);
+  ::strata::simt::note_async_copy(dst, bytes);
+  ::strata::simt::note_async_copy(src, bytes);
 }
 inline void zero_async(void* p, size_t bytes, void*) {
   ::strata::simt::DeviceAccess access;

@@ -1,13 +1,17 @@
 // What a launcher (the host half of each backends/cuda/kernels/<op>.cuh)
 // needs from the KernelBackend it runs for: the stream its work is ordered
-// on, the GEMM engine, and stream-ordered scratch. Host inputs (token ids,
-// targets, RoPE frequencies) are copied to scratch before a kernel reads them.
+// on, the GEMM engine, stream-ordered scratch from the backend's DevicePool,
+// and pinned staging for host inputs. Host inputs (token ids, targets) go
+// host -> pinned staging -> scratch before a kernel reads them, so the copy is
+// a real async DMA and the caller's array may go away at once.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "backends/cuda/device_pool.h"
 #include "backends/cuda/gemm_engine.h"
 #include "backends/cuda/kernels/common.cuh"
 
@@ -31,37 +35,112 @@ enum Slot {
   kSlots
 };
 
+// Pinned host buffers for one kind of upload (or read-back), owned by the
+// backend so they outlive every copy from them. A ring of two: a step
+// uploads tokens twice per micro-batch (embedding forward and backward) and
+// targets twice (head forward and backward), with a loss read (a stream
+// synchronisation) in between, so the buffer taken has always finished its
+// previous copy and the event wait below returns at once; it is there for
+// correctness when that pattern changes.
+class PinnedStaging {
+ public:
+  explicit PinnedStaging(const char* name) : name_(name) {}
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  ~PinnedStaging() {  // after the backend synchronised: no copy in flight
+    for (Buffer& b : ring_) {
+      gpu::free_host(b.p);
+      gpu::event_destroy(b.done);
+    }
+  }
+
+  // A pinned buffer of at least `bytes` that no queued copy uses any more
+  // (waits for its last one): the host may fill it, then queue a copy from it
+  // and call copied().
+  void* take(size_t bytes) {
+    next_ = (next_ + 1) % kRing;
+    Buffer& b = ring_[next_];
+    if (b.used) gpu::event_wait(b.done);
+    if (b.bytes < bytes) {
+      gpu::free_host(b.p);
+      b.bytes = std::max(bytes, b.bytes * 3 / 2);
+      b.p = gpu::malloc_host(b.bytes, name_);
+    }
+    gpu::host_touch(b.p, "re-staging the");
+    return b.p;
+  }
+  // The copy from (or to) the buffer take() returned is queued on `stream`.
+  void copied(void* stream) {
+    Buffer& b = ring_[next_];
+    if (!b.done) b.done = gpu::event_create();
+    gpu::event_record(b.done, stream);
+    b.used = true;
+  }
+
+ private:
+  static constexpr int kRing = 2;
+  struct Buffer {
+    void* p = nullptr;
+    size_t bytes = 0;
+    gpu::Event done{};
+    bool used = false;
+  };
+  const char* name_;
+  Buffer ring_[kRing];
+  int next_ = 0;
+};
+
 template <typename T>
 class KernelContext {
  public:
-  KernelContext(void* stream, GemmEngine<T>& gemm) : stream_(stream), gemm_(&gemm) {}
+  KernelContext(void* stream, GemmEngine<T>& gemm, DevicePool& pool)
+      : stream_(stream), gemm_(&gemm), pool_(&pool) {}
   KernelContext(const KernelContext&) = delete;
   KernelContext& operator=(const KernelContext&) = delete;
 
   void* stream() const { return stream_; }
   GemmEngine<T>& gemm() { return *gemm_; }
+  DevicePool& pool() { return *pool_; }
 
-  // Slot s with at least `bytes`, grown on demand (the old buffer is freed in
-  // stream order, so kernels still using it finish first).
+  // Slot s with at least `bytes`, grown on demand (the old buffer goes back to
+  // the pool in stream order, so kernels still using it finish first).
   void* scratch(Slot s, size_t bytes) {
     Buffer& b = scratch_[s];
     if (b.bytes < bytes) {
-      gpu::free_async(b.p, stream_);
+      pool_->give(b.p);
       b.bytes = std::max(bytes, b.bytes * 3 / 2);
-      b.p = gpu::malloc_async(b.bytes, stream_);
+      b.p = pool_->take(b.bytes);
     }
     return b.p;
   }
-  // n host ints copied into slot s, for kernels to read.
+  // n host ints copied into slot s through pinned staging, for kernels to
+  // read; `host` may be reused as soon as this returns.
   const int32_t* upload_ints(Slot s, const int32_t* host, int64_t n) {
-    auto* d = static_cast<int32_t*>(scratch(s, size_t(n) * sizeof(int32_t)));
-    gpu::copy_async(d, host, size_t(n) * sizeof(int32_t), stream_);
+    const size_t bytes = size_t(n) * sizeof(int32_t);
+    auto* d = static_cast<int32_t*>(scratch(s, bytes));
+    PinnedStaging& st = s == kTargets ? targets_ : tokens_;
+    void* pinned = st.take(bytes);
+    if (bytes) std::memcpy(pinned, host, bytes);
+    gpu::copy_async(d, pinned, bytes, stream_);
+    st.copied(stream_);
     return d;
   }
-  // Frees every slot in stream order (the backend does before it goes).
+  // n doubles of backend memory read to the host through a pinned buffer:
+  // synchronises the stream (the one wait of a loss or norm read).
+  void read_doubles(double* host, const double* src, int n) {
+    const size_t bytes = size_t(n) * sizeof(double);
+    void* pinned = readback_.take(bytes);
+    gpu::copy_async(pinned, src, bytes, stream_);
+    readback_.copied(stream_);
+    gpu::sync(stream_);
+    gpu::host_touch(pinned, "reading the");
+    if (bytes) std::memcpy(host, pinned, bytes);
+  }
+  // Returns every slot to the pool in stream order (the backend does before
+  // it goes).
   void free_scratch() {
     for (Buffer& b : scratch_) {
-      gpu::free_async(b.p, stream_);
+      pool_->give(b.p);
       b = Buffer{};
     }
   }
@@ -73,7 +152,9 @@ class KernelContext {
   };
   void* stream_;
   GemmEngine<T>* gemm_;
+  DevicePool* pool_;
   Buffer scratch_[kSlots];
+  PinnedStaging tokens_{"token ids"}, targets_{"targets"}, readback_{"loss read-back"};
 };
 
 // Threads of a block that owns one row of C elements: a multiple of 32 up to 256.

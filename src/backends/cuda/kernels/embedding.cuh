@@ -78,6 +78,8 @@ void embedding_backward(KernelContext<T>& k, T* dwte, const int32_t* tokens, con
   start.push_back(int32_t(rp.size()));
   host.insert(host.end(), start.begin(), start.end());
   for (const auto& e : rp) host.push_back(e.second);
+  // upload_ints copies `host` into pinned staging the backend owns before the
+  // async copy: the copy never reads this local vector, which dies here.
   const int32_t* d = k.upload_ints(kTokens, host.data(), int64_t(host.size()));
   STRATA_LAUNCH(k_embedding_backward<T>, blocks_for(unique, 1, 8192), row_threads(C), 0,
                 k.stream(), dwte, d, d + unique, d + 2 * unique + 1, dout, unique, C);

@@ -52,8 +52,7 @@ double device_sum(KernelContext<T>& k, const T* x, const T* y, int64_t n, int ki
   gpu::zero_async(acc, sizeof(double), k.stream());
   add_sum(k, acc, x, y, n, kind, 1.0);
   double h = 0;
-  gpu::copy_async(&h, acc, sizeof(double), k.stream());
-  gpu::sync(k.stream());
+  k.read_doubles(&h, acc, 1);
   return h;
 }
 

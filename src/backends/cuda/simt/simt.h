@@ -100,6 +100,11 @@ void* device_alloc(size_t bytes);
 void device_free(void* p);
 void set_strict(bool on);
 bool strict();
+// Calls of device_alloc / device_free since the process started: the tests
+// check that a training step in steady state reuses the backend's cached
+// blocks (backends/cuda/device_pool.h) instead of allocating.
+uint64_t device_alloc_count();
+uint64_t device_free_count();
 // While alive, device memory is accessible (nests).
 class DeviceAccess {
  public:
@@ -108,6 +113,26 @@ class DeviceAccess {
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 };
+
+// ------------------------------------------------------- pinned host memory
+// Page-locked host memory (gpu::malloc_host), modelled for the hazard a GPU
+// has and a pageable copy hides: cudaMemcpyAsync from or to pinned memory
+// returns at once and the DMA reads or writes the host buffer later, so the
+// buffer must neither be freed nor rewritten nor read before the copy has run.
+// Here an async copy that touches a pinned buffer (note_async_copy) stays
+// "incomplete" until the next synchronisation of the stream (note_sync) or a
+// host wait on an event recorded after it (wait_event); freeing the buffer
+// (pinned_free) or touching it from the host (check_pinned_idle: before
+// re-staging or reading it) while a copy is incomplete throws strata::Error
+// naming the buffer. The SIMT backend has one stream, so the model has one.
+void* pinned_alloc(size_t bytes, const char* name);
+void pinned_free(void* p);
+void note_async_copy(const void* host, size_t bytes);
+void check_pinned_idle(const void* p, const char* what);
+// An event: the number of copies touching pinned memory queued so far
+// (tests count staged copies with it); waiting on it completes them.
+uint64_t record_event();
+void wait_event(uint64_t event);
 
 // ---------------------------------------------------------------- per thread
 struct ThreadState {
