@@ -131,7 +131,7 @@ signal_one_rank() {
 }
 
 # order_check DIR: DIR.trace.* (one per rank) follow the order rule
-# (tests/collective_order_check.py), with collectives of both groups and
+# (tests/collective_order_check.cpp, built as collective_order_check), with collectives of both groups and
 # async ones among them.
 order_check() {
   local dir=$1
@@ -139,7 +139,7 @@ order_check() {
   [[ ${#files[@]} -eq 4 ]] || fail "expected 4 traces of $dir, found ${#files[@]}"
   grep -q '^tp allreduce_sum q' "${files[0]}" || fail "no tp all-reduce traced in $dir"
   grep -q '^dp [a-z_]*_async q' "${files[0]}" || fail "no async dp collective traced in $dir"
-  python3 "$src/tests/collective_order_check.py" 2 "${files[@]}" || fail "$dir breaks the collective order rule"
+  "${STRATA_ORDER_CHECK:?the collective_order_check binary (set by CTest)}" 2 "${files[@]}" || fail "$dir breaks the collective order rule"
 }
 
 case $phase in

@@ -31,7 +31,7 @@
 // still in flight throws strata::Error. (2) is checked by tests: with
 // STRATA_COLLECTIVE_TRACE=<prefix> in the environment every process appends
 // "<communicator> <collective> q<queue>|host" per issued collective to
-// <prefix>.<rank>, and tests/collective_order_check.py checks a job's files
+// <prefix>.<rank>, and tests/collective_order_check.cpp checks a job's files
 // (tests/mpi_train_test.sh, phase order); start_trace/trace do the same in
 // memory for unit tests.
 //
