@@ -62,27 +62,28 @@ void expect_arena_close(Model<float>& dev, Model<float>& cpu, bool grads, double
   }
 }
 
-// Why device `device` cannot run here ("" where it can): cuda needs a CUDA
-// build and a visible GPU, decided as strata decides it (device auto
-// resolves to cuda: cudaGetDeviceCount reports a device); simt runs
-// everywhere.
-std::string unavailable(const std::string& device) {
-  if (device != "cuda" || ops::resolve_device("auto") == "cuda") return "";
+// Why device cuda cannot run here ("" where it can): it needs a CUDA build
+// and a visible GPU, decided as strata decides it (device auto resolves to
+// cuda: cudaGetDeviceCount reports a device). simt runs everywhere.
+std::string cuda_unavailable() {
+  if (ops::resolve_device("auto") == "cuda") return "";
   return ops::backend_names().find("cuda,") == std::string::npos
              ? "this build has no CUDA backend (configure with nvcc)"
              : "no CUDA device is visible here";
 }
+#define STRATA_SKIP_WITHOUT_CUDA()                              \
+  if (const std::string why = cuda_unavailable(); !why.empty()) \
+  GTEST_SKIP() << "ModelOnCuda needs a GPU: " << why
 
 // Each check below is a function of the device, run as ModelOnSimt.<name>
 // and ModelOnCuda.<name>.
-#define STRATA_ON_EACH_DEVICE(name)                                \
-  void name(const std::string& device);                            \
-  TEST(ModelOnSimt, name) { name("simt"); }                        \
-  TEST(ModelOnCuda, name) {                                        \
-    if (const std::string why = unavailable("cuda"); !why.empty()) \
-      GTEST_SKIP() << "ModelOnCuda needs a GPU: " << why;          \
-    name("cuda");                                                  \
-  }                                                                \
+#define STRATA_ON_EACH_DEVICE(name)         \
+  void name(const std::string& device);     \
+  TEST(ModelOnSimt, name) { name("simt"); } \
+  TEST(ModelOnCuda, name) {                 \
+    STRATA_SKIP_WITHOUT_CUDA();             \
+    name("cuda");                           \
+  }                                         \
   void name(const std::string& device)
 
 struct Step {
@@ -174,8 +175,7 @@ class ModelOnCuda : public ::testing::TestWithParam<Step> {};
 
 TEST_P(ModelOnSimt, TrainingStepEqualsTheCpuBackend) { training_step("simt", GetParam()); }
 TEST_P(ModelOnCuda, TrainingStepEqualsTheCpuBackend) {
-  if (const std::string why = unavailable("cuda"); !why.empty())
-    GTEST_SKIP() << "ModelOnCuda needs a GPU: " << why;
+  STRATA_SKIP_WITHOUT_CUDA();
   training_step("cuda", GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(Kinds, ModelOnSimt, ::testing::ValuesIn(steps()), step_name);
