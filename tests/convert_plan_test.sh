@@ -13,9 +13,9 @@ rm -f "$out"
 "$strata" convert plan "$ckpt" "$out" --plan "$plan" | grep -qF "plan $plan on the weights of" \
   || { echo "convert plan: unexpected output"; exit 1; }
 "$strata" inspect "$out" | grep -qE "^plan: +standard\*2,ladder\*3$" || { echo "inspect: plan missing"; exit 1; }
-a=$("$strata" eval --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" 2>/dev/null | tail -1)
-b=$("$strata" eval --checkpoint "$out" --perplexity "$text" 2>/dev/null | tail -1)
-c=$("$strata" eval --checkpoint "$ckpt" --perplexity "$text" 2>/dev/null | tail -1)
+a=$("$strata" eval --device cpu --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" 2>/dev/null | tail -1)
+b=$("$strata" eval --device cpu --checkpoint "$out" --perplexity "$text" 2>/dev/null | tail -1)
+c=$("$strata" eval --device cpu --checkpoint "$ckpt" --perplexity "$text" 2>/dev/null | tail -1)
 echo "under --plan: $a"
 echo "converted:    $b"
 echo "original:     $c"
@@ -40,8 +40,8 @@ rm -f "$f32" "$bf16"
 "$strata" convert weights "$ckpt" "$bf16" --dtype bf16 | grep -qF "the bf16 weights of" || { echo "FAIL: convert weights bf16"; exit 1; }
 "$strata" inspect "$bf16" | grep -qE "^parameters: .*bfloat16\)$" || { echo "FAIL: inspect does not say bfloat16"; exit 1; }
 "$strata" inspect "$f32" | grep -qE "^optimizer: +none" || { echo "FAIL: f32 weights kept an optimizer"; exit 1; }
-d=$("$strata" eval --checkpoint "$f32" --perplexity "$text" 2>/dev/null | tail -1)
-e=$("$strata" eval --checkpoint "$bf16" --perplexity "$text" 2>/dev/null | tail -1)
+d=$("$strata" eval --device cpu --checkpoint "$f32" --perplexity "$text" 2>/dev/null | tail -1)
+e=$("$strata" eval --device cpu --checkpoint "$bf16" --perplexity "$text" 2>/dev/null | tail -1)
 echo "f32 weights:  $d"
 echo "bf16 weights: $e"
 [[ $d == "$c" ]] || { echo "FAIL: the f32 weights evaluate differently"; exit 1; }

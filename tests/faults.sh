@@ -90,8 +90,8 @@ skip() {
 joined() { local s; s=$(printf '%s; ' "$@"); echo "${s%; }"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 secs() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
-# The debug model on this script's dataset, everything logged.
-base=(recipes/debug.toml --set data.dataset="$out/data" --set eval.batches=1 --set log.interval=1
+# The debug model on this script's dataset, on the CPU, everything logged.
+base=(recipes/debug.toml --set run.device=cpu --set data.dataset="$out/data" --set eval.batches=1 --set log.interval=1
   --set log.sample_tokens=4)
 train() { "$strata" train "${base[@]}" "$@"; }
 # In the background (`train_bg ... &`): $! is strata itself, so signals reach it.
@@ -134,7 +134,7 @@ verify_checkpoint() {
     problem "inspect $c: $("$strata" inspect "$c" 2>&1 | tail -1)"
     return 1
   fi
-  if ! "$strata" generate --checkpoint "$c" --prompt "ROMEO:" --max-new-tokens 2 \
+  if ! "$strata" generate --device cpu --checkpoint "$c" --prompt "ROMEO:" --max-new-tokens 2 \
     > /dev/null 2> "$out/generate.err"; then
     problem "generate $c: $(tail -1 "$out/generate.err")"
     return 1

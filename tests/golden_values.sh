@@ -72,7 +72,9 @@ run() {  # name, command...: runs it, failing the test when it fails
 }
 
 data="$work/data"
-common=(--set log.interval=1 --set log.tensorboard=false --set checkpoint.interval=0
+# Every job on the CPU (run.device, --device cpu; strata spd always is): the
+# record is the CPU's on every host.
+common=(--set run.device=cpu --set log.interval=1 --set log.tensorboard=false --set checkpoint.interval=0
         --set training.precision='"bf16"')
 
 # The quickstart's first 40 steps (decay over the recipe's 800, as the run).
@@ -110,25 +112,25 @@ json_numbers spd <"$work/spd/report.json" >>"$out"
 
 # Evaluation and generation on the shipped checkpoints.
 text=data/corpora/tinystories/tinystories_sample.txt
-run eval_quickstart "$strata" eval --checkpoint checkpoints/quickstart.h5 --perplexity $text \
+run eval_quickstart "$strata" eval --device cpu --checkpoint checkpoints/quickstart.h5 --perplexity $text \
   --out "$work/eval_quickstart.json" --quiet
 json_numbers eval_quickstart <"$work/eval_quickstart.json" >>"$out"
-run eval_layerskip "$strata" eval --checkpoint checkpoints/layerskip-quickstart.h5 --perplexity $text \
+run eval_layerskip "$strata" eval --device cpu --checkpoint checkpoints/layerskip-quickstart.h5 --perplexity $text \
   --exit-layer all --out "$work/eval_layerskip.json" --quiet
 json_numbers eval_layerskip <"$work/eval_layerskip.json" >>"$out"
 for plan in "standard*3,ladder*3" "standard,lp*4,standard" "spd*6;spd_degree=2"; do
   name=eval_plan_$(tr -c 'a-z0-9\n' '_' <<<"$plan")
-  run "$name" "$strata" eval --checkpoint checkpoints/quickstart.h5 --plan "$plan" \
+  run "$name" "$strata" eval --device cpu --checkpoint checkpoints/quickstart.h5 --plan "$plan" \
     --perplexity $text --out "$work/$name.json" --quiet
   json_numbers "$name" <"$work/$name.json" >>"$out"
 done
-run eval_tasks "$strata" eval --checkpoint checkpoints/stories260K.h5 --tasks copa,arc_easy \
+run eval_tasks "$strata" eval --device cpu --checkpoint checkpoints/stories260K.h5 --tasks copa,arc_easy \
   --limit 12 --out "$work/eval_tasks.json" --quiet
 json_numbers eval_tasks <"$work/eval_tasks.json" >>"$out"
-run generate "$strata" generate --checkpoint checkpoints/quickstart.h5 --prompt "Mr. Darcy" \
+run generate "$strata" generate --device cpu --checkpoint checkpoints/quickstart.h5 --prompt "Mr. Darcy" \
   --max-new-tokens 24 --ignore-eos
 text_value generate "$work/generate.out"
-run generate_spec "$strata" generate --checkpoint checkpoints/layerskip-quickstart.h5 \
+run generate_spec "$strata" generate --device cpu --checkpoint checkpoints/layerskip-quickstart.h5 \
   --prompt "Mr. Darcy" --max-new-tokens 24 --ignore-eos --exit-layer 2 --self-speculative
 text_value generate_spec "$work/generate_spec.out"
 

@@ -400,10 +400,11 @@ std::string tmpdir(const std::string& name) {
 
 Recipe debug_recipe(const std::string& dir, std::vector<std::string> sets) {
   const std::string src = STRATA_SOURCE_DIR;
-  // The test's own settings come last: they override these.
+  // The test's own settings come last: they override these. The CPU on
+  // every host.
   sets.insert(
       sets.begin(),
-      {"run.dir=\"" + dir + "\"", "data.dataset=\"" + dir + "-data\"",
+      {"run.device=\"cpu\"", "run.dir=\"" + dir + "\"", "data.dataset=\"" + dir + "-data\"",
        "data.tokenizer=\"" + src + "/data/tokenizers/tok512.model\"",
        "data.inputs=[\"" + src + "/data/corpora/tinyshakespeare/input.txt\"]",
        "log.sample_prompt=\"\"", "log.interval=1", "training.steps=12",
@@ -461,6 +462,7 @@ TEST(LayerSkipTrain, WithoutTableTrainsExactlyAsBefore) {
   const std::string src = STRATA_SOURCE_DIR;
   auto recipe = [&](const std::string& dir, std::vector<std::string> extra) {
     std::vector<std::string> sets = {
+        "run.device=\"cpu\"",
         "run.dir=\"" + dir + "\"",
         "data.dataset=\"" + a + "-data\"",
         "data.tokenizer=\"" + src + "/data/tokenizers/tok512.model\"",

@@ -9,7 +9,7 @@
 set -u
 mpirun=$1 strata=$2 ckpt=$3 text=$4
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-tp2() { "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" "$@" --tp 2; }
+tp2() { "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" "$@" --tp 2 --device cpu; }
 fail=0
 for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--exit-layer 3" \
             "--exit-layer 3 --self-speculative --speculations 3" \
@@ -17,7 +17,7 @@ for opts in "--temperature 0" "--temperature 0.8 --seed 3" "--exit-layer 3" \
             "--plan standard*2,skip,standard*2" "--plan lp*4,standard" \
             "--plan standard,lp*4 --exit-layer 3 --self-speculative --speculations 3"; do
   # shellcheck disable=SC2086
-  one=$("$strata" generate --checkpoint "$ckpt" --prompt "Once upon a time" --max-new-tokens 40 $opts 2>/dev/null)
+  one=$("$strata" generate --device cpu --checkpoint "$ckpt" --prompt "Once upon a time" --max-new-tokens 40 $opts 2>/dev/null)
   # shellcheck disable=SC2086
   two=$(tp2 generate --checkpoint "$ckpt" --prompt "Once upon a time" --max-new-tokens 40 $opts 2>/dev/null)
   if [[ -z $one || $one != "$two" ]]; then
@@ -31,7 +31,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 ppl() { grep -o '"ppl": *[0-9.e+-]*' "$1" | head -1 | sed 's/.*: *//'; }
 for plan in standard*5 lp*4,standard; do
-  "$strata" eval --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" --quiet --out "$dir/one.json" >/dev/null || fail=1
+  "$strata" eval --device cpu --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" --quiet --out "$dir/one.json" >/dev/null || fail=1
   tp2 eval --checkpoint "$ckpt" --plan "$plan" --perplexity "$text" --quiet --out "$dir/two.json" >/dev/null || fail=1
   a=$(ppl "$dir/one.json") b=$(ppl "$dir/two.json")
   if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-6 * a) }'; then

@@ -41,7 +41,8 @@ fail() {
   exit 1
 }
 # Common settings; the dataset is prepared once, by the first run, in $work.
-common=(--set data.dataset="$work/data" --set log.interval=1 --set training.grad_accum_steps=2
+# The CPU on every host (a phase's own run.device comes later and wins).
+common=(--set run.device=cpu --set data.dataset="$work/data" --set log.interval=1 --set training.grad_accum_steps=2
   --set lr_scheduler.decay_steps=20 --set log.sample_prompt= --set checkpoint.keep=0)
 train1() {  # run_dir steps [args]: alone, micro-batch 4
   local dir=$1 steps=$2

@@ -31,7 +31,7 @@ expect_fail() {
     ok "$name"
   fi
 }
-train() { "$strata" train recipes/debug.toml --set data.dataset="$out/data" --set log.interval=2 \
+train() { "$strata" train recipes/debug.toml --set run.device=cpu --set data.dataset="$out/data" --set log.interval=2 \
   --set eval.batches=1 --set log.sample_tokens=4 "$@"; }
 
 # A finished 4-step run to resume from.
@@ -93,28 +93,28 @@ ckpt="$run/checkpoints/step_00000004.h5"
 printf 'a\0b\n' > "$out/nul.bin"
 printf 'caf\xe9\n' > "$out/latin1.txt"
 expect_fail b12_empty "empty.txt: nothing to score" \
-  "$strata" eval --checkpoint "$ckpt" --perplexity "$out/empty.txt"
+  "$strata" eval --device cpu --checkpoint "$ckpt" --perplexity "$out/empty.txt"
 expect_fail b12_binary "nul.bin: not a text file \\(a NUL byte at offset 1\\)" \
-  "$strata" eval --checkpoint "$ckpt" --perplexity "$out/nul.bin"
+  "$strata" eval --device cpu --checkpoint "$ckpt" --perplexity "$out/nul.bin"
 expect_fail b12_not_utf8 "latin1.txt: not UTF-8 text \\(byte 0xe9 at offset 3\\)" \
-  "$strata" eval --checkpoint "$ckpt" --perplexity "$out/latin1.txt"
+  "$strata" eval --device cpu --checkpoint "$ckpt" --perplexity "$out/latin1.txt"
 # B17: out-of-range eval options.
-expect_fail b17_limit "--limit must be >= 0" "$strata" eval --checkpoint "$ckpt" --tasks copa --limit -5
-expect_fail b17_shots "--shots must be >= 0 \\(or -1" "$strata" eval --checkpoint "$ckpt" --tasks copa --shots -3
+expect_fail b17_limit "--limit must be >= 0" "$strata" eval --device cpu --checkpoint "$ckpt" --tasks copa --limit -5
+expect_fail b17_shots "--shots must be >= 0 \\(or -1" "$strata" eval --device cpu --checkpoint "$ckpt" --tasks copa --shots -3
 expect_fail b17_stride "--window and --stride must be >= 0" \
-  "$strata" eval --checkpoint "$ckpt" --perplexity recipes/debug.toml --stride -1
+  "$strata" eval --device cpu --checkpoint "$ckpt" --perplexity recipes/debug.toml --stride -1
 # B16, B17: bad sampling options stop generate before any output.
 for opt in "--top-p 2" "--top-p 0" "--temperature inf" "--temperature nan" "--temperature -1" \
   "--top-k -3" "--exit-layer 9"; do
   name="b16_${opt// /_}"
   # shellcheck disable=SC2086
   expect_fail "$name" "strata generate: --" \
-    "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" $opt
+    "$strata" generate --device cpu --checkpoint "$ckpt" --prompt "ROMEO:" $opt
   [[ -s "$out/$name.out" ]] && bad "${name}_no_output" "printed: $(cat "$out/$name.out")"
 done
 # B15: a tokenizer that does not belong to the checkpoint.
 expect_fail b15_tokenizer "austen-4k.model" \
-  "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --tokenizer data/tokenizers/austen-4k.model
+  "$strata" generate --device cpu --checkpoint "$ckpt" --prompt "ROMEO:" --tokenizer data/tokenizers/austen-4k.model
 
 # B18: an integer too large for 64 bits is called that.
 expect_fail b18_big_int "training.steps: 99999999999999999999999 is out of range for an integer" \
@@ -139,7 +139,7 @@ usage_status b19_bench "$strata" bench frob
 # naming the holder's PID, and writes nothing; after the first ends, its lock
 # file left behind is not a lock.
 lockrun="$out/locked"
-"$strata" train recipes/debug.toml --set data.dataset="$out/data" --set eval.batches=1 \
+"$strata" train recipes/debug.toml --set run.device=cpu --set data.dataset="$out/data" --set eval.batches=1 \
   --set training.steps=100000 --set log.interval=1000 --set run.dir="$lockrun" \
   > "$out/locked.log" 2>&1 &
 holder=$!  # strata itself, so the signal below reaches it
@@ -204,9 +204,9 @@ expect_fail b13_binary_corpus "input .*garbage.bin: not (a text file|UTF-8 text)
 
 # B14: the cache-free reference and cached generation agree token for token,
 # past the context too (both stop when it is full).
-"$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 200 --ignore-eos \
+"$strata" generate --device cpu --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 200 --ignore-eos \
   > "$out/b14_cache.txt" 2> /dev/null
-"$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 200 --ignore-eos \
+"$strata" generate --device cpu --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 200 --ignore-eos \
   --no-cache > "$out/b14_nocache.txt" 2> /dev/null
 if [[ -s "$out/b14_cache.txt" ]] && cmp -s "$out/b14_cache.txt" "$out/b14_nocache.txt"; then
   ok b14_no_cache_agrees
@@ -218,16 +218,16 @@ fi
 # fit is refused in one line with the figures and what to lower, having
 # written nothing. STRATA_MEMORY_LIMIT stands in for a small machine.
 expect_fail b3_train_too_big "training 1.65B parameters needs about .* GB .*weights .*gradients .*AdamW moments .*but 3.00 GB is available \(STRATA_MEMORY_LIMIT\); use a smaller model" \
-  env STRATA_MEMORY_LIMIT=3GB "$strata" train recipes/debug.toml --set model.hidden_size=8192 \
+  env STRATA_MEMORY_LIMIT=3GB "$strata" train recipes/debug.toml --set run.device=cpu --set model.hidden_size=8192 \
   --set model.num_hidden_layers=8 --set run.dir="$out/b3_big"
 [[ ! -e "$out/b3_big" ]] && ok b3_nothing_written || bad b3_nothing_written "$(ls "$out/b3_big")"
 expect_fail b3_activations "needs about .*activations .*; lower training.micro_batch_size or training.seq_len" \
-  env STRATA_MEMORY_LIMIT=40MB "$strata" train recipes/debug.toml --set training.micro_batch_size=64 \
+  env STRATA_MEMORY_LIMIT=40MB "$strata" train recipes/debug.toml --set run.device=cpu --set training.micro_batch_size=64 \
   --set run.dir="$out/b3_acts"
 expect_fail b3_terabytes "^strata: error: recipes/debug.toml: training .*B parameters needs about .* TB" \
-  "$strata" train recipes/debug.toml --set model.hidden_size=65536 --set model.num_hidden_layers=100 \
+  "$strata" train recipes/debug.toml --set run.device=cpu --set model.hidden_size=65536 --set model.num_hidden_layers=100 \
   --set run.dir="$out/b3_tb"
-"$strata" train recipes/debug.toml --dry-run --set run.dir="$out/b3_dry" > "$out/b3_dry.toml" 2> /dev/null
+"$strata" train recipes/debug.toml --set run.device=cpu --dry-run --set run.dir="$out/b3_dry" > "$out/b3_dry.toml" 2> /dev/null
 if grep -q "^# memory per process (estimate): weights .* + gradients .* + AdamW moments .* + activations .* = " \
   "$out/b3_dry.toml" && [[ ! -e "$out/b3_dry" ]]; then
   ok b3_dry_run_prints_estimate
@@ -235,7 +235,7 @@ else
   bad b3_dry_run_prints_estimate "$(tail -3 "$out/b3_dry.toml")"
 fi
 expect_fail b3_dry_run_refuses "needs about .* but 1.0 MB is available" \
-  env STRATA_MEMORY_LIMIT=1MB "$strata" train recipes/debug.toml --dry-run --set run.dir="$out/b3_dry"
+  env STRATA_MEMORY_LIMIT=1MB "$strata" train recipes/debug.toml --set run.device=cpu --dry-run --set run.dir="$out/b3_dry"
 # A config.json claiming more layers than its weights hold: refused from the
 # headers at once, not after allocating the claimed model (probe: OOM-killed).
 mkdir -p "$out/b3_hf"
@@ -248,9 +248,9 @@ expect_fail b3_hf_absurd "config.json \(1000000000 layers, hidden .*\) describes
   "$strata" convert hf "$out/b3_hf" "$out/b3_hf.h5"
 [[ ! -e "$out/b3_hf.h5" ]] && ok b3_hf_nothing_written || bad b3_hf_nothing_written "b3_hf.h5 exists"
 expect_fail b3_generate "strata generate: .*step_00000004.h5 needs about .*KV cache .* is available \(STRATA_MEMORY_LIMIT\)" \
-  env STRATA_MEMORY_LIMIT=620kB "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:"
+  env STRATA_MEMORY_LIMIT=620kB "$strata" generate --device cpu --checkpoint "$ckpt" --prompt "ROMEO:"
 expect_fail b3_eval "strata eval: .*step_00000004.h5 needs about .*activations .*logits .*; lower --batch-size" \
-  env STRATA_MEMORY_LIMIT=8MB "$strata" eval --checkpoint "$ckpt" --tasks copa --batch-size 64
+  env STRATA_MEMORY_LIMIT=8MB "$strata" eval --device cpu --checkpoint "$ckpt" --tasks copa --batch-size 64
 
 # A non-finite loss or gradient norm stops training at that step, naming the
 # last good checkpoint (saved from finite weights), which still loads.
@@ -264,7 +264,7 @@ if ((rc == 1)) && [[ $(grep -c "error" "$out/div.err") == 1 ]] &&
 else
   bad diverged "exit $rc: $last"
 fi
-if "$strata" generate --checkpoint "$out/div/checkpoints/step_00000001.h5" --prompt "A" \
+if "$strata" generate --device cpu --checkpoint "$out/div/checkpoints/step_00000001.h5" --prompt "A" \
   --max-new-tokens 4 > /dev/null 2>&1 && [[ ! -e "$out/div/checkpoints/step_00000002.h5" ]]; then
   ok diverged_last_good_loads
 else

@@ -17,7 +17,7 @@ done
 rm -rf "$work" && mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-"$strata" eval --checkpoint "$stories" --perplexity data/corpora/tinystories/tinystories_sample.txt \
+"$strata" eval --device cpu --checkpoint "$stories" --perplexity data/corpora/tinystories/tinystories_sample.txt \
   --exit-layer all --out "$work/eval.json" >/dev/null 2>&1 || fail "strata eval"
 out=$("$strata" report "$base" "$ls" --eval "stories260K=$work/eval.json" --out "$work/report.html" --png)
 echo "$out"

@@ -39,7 +39,7 @@ void write_file(const std::string& path, const std::string& text) {
 std::string source(const std::string& rel) { return std::string(STRATA_SOURCE_DIR) + "/" + rel; }
 
 // A tiny recipe over the first ~60 KB of tiny Shakespeare, with the shipped
-// 512-token tokenizer, in `dir`.
+// 512-token tokenizer, in `dir`, on the CPU (also where a GPU is visible).
 std::string tiny_recipe(const TempDir& dir, const std::string& extra = "") {
   std::ifstream in(source("data/corpora/tinyshakespeare/input.txt"));
   std::string text(60000, '\0');
@@ -49,6 +49,7 @@ std::string tiny_recipe(const TempDir& dir, const std::string& extra = "") {
 name = "tiny"
 dir = ")" + dir.path() + R"(/run"
 seed = 7
+device = "cpu"
 
 [data]
 tokenizer = ")" + source("data/tokenizers/tok512.model") +
