@@ -110,7 +110,7 @@ if(PkgConfig_FOUND AND NOT STRATA_WITH_HDF5 STREQUAL "OFF")
   set(_found ${HDF5_FOUND})
 endif()
 strata_feature(HDF5 "${_found}" libhdf5-dev
-  "checkpoints (.h5) cannot be read or written: train with checkpoint.interval = 0")
+  "checkpoints (.h5) cannot be read or written: train with checkpoint.final = false")
 
 set(_found OFF)
 if(NOT STRATA_WITH_MPI STREQUAL "OFF")

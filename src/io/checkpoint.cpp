@@ -25,6 +25,7 @@
 #include "core/file.h"
 #include "core/sha256.h"
 #include "core/text.h"
+#include "io/checkpoint_format.h"
 #include "io/hdf5_util.h"
 
 namespace strata {
@@ -179,6 +180,8 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
 // ---------------------------------------------------------------------------
 // Writing
 // ---------------------------------------------------------------------------
+
+bool checkpoint_format_available() { return true; }
 
 void set_checkpoint_write_hook(std::function<void(int)> hook) { write_hook() = std::move(hook); }
 

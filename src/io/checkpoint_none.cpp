@@ -6,16 +6,19 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_format.h"
 
 namespace strata {
 namespace {
 
 [[noreturn]] void no_hdf5(const std::string& path, const char* what) {
   fail(cat("this build has no HDF5 (libhdf5-dev): checkpoint ", path, " cannot be ", what,
-           " (train with checkpoint.interval = 0, or rebuild with HDF5)"));
+           " (train with checkpoint.final = false, or rebuild with HDF5)"));
 }
 
 }  // namespace
+
+bool checkpoint_format_available() { return false; }
 
 void set_checkpoint_write_hook(std::function<void(int)> hook) { (void)hook; }
 
