@@ -48,6 +48,9 @@ int cmd_info(int argc, char** argv, int first) {
   std::printf("cuda:    %s\n", b.cuda.c_str());
   for (const std::string& g : b.gpus) std::printf("gpu:     %s\n", g.c_str());
   std::printf("devices: %s\n", b.devices.c_str());
+#ifdef STRATA_MISSING_FEATURES  // set by CMake on this file in a build without them
+  std::printf("missing: %s (see docs/build.md, \"Optional features\")\n", STRATA_MISSING_FEATURES);
+#endif
   return 0;
 }
 

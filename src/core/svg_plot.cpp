@@ -1,6 +1,8 @@
 #include "core/svg_plot.h"
 
+#if defined(STRATA_HAVE_ZLIB)
 #include <zlib.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -414,6 +416,7 @@ class Canvas {
   double scale_;
 };
 
+#if defined(STRATA_HAVE_ZLIB)
 void put_u32(std::string& s, uint32_t v) {
   for (int i = 3; i >= 0; --i) s += char((v >> (8 * i)) & 0xff);
 }
@@ -424,6 +427,7 @@ void put_chunk(std::string& out, const char* type, const std::string& data) {
   out += body;
   put_u32(out, uint32_t(crc32(0, reinterpret_cast<const Bytef*>(body.data()), uInt(body.size()))));
 }
+#endif
 
 }  // namespace
 
@@ -499,6 +503,10 @@ std::string render_png(const SvgChart& c, int scale) {
 }
 
 std::string encode_png(const RgbImage& im) {
+#if !defined(STRATA_HAVE_ZLIB)
+  fail(cat("this build has no zlib (zlib1g-dev): the ", im.width, "x", im.height,
+           " PNG picture cannot be written (the SVG charts and the HTML report can)"));
+#else
   STRATA_CHECK(
       im.width > 0 && im.height > 0 && im.rgb.size() == size_t(im.width) * size_t(im.height) * 3,
       "encode_png: a ", im.width, "x", im.height, " image needs ",
@@ -528,6 +536,7 @@ std::string encode_png(const RgbImage& im) {
   put_chunk(out, "IDAT", z);
   put_chunk(out, "IEND", "");
   return out;
+#endif
 }
 
 }  // namespace strata

@@ -25,6 +25,7 @@
 #include "core/file.h"
 #include "core/sha256.h"
 #include "core/text.h"
+#include "io/checkpoint_format.h"
 #include "io/hdf5_util.h"
 
 namespace strata {
@@ -179,6 +180,8 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
 // ---------------------------------------------------------------------------
 // Writing
 // ---------------------------------------------------------------------------
+
+bool checkpoint_format_available() { return true; }
 
 void set_checkpoint_write_hook(std::function<void(int)> hook) { write_hook() = std::move(hook); }
 
@@ -429,52 +432,6 @@ void CheckpointReader::read(const std::string& group, const std::vector<TensorRe
       if (!std::isfinite(v[i])) [[unlikely]]
         fail_one_line("checkpoint ", path_, ": ", what, " holds a non-finite value (", v[i],
                       " at index ", i, ")");
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Run directories
-// ---------------------------------------------------------------------------
-
-std::string checkpoint_path(const std::string& run_dir, int64_t step) {
-  STRATA_CHECK(step >= 0, "checkpoint: negative step ", step);
-  char name[64];
-  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(step));
-  return run_dir + "/checkpoints/" + name;
-}
-
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
-  const std::string dir = run_dir + "/checkpoints";
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  fs::directory_iterator it(dir, ec);
-  STRATA_CHECK(!ec, "checkpoints: cannot list ", dir, ": ", ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    STRATA_CHECK(!ec, "checkpoints: cannot list ", dir, ": ", ec.message());
-    const std::string name = it->path().filename().string();
-    constexpr std::string_view prefix = "step_", suffix = ".h5";
-    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const std::string digits =
-        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (!it->is_regular_file(ec)) continue;
-    out.emplace_back(std::stoll(digits), dir + "/" + name);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void prune_checkpoints(const std::string& run_dir, int keep) {
-  if (keep <= 0) return;
-  const auto all = list_checkpoints(run_dir);
-  if (int64_t(all.size()) <= keep) return;
-  for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {
-    std::error_code ec;
-    fs::remove(all[i].second, ec);
-    STRATA_CHECK(!ec, "checkpoints: cannot delete ", all[i].second, ": ", ec.message());
   }
 }
 

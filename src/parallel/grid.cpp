@@ -11,7 +11,9 @@
 #include "parallel/comm_nccl.h"
 #endif
 
+#if defined(STRATA_HAVE_MPI)
 #include <mpi.h>
+#endif
 
 #include <cstdio>
 
@@ -20,8 +22,10 @@
 #include <utility>
 
 #include "core/error.h"
-#include "parallel/comm_mpi.h"
 #include "parallel/ordered_comm.h"
+#if defined(STRATA_HAVE_MPI)
+#include "parallel/comm_mpi.h"
+#endif
 
 namespace strata {
 namespace {
@@ -45,6 +49,7 @@ long slurm_step_tasks() {
   return env_long("SLURM_NTASKS");
 }
 
+#if defined(STRATA_HAVE_MPI)
 // Error handler of the world (inherited by its duplicates and splits): one
 // line naming the rank and MPI's reason, then the whole job ends.
 void mpi_failure(MPI_Comm* comm, int* code, ...) {
@@ -78,6 +83,15 @@ void init_mpi_once() {
   MPI_Comm_create_errhandler(mpi_failure, &handler);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler);
 }
+#else
+// A build without MPI runs one process: a launch by mpirun or srun is refused
+// instead of running the same job alone in every process.
+[[noreturn]] void init_mpi_once() {
+  fail(
+      "this build has no MPI (libopenmpi-dev): it runs one process only; start it without "
+      "mpirun / srun, or rebuild with MPI");
+}
+#endif
 
 }  // namespace
 
@@ -94,12 +108,14 @@ ProcessGrid make_grid(int tp, int dp_request) {
   int world_rank = 0, world_size = 1;
   if (mpi) {
     init_mpi_once();
+#if defined(STRATA_HAVE_MPI)
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     const long tasks = slurm_step_tasks();
     STRATA_CHECK(tasks <= 1 || world_size == tasks, "srun started ", tasks,
                  " tasks but MPI sees a world of ", world_size,
                  " process(es): launch with srun --mpi=pmix");
+#endif
   }
   STRATA_CHECK(world_size % tp == 0, "tensor-parallel degree tp=", tp,
                " does not divide the world of ", world_size, " process(es) (world = dp x tp)");
@@ -121,11 +137,13 @@ ProcessGrid make_grid(int tp, int dp_request) {
     g.dp_comm = make_local_comm();
     return g;
   }
+#if defined(STRATA_HAVE_MPI)
   auto world = make_mpi_world_comm();
   // Both splits are collective over the world, made in the same order by all.
   g.tp_comm = world->split(/*color=*/g.dp_rank, /*key=*/g.tp_rank);
   g.dp_comm = world->split(/*color=*/g.tp_rank, /*key=*/g.dp_rank);
   g.world = std::move(world);
+#endif
   return g;
 }
 
@@ -163,13 +181,18 @@ void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_s
 }
 
 void finalize_mpi() {
+#if defined(STRATA_HAVE_MPI)
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Finalize();
+#endif
 }
 
 void abort_job_if_distributed(const std::string& why) {
+#if !defined(STRATA_HAVE_MPI)
+  (void)why;  // one process: the caller reports the error
+#else
   int initialized = 0, finalized = 0, size = 1, rank = 0;
   MPI_Initialized(&initialized);
   if (!initialized) return;
@@ -181,6 +204,7 @@ void abort_job_if_distributed(const std::string& why) {
   std::fprintf(stderr, "strata: error: %s (rank %d)\n", why.c_str(), rank);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
 }
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 #include "core/text.h"
 #include "core/threads.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_format.h"
 #include "model/sharding.h"
 #include "parallel/grid.h"
 #include "train/run.h"
@@ -91,6 +92,12 @@ std::string find_resume_checkpoint(const Run& run) {
 
 Source open_source(Run& run) {
   const TrainConfig& c = run.c;
+  // Refused now rather than after the training, when the first save comes.
+  if (!checkpoint_format_available() && !run.dry_run &&
+      (c.checkpoint.final || c.checkpoint.interval > 0))
+    c.fail(c.checkpoint.final ? "checkpoint.final" : "checkpoint.interval",
+           "this build has no HDF5 (libhdf5-dev): checkpoints cannot be written (set "
+           "checkpoint.final = false and checkpoint.interval = 0, or rebuild with HDF5)");
   Source src;
   src.resume = find_resume_checkpoint(run);
   src.init_from = c.model.init_from;

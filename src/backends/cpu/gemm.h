@@ -3,9 +3,9 @@
 // op(A) = A stored M x K (lda) or, when trans_a, A stored K x M (lda); same for B.
 //
 // float runs on oneDNN's dnnl_sgemm (chosen by measurement, see README and
-// bench/gemm_libraries.cpp): its JIT kernels detect the CPU (AVX-512, AMX)
-// without environment variables, and it threads on the same OpenMP pool as
-// strata's kernels. double (used by gradient checks) runs on a plain loop.
+// bench/gemm_libraries.cpp; a build without oneDNN runs strata's own kernels,
+// gemm_library.h): its JIT kernels detect the CPU (AVX-512, AMX), on strata's
+// OpenMP pool. double (used by gradient checks) runs on a plain loop.
 #pragma once
 
 #include <cstdint>
