@@ -96,19 +96,23 @@ step machine machine
 
 # --- 2. the build ------------------------------------------------------------
 configure_and_build() {
-  [ -d "$carry" ] || { echo "$carry/ is missing: run tests/gpu_prepare.sh first (and carry it)"; return 1; }
+  if [ ! -d "$carry/include" ]; then
+    [ $dry -eq 1 ] && tests/gpu_prepare.sh
+    [ -d "$carry/include" ] || { echo "$carry/ is missing: run tests/gpu_prepare.sh here first and carry it"; return 1; }
+  fi
   local flags=(-DSTRATA_GPU_BUILD=ON "-DSTRATA_VENDOR_DIR=$repo/$carry" -DSTRATA_CUDA=ON)
   if [ $dry -eq 1 ]; then
     # The GPU machine has none of these: build without them here too.
-    flags+=(-DSTRATA_WITH_DNNL=OFF -DSTRATA_WITH_HDF5=OFF -DSTRATA_WITH_SENTENCEPIECE=OFF
-            -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF -DSTRATA_WITH_SYSTEM_HEADERS=OFF)
+    flags+=(-DSTRATA_WITH_ONEDNN=OFF -DSTRATA_WITH_HDF5=OFF -DSTRATA_WITH_SENTENCEPIECE=OFF
+            -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF)
     command -v ccache > /dev/null &&
       flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
   cmake -S . -B "$build" -G Ninja "${flags[@]}" > "$out/configure.txt" 2>&1 ||
     { tail -30 "$out/configure.txt"; return 1; }
   grep -E '^-- strata' "$out/configure.txt"
-  local targets=(strata test_backend_parity test_model_device test_simt strata-kernel-lab)
+  # What ctest -L gpu runs, and the kernel labs.
+  local targets=(strata test_backend_parity test_model_device test_grad test_simt strata-kernel-lab)
   [ $dry -eq 0 ] && targets+=(strata-kernel-lab-cuda)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" 2>&1 | tail -3
   [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
@@ -129,8 +133,9 @@ step tests-gpu ctest --test-dir "$build" -L gpu --output-on-failure --timeout 30
 
 # --- 4. compute-sanitizer on the kernel parity tests ---------------------------
 sanitize() {
-  local tool=$1 filter='*Cuda*:*cuda*'
-  compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+  # Every op in fp32 on each backend (cuda included) and the GEMM paths.
+  local tool=$1 filter='BackendParity.EveryOpFloat*:BackendParity.Gemm*'
+  timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
     "$build/tests/test_backend_parity" --gtest_filter="$filter" --gtest_brief=1 2>&1 | tail -15
   return "${PIPESTATUS[0]}"
 }
@@ -159,8 +164,12 @@ step bench-train-bf16 "$strata" bench train --device "$device" "${shape[@]}" --b
 # --- 7. the debug recipe on cpu and on the device ----------------------------------
 losses() {
   local dev=$1
+  rm -rf "$out/../train-$dev"
+  # The carried dataset (no sentencepiece there), no checkpoint (no HDF5 there).
   "$strata" train recipes/debug.toml --set run.device="$dev" --set training.precision=fp32 \
-    --set log.interval=1 --set run.dir="$out/../train-$dev" $(cat "$carry/debug-overrides.txt") \
+    --set training.steps=20 --set log.interval=1 --set run.dir="$out/../train-$dev" \
+    --set data.tokenizer= --set data.dataset="$carry/data/debug-shakespeare" \
+    --set model.vocab_size=512 --set checkpoint.final=false --set log.sample_tokens=0 \
     > "$out/train-$dev.txt" 2>&1 || { tail -20 "$out/train-$dev.txt"; return 1; }
   grep -oE '^step +[0-9]+.*\| loss [0-9.]+' "$out/train-$dev.txt" | awk '{print $NF}' \
     > "$out/loss-$dev.txt"
