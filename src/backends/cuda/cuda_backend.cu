@@ -75,6 +75,7 @@ class LtGemm final : public GemmEngine<T> {
     if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
     const Plan& p = it->second;
     if (!p.found) return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+    gpu::LaunchTimer timer(bf16 ? "gemm (cuBLASLt, bf16 operands)" : "gemm (cuBLASLt)", stream_);
     check_lt(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, C, p.out, C,
                             p.out, &p.algo, workspace_, kWorkspace, stream_),
              "cublasLtMatmul");

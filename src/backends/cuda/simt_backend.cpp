@@ -38,7 +38,10 @@ class CpuGemm final : public GemmEngine<T> {
         B = rounded(1, B, tb ? N : K, tb ? K : N, ldb);
       }
     }
-    cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    {
+      gpu::LaunchTimer timer("gemm (the CPU GEMM standing in for cuBLASLt)", nullptr);
+      cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
     if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(saved);
   }
   void set_precision(ops::MatmulPrecision p) override { precision_ = p; }
