@@ -15,7 +15,7 @@
 #      PID; a lock file left by a killed run is not a lock
 #   5. SIGTERM, and SIGKILL, to one rank under mpirun -np 2: the job ends, the
 #      checkpoint loads, the same command resumes
-#   6. SIGINT (and SIGTERM) alone, then resume: the same losses as an
+#   6. SIGINT, SIGTERM, SIGHUP and SIGUSR1 alone, then resume: the same losses as an
 #      uninterrupted run
 # Each trial prints its counts and ok, FAIL or skip (mounts need root); the
 # last line is "faults: N passed, M failed"; the exit status is non-zero when
@@ -613,16 +613,16 @@ EOF
 }
 
 # ---------------------------------------------------------------------------
-# 6. SIGINT (and SIGTERM) alone, then resume: the same losses as an
-# uninterrupted run.
+# 6. SIGINT, SIGTERM, SIGHUP and SIGUSR1 (SLURM's preemption warning) alone,
+# then resume: the same losses as an uninterrupted run.
 trial_interrupt() {
   local t0=$SECONDS d=$out/int
   mkdir -p "$d"
   local args=(--set training.steps=80 --set checkpoint.interval=0)
   train_fg "${args[@]}" --set run.dir="$d/ref" > "$d/ref.log" 2>&1 || problem "uninterrupted run: $(tail -1 "$d/ref.log")"
   local summary=() sig code
-  for sig in INT TERM; do
-    [[ $sig == INT ]] && code=130 || code=143
+  for sig in INT TERM HUP USR1; do
+    code=$((128 + $(kill -l "$sig")))
     local run=$d/$sig pid rc stop
     train_bg "${args[@]}" --set run.dir="$run" > "$d/$sig.log" 2>&1 &
     pid=$!
@@ -644,7 +644,7 @@ trial_interrupt() {
     [[ $cmp == same* ]] || problem "SIG$sig: metrics differ from the uninterrupted run: ${cmp#differ }"
     summary+=("SIG$sig after step $stop: exit $rc, resumed, ${cmp%% *} as uninterrupted over 80 steps")
   done
-  report "6 SIGINT/SIGTERM" "$(joined "${summary[@]}")" "$t0"
+  report "6 SIGINT/SIGTERM/SIGHUP/SIGUSR1" "$(joined "${summary[@]}")" "$t0"
 }
 
 for t in ${FAULTS_TRIALS:-1 2 3 4 5 6}; do

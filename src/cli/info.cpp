@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "ops/backend.h"
 
 #include "cli/args.h"
@@ -13,6 +14,8 @@
 namespace strata::cli {
 
 void apply_threads(int threads) {
+  const std::string problem = thread_count_problem(threads);
+  STRATA_USAGE_CHECK(problem.empty(), "--threads ", problem);
   if (threads > 0) set_num_threads(threads);
 }
 

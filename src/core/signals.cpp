@@ -18,6 +18,10 @@ sigset_t stop_signals() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  // The hang-up of a closed terminal or ssh session, and SLURM's warning
+  // before preemption (sbatch --signal=USR1@...): a checkpoint, not a loss.
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR1);
   return set;
 }
 
@@ -32,7 +36,7 @@ sigset_t stop_signals() {
   sigaddset(&one, sig);
   pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
   pthread_kill(pthread_self(), sig);
-  for (;;) pause();  // not reached: the default action of SIGINT/SIGTERM ends the process
+  for (;;) pause();  // not reached: the default action of each stop signal ends the process
 }
 
 void watch() {

@@ -1,4 +1,5 @@
-// SIGINT and SIGTERM, handled by one thread of their own.
+// SIGINT, SIGTERM, SIGHUP and SIGUSR1 (SLURM's preemption warning), handled by
+// one thread of their own.
 //
 // A signal handler runs on the stack of whichever thread the signal
 // interrupts, below its stack pointer. oneDNN's JIT GEMM kernels keep data
@@ -24,7 +25,7 @@ void start_signal_thread();
 
 class StopScope {
  public:
-  StopScope();   // from here, SIGINT / SIGTERM request a stop instead of ending the process
+  StopScope();   // from here, a stop signal requests a stop instead of ending the process
   ~StopScope();  // back to the default action
   StopScope(const StopScope&) = delete;
   StopScope& operator=(const StopScope&) = delete;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "core/threads.h"
 #include "eval/evaluate.h"
 #include "train/trainer.h"
 
@@ -35,7 +36,10 @@ RunSection read_run(const Recipe& r) {
   s.name = r.get_string("run.name");
   s.dir = r.get_string("run.dir").empty() ? "runs/" + s.name : r.get_string("run.dir");
   s.seed = uint64_t(r.get_int("run.seed"));
-  s.threads = int(r.get_int("run.threads"));
+  const long long threads = r.get_int("run.threads");
+  if (const std::string problem = thread_count_problem(threads); !problem.empty())
+    r.fail("run.threads", problem);
+  s.threads = int(threads);
   s.device = r.get_string("run.device");
   return s;
 }
