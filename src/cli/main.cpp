@@ -1,4 +1,5 @@
 // The `strata` command: dispatches to subcommands, prints one-line errors.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -79,6 +80,10 @@ int run_command(const Command& c, int argc, char** argv) {
   try {
     const int rc = c.run(argc, argv, 2);
     strata::finalize_mpi();
+    // What a command printed must have reached its destination: a full disk
+    // or `> /dev/full` is a failure, not a silent loss of the output.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      return fail_with(strata::cat("writing the output failed: ", std::strerror(errno)), 1);
     return rc;
   } catch (const strata::UsageError& e) {
     return fail_with(e.what(), 2);

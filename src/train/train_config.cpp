@@ -106,7 +106,7 @@ DataSection read_data(const Recipe& r) {
   s.dataset = r.get_string("data.dataset");
   s.inputs = r.get_strings("data.inputs");
   s.doc_split = r.get_string("data.doc_split");
-  s.val_fraction = r.get_float("data.val_fraction");
+  s.val_fraction = in_range(r, "data.val_fraction", 0, 1, false, true, "in [0, 1)");
   s.sft_train = r.get_string("data.sft_train");
   s.sft_val = r.get_string("data.sft_val");
   s.packing = r.get_bool("data.packing");
@@ -186,7 +186,9 @@ LogSection read_log(const Recipe& r) {
   s.tensorboard = r.get_bool("log.tensorboard");
   s.sample_prompt = r.get_string("log.sample_prompt");
   s.sample_tokens = int(r.get_int("log.sample_tokens"));
-  s.sample_temperature = r.get_float("log.sample_temperature");
+  s.sample_temperature = in_range(r, "log.sample_temperature", 0,
+                                  std::numeric_limits<double>::infinity(), false, true,
+                                  "finite and >= 0 (0: greedy)");
   return s;
 }
 
