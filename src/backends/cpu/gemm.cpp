@@ -271,4 +271,9 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
   }
 }
 
+void few_rows_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  few_rows(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace strata::cpu

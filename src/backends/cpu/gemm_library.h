@@ -6,6 +6,15 @@
 
 #include <cstdint>
 
+namespace strata::cpu {
+
+// strata's few-row kernel for this CPU (the AVX-512 copy where the portable
+// build has one; gemm.cpp): C = alpha A B^T + beta C, B row-major N x K.
+void few_rows_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace strata::cpu
+
 namespace strata::cpu::library {
 
 // C = alpha op(A) op(B) + beta C in fp32, row-major (the layout of gemm.h).

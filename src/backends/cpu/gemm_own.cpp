@@ -11,23 +11,12 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_library.h"
-#include "backends/cpu/rows_kernel.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/text.h"
 
 namespace strata::cpu {
 namespace {
-
-// The kernels for this CPU (the AVX-512 copy in the portable build).
-void rows_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-#ifdef STRATA_AVX512_VARIANT
-  if (cpu_level() == CpuLevel::Avx512)
-    return avx512::few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#endif
-  few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 // The rows x cols matrix stored transposed (cols x rows, leading dimension
 // ld) as compact rows of `cols`.
@@ -63,7 +52,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     B = b_rows.data();
     ldb = K;
   }
-  rows_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  few_rows_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 bool native_bf16() { return false; }
