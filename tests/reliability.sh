@@ -58,7 +58,7 @@ fi
 printf '{"prompt": "a", "response": "b"}\n{"prompt": \n' > "$out/sft_broken.jsonl"
 expect_fail b4_refused_run "sft_broken.jsonl:2" \
   train --set training.steps=8 --set data.kind=sft --set data.sft_train="$out/sft_broken.jsonl" \
-  --set run.dir="$run"
+  --set checkpoint.resume_changes='["data.kind", "data.sft_train"]' --set run.dir="$run"
 if cmp -s "$run/recipe.toml" "$out/recipe.before"; then
   ok b4_recipe_untouched
 else

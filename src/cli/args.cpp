@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <climits>
 #include <cstdio>
 
 #include "core/error.h"
@@ -116,8 +117,17 @@ int Args::get_int(const std::string& name) const {
   const std::string v = get(name);
   try {
     size_t used = 0;
-    const int x = std::stoi(v, &used);
-    if (used == v.size()) return x;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size()) {
+      if (x < INT_MIN || x > INT_MAX)
+        throw UsageError(cat(command_, ": --", name, " ", v, " is out of range (at most ",
+                             INT_MAX, ")"));
+      return int(x);
+    }
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::out_of_range&) {
+    throw UsageError(cat(command_, ": --", name, " ", v, " is out of range (at most ", INT_MAX, ")"));
   } catch (const std::exception&) {
   }
   throw UsageError(cat(command_, ": --", name, " expects an integer, got '", v, "'"));

@@ -52,6 +52,9 @@ int convert_hf(int argc, char** argv, int first) {
       .option("tokenizer", "FILE",
               "sentencepiece model (default: the directory's tokenizer.model)");
   if (!args.parse(argc, argv, first)) return 0;
+  check_output_file(args.get("out.h5"), "strata convert hf");
+  check_output_not_input(args.get("out.h5"), {args.get("dir"), args.get("tokenizer")},
+                         "strata convert hf");
   HfImportInfo info;
   auto model = import_hf(args.get("dir"), &info);
   const std::string tok =
@@ -71,6 +74,9 @@ int convert_llama2c(int argc, char** argv, int first) {
       .positional("out.h5", "strata checkpoint to write")
       .option("tokenizer", "FILE", "sentencepiece model of the same vocabulary (tok512.model ...)");
   if (!args.parse(argc, argv, first)) return 0;
+  check_output_file(args.get("out.h5"), "strata convert llama2c");
+  check_output_not_input(args.get("out.h5"), {args.get("model.bin"), args.get("tokenizer")},
+                         "strata convert llama2c");
   const Llama2cModel src = read_llama2c(args.get("model.bin"));
   // The file's tensors are in memory already; the model needs as much again.
   check_memory(estimate_memory(src.config, LayerPlan{}, MemoryUse{}), host_memory_available(), 1,
@@ -189,6 +195,8 @@ int cmd_export(int argc, char** argv, int first) {
   o.max_shard_bytes = uint64_t(shard);
   STRATA_CHECK(dtype == "F32" || dtype == "BF16" || dtype == "F16",
                "strata export hf: unknown dtype '", dtype, "' (f32, bf16 or f16)");
+  check_output_dir(args.get("dir"), "strata export hf");
+  check_output_not_input(args.get("dir"), {args.get("ckpt.h5")}, "strata export hf");
   CheckpointInfo info;
   auto model = load_model(args.get("ckpt.h5"), &info);
   export_hf(*model, info.tokenizer, args.get("dir"), o);

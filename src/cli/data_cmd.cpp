@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "data/shards.h"
 
 namespace strata::cli {
@@ -53,6 +54,10 @@ int data_prepare(int argc, char** argv, int first) {
   o.inputs = args.get_all("input");
   STRATA_CHECK(!o.inputs.empty(), cmd, ": give at least one --input FILE");
   o.out_dir = args.get("out");
+  check_output_dir(o.out_dir, cmd + ": --out");
+  std::vector<std::string> inputs = o.inputs;
+  inputs.push_back(o.tokenizer);
+  check_output_not_input(o.out_dir, inputs, cmd + ": --out");
   o.doc_split = args.get("doc-split");
   STRATA_CHECK(o.doc_split == "paragraph" || o.doc_split == "line" || o.doc_split == "file", cmd,
                ": unknown --doc-split '", o.doc_split, "' (choose paragraph, line or file)");

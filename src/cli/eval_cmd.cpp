@@ -119,6 +119,16 @@ void check_output_options(const Args& args) {
                    (!args.has("system-instruction") && !args.has("fewshot-as-multiturn")),
                "strata eval: --system-instruction and --fewshot-as-multiturn go with "
                "--apply-chat-template");
+  // Where the results go, checked now rather than after the evaluation.
+  const std::vector<std::string> inputs = {args.get("checkpoint"), args.get("perplexity")};
+  if (args.has("out")) {
+    check_output_file(args.get("out"), "strata eval: --out");
+    check_output_not_input(args.get("out"), inputs, "strata eval: --out");
+  }
+  if (args.has("log-samples")) {
+    check_output_dir(args.get("log-samples"), "strata eval: --log-samples");
+    check_output_not_input(args.get("log-samples"), inputs, "strata eval: --log-samples");
+  }
 }
 
 // The job the options describe, checked in full before the model loads (the

@@ -99,6 +99,9 @@ int run_command(const Command& c, int argc, char** argv) {
       msg += strata::one_line(" (and " + strata::shorten(e.path2().string()) + ")");
     return fail_with(msg, 1);
   } catch (const std::bad_alloc&) {
+    // Name what grew when it is known (a file being read), not the model.
+    if (const std::string doing = strata::Activity::unwound(); !doing.empty())
+      return fail_with("out of memory while " + doing + ": an allocation failed", 1);
     return fail_with(
         "out of memory: an allocation failed (use a smaller model, micro-batch or sequence "
         "length, or a machine with more memory)",

@@ -136,6 +136,12 @@ ScanInput load_scan_input(const Args& args, const std::string& command) {
   const int limit = args.get_int("limit-bytes");
   STRATA_CHECK(limit >= 0, command, ": --limit-bytes must be at least 0");
   apply_threads(args.get_int("threads"));
+  for (const char* key : {"out", "svg"})  // checked before the first pass, not after the scan
+    if (!args.get(key).empty()) {
+      check_output_file(args.get(key), cat(command, ": --", key));
+      check_output_not_input(args.get(key), {args.get("checkpoint"), args.get("text")},
+                             cat(command, ": --", key));
+    }
   ScanInput in;
   in.text_name = args.get("text");
   in.text = read_text_sample(in.text_name, limit);

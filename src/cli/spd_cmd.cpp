@@ -9,6 +9,8 @@
 #include "cli/model_args.h"
 #include "cli/spd.h"
 #include "core/error.h"
+#include "core/text.h"
+#include "model/plan.h"
 #include "eval/spd_scan.h"
 
 namespace strata::cli {
@@ -32,6 +34,12 @@ int spd_scan(int argc, char** argv, int first) {
                "point to drop), got ",
                g);
   ScanInput in = load_scan_input(args, "strata spd scan");
+  try {  // a degree the model cannot take fails now, not after the first pass
+    in.lm.model->set_plan(LayerPlan::parse(cat("spd*", in.layers, ";spd_degree=", g), in.layers));
+  } catch (const Error& e) {
+    fail(cat("strata spd scan: --degree ", g, ": ", e.what()));
+  }
+  in.restore();
   const SpdScanResult r =
       strata::spd_scan([&](const std::string& plan) { return in.perplexity(plan); }, in.layers, g,
                        !args.has("quiet") && in.lm.root());

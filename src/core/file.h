@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace strata {
 
@@ -56,5 +57,21 @@ class DirLock {
 // opened, nothing happens; other failures throw "<prefix>cannot sync
 // directory <dir>: <reason>".
 void fsync_directory(const std::string& dir, const std::string& prefix = "");
+
+// Output paths, checked before any work so a bad one costs nothing. Errors
+// read "<what>: <path>: <problem>".
+// `path` will be written as a file: not a directory, its folder exists and is
+// a writable directory.
+void check_output_file(const std::string& path, const std::string& what);
+// `path` will be a directory written into: an existing writable directory, or
+// a path whose nearest existing ancestor is a writable directory (the
+// command creates the rest).
+void check_output_dir(const std::string& path, const std::string& what);
+// Refuses an output that is, is inside or contains one of `inputs` (inputs
+// that do not exist are skipped), judged by identity (device and inode), so
+// links and other spellings of the same file or folder count:
+//   "<what>: the output <out> is the input <in>; write it to another path".
+void check_output_not_input(const std::string& output, const std::vector<std::string>& inputs,
+                            const std::string& what);
 
 }  // namespace strata

@@ -113,9 +113,22 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o) {
   uintmax_t input_bytes = 0;
   for (const auto& in : o.inputs) {
     std::error_code ec;
-    STRATA_CHECK(fs::is_regular_file(in, ec), "tokenizer train: input ", in, ": no such file");
+    STRATA_CHECK(fs::exists(in, ec), "tokenizer train: input ", in, ": no such file");
+    STRATA_CHECK(!fs::is_directory(in, ec), "tokenizer train: input ", in,
+                 ": is a directory, not a file");
+    STRATA_CHECK(fs::is_regular_file(in, ec), "tokenizer train: input ", in,
+                 ": is not a regular file (sentencepiece reads its inputs from disk)");
     std::ifstream probe(in, std::ios::binary);
     STRATA_CHECK(probe, "tokenizer train: input ", in, ": cannot open for reading");
+    // Binary or empty input fails deep inside sentencepiece ("Internal: ...");
+    // the first megabyte says whether this is text.
+    std::string head(size_t(1) << 20, '\0');
+    probe.read(head.data(), std::streamsize(head.size()));
+    head.resize(size_t(probe.gcount()));
+    STRATA_CHECK(!head.empty(), "tokenizer train: input ", in, ": is empty");
+    if (fs::file_size(in, ec) > head.size())
+      while (!head.empty() && uint8_t(head.back()) >= 0x80) head.pop_back();  // a cut sequence
+    require_text(head, cat("tokenizer train: input ", in));
     STRATA_CHECK(in.find(',') == std::string::npos, "tokenizer train: input ", in,
                  ": file names with commas are not supported by sentencepiece");
     input_bytes += fs::file_size(in, ec);

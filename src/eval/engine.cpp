@@ -116,6 +116,12 @@ void Scorer::run_rows(const std::vector<const Row*>& rows,
       lse[g] = double(l[arg]) + std::log(z);
       argmax[g] = arg;
     }
+    // NaN or inf anywhere in a row makes its log-sum-exp non-finite: no score.
+    for (int64_t g = 0; g < positions; ++g)
+      if (!std::isfinite(lse[g])) [[unlikely]]
+        fail(cat("the model's logits after layer ", exits_[e],
+                 " are not finite: its weights overflow or are corrupt; no score is reported "
+                 "(strata inspect shows the checkpoint's tensors)"));
     for (int b = 0; b < B; ++b)
       for (const Row::Target& t : rows[b]->targets) {
         LlResult& res = out[e][t.slot];

@@ -44,10 +44,21 @@ Candidates candidates(const float* logits, int V, const SamplingOptions& o) {
   return c;
 }
 
+// Non-finite logits (weights that overflow, or a corrupt checkpoint) pick no
+// token: generation stops with one line instead of printing noise.
+void require_finite(const float* logits, int V, uint64_t draw) {
+  for (int i = 0; i < V; ++i)
+    if (!std::isfinite(logits[i])) [[unlikely]]
+      fail(cat("the model's logits are not finite at position ", draw, " (", logits[i],
+               " for token ", i, "): its weights overflow or are corrupt; nothing more is "
+               "generated (strata inspect shows the checkpoint's tensors)"));
+}
+
 }  // namespace
 
 int32_t sample_token(const float* logits, int V, const SamplingOptions& o, uint64_t draw) {
   STRATA_CHECK(V > 0, "sample_token: empty vocabulary");
+  require_finite(logits, V, draw);
   STRATA_CHECK(o.temperature >= 0, "temperature must be >= 0, got ", o.temperature);
   STRATA_CHECK(o.top_p > 0 && o.top_p <= 1, "top-p must be in (0, 1], got ", o.top_p);
   if (o.temperature == 0.0) return int32_t(std::max_element(logits, logits + V) - logits);
@@ -63,6 +74,7 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& o, uint6
 
 std::vector<double> token_distribution(const float* logits, int V, const SamplingOptions& o) {
   STRATA_CHECK(o.temperature > 0, "token_distribution: temperature must be > 0");
+  require_finite(logits, V, 0);
   const Candidates c = candidates(logits, V, o);
   std::vector<double> p(size_t(V), 0.0);
   for (size_t i = 0; i < c.ids.size(); ++i) p[size_t(c.ids[i])] = c.weights[i] / c.z;

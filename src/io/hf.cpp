@@ -1,5 +1,6 @@
 #include "io/hf.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -18,6 +19,31 @@ namespace fs = std::filesystem;
 
 // transformers writes its version into config.json; see export_hf.
 constexpr const char* kHfFormatVersion = "4.57.6";
+
+namespace {
+
+// A tied model that still carries lm_head.weight: transformers ignores the
+// copy (the head is the embedding), and so does strata, but not silently
+// when the copy differs.
+void check_tied_head(const SafetensorsModel& weights, Model<float>& model, const std::string& dir) {
+  const int e = model.layout().find("model.embed_tokens.weight");
+  if (e < 0) return;
+  const ParamInfo& t = model.layout()[e];
+  std::vector<float> head(size_t(t.numel));
+  try {
+    weights.read_f32("lm_head.weight", t.shape, head.data());
+  } catch (const Error&) {
+    log::warn(dir, ": config.json ties the head to the embedding (tie_word_embeddings: true); "
+              "lm_head.weight, of another shape, is ignored");
+    return;
+  }
+  if (!std::equal(head.begin(), head.end(), model.param(e)))
+    log::warn(dir, ": config.json ties the head to the embedding (tie_word_embeddings: true), "
+              "but lm_head.weight differs from model.embed_tokens.weight: it is ignored, as "
+              "transformers does (set tie_word_embeddings: false to use it)");
+}
+
+}  // namespace
 
 std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* info) {
   const std::string config_path = dir + "/config.json";
@@ -63,7 +89,10 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
     if (used.count(name)) continue;
     // Tied models may still carry a copy of the head; old exports carry the
     // rotary frequencies. Anything else belongs to a model strata cannot run.
-    if (name == "lm_head.weight" && cfg.tie_word_embeddings) continue;
+    if (name == "lm_head.weight" && cfg.tie_word_embeddings) {
+      check_tied_head(weights, *model, dir);
+      continue;
+    }
     if (name.size() > 20 && name.compare(name.size() - 20, 20, "rotary_emb.inv_freq") == 0)
       continue;
     fail(cat(weights.file_of(name), ": tensor '", name, "' is not part of a ",

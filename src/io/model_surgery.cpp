@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/text.h"
 #include "ops/backend.h"
 
@@ -23,7 +24,8 @@ std::string layer_name(const std::string& name, int l) {
 }  // namespace
 
 void check_not_input(const std::string& in, const std::string& out, const std::string& what) {
-  STRATA_CHECK(in != out, what, ": ", out, " is the input; write to another file");
+  check_output_file(out, what);
+  check_output_not_input(out, {in}, what);  // by identity: links and ./x count
 }
 
 void save_converted(const std::string& out, Model<float>& model, const CheckpointInfo& from,
@@ -39,7 +41,14 @@ PlanConversion convert_plan(const std::string& in, const std::string& out, const
   CheckpointInfo info;
   LoadOptions opt;
   opt.plan = plan;
-  auto model = load_model(in, &info, opt);
+  std::unique_ptr<Model<float>> model;
+  try {
+    model = load_model(in, &info, opt);
+  } catch (const Error& e) {  // name the command and the checkpoint the plan is for
+    const std::string msg = e.what();
+    if (msg.rfind(in, 0) == 0) throw;  // the file's own error names it already
+    fail(cat(what, " --plan: ", in, ": ", msg));
+  }
   model->plan().check_not_benchmark_only(what);
   save_converted(out, *model, info, cat(in, " (plan ", info.saved_plan, ")"));
   return {model->plan().to_string(), info.saved_plan};

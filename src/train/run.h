@@ -71,6 +71,8 @@ struct Run {
   std::string metrics_path;
   std::unique_ptr<TensorBoardWriter> tb;  // rank 0, with log.tensorboard
   bool dry_run = false;                   // setup() stops after the memory check
+  bool restart_data = false;              // a resume allowed to change the data: loader from 0
+  std::string resume_note;                // the recipe values a resume changes, for the log
   bool plan_memory = false;               // dry run for other devices: no refusal here
   LlamaConfig planned_cfg;                // the model as set up (for the layout planner)
   LayerPlan planned_plan;
@@ -103,6 +105,8 @@ void setup_model(Run& run, const Source& src);    // setup_model.cpp
 void setup_optimizer(Run& run);                   // setup_state.cpp
 void setup_data(Run& run);                        // setup_data.cpp
 void restore_state(Run& run, const Source& src);  // setup_state.cpp
+void check_run_dir(Run& run, const Source& src);        // run_dir.cpp
+void archive_previous_run(const Run& run);              // run_dir.cpp
 
 // Reads tensors `tensors` of checkpoint group `group` into this rank's parts.
 void read_parts(const Run& run, const CheckpointReader& reader, const std::string& group,

@@ -131,6 +131,15 @@ Source open_source(Run& run) {
                     ", past training.steps = ", c.training.steps,
                     " (raise training.steps to continue, or set checkpoint.resume = \"none\" "
                     "to start over)");
+    // Refused before the run directory is touched, not after it was set up.
+    STRATA_CHECK(src.reader->has_optimizer(), src.resume,
+                 ": has no optimizer state to resume from (a weights-only checkpoint: start "
+                 "from it with model.init_from and checkpoint.resume = \"none\")");
+    STRATA_CHECK(src.info.state.contains("loader"), src.resume,
+                 ": state has no data loader position");
+  } else if (!src.init_from.empty() && c.load_optimizer_state) {
+    STRATA_CHECK(src.reader->has_optimizer(), src.init_from,
+                 ": has no optimizer state (optimizer.load_state = true)");
   }
   // Tokenizer: the recipe's, else the checkpoint's.
   if (!c.data.tokenizer.empty()) {
@@ -148,11 +157,12 @@ namespace {
 
 // The run directory's first files, now that the recipe, the checkpoint and
 // the model check out: the tokenizer (data preparation reads it).
-void open_run_dir(Run& run) {
+void open_run_dir(Run& run, bool fresh) {
   if (run.root()) {
     // One writer per run directory: a second run on it stops here, having
     // written nothing.
     run.dir_lock = DirLock::acquire(run.dir(), "run.dir");
+    if (fresh) archive_previous_run(run);
     if (run.tokenizer)
       write_file_atomic(run.dir() + "/tokenizer.model", run.tokenizer->model_bytes());
   }
@@ -196,6 +206,13 @@ void log_summary(const Run& run) {
             run.memory_limit.bytes >= 0 ? cat("; ", human_bytes(double(run.memory_limit.bytes)),
                                               " available (", run.memory_limit.source, ")")
                                         : std::string());
+  if (!run.resume_note.empty()) log::info(run.resume_note);
+  const LrSchedule& s = run.c.schedule;
+  if (s.warmup_steps > run.c.training.steps)  // a run shortened with --set training.steps
+    log::info("lr: the warm-up (", s.warmup_steps, " steps) is longer than this run (",
+              run.c.training.steps, " steps): the learning rate reaches ",
+              int(100.0 * double(run.c.training.steps) / double(s.warmup_steps)),
+              "% of optimizer.lr");
   if (run.world() == 1) return;
   int64_t state = 0;
   for (int t = 0; t < int(layout.tensors().size()); ++t)
@@ -218,12 +235,24 @@ void setup(Run& run) {
   setup_grid(run);
   run.metrics_path = run.dir() + "/metrics.jsonl";
   const Source src = open_source(run);
+  check_run_dir(run, src);
   setup_model(run, src);  // stops after the memory check in a dry run
   if (run.dry_run) return;
   setup_optimizer(run);
-  open_run_dir(run);
-  setup_data(run);
-  restore_state(run, src);
+  std::error_code ec;
+  const bool new_dir = run.root() && !fs::exists(run.dir(), ec);
+  open_run_dir(run, src.resume.empty());
+  try {
+    setup_data(run);
+    restore_state(run, src);
+  } catch (...) {
+    // A run refused here (its data) leaves no directory it created behind.
+    if (new_dir) {
+      run.dir_lock = DirLock();
+      fs::remove_all(run.dir(), ec);
+    }
+    throw;
+  }
   write_run_record(run, !src.resume.empty());
   log_summary(run);
 }

@@ -62,7 +62,13 @@ LlamaConfig config_from_recipe(const TrainConfig& c, const Tokenizer* tok) {
              cat(cfg.vocab_size, " is smaller than the tokenizer's vocabulary (", tok->vocab_size(),
                  ")"));
   }
-  cfg.finalize(c.files().back() + " [model]");
+  // Errors of the shape as a whole name where its keys came from: the recipe,
+  // and the --set keys among them.
+  std::vector<std::string> from_command_line;
+  for (const auto& [name, value] : shape.items())
+    if (c.where("model." + name) == "--set") from_command_line.push_back("model." + name);
+  cfg.finalize(c.files().back() + " [model]" +
+               (from_command_line.empty() ? "" : " with --set " + join(from_command_line, ", ")));
   return cfg;
 }
 
@@ -289,6 +295,11 @@ void setup_model(Run& run, const Source& src) {
   LlamaConfig cfg;
   LayerPlan plan;
   resolve_shape(run, src, cfg, plan);
+  // A tokenizer the model cannot embed, refused before data preparation.
+  if (run.tokenizer && run.tokenizer->vocab_size() > cfg.vocab_size)
+    run.c.fail(run.c.data.tokenizer.empty() ? "model.init_from" : "data.tokenizer",
+               cat("the tokenizer ", run.tokenizer->name(), " has ", run.tokenizer->vocab_size(),
+                   " pieces but the model's vocabulary is ", cfg.vocab_size));
   check_train_memory(run, cfg, plan);
   if (run.dry_run) return;
   run.runtime_rss = process_rss_bytes();

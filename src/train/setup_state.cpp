@@ -135,7 +135,11 @@ void restore_state(Run& run, const Source& src) {
     run.tokens_seen = src.info.state.at("tokens_seen").get<int64_t>();
     STRATA_CHECK(src.info.state.contains("loader"), src.resume,
                  ": state has no data loader position");
-    run.train_loader->set_state(src.info.state.at("loader"));
+    if (run.restart_data)
+      log::info("resume: the data changed (checkpoint.resume_changes): the loader starts at its "
+                "beginning");
+    else
+      run.train_loader->set_state(src.info.state.at("loader"));
     if (run.root()) truncate_metrics(run.metrics_path, run.step);
     log::info("resume: ", src.resume, " at step ", run.step);
     return;

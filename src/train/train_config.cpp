@@ -2,6 +2,7 @@
 // read and validated in turn; every error names the file, line and key.
 #include "train/train_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -9,6 +10,7 @@
 #include "core/text.h"
 #include "core/threads.h"
 #include "eval/evaluate.h"
+#include "eval/task.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -18,8 +20,16 @@ namespace {
 int64_t at_least(const Recipe& r, const char* key, int64_t min) {
   const int64_t v = r.get_int(key);
   if (v < min) r.fail(key, cat("must be >= ", min, ", got ", v));
-  STRATA_CHECK(v <= (int64_t(1) << 30), r.where(key), ": ", key, ": value too large");
+  if (v > (int64_t(1) << 30)) r.fail(key, cat("must be at most 2^30, got ", v));
   return v;
+}
+
+// An integer key that becomes an int: in [lo, hi], checked before the
+// conversion so a value past 2^31 is an error, not a wrapped number.
+int int_in(const Recipe& r, const std::string& key, int64_t lo, int64_t hi, const char* what) {
+  const int64_t v = r.get_int(key);
+  if (v < lo || v > hi) r.fail(key, cat("must be ", what, ", got ", v));
+  return int(v);
 }
 
 // A float key in a range, finite, named by its key.
@@ -29,6 +39,18 @@ double in_range(const Recipe& r, const char* key, double lo, double hi, bool lo_
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   if (!ok) r.fail(key, cat("must be ", what, ", got ", v));
   return v;
+}
+
+// A warm-up longer than the run never reaches optimizer.lr. A recipe that
+// says so is an error; a run shortened on the command line (--set
+// training.steps, the recipe's warm-up kept) is allowed, and its start says
+// how far the learning rate gets (run_setup.cpp).
+void check_warmup(const Recipe& r, int64_t warmup, int64_t steps) {
+  if (warmup <= steps) return;
+  if (r.where("training.steps") == "--set" && r.where("lr_scheduler.warmup_steps") != "--set")
+    return;
+  r.fail("lr_scheduler.warmup_steps", cat(warmup, " warm-up steps but training.steps is ", steps,
+                                          ": the learning rate would never reach optimizer.lr"));
 }
 
 RunSection read_run(const Recipe& r) {
@@ -48,15 +70,12 @@ ParallelSection read_parallel(const Recipe& r) {
   ParallelSection s;
   s.tp = int(at_least(r, "parallelism.tp", 1));
   const int64_t dp = r.get_int("parallelism.dp");
-  if (dp < 0) r.fail("parallelism.dp", cat("must be >= 0 (0: world size / tp), got ", dp));
+  if (dp < 0 || dp > (int64_t(1) << 30))
+    r.fail("parallelism.dp", cat("must be in [0, 2^30] (0: world size / tp), got ", dp));
   s.dp = int(dp);
   s.dp_given = r.given("parallelism.dp");
-  s.zero = int(r.get_int("parallelism.zero"));
-  if (s.zero < 0 || s.zero > 3)
-    r.fail("parallelism.zero",
-           cat("must be 0, 1, 2 or 3 (the ZeRO stage: what is sharded over the data-parallel "
-               "ranks), got ",
-               s.zero));
+  s.zero = int_in(r, "parallelism.zero", 0, 3,
+                  "0, 1, 2 or 3 (the ZeRO stage: what is sharded over the data-parallel ranks)");
   return s;
 }
 
@@ -72,8 +91,9 @@ ModelSection read_model(const Recipe& r) {
         k.path == "model.plan" || !r.given(k.path))
       continue;
     const std::string name = k.path.substr(6);
-    if (k.type == KeyType::Int)
-      s.shape[name] = r.get_int(k.path);
+    if (k.type == KeyType::Int)  // sizes and counts: none may be 0 or wrap at 32 bits
+      s.shape[name] = int_in(r, k.path, 1, (int64_t(1) << 30),
+                             "in [1, 2^30] (leave the key out for its default)");
     else if (k.type == KeyType::Float)
       s.shape[name] = r.get_float(k.path);
     else if (k.type == KeyType::Bool)
@@ -134,6 +154,7 @@ void read_optimizer(const Recipe& r, TrainConfig& c) {
     r.fail("lr_scheduler.decay_steps", cat("must be >= 0 (0: training.steps), got ", decay));
   const int64_t warmup = r.get_int("lr_scheduler.warmup_steps");
   if (warmup < 0) r.fail("lr_scheduler.warmup_steps", cat("must be >= 0, got ", warmup));
+  check_warmup(r, warmup, c.training.steps);
   LrSchedule& s = c.schedule;
   s.kind = r.get_string("lr_scheduler.kind");
   s.lr = o.lr;
@@ -153,7 +174,7 @@ LayerSkipConfig read_layerskip(const Recipe& r) {
   ls.time_scale = r.get_string("layerskip.time_scale");
   ls.e_scale = r.get_float("layerskip.e_scale");
   ls.curriculum = r.get_string("layerskip.curriculum");
-  ls.rotation = int(r.get_int("layerskip.rotation"));
+  ls.rotation = int_in(r, "layerskip.rotation", 0, 1 << 20, "in [0, 2^20]");
   ls.always_last = r.get_bool("layerskip.always_last");
   ls.e_formula = r.get_string("layerskip.e_formula");
   return ls;
@@ -174,7 +195,8 @@ EvalSection read_eval(const Recipe& r) {
   s.batches = int(at_least(r, "eval.batches", 0));
   s.tasks = r.get_strings("eval.tasks");
   s.task_limit = r.get_int("eval.task_limit");
-  s.task_shots = int(r.get_int("eval.task_shots"));
+  if (s.task_limit < 0) r.fail("eval.task_limit", cat("must be >= 0 (0: all), got ", s.task_limit));
+  s.task_shots = int_in(r, "eval.task_shots", -1, 1 << 20, "in [-1, 2^20] (-1: each task's own)");
   s.task_dir = r.get_string("eval.task_dir");
   s.allow_code_execution = r.get_bool("eval.allow_code_execution");
   return s;
@@ -185,11 +207,35 @@ LogSection read_log(const Recipe& r) {
   s.interval = at_least(r, "log.interval", 1);
   s.tensorboard = r.get_bool("log.tensorboard");
   s.sample_prompt = r.get_string("log.sample_prompt");
-  s.sample_tokens = int(r.get_int("log.sample_tokens"));
+  s.sample_tokens = int_in(r, "log.sample_tokens", 0, 1 << 24, "in [0, 2^24]");
   s.sample_temperature = in_range(r, "log.sample_temperature", 0,
                                   std::numeric_limits<double>::infinity(), false, true,
                                   "finite and >= 0 (0: greedy)");
   return s;
+}
+
+// eval.tasks: every name known and every task file and its data readable
+// now, not at the first evaluation after hours of training (a task loads its
+// first example here; the full split loads at evaluation).
+void check_eval_tasks(const Recipe& r, const EvalSection& e) {
+  if (e.tasks.empty()) return;
+  std::vector<std::string> known;
+  try {
+    known = list_tasks(e.task_dir);
+  } catch (const Error& err) {
+    r.fail("eval.task_dir", err.what());
+  }
+  for (const std::string& t : e.tasks) {
+    if (t == "all") continue;
+    if (std::find(known.begin(), known.end(), t) == known.end())
+      r.fail("eval.tasks", cat("unknown task '", one_line(t), "' (", e.task_dir,
+                               "/ has: ", join(known, ", "), ")"));
+    try {
+      (void)load_task(e.task_dir, t, e.task_shots, 1234, 1);
+    } catch (const Error& err) {
+      r.fail("eval.tasks", cat("task '", t, "': ", err.what()));
+    }
+  }
 }
 
 }  // namespace
@@ -210,6 +256,7 @@ TrainConfig read_train_config(const Recipe& r) {
   } catch (const Error& e) {
     r.fail("eval.tasks", e.what());
   }
+  check_eval_tasks(r, c.eval);
   if (!parse_recompute(r.get_string("training.recompute"), &c.training.recompute))
     r.fail("training.recompute", cat("unknown mode '", one_line(r.get_string("training.recompute")),
                                      "' (none, selective or full)"));

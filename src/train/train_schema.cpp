@@ -118,6 +118,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"checkpoint.keep", K::Int, "2", "keep the newest K checkpoints (0: all)"},
       {"checkpoint.resume", K::String, "\"auto\"",
        "auto (newest in run.dir), none, or a checkpoint path"},
+      {"checkpoint.resume_changes", K::StringList, "[]",
+       "keys allowed to differ from the resumed checkpoint's recipe although they change what "
+       "its data position means (data.dataset, training.seq_len, ...)"},
       {"checkpoint.final", K::Bool, "true", "save a checkpoint when training ends"},
 
       {"eval.interval", K::Int, "0", "validate every N steps (0: only at the end)"},
