@@ -133,7 +133,8 @@ free_port() {
 }
 
 # --- the cluster -----------------------------------------------------------
-host=$(hostname -s)
+host=$(uname -n)
+host=${host%%.*}
 ctld_port=$(free_port $((20000 + $$ % 20000)))
 [[ -n $ctld_port ]] || fail "no free TCP port for slurmctld"
 slurmd_port=$(free_port $((ctld_port + 1)))
@@ -199,13 +200,23 @@ say "cluster up in $((SECONDS - t0)) s: $(sinfo -V 2>&1), node $host (2 CPUs), p
 
 # --- the reference -----------------------------------------------------------
 cd "$src" || fail "cannot enter $src"
-args=(recipes/debug.toml --set training.steps="$steps" --set log.interval=1
+args=(recipes/debug.toml --set run.device=cpu --set training.steps="$steps" --set log.interval=1
   --set checkpoint.interval="$interval" --set checkpoint.keep=3 --set data.dataset="$out/data")
 t=$SECONDS
 timeout -k 10 300 "$mpirun" -np 2 --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OMP_WAIT_POLICY \
   "$strata" train "${args[@]}" --set run.dir="$out/ref" > "$out/ref.log" 2>&1 ||
   { tail -n 20 "$out/ref.log"; fail "the reference run (mpirun -np 2) failed"; }
 say "reference: mpirun -np 2, $steps steps in $((SECONDS - t)) s"
+
+# --- a plugin srun does not have: one line, exit 2 -------------------------
+bad=$(STRATA_BIN=$strata STRATA_SRUN_MPI=no_such_plugin timeout 120 sbatch --wait --parsable \
+  --job-name=strata-bad-mpi --chdir="$src" --output="$out/bad-mpi-%j.out" launch/slurm/train.sbatch \
+  "${args[@]}" --set run.dir="$out/bad-mpi")
+rc=$?
+bad_out=$(cat "$out/bad-mpi-${bad%%;*}.out" 2> /dev/null)
+[[ $rc == 2 && $bad_out == "train.sbatch: this Slurm has no MPI plugin 'no_such_plugin' (srun --mpi=list: "*"pmix"*"); set STRATA_SRUN_MPI" ]] ||
+  fail "STRATA_SRUN_MPI=no_such_plugin: sbatch --wait exit $rc (expected 2), output: $bad_out"
+say "STRATA_SRUN_MPI=no_such_plugin: exit 2 and one line"
 
 # --- the job -----------------------------------------------------------------
 run=$out/job
