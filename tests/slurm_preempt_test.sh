@@ -4,20 +4,25 @@
 # slurmctld and slurmd with a private key, socket, ports, state and spool
 # under a temporary folder; the machine's own services are not touched):
 #   1. an uninterrupted reference: mpirun -np 2 strata train recipes/debug.toml
-#   2. the same training submitted with sbatch on 2 tasks (srun --mpi=pmix)
-#   3. a preemption with notice: `scancel --signal=USR1 --batch` (what
+#      (300 steps, a checkpoint every 20, every step recorded)
+#   2. STRATA_SRUN_MPI naming a plugin srun lacks: the job ends at once with
+#      exit 2 and one line
+#   3. the same training as 1. submitted with sbatch on 2 tasks (srun
+#      --mpi=pmix), preempted with notice: `scancel --signal=USR1 --batch` (what
 #      --signal=B:USR1@300 sends before the time limit); the script passes
-#      SIGTERM on to the ranks, they save a checkpoint of the step they are in
-#      and stop, the script requeues the job, the job resumes at that step
-#   4. a preemption without notice: `scontrol requeue`; the ranks are killed,
-#      the job resumes from the newest periodic checkpoint
-#   5. the job completes (exit 0, 2 restarts) with metrics.jsonl equal to the
+#      SIGTERM on to the ranks, they save a checkpoint of the step they are in,
+#      the script requeues the job, restart 1 resumes at that step
+#   4. preempted without notice: `scontrol requeue`; Slurm signals the ranks
+#      itself; restart 2 resumes from the newest checkpoint
+#   5. crashed: SIGKILL to the ranks' step; the job fails, `scontrol requeue`
+#      restarts it, restart 3 resumes from the newest periodic checkpoint
+#   6. the job completes (exit 0, 3 restarts) with metrics.jsonl equal to the
 #      reference's: every step's loss, gradient norm, learning rate and tokens,
 #      and the final validation loss, exactly
 # Needs root and Debian's slurmctld, slurmd, slurm-client and munge (tests/run.sh
 # installs them through launch/setup.sh's TEST_PACKAGES); without them it fails
 # in one line. On failure it prints the job's output and the daemons' logs.
-# Environment: SLURM_TEST_STEPS (default 300), SLURM_TEST_KEEP=1 leaves the
+# Environment: STRATA_SLURM_STEPS (default 300), STRATA_SLURM_KEEP=1 leaves the
 # cluster's folder in place.
 set -uo pipefail
 if (($# < 2 || $# > 3)); then
@@ -28,7 +33,7 @@ strata=$(realpath "$1")
 out=$(realpath -m "$2")
 src=$(cd "$(dirname "$0")/.." && pwd)
 mpirun=${3:-mpirun}
-steps=${SLURM_TEST_STEPS:-300}
+steps=${STRATA_SLURM_STEPS:-300}
 interval=20  # checkpoint.interval: where a kill without notice resumes
 t0=$SECONDS
 
@@ -100,7 +105,7 @@ cleanup() {
   for p in $(pgrep -x strata; pgrep -x slurmstepd); do
     { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -qx "SLURM_CONF=$conf" && kill -KILL "$p"
   done
-  [[ ${SLURM_TEST_KEEP:-0} == 1 ]] || rm -rf "$cluster"
+  [[ ${STRATA_SLURM_KEEP:-0} == 1 ]] || rm -rf "$cluster"
 }
 # ranks_of_ours: true while a strata process of this cluster runs.
 ranks_of_ours() {
@@ -198,7 +203,7 @@ node_idle() { [[ $(sinfo -h -N -o %t 2> /dev/null) == idle ]]; }
 poll 90 "the node $host idle (sinfo)" node_idle
 say "cluster up in $((SECONDS - t0)) s: $(sinfo -V 2>&1), node $host (2 CPUs), ports $ctld_port/$slurmd_port, $cluster"
 
-# --- the reference -----------------------------------------------------------
+# --- 1. the reference ---------------------------------------------------------
 cd "$src" || fail "cannot enter $src"
 args=(recipes/debug.toml --set run.device=cpu --set training.steps="$steps" --set log.interval=1
   --set checkpoint.interval="$interval" --set checkpoint.keep=3 --set data.dataset="$out/data")
@@ -208,7 +213,7 @@ timeout -k 10 300 "$mpirun" -np 2 --oversubscribe --bind-to none -x OMP_NUM_THRE
   { tail -n 20 "$out/ref.log"; fail "the reference run (mpirun -np 2) failed"; }
 say "reference: mpirun -np 2, $steps steps in $((SECONDS - t)) s"
 
-# --- a plugin srun does not have: one line, exit 2 -------------------------
+# --- 2. a plugin srun does not have: one line, exit 2 ------------------------
 bad=$(STRATA_BIN=$strata STRATA_SRUN_MPI=no_such_plugin timeout 120 sbatch --wait --parsable \
   --job-name=strata-bad-mpi --chdir="$src" --output="$out/bad-mpi-%j.out" launch/slurm/train.sbatch \
   "${args[@]}" --set run.dir="$out/bad-mpi")
@@ -218,7 +223,7 @@ bad_out=$(cat "$out/bad-mpi-${bad%%;*}.out" 2> /dev/null)
   fail "STRATA_SRUN_MPI=no_such_plugin: sbatch --wait exit $rc (expected 2), output: $bad_out"
 say "STRATA_SRUN_MPI=no_such_plugin: exit 2 and one line"
 
-# --- the job -----------------------------------------------------------------
+# --- 3.-6. the job -------------------------------------------------------------
 run=$out/job
 jid=$(STRATA_BIN=$strata sbatch --parsable --job-name=strata-preempt --chdir="$src" \
   --output="$out/job-%j.out" launch/slurm/train.sbatch "${args[@]}" --set run.dir="$run") ||
@@ -245,7 +250,7 @@ requeued() { grep -q "requeueing job $jid" "$log" 2> /dev/null; }
 poll 120 "the script's requeue after SIGUSR1" requeued
 stop1=$(stop_line | grep -Eo '[0-9]+$')
 [[ -n $stop1 ]] || fail "SIGUSR1: the ranks did not stop by a signal after a step (no 'stopped by signal' line)"
-((stop1 < steps)) || fail "SIGUSR1 came after the training's end (step $stop1): raise SLURM_TEST_STEPS"
+((stop1 < steps)) || fail "SIGUSR1 came after the training's end (step $stop1): raise STRATA_SLURM_STEPS"
 ckpt1=$(printf '%s/checkpoints/step_%08d.h5' "$run" "$stop1")
 [[ -f $ckpt1 ]] || fail "SIGUSR1: no checkpoint of step $stop1, where the ranks stopped"
 say "SIGUSR1 to the script: the ranks stopped after step $stop1 with a checkpoint; the job requeued itself"
@@ -253,7 +258,7 @@ say "SIGUSR1 to the script: the ranks stopped after step $stop1 with a checkpoin
 poll 120 "job $jid's restart 1 training past step $((stop1 + 30))" running_past 1 $((stop1 + 30))
 grep -q "resume: $ckpt1 at step $stop1\$" "$log" || fail "restart 1 did not resume from $ckpt1"
 
-# 4. No notice: scontrol requeue kills the job.
+# 4. No notice: scontrol requeue; Slurm signals the ranks (SIGTERM, SIGKILL after KillWait).
 killed_at=$(records)
 scontrol requeue "$jid" || fail "scontrol requeue $jid failed"
 resumed_twice() { running_past 2 0 && (($(grep -c '^resume: ' "$log") >= 2)); }
@@ -299,7 +304,7 @@ poll 240 "job $jid completed (restart 3)" finished
 resume3=$(grep -Eo "^resume: [^ ]+ at step [0-9]+\$" "$log" | tail -n 1)
 stop3=${resume3##* }
 # SIGKILL leaves no time to save: the newest checkpoint is a periodic one (or restart 2's start).
-if [[ -z $stop3 ]] || ((stop3 < stop2 || stop3 >= steps || (stop3 % interval != 0 && stop3 != stop2))); then
+if [[ -z $stop3 ]] || (($(grep -c '^resume: ' "$log") != 3 || stop3 < stop2 || stop3 >= steps || (stop3 % interval != 0 && stop3 != stop2))); then
   fail "restart 3 resumed at '$resume3'; SIGKILL came at about step $killed_at3, checkpoints every $interval steps after step $stop2"
 fi
 say "SIGKILL to the ranks at about step $killed_at3: the job failed, scontrol requeue, restart 3 resumed at step $stop3 and completed"
