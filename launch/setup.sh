@@ -3,6 +3,7 @@
 # installs the Debian packages it needs (skipping those already present), then
 # configures and builds into $BUILD_DIR (default: build).
 #   STRATA_SKIP_APT=1   skip the package step (e.g. without root)
+#   STRATA_TEST_PACKAGES=1  also install TEST_PACKAGES (tests/run.sh sets it)
 #   BUILD_TYPE          CMake build type (default: Release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,18 @@ PACKAGES=(
   clang libclang-rt-14-dev              # fuzz/run.sh: clang++ and its libFuzzer and sanitizer
                                         # runtimes (the fuzz harnesses, label fuzz)
 )
+
+# Only for the test suite (tests/run.sh asks for them): a private one-node
+# Slurm cluster that tests/slurm_preempt_test.sh starts and stops itself (label
+# slurm). Kept out of PACKAGES: they bring daemons (munged starts at install),
+# and a cluster brings its own Slurm; launch/slurm/train.sbatch needs none here.
+TEST_PACKAGES=(
+  slurmctld slurmd slurm-client munge  # Debian bookworm's Slurm 22.05 and its authentication
+  libpmix-dev                          # libpmix.so, which Slurm's mpi/pmix plugin loads (srun --mpi=pmix)
+)
+if [[ "${STRATA_TEST_PACKAGES:-0}" == 1 ]]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
 
 if [[ "${STRATA_SKIP_APT:-0}" != 1 ]]; then
   missing=()
