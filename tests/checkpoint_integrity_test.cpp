@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +67,12 @@ TEST(Crc32c, LongInputsAndContinuation) {
   }
   s[40000] ^= 0x10;
   EXPECT_NE(crc_of(s), bytewise);
+  s[40000] ^= 0x10;
+  // Joining the CRCs of two parts (the threads of a large tensor's check).
+  for (size_t cut : {size_t(0), size_t(1), size_t(8), size_t(30000), s.size()}) {
+    const uint32_t a = crc32c(0, s.data(), cut), b = crc32c(0, s.data() + cut, s.size() - cut);
+    EXPECT_EQ(crc32c_combine(a, b, s.size() - cut), bytewise) << "cut at " << cut;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -232,6 +239,39 @@ TEST(CheckpointChecksum, Bf16ParamsAreVerified) {
   flip_bit(path, "params/model.embed_tokens.weight", 2 * 1000 + 1, 6);  // bf16 exponent bit
   testing::expect_one_line(testing::thrown_message([&] { (void)load_model(path); }),
                            {path, "'params/model.embed_tokens.weight'", "fails its checksum"});
+}
+
+// A tensor of 4 MiB and more is checked in parts on several threads: the
+// same verdicts, a flipped bit in any part found.
+TEST(CheckpointChecksum, LargeTensorsCheckedOnThreads) {
+  TempDir dir;
+  std::vector<float> big(size_t(3) << 19);  // 1.5M floats, 6 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = float(i % 1000) * 1e-3f;
+  CheckpointData d;
+  d.config = nlohmann::json::object();
+  d.params = {TensorRef{"big", {int64_t(big.size())}, big.data()}};
+  const std::string path = dir / "big.h5";
+  write_checkpoint(path, d);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  std::vector<float> back(big.size());
+  {
+    const CheckpointReader r(path);
+    r.read("params", {TensorRef{"big", {int64_t(big.size())}, back.data()}});
+    EXPECT_EQ(std::memcmp(back.data(), big.data(), big.size() * 4), 0);
+  }
+  for (const int64_t index : {int64_t(10), int64_t(big.size()) / 2, int64_t(big.size()) - 1}) {
+    const std::string bad = dir / "bad.h5";
+    std::filesystem::copy_file(path, bad, std::filesystem::copy_options::overwrite_existing);
+    flip_bit(bad, "params/big", 4 * index + 2, 3);
+    const CheckpointReader r(bad);
+    testing::expect_one_line(testing::thrown_message([&] {
+                               r.read("params", {TensorRef{"big", {int64_t(big.size())},
+                                                           back.data()}});
+                             }),
+                             {bad, "'params/big' fails its checksum"});
+  }
+  omp_set_num_threads(threads);
 }
 
 // A checkpoint written before checksums (no 'checksum' on '/', no tensor

@@ -27,6 +27,7 @@
 #include "core/text.h"
 #include "io/checkpoint_format.h"
 #include "io/checkpoint_precheck.h"
+#include "io/checkpoint_verify.h"
 #include "io/crc32c.h"
 #include "io/hdf5_util.h"
 
@@ -45,8 +46,7 @@ constexpr int64_t kVersion = 1;
 // fault, not an older file).
 constexpr const char* kChecksumKind = "crc32c";
 constexpr const char* kChecksumAttr = "crc32c";
-// Values are checksummed and checked for finiteness in blocks that stay in
-// the L1 cache between the two passes.
+// The bf16 writer computes the checksum block by block.
 constexpr int64_t kBlock = 4096;
 
 void check_tensor_name(const std::string& name, const std::string& file) {
@@ -61,12 +61,6 @@ void check_ref(const TensorRef& t, const std::string& file, const char* group) {
                  "' has a negative dimension in shape ", shape_str(t.shape));
   STRATA_CHECK(t.data || t.fill || numel(t.shape) == 0, "checkpoint ", file, ": tensor '", group,
                "/", t.name, "' has no data");
-}
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
 }
 
 uint16_t to_bf16_bits(float f) {
@@ -206,43 +200,6 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
     }
   }
   if (!file.close_checked()) fail_h5(tmp, "cannot flush and close the file");
-}
-
-// Whether the block holds only finite floats (exponent bits not all ones):
-// written so that the compiler vectorises it.
-bool all_finite(const float* v, int64_t n) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, v + i, 4);
-    bad |= uint32_t((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-
-// One pass over a tensor read from the file, in cache-sized blocks: its
-// CRC-32C against the stored one (when `checked`), then finiteness. Weights
-// and moments are finite in any checkpoint strata writes: a NaN or inf would
-// turn every output into garbage without an error. A flipped bit is caught
-// by the checksum even where the value stays finite.
-void verify_values(const float* v, int64_t n, bool checked, uint32_t stored,
-                   const std::string& file, const std::string& what) {
-  uint32_t crc = 0;
-  int64_t first_bad = -1;
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const int64_t m = std::min(kBlock, n - i);
-    if (checked) crc = crc32c(crc, v + i, size_t(m) * sizeof(float));
-    if (first_bad < 0 && !all_finite(v + i, m)) [[unlikely]]
-      for (int64_t j = i; j < i + m && first_bad < 0; ++j)
-        if (!std::isfinite(v[j])) first_bad = j;
-  }
-  if (checked && crc != stored) [[unlikely]]
-    fail_one_line("checkpoint ", file, ": ", what,
-                  " fails its checksum (the file is corrupt: CRC-32C of the values ",
-                  hex32(crc), ", stored ", hex32(stored), ")");
-  if (first_bad >= 0) [[unlikely]]
-    fail_one_line("checkpoint ", file, ": ", what, " holds a non-finite value (", v[first_bad],
-                  " at index ", first_bad, ")");
 }
 
 }  // namespace

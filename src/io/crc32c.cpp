@@ -124,7 +124,37 @@ uint32_t run_blocks(uint32_t r, const unsigned char* p, size_t blocks) {
 }
 #endif
 
+// GF(2) 32 x 32 matrices for crc32c_combine, as the images of the 32 bits.
+using Matrix = std::array<uint32_t, 32>;
+
+uint32_t apply(const Matrix& m, uint32_t v) {
+  uint32_t r = 0;
+  for (int i = 0; v != 0; ++i, v >>= 1)
+    if (v & 1) r ^= m[size_t(i)];
+  return r;
+}
+
+Matrix square(const Matrix& m) {
+  Matrix r{};
+  for (size_t i = 0; i < 32; ++i) r[i] = apply(m, m[i]);
+  return r;
+}
+
 }  // namespace
+
+// crc(a b) = shift_|b|(crc(a)) ^ crc(b): the inversions at both ends cancel
+// (shift is linear), leaving a's CRC moved past |b| zero bytes.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+  Matrix bit{};  // one zero bit into the reflected register
+  bit[0] = 0x82F63B78u;
+  for (size_t i = 1; i < 32; ++i) bit[i] = 1u << (i - 1);
+  Matrix power = square(square(square(bit)));  // one zero byte
+  for (size_t n = len_b; n != 0; n >>= 1) {
+    if (n & 1) crc_a = apply(power, crc_a);
+    if (n > 1) power = square(power);
+  }
+  return crc_a ^ crc_b;
+}
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
