@@ -341,7 +341,9 @@ bool compare(const std::string& a_path, const std::string& b_path, double rtol,
 int cmd_inspect(int argc, char** argv, int first) {
   Args args("strata inspect",
             "Prints what a checkpoint holds: step, tokens seen and data position, the model "
-            "config, layer plan, parameter count, optimizer state and tokenizer.");
+            "config, layer plan, parameter count, optimizer state and tokenizer; and checks "
+            "that it loads: every tensor against its checksum, and metadata no loadable "
+            "checkpoint has (a problem is listed after the summary, and the exit status is 1).");
   args.positional("checkpoint", "an HDF5 checkpoint (.h5)");
   args.flag("tensors", "list every parameter tensor with its shape");
   args.flag("recipe", "print the stored resolved recipe");
