@@ -302,10 +302,11 @@ struct CmdResult {
   std::string out, err;
 };
 
-CmdResult run(const std::string& args, const TempDir& dir) {
+// A shell command line; its standard error is captured through a file.
+CmdResult run_shell(const std::string& command, const TempDir& dir) {
   CmdResult r;
   const std::string err = dir / "stderr.txt";
-  const std::string cmd = std::string(STRATA_BINARY) + " " + args + " 2>'" + err + "'";
+  const std::string cmd = "(" + command + ") 2>'" + err + "'";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -315,6 +316,11 @@ CmdResult run(const std::string& args, const TempDir& dir) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   r.err = read_bytes(err);
   return r;
+}
+
+// `strata ARGS`.
+CmdResult run(const std::string& args, const TempDir& dir) {
+  return run_shell(std::string(STRATA_BINARY) + " " + args, dir);
 }
 
 // One "strata: error:" line holding every part.
@@ -339,6 +345,29 @@ TEST(CheckpointChecksum, GenerateRefusesAFlippedBit) {
   flip_bit(path, "params/model.layers.0.mlp.up_proj.weight", 4 * 100 + 3, 6);
   expect_error_line(run(args, dir),
                     {path, "model.layers.0.mlp.up_proj.weight", "fails its checksum"});
+}
+
+// A resume reads the weights and the AdamW moments: a flipped bit in a
+// moment stops it before it trains (the probe's resume trained on the file).
+TEST(CheckpointChecksum, ResumeRefusesAFlippedBit) {
+  TempDir dir;
+  const std::string train = "cd '" + std::string(STRATA_SOURCE_DIR) +
+                            "' && OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " +
+                            std::string(STRATA_BINARY) +
+                            " train recipes/debug.toml --set run.dir='\"" + dir.path() +
+                            "/run\"' --set data.dataset='\"" + dir.path() +
+                            "/data\"' --set log.sample_tokens=0 --set training.steps=";
+  const CmdResult first = run_shell(train + "2 > /dev/null", dir);
+  ASSERT_EQ(first.status, 0) << first.err;
+  const std::string ck = dir / "run/checkpoints/step_00000002.h5";
+  flip_bit(ck, "optimizer/exp_avg/model.layers.1.mlp.gate_proj.weight", 4 * 33 + 3, 5);
+  // train logs its progress on standard error: the error is its last line.
+  CmdResult resume = run_shell(train + "4 > /dev/null", dir);
+  const size_t last = resume.err.rfind('\n', resume.err.size() >= 2 ? resume.err.size() - 2 : 0);
+  if (last != std::string::npos) resume.err = resume.err.substr(last + 1);
+  expect_error_line(resume, {ck, "'optimizer/exp_avg/model.layers.1.mlp.gate_proj.weight'",
+                             "fails its checksum"});
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/checkpoints/step_00000004.h5"));
 }
 
 TEST(InspectChecks, ReportsTheChecksumVerdict) {
