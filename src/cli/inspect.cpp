@@ -1,6 +1,9 @@
 // `strata inspect <checkpoint.h5>`: what a checkpoint holds — run state (step,
 // tokens seen, data position), model config, layer plan, parameter count,
-// optimizer and tokenizer — as text or as one JSON object.
+// optimizer and tokenizer — as text or as one JSON object; and whether it
+// loads: every tensor's checksum and values, and metadata no loadable
+// checkpoint has. A problem is listed after the summary, and the command then
+// ends with one error line and exit status 1.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -13,7 +16,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_check.h"
 #include "model/config.h"
 
 namespace strata::cli {
@@ -101,9 +106,12 @@ struct Summary {
   bool has_tokenizer = false;
   int64_t tokenizer_bytes = 0;
   std::string tokenizer_sha256;
+  bool has_checksums = false, verified = false;
+  TensorVerdict tensor_verdict;
+  std::vector<std::string> problems;  // tensors', then the metadata's
 };
 
-Summary load(const std::string& path) {
+Summary load(const std::string& path, bool verify) {
   CheckpointReader r(path);
   Summary s;
   s.file = path;
@@ -132,7 +140,27 @@ Summary load(const std::string& path) {
     s.tokenizer_bytes = r.tokenizer_size();
     s.tokenizer_sha256 = r.tokenizer_sha256();
   }
+  s.has_checksums = r.has_checksums();
+  s.verified = verify;
+  if (verify) s.tensor_verdict = verify_tensors(r);
+  s.problems = s.tensor_verdict.problems;
+  for (std::string& p : metadata_problems(s.cfg, s.plan, s.state, s.tensors, s.has_optimizer,
+                                          s.optimizer_step))
+    s.problems.push_back(std::move(p));
   return s;
+}
+
+// "CRC-32C, all 63 tensors match (values finite)" and the like.
+std::string checksums_str(const Summary& s) {
+  if (!s.verified) return "not verified (--no-verify)";
+  const TensorVerdict& v = s.tensor_verdict;
+  const std::string stored =
+      s.has_checksums ? "CRC-32C" : "none stored (written before strata stored them)";
+  if (v.verified == v.tensors)
+    return cat(stored, s.has_checksums ? ", all " : "; all ", v.tensors,
+               s.has_checksums ? " tensors match (values finite)" : " tensors read, values finite");
+  return cat(stored, "; ", v.tensors - v.verified, " of ", v.tensors, " tensors ",
+             v.tensors - v.verified == 1 ? "fails" : "fail", " (see problems)");
 }
 
 nlohmann::json to_json(const Summary& s) {
@@ -171,6 +199,11 @@ nlohmann::json to_json(const Summary& s) {
       s.has_tokenizer ? nlohmann::json{{"bytes", s.tokenizer_bytes}, {"sha256", s.tokenizer_sha256}}
                       : nlohmann::json(nullptr);
   j["recipe"] = s.recipe;
+  j["checksums"] = s.verified ? nlohmann::json{{"stored", s.has_checksums ? "crc32c" : ""},
+                                               {"tensors", s.tensor_verdict.tensors},
+                                               {"sound", s.tensor_verdict.verified}}
+                              : nlohmann::json(nullptr);
+  j["problems"] = s.problems;
   return j;
 }
 
@@ -219,6 +252,7 @@ void print_text(const Summary& s, bool tensors, bool recipe) {
   line("recipe:", s.recipe.empty() ? "(none)"
                                    : cat(human_bytes(int64_t(s.recipe.size())),
                                          recipe ? "" : " (--recipe prints it)"));
+  line("checksums:", checksums_str(s));
   if (tensors) {
     std::printf("\ntensors:\n");
     size_t width = 0;
@@ -230,6 +264,19 @@ void print_text(const Summary& s, bool tensors, bool recipe) {
     std::printf("\nrecipe (resolved):\n%s", s.recipe.c_str());
     if (s.recipe.back() != '\n') std::printf("\n");
   }
+}
+
+// The problems after the summary, then one error line (exit status 1).
+void report_problems(const Summary& s, bool json) {
+  if (s.problems.empty()) return;
+  if (!json) {
+    std::printf("\nproblems:\n");
+    for (const std::string& p : s.problems) std::printf("  %s\n", p.c_str());
+  }
+  fail_one_line("checkpoint ", s.file, ": ", s.problems.front(),
+                s.problems.size() > 1
+                    ? cat(" (and ", s.problems.size() - 1, " more problems: see the output)")
+                    : std::string());
 }
 
 // --compare: every tensor of /params and of the optimizer moments in both
@@ -294,11 +341,16 @@ bool compare(const std::string& a_path, const std::string& b_path, double rtol,
 int cmd_inspect(int argc, char** argv, int first) {
   Args args("strata inspect",
             "Prints what a checkpoint holds: step, tokens seen and data position, the model "
-            "config, layer plan, parameter count, optimizer state and tokenizer.");
+            "config, layer plan, parameter count, optimizer state and tokenizer; and checks "
+            "that it loads: every tensor against its checksum, and metadata no loadable "
+            "checkpoint has (a problem is listed after the summary, and the exit status is 1).");
   args.positional("checkpoint", "an HDF5 checkpoint (.h5)");
   args.flag("tensors", "list every parameter tensor with its shape");
   args.flag("recipe", "print the stored resolved recipe");
   args.flag("json", "print one JSON object (everything, including tensors and recipe)");
+  args.flag("no-verify",
+            "do not read the tensors (by default each is checked against its checksum and for "
+            "non-finite values, which reads the whole file)");
   args.option("compare", "OTHER",
               "compare every weight and optimizer moment with checkpoint OTHER (e.g. the same run "
               "at another parallel layout): exits 1 when a tensor a and its counterpart b have "
@@ -318,13 +370,14 @@ int cmd_inspect(int argc, char** argv, int first) {
                  "strata inspect: --moments-rtol must be >= 0, got ", args.get("moments-rtol"));
     return compare(args.get("checkpoint"), args.get("compare"), rtol, mtol) ? 0 : 1;
   }
-  const Summary s = load(args.get("checkpoint"));
+  const Summary s = load(args.get("checkpoint"), !args.has("no-verify"));
   if (args.has("json")) {
     std::printf("%s\n",
                 to_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     print_text(s, args.has("tensors"), args.has("recipe"));
   }
+  report_problems(s, args.has("json"));
   return 0;
 }
 

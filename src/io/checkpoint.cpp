@@ -26,6 +26,9 @@
 #include "core/sha256.h"
 #include "core/text.h"
 #include "io/checkpoint_format.h"
+#include "io/checkpoint_precheck.h"
+#include "io/checkpoint_verify.h"
+#include "io/crc32c.h"
 #include "io/hdf5_util.h"
 
 namespace strata {
@@ -38,6 +41,13 @@ namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "strata-checkpoint";
 constexpr int64_t kVersion = 1;
+// The per-tensor checksum: attribute kChecksumAttr of every tensor dataset,
+// and on '/' attribute "checksum" naming it (so a tensor without one is a
+// fault, not an older file).
+constexpr const char* kChecksumKind = "crc32c";
+constexpr const char* kChecksumAttr = "crc32c";
+// The bf16 writer computes the checksum block by block.
+constexpr int64_t kBlock = 4096;
 
 void check_tensor_name(const std::string& name, const std::string& file) {
   STRATA_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos, "checkpoint ",
@@ -72,7 +82,10 @@ void write_tensor(hid_t group, const char* group_name, const TensorRef& t, const
                                   space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                        H5Dclose, file, "cannot create " + what + " (duplicate name?)");
   const int64_t n = numel(t.shape);
-  if (n == 0) return;
+  if (n == 0) {
+    write_int_attr(dset.get(), kChecksumAttr, 0, file);  // the CRC of nothing
+    return;
+  }
   const float* src = t.data;
   std::vector<float> filled;  // the tensor produced now (TensorRef::fill)
   if (!src) {
@@ -81,14 +94,27 @@ void write_tensor(hid_t group, const char* group_name, const TensorRef& t, const
     src = filled.data();
   }
   herr_t rc;
+  uint32_t crc = 0;
   if (bf16) {
+    // The checksum covers the float32 values the bf16 ones read back as.
     std::vector<uint16_t> bits(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) bits[size_t(i)] = to_bf16_bits(src[i]);
+    float block[kBlock];
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t m = std::min(kBlock, n - i);
+      for (int64_t j = 0; j < m; ++j) {
+        bits[size_t(i + j)] = to_bf16_bits(src[i + j]);
+        const uint32_t u = uint32_t(bits[size_t(i + j)]) << 16;
+        std::memcpy(&block[j], &u, 4);
+      }
+      crc = crc32c(crc, block, size_t(m) * sizeof(float));
+    }
     rc = H5Dwrite(dset.get(), bf.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
   } else {
+    crc = crc32c(0, src, size_t(n) * sizeof(float));
     rc = H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
   }
   if (rc < 0) fail_h5(file, "cannot write " + what);
+  write_int_attr(dset.get(), kChecksumAttr, crc, file);
 }
 
 H5Handle create_group(hid_t loc, const char* name, const std::string& file) {
@@ -130,6 +156,7 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
     write_text_attr(root.get(), "plan", d.plan, tmp);
     write_text_attr(root.get(), "recipe", d.recipe, tmp);
     write_text_attr(root.get(), "state", d.state.is_null() ? "{}" : json_text(d.state), tmp);
+    write_text_attr(root.get(), "checksum", kChecksumKind, tmp);
 
     if (!d.tokenizer.empty()) {
       const hsize_t n = d.tokenizer.size();
@@ -239,17 +266,30 @@ void drain_checkpoint(const CheckpointData& data) {
 // ---------------------------------------------------------------------------
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
-  hdf5_init();
   std::error_code ec;
   const auto st = fs::status(path, ec);
   STRATA_CHECK(fs::exists(st), "checkpoint ", path, ": no such file");
   STRATA_CHECK(!fs::is_directory(st), "checkpoint ", path, ": is a directory, not a file");
+  STRATA_CHECK(fs::is_regular_file(st), "checkpoint ", path,
+               ": not a regular file (a device, pipe or socket)");
   {
     // Reading the signature ourselves gives a clear message for non-HDF5 input.
     std::FILE* f = std::fopen(path.c_str(), "rb");
     STRATA_CHECK(f, "checkpoint ", path, ": cannot open: ", std::strerror(errno));
     std::fclose(f);
   }
+  precheck_checkpoint(path, [&path] {
+    const CheckpointReader child(path, Unchecked{});
+    child.walk_structure();
+  });
+  open();
+}
+
+CheckpointReader::CheckpointReader(const std::string& path, Unchecked) : path_(path) { open(); }
+
+void CheckpointReader::open() {
+  hdf5_init();
+  const std::string& path = path_;
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_h5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
 #else
@@ -272,7 +312,53 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   const int64_t version = read_int_attr(f, "version", path, "/");
   STRATA_CHECK(version >= 1 && version <= kVersion, "checkpoint ", path, ": format version ",
                version, " is not supported (this strata reads version ", kVersion, ")");
+  if (has_attr(f, "checksum")) {
+    const std::string kind = read_text_attr(f, "checksum", path, "/");
+    STRATA_CHECK(kind == kChecksumKind, "checkpoint ", path, ": tensor checksums of kind '",
+                 one_line(kind), "' are not supported (this strata knows '", kChecksumKind, "')");
+    checksums_ = true;
+  }
   file_ = file.release();
+}
+
+void CheckpointReader::walk_structure() const {
+  const hid_t f = hid_t(file_);
+  for (const char* name : {"created", "config", "plan", "recipe", "state"})
+    if (has_attr(f, name)) (void)read_text_attr(f, name, path_, "/");
+  if (has_tokenizer()) {
+    (void)tokenizer_size();
+    (void)tokenizer_sha256();
+    H5Handle dset = wrap(H5Dopen2(f, "tokenizer", H5P_DEFAULT), H5Dclose, path_,
+                         "cannot open dataset '/tokenizer'");
+    H5Handle type = wrap(H5Dget_type(dset.get()), H5Tclose, path_,
+                         "cannot read the type of dataset '/tokenizer'");
+    (void)H5Dget_storage_size(dset.get());
+  }
+  if (has_optimizer()) {
+    (void)optimizer_step();
+    (void)optimizer_kind();
+  }
+  for (const char* group : {"params", "optimizer/exp_avg", "optimizer/exp_avg_sq"}) {
+    if (!path_exists(f, group)) continue;
+    H5Handle g = wrap(H5Gopen2(f, group, H5P_DEFAULT), H5Gclose, path_,
+                      cat("cannot open group '", group, "'"));
+    for (const auto& [name, shape] : list(group)) {
+      const std::string what = cat("tensor '", group, "/", name, "'");
+      H5Handle dset =
+          wrap(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT), H5Dclose, path_, "cannot open " + what);
+      H5Handle type =
+          wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read the type of " + what);
+      (void)H5Tget_class(type.get());
+      (void)H5Tget_size(type.get());
+      (void)is_bf16_type(type.get());
+      // The chunk index, where a tool rewrote the file chunked (strata writes
+      // contiguous datasets).
+      (void)H5Dget_storage_size(dset.get());
+      if (has_attr(dset.get(), kChecksumAttr))
+        (void)read_int_attr(dset.get(), kChecksumAttr, path_, what);
+    }
+  }
+  (void)params_dtype();
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -420,18 +506,23 @@ void CheckpointReader::read(const std::string& group, const std::vector<TensorRe
     const auto shape = dataset_shape(dset.get(), path_, what);
     STRATA_CHECK(shape == t.shape, "checkpoint ", path_, ": ", what, " has shape ",
                  shape_str(shape), ", expected ", shape_str(t.shape));
+    // The stored checksum, read before the values: a file with checksums
+    // has one on every tensor.
+    const bool checked = has_attr(dset.get(), kChecksumAttr);
+    STRATA_CHECK(checked || !checksums_, "checkpoint ", path_, ": ", what,
+                 " has no checksum (attribute '", kChecksumAttr,
+                 "'), though the file has them: the file is corrupt");
+    int64_t stored = 0;
+    if (checked) {
+      stored = read_int_attr(dset.get(), kChecksumAttr, path_, what);
+      STRATA_CHECK(stored >= 0 && stored <= int64_t(UINT32_MAX), "checkpoint ", path_, ": ", what,
+                   " has checksum ", stored, ", not a CRC-32C: the file is corrupt");
+    }
     if (numel(shape) == 0) continue;
     STRATA_CHECK(t.data, "checkpoint ", path_, ": no buffer to read ", what, " into");
     if (H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data) < 0)
       fail_h5(path_, "cannot read " + what + " (truncated or corrupt file?)");
-    // Weights and moments are finite in any checkpoint strata writes: a NaN
-    // or inf here would turn every output into garbage without an error.
-    const float* v = t.data;
-    const int64_t n = numel(shape);
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i])) [[unlikely]]
-        fail_one_line("checkpoint ", path_, ": ", what, " holds a non-finite value (", v[i],
-                      " at index ", i, ")");
+    verify_values(t.data, numel(shape), checked, uint32_t(stored), path_, what);
   }
 }
 

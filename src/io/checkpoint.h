@@ -15,6 +15,16 @@
 //                          float32, for the tensors that have optimizer state
 //   /tokenizer             uint8 dataset: the sentencepiece model bytes;
 //                          attribute sha256
+//   every tensor dataset   attribute crc32c (int64): the CRC-32C (io/crc32c.h)
+//                          of its values as little-endian float32, row-major
+//                          (a bfloat16 tensor: of the float32 it reads back
+//                          as); '/' then has attribute checksum = "crc32c"
+//
+// Reading verifies each tensor's checksum (and that its values are finite);
+// files written before checksums (no 'checksum' on '/') load unverified.
+// Before libhdf5 opens a file in this process, a child process opens it and
+// reads its structure (io/checkpoint_precheck.h), so a corrupt file that
+// crashes or hangs the library is an error line, not a crash.
 //
 // Writes go to "<path>.tmp" and are renamed into place only when complete, so a
 // crash or kill mid-write leaves any previous checkpoint intact.
@@ -90,7 +100,8 @@ void set_checkpoint_write_hook(std::function<void(int)> hook);
 
 class CheckpointReader {
  public:
-  // Opens and validates the header (format, version); errors name the file.
+  // Pre-checks the file in a child process, then opens it and validates the
+  // header (format, version); errors name the file.
   explicit CheckpointReader(const std::string& path);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
@@ -117,12 +128,25 @@ class CheckpointReader {
   // Names and shapes of the datasets in a group ("params", "optimizer/exp_avg", ...).
   std::vector<std::pair<std::string, std::vector<int64_t>>> list(const std::string& group) const;
   // Fills each ref from <group>/<name>. Errors (naming file and tensor): missing
-  // tensor, shape mismatch, wrong dtype, unreadable data.
+  // tensor, shape mismatch, wrong dtype, unreadable data, a failed checksum,
+  // a non-finite value.
   void read(const std::string& group, const std::vector<TensorRef>& refs) const;
+  // Whether the file was written with per-tensor checksums (every tensor
+  // then has one; older files have none).
+  bool has_checksums() const { return checksums_; }
 
  private:
+  struct Unchecked {};
+  // Opens without the pre-check (what the pre-check's child does).
+  CheckpointReader(const std::string& path, Unchecked);
+  void open();
+  // Reads from the file everything the methods above ask libhdf5 for, except
+  // tensor values and the tokenizer's bytes: the pre-check's walk.
+  void walk_structure() const;
+
   std::string path_;
   long long file_ = -1;  // hid_t
+  bool checksums_ = false;
 };
 
 // Checkpoint files of a run directory: <run_dir>/checkpoints/step_00001000.h5.
