@@ -24,7 +24,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/model_io.h"
 #include "model/config.h"
 #include "model/params.h"

@@ -13,16 +13,6 @@
 namespace strata {
 namespace {
 
-std::array<uint32_t, 256> crc_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1) ? 0x82F63B78u : 0u);
-    t[i] = c;
-  }
-  return t;
-}
-
 // Protocol buffer wire format: varints, fixed-width little-endian numbers and
 // length-delimited fields.
 void varint(std::string& out, uint64_t v) {
@@ -66,16 +56,8 @@ double now_seconds() {
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n) {
-  static const std::array<uint32_t, 256> table = crc_table();
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
 uint32_t masked_crc32c(const void* data, size_t n) {
-  const uint32_t c = crc32c(data, n);
+  const uint32_t c = crc32c(0, data, n);
   return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
 }
 

@@ -11,10 +11,11 @@
 #include <cstdio>
 #include <string>
 
+#include "core/crc32c.h"
+
 namespace strata {
 
-// CRC-32C (Castagnoli), and TFRecord's masked form of it.
-uint32_t crc32c(const void* data, size_t n);
+// TFRecord's masked form of CRC-32C (core/crc32c.h).
 uint32_t masked_crc32c(const void* data, size_t n);
 
 // The bytes of one event (the protocol buffer, without the record framing).

@@ -28,7 +28,7 @@
 #include "io/checkpoint_format.h"
 #include "io/checkpoint_precheck.h"
 #include "io/checkpoint_verify.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 #include "io/hdf5_util.h"
 
 namespace strata {

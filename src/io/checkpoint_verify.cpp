@@ -11,7 +11,7 @@
 #endif
 
 #include "core/text.h"
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 
 namespace strata {
 namespace {

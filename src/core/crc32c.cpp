@@ -1,6 +1,6 @@
 // CRC-32C (crc32c.h). The register below is the raw, reflected CRC state
 // (no initial or final inversion); crc32c() adds the inversions.
-#include "io/crc32c.h"
+#include "core/crc32c.h"
 
 #include <algorithm>
 #include <array>
