@@ -116,7 +116,7 @@ constexpr double kPollSeconds = 0.1;
 constexpr double kAnswerSeconds = 2.0;   // how long a report waits for the answers
 // After a stop signal: mpirun sends SIGTERM to the survivors when a rank has
 // died and SIGKILL 1 s later (odls_base_sigkill_timeout), so ask quickly.
-constexpr double kSignalAnswerSeconds = 0.5;
+constexpr double kSignalAnswerSeconds = 0.7;
 constexpr double kDeferSeconds = 15.0;   // held back after another rank's query
 
 // What a rank answers to a status query.
