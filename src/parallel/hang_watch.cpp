@@ -5,6 +5,7 @@
 #include <mpi.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <chrono>
@@ -52,6 +53,7 @@ struct Slot {
   int64_t seq = 0;
   int64_t start_ns = 0;
   int64_t last_end_ns = 0;  // when the previous wait ended (0: none yet)
+  int64_t id = 0;           // waits so far (this one's number)
 };
 std::mutex g_slot_mu;
 Slot g_slot;
@@ -82,6 +84,7 @@ WaitGuard::WaitGuard(const WatchedGroup& group, const char* kind, int64_t seq) {
   g_slot.kind = kind;
   g_slot.seq = seq;
   g_slot.start_ns = t;
+  ++g_slot.id;
 }
 
 WaitGuard::~WaitGuard() {
@@ -111,6 +114,7 @@ int watch_world_rank() {
 namespace {
 
 constexpr int kTagQuery = 1;
+constexpr int kTagEnding = 2;  // "I am ending the job": the others keep quiet
 constexpr int kTagReplyBase = 100;  // + the query's round (mod 1000)
 constexpr double kPollSeconds = 0.1;
 constexpr double kAnswerSeconds = 2.0;   // how long a report waits for the answers
@@ -124,6 +128,7 @@ struct Status {
   int64_t waiting = 0;   // 1: in a collective wait
   int64_t seq = 0;
   int64_t seconds = 0;   // waiting for, or busy outside collectives for (-1: since start)
+  int64_t stopped = 0;   // > 0: resumed less than kDeferSeconds ago after a stop this long (s)
   char kind[32] = {};
   char label[32] = {};
 };
@@ -132,10 +137,22 @@ void copy_text(char (&dst)[32], const std::string& s) {
   std::snprintf(dst, sizeof dst, "%s", s.c_str());
 }
 
+// The last stop of this process (see Watchdog::run): its length and end.
+std::atomic<int64_t> g_stopped_ns{0}, g_resumed_ns{0};
+
+// Whether the main thread is still in wait number `id` (its collective has
+// not completed meanwhile).
+bool still_waiting(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_slot_mu);
+  return g_slot.group && g_slot.id == id;
+}
+
 Status my_status() {
   std::lock_guard<std::mutex> lock(g_slot_mu);
   Status s;
   const int64_t t = now_ns();
+  if (g_resumed_ns.load() && t - g_resumed_ns.load() < static_cast<int64_t>(kDeferSeconds * 1e9))
+    s.stopped = std::max<int64_t>(1, g_stopped_ns.load() / 1000000000);
   if (g_slot.group) {
     s.waiting = 1;
     s.seq = g_slot.seq;
@@ -171,12 +188,15 @@ class Watchdog {
   void post_inbox() {
     MPI_Irecv(&inbox_round_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kTagQuery, side_, &inbox_);
   }
-  // Asks the group's other members where they are for up to `window`
-  // seconds: the description of each one that has not reached collective
-  // `seq` (empty: it has). Returns false when a lower rank is reporting too
+  // Tells every other rank that this one is ending the job, then ends it.
+  [[noreturn]] void end_job();
+  // Asks every other rank where it is for up to `window` seconds: the
+  // description of each member of the group that has not reached collective
+  // `seq` (`missing`), and of each other rank that does not answer or was
+  // just stopped (`others`). Returns false when a lower rank is reporting too
   // and `yield` (it speaks for the job).
   bool ask(const WatchedGroup& group, const char* kind, int64_t seq, double window, bool yield,
-           std::vector<std::string>& missing);
+           std::vector<std::string>& missing, std::vector<std::string>& others);
   // The timeout: asks, prints the line and ends the job, or returns (yielded).
   void report(const WatchedGroup& group, const char* kind, int64_t seq, double waited);
   // A stop signal (SIGTERM from mpirun after a rank died, or from the user)
@@ -193,10 +213,16 @@ class Watchdog {
   std::condition_variable cv_;
   bool stop_ = false;
   MPI_Request inbox_ = MPI_REQUEST_NULL;
+  // Another rank's notice that it is ending the job (MPI_Abort, hence
+  // mpirun's SIGTERM here next): no report of ours would add anything.
+  MPI_Request ending_req_ = MPI_REQUEST_NULL;
+  int64_t ending_buf_ = 0;
+  bool ending_ = false;
   int64_t inbox_round_ = 0;
   int64_t round_ = 0;
   int64_t defer_until_ns_ = 0;
   bool signal_reported_ = false;
+  int64_t wait_id_ = 0;  // the wait being reported on (see still_waiting)
   int64_t last_tick_ns_ = 0;
   struct Reply {
     Status status;
@@ -207,6 +233,11 @@ class Watchdog {
 
 int Watchdog::serve() {
   int lowest = -1;
+  if (!ending_) {
+    int done = 0;
+    MPI_Test(&ending_req_, &done, MPI_STATUS_IGNORE);
+    if (done) ending_ = true;
+  }
   for (;;) {
     int done = 0;
     MPI_Status st;
@@ -233,6 +264,7 @@ int Watchdog::serve() {
 
 void Watchdog::run() {
   post_inbox();
+  MPI_Irecv(&ending_buf_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kTagEnding, side_, &ending_req_);
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -245,11 +277,14 @@ void Watchdog::run() {
     // another rank reported this one: say nothing for a while.
     const int64_t tick = now_ns();
     if (last_tick_ns_ && tick - last_tick_ns_ > static_cast<int64_t>(2e9)) {
+      g_stopped_ns.store(tick - last_tick_ns_);
+      g_resumed_ns.store(tick);
       defer_until_ns_ = tick + static_cast<int64_t>(kDeferSeconds * 1e9);
       signal_reported_ = true;
     }
     last_tick_ns_ = tick;
     serve();
+    if (ending_) continue;
     const double timeout = collective_timeout();
     const int sig = StopScope::signal();
     if (timeout <= 0 && (sig == 0 || signal_reported_)) continue;
@@ -261,6 +296,7 @@ void Watchdog::run() {
       std::lock_guard<std::mutex> lock(g_slot_mu);
       if (!g_slot.group) continue;
       waited = (now_ns() - g_slot.start_ns) / 1e9;
+      wait_id_ = g_slot.id;
       group = *g_slot.group;  // it outlives the wait, but the wait may end now
       kind = g_slot.kind;
       seq = g_slot.seq;
@@ -274,12 +310,18 @@ void Watchdog::run() {
   }
   MPI_Cancel(&inbox_);
   MPI_Wait(&inbox_, MPI_STATUS_IGNORE);
+  if (!ending_) {
+    MPI_Cancel(&ending_req_);
+    MPI_Wait(&ending_req_, MPI_STATUS_IGNORE);
+  }
   for (auto& r : replies_) MPI_Wait(&r->req, MPI_STATUS_IGNORE);
 }
 
 std::string Watchdog::describe(int r, bool answered, const Status& s, const char* kind,
                                int64_t seq, const std::string& label) const {
   if (!answered) return cat(r, ", which does not answer (stopped, hung or dead)");
+  if (s.stopped)
+    return cat(r, ", which was stopped for ", s.stopped, " s and has just been resumed");
   if (s.waiting && s.seq == seq && label == s.label && std::strcmp(kind, s.kind) == 0)
     return "";  // it has reached this collective
   if (s.waiting)
@@ -291,12 +333,18 @@ std::string Watchdog::describe(int r, bool answered, const Status& s, const char
 }
 
 bool Watchdog::ask(const WatchedGroup& group, const char* kind, int64_t seq, double window,
-                   bool yield, std::vector<std::string>& missing) {
+                   bool yield, std::vector<std::string>& missing,
+                   std::vector<std::string>& others) {
   ++round_;
   const int tag = kTagReplyBase + static_cast<int>(round_ % 1000);
   const int64_t token = round_;
+  // Every other rank: a member may wait for a rank outside the group (rank 0
+  // of a dp group waiting in a tp all-reduce for a stopped rank 1), and every
+  // rank that is reporting learns of the others (the lowest one speaks).
+  int world = 1;
+  MPI_Comm_size(side_, &world);
   std::vector<int> peers;
-  for (int r : group.world_ranks)
+  for (int r = 0; r < world; ++r)
     if (r != rank_) peers.push_back(r);
   std::vector<Status> status(peers.size());
   std::vector<MPI_Request> recvs(peers.size()), sends(peers.size());
@@ -310,7 +358,7 @@ bool Watchdog::ask(const WatchedGroup& group, const char* kind, int64_t seq, dou
   bool yielded = false;
   while (count < peers.size() && now_ns() < until) {
     const int lowest = serve();
-    if (yield && lowest >= 0 && lowest < rank_) {
+    if (yield && ((lowest >= 0 && lowest < rank_) || ending_)) {
       yielded = true;
       break;
     }
@@ -333,9 +381,16 @@ bool Watchdog::ask(const WatchedGroup& group, const char* kind, int64_t seq, dou
     if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
   if (yielded) return false;
   missing.clear();
+  others.clear();
   for (size_t i = 0; i < peers.size(); ++i) {
-    std::string d = describe(peers[i], answered[i], status[i], kind, seq, group.label);
-    if (!d.empty()) missing.push_back(std::move(d));
+    const bool member = std::find(group.world_ranks.begin(), group.world_ranks.end(), peers[i]) !=
+                        group.world_ranks.end();
+    if (member) {
+      std::string d = describe(peers[i], answered[i], status[i], kind, seq, group.label);
+      if (!d.empty()) missing.push_back(std::move(d));
+    } else if (!answered[i] || status[i].stopped) {  // outside the group: only the stuck ones
+      others.push_back(describe(peers[i], answered[i], status[i], kind, seq, group.label));
+    }
   }
   return true;
 }
@@ -352,8 +407,9 @@ std::string list_ranks(const std::vector<std::string>& missing) {
 }  // namespace
 
 void Watchdog::report(const WatchedGroup& group, const char* kind, int64_t seq, double waited) {
-  std::vector<std::string> missing;
-  if (!ask(group, kind, seq, kAnswerSeconds, true, missing)) return;
+  std::vector<std::string> missing, others;
+  if (!ask(group, kind, seq, kAnswerSeconds, true, missing, others)) return;
+  if (!still_waiting(wait_id_)) return;  // it completed meanwhile: late, not hung
   const std::string what = cat("rank ", rank_, ": ", kind, " #", seq, " of the ", group.label,
                                " waited ", static_cast<int64_t>(waited + 0.5), " s");
   const std::string line =
@@ -361,20 +417,51 @@ void Watchdog::report(const WatchedGroup& group, const char* kind, int64_t seq, 
           ? cat(what, " although every member answers from it (the ranks disagree about the "
                       "collective)")
           : cat(what, " for ", list_ranks(missing));
+  std::string also;
+  for (std::string o : others) {  // "1, which does not answer ..." -> "rank 1 does not answer ..."
+    const size_t at = o.find(", which ");
+    if (at != std::string::npos) o.replace(at, 8, " ");
+    also += cat("; rank ", o);
+  }
   std::fprintf(stderr,
-               "strata: error: %s; ending the job (collective timeout %g s: "
+               "strata: error: %s%s; ending the job (collective timeout %g s: "
                "parallelism.collective_timeout or STRATA_COLLECTIVE_TIMEOUT)\n",
-               line.c_str(), collective_timeout());
+               line.c_str(), also.c_str(), collective_timeout());
   std::fflush(stderr);
   std::fflush(stdout);
+  end_job();
+}
+
+void Watchdog::end_job() {
+  int world = 1;
+  MPI_Comm_size(side_, &world);
+  const int64_t token = 1;
+  std::vector<MPI_Request> sends;
+  for (int r = 0; r < world; ++r) {
+    if (r == rank_) continue;
+    sends.emplace_back();
+    MPI_Isend(&token, 1, MPI_INT64_T, r, kTagEnding, side_, &sends.back());
+  }
+  // Small messages leave at once; a moment for them to be matched.
+  const int64_t until = now_ns() + static_cast<int64_t>(0.2e9);
+  int done = 0;
+  while (!done && now_ns() < until) {
+    MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
 
 void Watchdog::report_signal(const WatchedGroup& group, const char* kind, int64_t seq,
                              double waited, int sig) {
-  std::vector<std::string> missing;
-  ask(group, kind, seq, kSignalAnswerSeconds, false, missing);
+  std::vector<std::string> missing, others;
+  ask(group, kind, seq, kSignalAnswerSeconds, false, missing, others);
+  if (ending_) return;  // another rank has reported and is ending the job
+  // Completed meanwhile: the ranks are stopping together (a peer that ends
+  // its process right after the stop no longer answers, and is not missing).
+  if (!still_waiting(wait_id_)) return;
+  missing.insert(missing.end(), others.begin(), others.end());
   // Only a member that does not answer at all is news here: the others are
   // on their way to the stop (a signal to every rank stops them after the
   // same step).
