@@ -14,13 +14,20 @@
 //     initialised with MPI_THREAD_MULTIPLE) wakes every 100 ms. It answers
 //     the other ranks' status queries on a communicator of its own (a
 //     duplicate of the world), and when this process's wait passes the
-//     timeout it asks every other member of the waiting group where it is
-//     (2 s for the answers): in the same collective, in another one (which),
-//     busy outside collectives, or silent (stopped, hung, dead). It prints
+//     timeout it asks every other rank where it is (2 s for the answers): in
+//     the same collective, in another one (which), busy outside collectives,
+//     just resumed from a stop, or silent (stopped, hung, dead). It prints
 //       strata: error: rank 0: all-reduce #57 of the tp group waited 30 s for
 //       rank 1, which does not answer (stopped, hung or dead); ending the job ...
-//     and calls MPI_Abort. A rank that is asked by a rank already reporting
-//     holds back its own report for a while, so the job usually prints one line.
+//     (naming the group's members that are not there, then any other rank
+//     that does not answer), tells the other ranks it is ending the job, and
+//     calls MPI_Abort. A rank asked by a reporting rank holds back its own
+//     report for a while, of two reporting at once the lower one speaks, and
+//     a wait that completes while asking is not reported: the job prints one
+//     line.
+//   - A stop signal (mpirun's SIGTERM after a rank died) that comes while
+//     training waits in a collective: the watchdog asks the ranks (0.7 s) and
+//     names the ones that do not answer, in one line.
 //   - Timeout 0 turns the watch off. Alone (no MPI) there is nothing to wait for.
 #pragma once
 
