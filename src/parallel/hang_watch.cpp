@@ -296,6 +296,8 @@ void Watchdog::run() {
       std::lock_guard<std::mutex> lock(g_slot_mu);
       if (!g_slot.group) continue;
       waited = (now_ns() - g_slot.start_ns) / 1e9;
+      const bool due = (sig != 0 && !signal_reported_) || (timeout > 0 && waited >= timeout);
+      if (!due) continue;  // the common case: nothing copied
       wait_id_ = g_slot.id;
       group = *g_slot.group;  // it outlives the wait, but the wait may end now
       kind = g_slot.kind;
