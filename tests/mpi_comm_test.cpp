@@ -10,7 +10,7 @@
 // others wait in.
 //
 // Failure modes, for tests/mpi_kill_test.sh (under mpirun -np 2):
-//   --fail-mode kill|kill_async|abort|mpi_error --fail-rank R
+//   --fail-mode kill|kill_async|abort|mpi_error|busy|other --fail-rank R
 // rank R kills itself with SIGKILL (or calls Communicator::abort) while the
 // other ranks wait in an allreduce (blocking, or async + progress + wait);
 // the job must end with a non-zero status instead of hanging.
@@ -502,6 +502,14 @@ int run_failure_mode(const std::string& mode, int victim) {
       int x = 0;
       MPI_Send(&x, 1, MPI_INT, w.size() + 5, 0, MPI_COMM_WORLD);
     }
+    if (mode == "busy") {  // alive, answering, but never reaching the allreduce
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      return 3;
+    }
+    if (mode == "other") {  // waiting in another group's collective
+      g_grid->dp_comm->barrier();
+      return 3;
+    }
     std::fprintf(stderr, "rank %d: raising SIGKILL\n", w.rank());
     std::fflush(stderr);
     std::raise(SIGKILL);
@@ -542,7 +550,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [gtest options] [--tp N] "
-                   "[--fail-mode kill|kill_async|abort|mpi_error --fail-rank R]\n",
+                   "[--fail-mode kill|kill_async|abort|mpi_error|busy|other --fail-rank R]\n",
                    argv[0]);
       return 2;
     }

@@ -38,7 +38,7 @@
 // Host collectives (scalar sums, byte broadcasts, barriers) are recorded on
 // queue kHostQueue and never conflict: they run on the CPU, not as kernels.
 // Not thread-safe: collectives come from the one host thread that drives the
-// communicators (MPI_THREAD_FUNNELED).
+// communicators (the hang watchdog's thread talks on a communicator of its own).
 #pragma once
 
 #include <cstdint>

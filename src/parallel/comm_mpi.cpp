@@ -44,6 +44,19 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   STRATA_CHECK(comm != MPI_COMM_NULL, "mpi communicator: MPI_COMM_NULL");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  // The members' world ranks: a timeout names them as mpirun numbers them.
+  MPI_Group mine, world;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) local[static_cast<size_t>(r)] = r;
+  group_.world_ranks.resize(static_cast<size_t>(size_));
+  MPI_Group_translate_ranks(mine, size_, local.data(), world, group_.world_ranks.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  group_.label = size_ == world_size ? "world" : cat("group of ", size_, " processes");
 }
 
 MpiComm::~MpiComm() {
@@ -55,6 +68,7 @@ MpiComm::~MpiComm() {
 
 void MpiComm::allreduce_sum(float* buf, int64_t n) {
   check_count(n, "allreduce_sum");
+  WaitGuard guard(group_, "all-reduce", ++seq_);
   for_chunks(n, [&](int64_t off, int len) {
     MPI_Allreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, MPI_SUM, comm_);
   });
@@ -72,6 +86,8 @@ int64_t MpiComm::allreduce_sum_async(float* buf, int64_t n) {
   // request list), like a waited-for one.
   Pending p;
   p.reqs = std::move(reqs);
+  p.kind = "async all-reduce";
+  p.seq = ++seq_;
   return push(std::move(p));
 }
 
@@ -86,6 +102,7 @@ void MpiComm::wait(int64_t handle) {
   if (handle < first_handle_) return;  // completed and dropped already
   Pending& p = pending_[static_cast<size_t>(handle - first_handle_)];
   if (!p.reqs.empty()) {
+    WaitGuard guard(group_, p.kind, p.seq);
     MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
     p.reqs.clear();
     p.staged.clear();
@@ -121,6 +138,8 @@ void MpiComm::drop_completed_front() {
 MpiComm::Pending MpiComm::start_allgather(const float* in, float* out, int64_t n) {
   check_count(n, "allgather");
   Pending p;
+  p.kind = "all-gather";
+  p.seq = ++seq_;
   if (n == 0) return p;
   // `in` already sitting in this rank's slot of `out` is MPI's in-place case.
   const bool in_place = in == out + static_cast<int64_t>(rank_) * n;
@@ -155,6 +174,8 @@ MpiComm::Pending MpiComm::start_allgather(const float* in, float* out, int64_t n
 }
 
 void MpiComm::finish(Pending p) {
+  if (p.reqs.empty()) return;
+  WaitGuard guard(group_, p.kind, p.seq);
   MPI_Waitall(static_cast<int>(p.reqs.size()), p.reqs.data(), MPI_STATUSES_IGNORE);
 }
 
@@ -163,12 +184,16 @@ void MpiComm::allgather(const float* in, float* out, int64_t n) {
 }
 
 int64_t MpiComm::allgather_async(const float* in, float* out, int64_t n) {
-  return push(start_allgather(in, out, n));
+  Pending p = start_allgather(in, out, n);
+  p.kind = "async all-gather";
+  return push(std::move(p));
 }
 
 MpiComm::Pending MpiComm::start_reduce_scatter(const float* in, float* out, int64_t n) {
   check_count(n, "reduce_scatter_sum");
   Pending p;
+  p.kind = "reduce-scatter";
+  p.seq = ++seq_;
   if (n == 0) return p;
   STRATA_CHECK(out + n <= in || in + static_cast<int64_t>(size_) * n <= out,
                "mpi communicator: reduce_scatter_sum with overlapping input and output");
@@ -199,19 +224,23 @@ void MpiComm::reduce_scatter_sum(const float* in, float* out, int64_t n) {
 }
 
 int64_t MpiComm::reduce_scatter_sum_async(const float* in, float* out, int64_t n) {
-  return push(start_reduce_scatter(in, out, n));
+  Pending p = start_reduce_scatter(in, out, n);
+  p.kind = "async reduce-scatter";
+  return push(std::move(p));
 }
 
 void MpiComm::broadcast(float* buf, int64_t n, int root) {
   check_count(n, "broadcast");
   STRATA_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root ", root,
                " outside a group of ", size_);
+  WaitGuard guard(group_, "broadcast", ++seq_);
   for_chunks(n, [&](int64_t off, int len) { MPI_Bcast(buf + off, len, MPI_FLOAT, root, comm_); });
 }
 
 void MpiComm::broadcast_bytes(std::string& bytes, int root) {
   STRATA_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root ", root,
                " outside a group of ", size_);
+  WaitGuard guard(group_, "broadcast", ++seq_);
   int64_t n = static_cast<int64_t>(bytes.size());
   MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);
   if (rank_ != root) bytes.resize(static_cast<size_t>(n));
@@ -220,16 +249,21 @@ void MpiComm::broadcast_bytes(std::string& bytes, int root) {
 }
 
 double MpiComm::allreduce_sum(double x) {
+  WaitGuard guard(group_, "all-reduce", ++seq_);
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_);
   return x;
 }
 
 int64_t MpiComm::allreduce_sum(int64_t x) {
+  WaitGuard guard(group_, "all-reduce", ++seq_);
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_SUM, comm_);
   return x;
 }
 
-void MpiComm::barrier() { MPI_Barrier(comm_); }
+void MpiComm::barrier() {
+  WaitGuard guard(group_, "barrier", ++seq_);
+  MPI_Barrier(comm_);
+}
 
 void MpiComm::abort(const std::string& why) {
   int world_rank = 0;

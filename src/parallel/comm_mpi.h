@@ -7,9 +7,15 @@
 // call. progress() tests the outstanding requests (MPI_Testall), which runs the
 // progress engine; call it between compute steps to overlap communication.
 //
-// Threads: MPI is initialised with MPI_THREAD_FUNNELED (parallel/grid.cpp), so
-// every call on an MpiComm must come from the main thread (never from inside
-// an OpenMP parallel region).
+// Threads: every call on an MpiComm must come from the main thread (never from
+// inside an OpenMP parallel region). MPI is initialised with
+// MPI_THREAD_MULTIPLE only for the hang watchdog's thread (hang_watch.h),
+// which talks on a communicator of its own.
+//
+// Timeouts: every blocking wait (the blocking collectives, wait() on an async
+// one) is numbered per communicator (#1, #2, ... in issue order, the same on
+// every member) and marked with a WaitGuard, so a wait longer than the
+// collective timeout ends the job with one line naming it and the missing rank.
 #pragma once
 
 #include <mpi.h>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "parallel/comm.h"
+#include "parallel/hang_watch.h"
 
 namespace strata {
 
@@ -53,6 +60,10 @@ class MpiComm final : public Communicator {
   [[noreturn]] void abort(const std::string& why) override;
 
   MPI_Comm handle() const { return comm_; }
+  // The group's name in timeout messages ("tp group"; default "world" for a
+  // duplicate of the world, else "group of N processes").
+  void set_label(const std::string& label) { group_.label = label; }
+  const WatchedGroup& watched_group() const { return group_; }
   // The sub-communicator of the processes that pass the same `color`, ranked
   // by `key` (then by rank here). Collective over this communicator.
   std::unique_ptr<MpiComm> split(int color, int key) const;
@@ -69,6 +80,8 @@ class MpiComm final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  WatchedGroup group_;  // label and world ranks, for the collective timeout
+  int64_t seq_ = 0;     // collectives issued so far (the last one's number)
   // Async operations: handle h lives in pending_[h - first_handle_]; one
   // handle holds several requests when its count was split into chunks, and
   // the staging copies its requests read until they complete. Completed
@@ -76,12 +89,14 @@ class MpiComm final : public Communicator {
   struct Pending {
     std::vector<MPI_Request> reqs;
     std::vector<std::vector<float>> staged;
+    const char* kind = "";  // "all-reduce", ... (timeout messages)
+    int64_t seq = 0;
     bool done() const { return reqs.empty(); }
   };
   std::deque<Pending> pending_;
   int64_t first_handle_ = 0;
   int64_t push(Pending p);
-  static void finish(Pending p);  // waits for its requests (a blocking call)
+  void finish(Pending p);  // waits for its requests (a blocking call)
   void drop_completed_front();
   // The requests of an allgather / reduce-scatter (blocking calls wait on them).
   Pending start_allgather(const float* in, float* out, int64_t n);

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "parallel/collective_order.h"
@@ -41,6 +42,15 @@ std::shared_ptr<CUstream_st> process_comm_stream() {
 
 CollectiveOrder& order() { return CollectiveOrder::process(); }
 
+// A blocking collective's name in timeout messages (a literal: WaitGuard keeps it).
+const char* kind_name(const char* what) {
+  if (!std::strcmp(what, "allreduce_sum")) return "all-reduce";
+  if (!std::strcmp(what, "allgather")) return "all-gather";
+  if (!std::strcmp(what, "reduce_scatter_sum")) return "reduce-scatter";
+  if (!std::strcmp(what, "broadcast")) return "broadcast";
+  return "collective";
+}
+
 }  // namespace
 
 NcclComm::NcclComm(std::unique_ptr<Communicator> host, int device, const std::string& label)
@@ -48,6 +58,13 @@ NcclComm::NcclComm(std::unique_ptr<Communicator> host, int device, const std::st
   STRATA_CHECK(host_ != nullptr, "nccl communicator: no host communicator to bootstrap over");
   rank_ = host_->rank();
   size_ = host_->size();
+  // The members' world ranks (exact as floats up to 2^24 processes), so a
+  // timeout names ranks as mpirun numbers them.
+  group_.label = label + " group";
+  const float me = static_cast<float>(watch_world_rank());
+  std::vector<float> ranks(static_cast<size_t>(size_));
+  host_->allgather(&me, ranks.data(), 1);
+  for (float r : ranks) group_.world_ranks.push_back(static_cast<int>(r));
   if (device_ >= 0) check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
 
@@ -85,7 +102,9 @@ void NcclComm::order_after_compute() {
   check_cuda(cudaStreamWaitEvent(stream_, compute_ready_, 0), "cudaStreamWaitEvent");
 }
 
-void NcclComm::sync_stream(const char* what) {
+void NcclComm::sync_stream(const char* what, const char* kind) {
+  std::optional<WaitGuard> guard;
+  if (kind) guard.emplace(group_, kind, seq_);
   const cudaError_t e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess)
     fail(cat(what, ": cudaStreamSynchronize: CUDA error: ", cudaGetErrorString(e)));
@@ -119,7 +138,8 @@ void NcclComm::queue_and_wait(int64_t n, const char* what, const char* call,
                               const std::function<ncclResult_t()>& enqueue) {
   const int64_t ticket = queue(n, what, call, false, enqueue);
   if (!ticket) return;
-  sync_stream(call);
+  ++seq_;
+  sync_stream(call, kind_name(what));
   order().complete(ticket);
 }
 

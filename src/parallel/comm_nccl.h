@@ -45,6 +45,16 @@
 // - Calls come from one host thread whose current device is the
 //   communicator's. Errors throw strata::Error naming the call and NCCL's or
 //   CUDA's message.
+// - Timeouts: the host waits of the blocking collectives (the stream
+//   synchronisation) are marked with a WaitGuard and numbered like MpiComm's,
+//   so a collective that has not completed after the collective timeout ends
+//   the job with one line naming it and the rank(s) it waits for
+//   (hang_watch.h; the watchdog asks the ranks over MPI). The job ends by
+//   MPI_Abort, which ends the processes and with them their NCCL kernels;
+//   ncclCommAbort is not called (a second thread aborting a communicator the
+//   main thread is blocked on is one more thing that could hang). An async
+//   collective is watched only when a blocking call waits behind it.
+//   Untested on a GPU so far.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -58,6 +68,7 @@
 #include <vector>
 
 #include "parallel/comm.h"
+#include "parallel/hang_watch.h"
 
 namespace strata {
 
@@ -103,7 +114,8 @@ class NcclComm final : public Communicator {
 
  private:
   void order_after_compute();
-  void sync_stream(const char* what);
+  // Waits for stream_; `kind` non-null: marked as blocking collective #seq_.
+  void sync_stream(const char* what, const char* kind = nullptr);
   cudaEvent_t take_event();
   void release_event(cudaEvent_t e);
   void drop_completed_front();
@@ -122,6 +134,8 @@ class NcclComm final : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   int rank_ = 0, size_ = 1, device_ = -1;
+  WatchedGroup group_;  // label and world ranks, for the collective timeout
+  int64_t seq_ = 0;     // blocking collectives so far (their numbers in messages)
   ncclComm_t comm_ = nullptr;
   std::shared_ptr<CUstream_st> shared_stream_;  // the process's, see above
   cudaStream_t stream_ = nullptr;

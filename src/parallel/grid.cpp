@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "parallel/hang_watch.h"
 #include "parallel/ordered_comm.h"
 #if defined(STRATA_HAVE_MPI)
 #include "parallel/comm_mpi.h"
@@ -72,9 +73,12 @@ void init_mpi_once() {
   MPI_Finalized(&finalized);
   STRATA_CHECK(!finalized, "MPI was already finalised in this process");
   if (!initialized) {
-    // Only the main thread calls MPI; OpenMP workers never do.
+    // Collectives come from the main thread only (OpenMP workers never call
+    // MPI); the hang watchdog's thread talks on a communicator of its own
+    // (hang_watch.h), which needs MPI_THREAD_MULTIPLE. Without it (an MPI
+    // built without thread support) the watchdog stays off.
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   }
   // A failing MPI call ends the whole job instead of returning an error code
   // some rank might ignore while the others wait; it says so in one line
@@ -140,9 +144,14 @@ ProcessGrid make_grid(int tp, int dp_request) {
 #if defined(STRATA_HAVE_MPI)
   auto world = make_mpi_world_comm();
   // Both splits are collective over the world, made in the same order by all.
-  g.tp_comm = world->split(/*color=*/g.dp_rank, /*key=*/g.tp_rank);
-  g.dp_comm = world->split(/*color=*/g.tp_rank, /*key=*/g.dp_rank);
+  auto tp_comm = world->split(/*color=*/g.dp_rank, /*key=*/g.tp_rank);
+  auto dp_comm = world->split(/*color=*/g.tp_rank, /*key=*/g.dp_rank);
+  tp_comm->set_label("tp group");
+  dp_comm->set_label("dp group");
+  g.tp_comm = std::move(tp_comm);
+  g.dp_comm = std::move(dp_comm);
   g.world = std::move(world);
+  start_hang_watch();  // collective too: a communicator of its own
 #endif
   return g;
 }
@@ -185,7 +194,10 @@ void finalize_mpi() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (initialized && !finalized) {
+    stop_hang_watch();
+    MPI_Finalize();
+  }
 #endif
 }
 

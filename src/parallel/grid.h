@@ -31,7 +31,8 @@ bool launched_by_mpi();
 // strata::Error naming the mismatch (tp not dividing the world, ...).
 // Collective: every rank calls it with the same arguments (it splits the
 // world), and the checks give every rank the same error. MPI is initialised
-// with MPI_THREAD_FUNNELED (only the main thread calls MPI) and
+// with MPI_THREAD_MULTIPLE (the collectives come from the main thread only;
+// the other MPI thread is the hang watchdog's, started here: hang_watch.h) and
 // a fatal one-line error handler on the world. Under MPI the three communicators are
 // MpiComm ("mpi"; world is a duplicate of MPI_COMM_WORLD); alone, LocalComm.
 ProcessGrid make_grid(int tp, int dp_request);

@@ -1,7 +1,8 @@
 // How much of an asynchronous all-reduce stays exposed behind compute, with
 // and without progress polls between the compute kernels (`strata bench
 // comm`). On the CPU only the calling thread drives a non-blocking MPI
-// collective (MPI_THREAD_FUNNELED, no progress thread), so without polls most
+// collective (no progress thread; the hang watchdog's 10 calls a second on its
+// own communicator hardly advance it), so without polls most
 // of its work happens in the final wait. Collective: every rank of `comm`
 // calls these with the same arguments; times are means over the ranks.
 #pragma once

@@ -15,6 +15,7 @@
 #include "io/checkpoint_format.h"
 #include "model/sharding.h"
 #include "parallel/grid.h"
+#include "parallel/hang_watch.h"
 #include "train/run.h"
 
 namespace strata::train_internal {
@@ -34,6 +35,7 @@ std::string human_time(double s) {
 // sees the same recipe, so recipe errors are the same on every rank.
 void setup_grid(Run& run) {
   const TrainConfig& c = run.c;
+  set_collective_timeout(c.parallel.collective_timeout, c.parallel.collective_timeout_given);
   try {
     run.grid = make_grid(c.parallel.tp, c.parallel.dp);
   } catch (const Error& e) {

@@ -76,6 +76,11 @@ ParallelSection read_parallel(const Recipe& r) {
   s.dp_given = r.given("parallelism.dp");
   s.zero = int_in(r, "parallelism.zero", 0, 3,
                   "0, 1, 2 or 3 (the ZeRO stage: what is sharded over the data-parallel ranks)");
+  s.collective_timeout = r.get_float("parallelism.collective_timeout");
+  if (!(s.collective_timeout >= 0) || !std::isfinite(s.collective_timeout))
+    r.fail("parallelism.collective_timeout",
+           cat("must be a number of seconds >= 0 (0: no limit), got ", s.collective_timeout));
+  s.collective_timeout_given = r.given("parallelism.collective_timeout");
   return s;
 }
 

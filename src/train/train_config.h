@@ -69,6 +69,8 @@ struct ParallelSection {
   int dp = 0;             // 0: world size / tp
   bool dp_given = false;  // written in the recipe (errors of the grid name it)
   int zero = 0;           // ZeRO stage
+  double collective_timeout = 1800;  // seconds (0: none), parallel/hang_watch.h
+  bool collective_timeout_given = false;  // else STRATA_COLLECTIVE_TIMEOUT may set it
 };
 
 struct CheckpointSection {

@@ -98,6 +98,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"parallelism.zero", K::Int, "0",
        "ZeRO stage over the data-parallel ranks: 1 shards the AdamW moments, 2 also the "
        "gradients (reduce-scattered), 3 also the weights (gathered per unit)"},
+      {"parallelism.collective_timeout", K::Float, "1800",
+       "seconds a rank may wait in one collective before the job ends naming the missing rank "
+       "(0: no limit; long by default: rank 0 alone prepares data, saves and evaluates)"},
 
       {"layerskip.p_max", K::Float, "0.0",
        "LayerSkip layer dropout: rate of the last layer at the end of training (0: off)"},
