@@ -52,7 +52,7 @@ int convert_hf(int argc, char** argv, int first) {
       .option("tokenizer", "FILE",
               "sentencepiece model (default: the directory's tokenizer.model)");
   if (!args.parse(argc, argv, first)) return 0;
-  check_output_file(args.get("out.h5"), "strata convert hf");
+  check_output_file(args.get("out.h5"), "strata convert hf", true);
   check_output_not_input(args.get("out.h5"), {args.get("dir"), args.get("tokenizer")},
                          "strata convert hf");
   HfImportInfo info;
@@ -74,7 +74,7 @@ int convert_llama2c(int argc, char** argv, int first) {
       .positional("out.h5", "strata checkpoint to write")
       .option("tokenizer", "FILE", "sentencepiece model of the same vocabulary (tok512.model ...)");
   if (!args.parse(argc, argv, first)) return 0;
-  check_output_file(args.get("out.h5"), "strata convert llama2c");
+  check_output_file(args.get("out.h5"), "strata convert llama2c", true);
   check_output_not_input(args.get("out.h5"), {args.get("model.bin"), args.get("tokenizer")},
                          "strata convert llama2c");
   const Llama2cModel src = read_llama2c(args.get("model.bin"));

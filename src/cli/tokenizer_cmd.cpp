@@ -34,7 +34,7 @@ int tokenizer_train(int argc, char** argv, int first) {
   STRATA_USAGE_CHECK(args.has("vocab-size"), "strata tokenizer train: --vocab-size N is required");
   STRATA_USAGE_CHECK(args.has("out"), "strata tokenizer train: --out FILE is required");
   o.out = args.get("out");
-  check_output_file(o.out, "strata tokenizer train: --out");
+  check_output_file(o.out, "strata tokenizer train: --out", true);
   check_output_not_input(o.out, o.inputs, "strata tokenizer train: --out");
   o.vocab_size = args.get_int("vocab-size");
   o.model_type = args.get("model-type");

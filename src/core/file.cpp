@@ -279,7 +279,7 @@ void probe_write(const fs::path& folder, const std::string& what) {
 
 }  // namespace
 
-void check_output_file(const std::string& path, const std::string& what) {
+void check_output_file(const std::string& path, const std::string& what, bool creates_folder) {
   STRATA_CHECK(!path.empty(), what, ": the output path is empty");
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -289,6 +289,10 @@ void check_output_file(const std::string& path, const std::string& what) {
     STRATA_CHECK(fs::is_regular_file(st), what, ": ", shorten(path),
                  ": exists and is not a regular file");
   fs::path folder = fs::absolute(path, ec).parent_path();
+  if (creates_folder && !fs::exists(folder, ec)) {
+    check_output_dir(folder.string(), what);
+    return;
+  }
   STRATA_CHECK(fs::is_directory(folder, ec), what, ": ", shorten(path), ": its folder ",
                shorten(folder.string()), " does not exist");
   STRATA_CHECK(::access(folder.c_str(), W_OK) == 0, what, ": ", shorten(path), ": its folder ",

@@ -61,8 +61,10 @@ void fsync_directory(const std::string& dir, const std::string& prefix = "");
 // Output paths, checked before any work so a bad one costs nothing. Errors
 // read "<what>: <path>: <problem>".
 // `path` will be written as a file: not a directory, its folder exists and is
-// a writable directory.
-void check_output_file(const std::string& path, const std::string& what);
+// a writable directory (with `creates_folder`, for commands that make missing
+// folders: the nearest existing one is writable).
+void check_output_file(const std::string& path, const std::string& what,
+                       bool creates_folder = false);
 // `path` will be a directory written into: an existing writable directory, or
 // a path whose nearest existing ancestor is a writable directory (the
 // command creates the rest).

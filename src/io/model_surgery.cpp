@@ -24,7 +24,7 @@ std::string layer_name(const std::string& name, int l) {
 }  // namespace
 
 void check_not_input(const std::string& in, const std::string& out, const std::string& what) {
-  check_output_file(out, what);
+  check_output_file(out, what, true);
   check_output_not_input(out, {in}, what);  // by identity: links and ./x count
 }
 

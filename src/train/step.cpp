@@ -42,7 +42,8 @@ class Replicated : public DataParallel {
   Replicated(Run& run, const DebugSwitches& debug) : run_(run), debug_(debug) {
     if (!synced()) return;
     // The outstanding all-reduces advance between the kernels of backward:
-    // with one thread per rank (MPI_THREAD_FUNNELED) nothing else drives them
+    // only the thread that calls MPI drives them (the hang watchdog's thread
+    // talks on its own communicator), so nothing else advances them
     // while compute runs.
     if (debug.progress_polls) run.model->set_progress_hook([&run] { run.dp->progress(); });
     on_ready_ = [this](int64_t offset, int64_t n) {
