@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -23,15 +22,18 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "eval/sandbox_internal.h"
 
 namespace strata {
 
 namespace fs = std::filesystem;
+using namespace sandbox_detail;
 
 namespace {
 
 constexpr const char* kWho = "HumanEval sandbox: ";
-constexpr size_t kTailBytes = 4096;  // also searched for "MemoryError" when output is truncated
+constexpr size_t kTailBytes = 4096;   // also searched for "MemoryError" when output is truncated
+constexpr rlim_t kMaxProcesses = 32;  // RLIMIT_NPROC of the program's user
 
 // ------------------------------------------------------------------ helpers
 
@@ -124,128 +126,49 @@ void make_pipe(Fd& read_end, Fd& write_end) {
   write_end.fd = fds[1];
 }
 
-// ------------------------------------------------------------------ the child
+// ------------------------------------------------------------------ errors
 
-// Why the child did not get to run the program, written to the status pipe.
-enum class Step : int { Stdio = 1, ProcessGroup, Chdir, Unshare, UserMap, Limits, Exec };
-struct ChildError {
-  Step step;
-  int err;
-  int err2;  // Unshare: the errno of the user-namespace attempt (err: plain CLONE_NEWNET)
-};
-
-// Everything the child needs, prepared before fork(): between fork() and exec
-// only async-signal-safe calls are made (no allocation), since the caller may
-// have other threads.
-struct ChildPlan {
-  int out_fd;     // write end of the output pipe
-  int status_fd;  // write end of the status pipe (close-on-exec)
-  const char* dir;
-  const char* python;
-  char* const* argv;
-  char* const* envp;
-  const char* uid_map;  // "<uid> <uid> 1\n": the caller's ids, mapped to themselves
-  const char* gid_map;
-  rlim_t memory, cpu, file_size;
-};
-
-[[noreturn]] void child_fail(const ChildPlan& p, Step step, int err, int err2 = 0) {
-  const ChildError e{step, err, err2};
-  [[maybe_unused]] ssize_t n = ::write(p.status_fd, &e, sizeof e);
-  ::_exit(127);
-}
-
-bool write_proc_file(const char* path, const char* text) {
-  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const size_t len = std::strlen(text);
-  const bool ok = ::write(fd, text, len) == static_cast<ssize_t>(len);
-  ::close(fd);
-  return ok;
-}
-
-// Sets a limit, clamped to the hard limit already in force (only root may raise that).
-bool set_limit(int resource, rlim_t soft, rlim_t hard) {
-  struct rlimit cur;
-  if (::getrlimit(resource, &cur) != 0) return false;
-  if (cur.rlim_max != RLIM_INFINITY) {
-    hard = std::min(hard, cur.rlim_max);
-    soft = std::min(soft, cur.rlim_max);
-  }
-  const struct rlimit lim { soft, hard };
-  return ::setrlimit(resource, &lim) == 0;
-}
-
-[[noreturn]] void run_child(const ChildPlan& p) {
-  // Signals: nothing blocked or ignored (strata blocks SIGINT/SIGTERM in all threads).
-  sigset_t none;
-  ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl;
-  std::memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);  // fails harmlessly for some
-
-  if (::setpgid(0, 0) != 0) child_fail(p, Step::ProcessGroup, errno);
-
-  // stdin from /dev/null, stdout and stderr into the pipe. Duplicates above 2
-  // first, so that dup2() never finds source == target (which would keep
-  // close-on-exec set).
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) child_fail(p, Step::Stdio, errno);
-  const int in = ::fcntl(null_fd, F_DUPFD_CLOEXEC, 3);
-  const int out = ::fcntl(p.out_fd, F_DUPFD_CLOEXEC, 3);
-  if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
-    child_fail(p, Step::Stdio, errno);
-  // Nothing else the caller has open reaches the program.
-  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-    struct rlimit nofile;
-    const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < 65536
-                           ? nofile.rlim_cur
-                           : 65536;
-    for (rlim_t fd = 3; fd < top; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
-  }
-
-  if (::chdir(p.dir) != 0) child_fail(p, Step::Chdir, errno);
-
-  // No network: a new network namespace has only a loopback interface, down.
-  if (::unshare(CLONE_NEWNET) != 0) {
-    const int err = errno;
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) child_fail(p, Step::Unshare, err, errno);
-    // Inside the new user namespace: keep our own uid/gid (so the temporary
-    // directory stays ours); setgroups must be denied before gid_map is written.
-    if (!write_proc_file("/proc/self/uid_map", p.uid_map) ||
-        !write_proc_file("/proc/self/setgroups", "deny") ||
-        !write_proc_file("/proc/self/gid_map", p.gid_map))
-      child_fail(p, Step::UserMap, errno);
-  }
-
-  if (!set_limit(RLIMIT_AS, p.memory, p.memory) || !set_limit(RLIMIT_CPU, p.cpu, p.cpu + 1) ||
-      !set_limit(RLIMIT_FSIZE, p.file_size, p.file_size) || !set_limit(RLIMIT_CORE, 0, 0) ||
-      !set_limit(RLIMIT_NOFILE, 64, 64))
-    child_fail(p, Step::Limits, errno);
-
-  ::execve(p.python, p.argv, p.envp);
-  child_fail(p, Step::Exec, errno);
-}
-
-[[noreturn]] void report_child_error(const ChildError& e, const std::string& python) {
+[[noreturn]] void report_child_error(const Report& e, const std::string& python,
+                                     const RootPlan& plan) {
   const char* what = std::strerror(e.err);
   switch (e.step) {
-    case Step::Unshare:
-      fail_one_line(kWho, "cannot isolate the network (unshare(CLONE_NEWNET): ", what,
-                    "; unshare(CLONE_NEWUSER | CLONE_NEWNET): ", std::strerror(e.err2),
-                    "); run as root or allow unprivileged user namespaces "
+    case Step::Namespaces:
+      fail_one_line(kWho,
+                    "cannot isolate the program (unshare(CLONE_NEWNS | CLONE_NEWPID | "
+                    "CLONE_NEWNET): ",
+                    what, "; with CLONE_NEWUSER: ", std::strerror(e.err2),
+                    "); run as root (with CAP_SYS_ADMIN) or allow unprivileged user namespaces "
                     "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)");
     case Step::UserMap:
       fail_one_line(kWho,
                     "cannot set up the user namespace (writing /proc/self/uid_map, "
                     "setgroups, gid_map): ",
                     what);
+    case Step::Mount:
+      if (e.index >= 0 && e.index < plan.size())
+        fail_one_line(kWho, "cannot set up the program's file system (", plan.source(e.index),
+                      " on ", plan.inside(e.index), "): ", what);
+      break;
+    case Step::Root: {
+      const char* stage = e.index == kPropagation ? "making the mounts private"
+                          : e.index == kTmpfs     ? "mounting a tmpfs root"
+                          : e.index == kPivot     ? "pivot_root"
+                                                  : "making the root read-only";
+      fail_one_line(kWho, "cannot set up the program's file system (", stage, "): ", what);
+    }
+    case Step::Privileges: {
+      const char* stage = e.index == kBounding       ? "emptying the capability bounding set"
+                          : e.index == kUser         ? "leaving root"
+                          : e.index == kCapabilities ? "capset"
+                                                     : "PR_SET_NO_NEW_PRIVS";
+      fail_one_line(kWho, "cannot drop the program's privileges (", stage, "): ", what);
+    }
     case Step::Exec:
       if (e.err == ENOENT && ::access(python.c_str(), F_OK) != 0)
         fail_one_line(kWho, "python3 not found on PATH (install python3)");
       fail_one_line(kWho, "cannot run ", python, ": ", what);
+    case Step::Fork:
+      fail_one_line(kWho, "fork: ", what);
     case Step::Stdio:
       fail_one_line(kWho, "cannot redirect the program's stdio: ", what);
     case Step::ProcessGroup:
@@ -293,82 +216,132 @@ SandboxResult run_python_sandboxed(const std::string& program, const SandboxLimi
   const std::string python = find_on_path("python3");
   if (python.empty()) fail_one_line(kWho, "python3 not found on PATH (install python3)");
 
+  // The environment (PATH names the interpreter's directory once it is known).
+  std::vector<std::string> env = {
+      "PATH=" + fs::path(python).parent_path().string() + ":/usr/local/bin:/usr/bin:/bin",
+      "LANG=C.UTF-8"};
+  auto pointers = [](std::vector<std::string>& strings) {
+    std::vector<char*> p;
+    for (std::string& s : strings) p.push_back(s.data());
+    p.push_back(nullptr);
+    return p;
+  };
+  std::vector<char*> envp = pointers(env);
+  const Interpreter& interpreter = resolve_python(python, envp.data());
+  env[0] = "PATH=" + fs::path(interpreter.executable).parent_path().string() +
+           ":/usr/local/bin:/usr/bin:/bin";
+  envp = pointers(env);
+
+  // <tmp>/strata-sandbox-XXXXXX/work holds main.py and is the program's
+  // directory, /tmp/strata-sandbox-XXXXXX inside; <tmp>/.../root is where the
+  // init mounts the new root. As root, the program runs as the sandbox user
+  // (sandbox_internal.h): the work directory is its, and the outer one may be
+  // passed through.
   TempDir dir;
+  const std::string work = dir.path() + "/work", new_root = dir.path() + "/root";
+  const bool root = ::geteuid() == 0;
+  uid_t sandbox_id = kSandboxIds + static_cast<uint32_t>(::getpid());
+  if (::mkdir(work.c_str(), 0700) != 0 || ::mkdir(new_root.c_str(), 0755) != 0 ||
+      (root && ::chmod(dir.path().c_str(), 0711) != 0))
+    fail_one_line(kWho, "cannot prepare ", dir.path(), ": ", std::strerror(errno));
+  if (root && ::chown(work.c_str(), sandbox_id, sandbox_id) != 0) {
+    // EINVAL: no such id here (root of a user namespace that maps few ids).
+    if (errno == EINVAL) sandbox_id = kNobody;
+    if (errno != EINVAL || ::chown(work.c_str(), sandbox_id, sandbox_id) != 0)
+      fail_one_line(kWho, "cannot prepare ", work, ": ", std::strerror(errno));
+  }
   {
-    std::ofstream out(dir.path() + "/main.py", std::ios::binary | std::ios::trunc);
+    const std::string main_py = work + "/main.py";
+    std::ofstream out(main_py, std::ios::binary | std::ios::trunc);
     out << program;
     out.close();
-    if (!out) fail_one_line(kWho, "cannot write ", dir.path(), "/main.py");
+    if (!out || (root && ::chown(main_py.c_str(), sandbox_id, sandbox_id) != 0))
+      fail_one_line(kWho, "cannot write ", main_py);
   }
+  const std::string work_inside = "/tmp/" + fs::path(dir.path()).filename().string();
+  const RootPlan mounts(new_root, work, work_inside, interpreter);
 
-  // Everything the child needs, built before fork().
-  const std::string python_dir = fs::path(python).parent_path().string();
-  std::vector<std::string> args = {python, "-I", "-B", "main.py"};
-  std::vector<std::string> env = {"PATH=" + python_dir + ":/usr/local/bin:/usr/bin:/bin",
-                                  "LANG=C.UTF-8"};
-  std::vector<char*> argv, envp;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string uid_map = cat(::getuid(), " ", ::getuid(), " 1\n");
-  const std::string gid_map = cat(::getgid(), " ", ::getgid(), " 1\n");
+  // Everything the children need, built before fork().
+  std::vector<std::string> args = {interpreter.executable, "-I", "-B", "main.py"};
+  std::vector<char*> argv = pointers(args);
+  const std::string uid_map = cat(::geteuid(), " ", ::geteuid(), " 1\n");
+  const std::string gid_map = cat(::getegid(), " ", ::getegid(), " 1\n");
+  const std::string sandbox_map = cat(sandbox_id, " ", sandbox_id, " 1\n");
   const double cpu = std::max(1.0, std::ceil(limits.cpu_seconds));
 
-  Fd out_r, out_w, status_r, status_w;
+  Fd out_r, out_w, status_r, status_w, result_r, result_w;
   make_pipe(out_r, out_w);
   make_pipe(status_r, status_w);
-  const ChildPlan plan{out_w.fd,
+  make_pipe(result_r, result_w);
+  const ChildPlan plan{::getpid(),
+                       out_w.fd,
                        status_w.fd,
-                       dir.path().c_str(),
-                       python.c_str(),
+                       result_w.fd,
+                       new_root.c_str(),
+                       mounts.ops(),
+                       mounts.size(),
+                       work_inside.c_str(),
+                       interpreter.executable.c_str(),
                        argv.data(),
                        envp.data(),
                        uid_map.c_str(),
                        gid_map.c_str(),
+                       sandbox_id,
+                       sandbox_id,
+                       sandbox_map.c_str(),
+                       sandbox_map.c_str(),
                        static_cast<rlim_t>(limits.memory_bytes),
                        static_cast<rlim_t>(cpu),
-                       static_cast<rlim_t>(limits.output_bytes)};
+                       static_cast<rlim_t>(limits.output_bytes),
+                       kMaxProcesses};
 
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline =
       start + std::chrono::duration_cast<Clock::duration>(
                   std::chrono::duration<double>(limits.wall_seconds));
-  const pid_t pid = ::fork();
+  const pid_t pid = ::fork();  // the keeper
   if (pid < 0) fail_one_line(kWho, "fork: ", std::strerror(errno));
-  if (pid == 0) run_child(plan);
+  if (pid == 0) run_keeper(plan);
   out_w.reset();
   status_w.reset();
+  result_w.reset();
 
-  int wait_status = 0;
-  struct rusage usage;
-  std::memset(&usage, 0, sizeof usage);
+  int keeper_status = 0;
   auto reap = [&] {
     for (;;) {
-      if (::wait4(pid, &wait_status, 0, &usage) == pid) return;
+      if (::waitpid(pid, &keeper_status, 0) == pid) return;
       if (errno != EINTR)
         fail_one_line(kWho,
                       "cannot wait for the program (is SIGCHLD ignored?): ", std::strerror(errno));
     }
   };
 
-  // The status pipe closes at exec (success) or carries a ChildError.
-  ChildError child_error{};
-  size_t got = 0;
-  while (got < sizeof child_error) {
-    const ssize_t n =
-        ::read(status_r.fd, reinterpret_cast<char*>(&child_error) + got, sizeof child_error - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
+  // The status pipe carries the init's pid and closes at the program's exec,
+  // or carries where the setup failed.
+  pid_t init = 0;
+  for (;;) {
+    Report report{};
+    size_t got = 0;
+    while (got < sizeof report) {
+      const ssize_t n =
+          ::read(status_r.fd, reinterpret_cast<char*>(&report) + got, sizeof report - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got < sizeof report) break;
+    if (report.kind == Report::Started) {
+      init = report.pid;
+      continue;
+    }
+    // The keeper ends soon after (the init reaps the failed program, the
+    // keeper the init); the TempDir and Fds clean up.
+    reap();
+    report_child_error(report, interpreter.executable, mounts);
   }
   status_r.reset();
-  if (got > 0) {
-    reap();
-    report_child_error(child_error, python);  // the TempDir and Fds clean up
-  }
 
-  // Read the output (keeping at most output_bytes) until the child exits or
+  // Read the output (keeping at most output_bytes) until the keeper exits or
   // the deadline passes.
   ::fcntl(out_r.fd, F_SETFL, ::fcntl(out_r.fd, F_GETFL) | O_NONBLOCK);
   const size_t keep = static_cast<size_t>(limits.output_bytes);
@@ -391,8 +364,8 @@ SandboxResult run_python_sandboxed(const std::string& program, const SandboxLimi
   };
   bool timed_out = false;
   for (;;) {
-    // Exited? (WNOWAIT: the zombie keeps its pid, so the process group id
-    // cannot be reused before the kill below.)
+    // Exited? (WNOWAIT: the keeper's pid stays its own until reaped, and the
+    // init's pid stays the init's while the keeper lives.)
     siginfo_t info;
     std::memset(&info, 0, sizeof info);
     const int w = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
@@ -414,12 +387,35 @@ SandboxResult run_python_sandboxed(const std::string& program, const SandboxLimi
       ::usleep(static_cast<useconds_t>(std::min(slice, 2)) * 1000);
     }
   }
-  // The whole group goes: the program on timeout, anything it left behind otherwise.
-  ::kill(-pid, SIGKILL);
+  // On timeout the init goes, and with it everything in its PID namespace;
+  // the keeper exits once the init is gone.
+  if (timed_out && init > 0) ::kill(init, SIGKILL);
+  if (timed_out && init <= 0) ::kill(-pid, SIGKILL);
   reap();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   drain();
   out_r.reset();
+
+  // The program's wait status and rusage, from the init.
+  Finished finished{};
+  bool have_finished = false;
+  {
+    ::fcntl(result_r.fd, F_SETFL, ::fcntl(result_r.fd, F_GETFL) | O_NONBLOCK);
+    ssize_t n;
+    do {
+      n = ::read(result_r.fd, &finished, sizeof finished);
+    } while (n < 0 && errno == EINTR);
+    have_finished = n == static_cast<ssize_t>(sizeof finished);
+  }
+  int wait_status = keeper_status;
+  struct rusage usage;
+  std::memset(&usage, 0, sizeof usage);
+  if (have_finished) {
+    wait_status = finished.wait_status;
+    usage = finished.usage;
+  } else if (timed_out) {
+    wait_status = SIGKILL;  // WIFSIGNALED, WTERMSIG == SIGKILL
+  }
 
   const bool memory_error = contains(result.output, "MemoryError") || contains(tail, "MemoryError");
   const double cpu_used =

@@ -1,29 +1,48 @@
 // A sandbox for running untrusted Python programs, such as model-written
 // HumanEval completions, and telling whether they pass.
 //
-// run_python_sandboxed() forks a child that
-//   - leads a process group of its own (the whole group is killed at the end),
-//   - has no network: it moves into a new network namespace, whose only
-//     interface (loopback) is down. unshare(CLONE_NEWNET) needs root; other
-//     users get it through a new user namespace that maps their own uid/gid
-//     (needs unprivileged user namespaces). When neither works the program is
-//     not run and the call throws strata::Error,
-//   - runs `<python3> -I -B main.py` (isolated mode, no .pyc files) in a fresh
-//     mkdtemp directory under $TMPDIR or /tmp, holding only main.py, that is
-//     removed afterwards whatever happened,
-//   - gets an empty environment except PATH and LANG, stdin from /dev/null,
-//     stdout and stderr into one pipe, all signals unblocked and at their
-//     default action, and the limits below (rlimits; RLIMIT_CORE is 0 and
-//     RLIMIT_NOFILE 64).
-// python3 is the first one on the caller's PATH.
+// run_python_sandboxed() runs `<python3> -I -B main.py` (isolated mode, no
+// .pyc files; python3 is the first one on the caller's PATH, resolved once to
+// the interpreter it runs, past wrappers such as pyenv's shims) so that:
+//   - it has no network: a new network namespace, whose only interface
+//     (loopback) is down; abstract AF_UNIX sockets belong to it too;
+//   - it sees its own file system: a new mount namespace whose root is a
+//     read-only tmpfs holding read-only binds of /usr, /etc and the
+//     interpreter's directories (the merged-/usr links /bin, /lib, ...), a
+//     /dev with null, zero, random and urandom only, /proc of its own PID
+//     namespace, and its directory /tmp/strata-sandbox-XXXXXX, the only
+//     writable place: a fresh mkdtemp directory under $TMPDIR or /tmp holding
+//     only main.py, removed afterwards whatever happened. Nothing else of the
+//     host (no /tmp, /run, /var, /home, no file-system sockets) is there;
+//   - it cannot outlive the call: it runs under pid 1 of a new PID namespace
+//     (an init of the sandbox's own) that ends when the program does, and the
+//     kernel then kills everything left in the namespace (daemons that
+//     setsid()), before the call returns; a timeout kills that init. Nor can
+//     it signal the caller: no process outside the namespace is visible to
+//     it (its parent is that init, which ignores it);
+//   - it has no privileges: as root it runs as a user of its own
+//     (kSandboxIds + the caller's pid, no groups; see sandbox_internal.h), so
+//     root-only files such as /etc/shadow are unreadable; it has no
+//     capabilities (bounding, permitted, effective, ambient sets empty) and
+//     no_new_privs (setuid files do nothing); other callers keep their uid;
+//   - it gets an empty environment except PATH and LANG, stdin from
+//     /dev/null, stdout and stderr into one pipe, no other descriptors, all
+//     signals unblocked and at their default action, and the limits below
+//     (rlimits; RLIMIT_NPROC 32, RLIMIT_CORE 0, RLIMIT_NOFILE 64).
+// The namespaces come from unshare() as root (CAP_SYS_ADMIN); other users get
+// them through a new user namespace that maps their own uid/gid (unprivileged
+// user namespaces); root without CAP_SYS_ADMIN leaves root first, then does
+// the same (the interpreter must then be readable by that user). When none of
+// this works the program is not run and the call throws strata::Error.
 //
-// This guards against accidents (endless loops, runaway memory, stray network
-// or file access outside the directory), not against a determined attacker:
-// the program runs as the caller's user (root stays root inside), sees the
-// whole file system, and a process that leaves the group (setsid) escapes the
-// final kill.
+// What holds: the escapes above fail (tests/sandbox_test.cpp tries each). What
+// does not: the kernel is shared (a kernel exploit escapes any namespace), the
+// program reads what /usr, /etc and the interpreter's directories hold, may
+// create user namespaces of its own (where the mounts above stay locked), and
+// may fill the disk under its directory with files of at most output_bytes
+// each. Run models you do not trust on machines you can lose.
 //
-// Errors of the sandbox itself (no python3, no network isolation, no temporary
+// Errors of the sandbox itself (no python3, no isolation, no temporary
 // directory) throw strata::Error with a one-line message; the program's own
 // failures are results.
 #pragma once
@@ -34,7 +53,7 @@
 namespace strata {
 
 struct SandboxLimits {
-  double wall_seconds = 10.0;               // then the process group gets SIGKILL
+  double wall_seconds = 10.0;               // then the sandbox's init and all in it get SIGKILL
   double cpu_seconds = 10.0;                // RLIMIT_CPU (SIGXCPU, SIGKILL one second later)
   int64_t memory_bytes = int64_t{1} << 30;  // RLIMIT_AS
   int64_t output_bytes = 64 << 10;          // stdout+stderr kept (the rest is read and dropped);
