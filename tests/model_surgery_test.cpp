@@ -87,7 +87,8 @@ TEST_F(ModelSurgery, MergeLayersFromCheckpoint) {
   EXPECT_EQ(info.state.value("step", 0), 7);
   EXPECT_EQ(info.state.value("converted_from", ""), in_ + " (layers 1..2 merged)");
   EXPECT_ERROR(merge_layers(in_, in_, 1, 3, "strata test"),
-               "strata test: " + in_ + " is the input; write to another file");
+               "strata test: the output " + in_ + " is the input " + in_ +
+                   "; write it to another path");
   EXPECT_ERROR(merge_layers(in_, out, 0, 1, "strata test", "--range 0:1"),
                "strata test: --range 0:1 must hold at least 2 of the model's layers 0..3");
   EXPECT_ERROR(merge_layers(in_, out, 0, 9, "strata test"), "strata test: layers 0:9 must hold");
