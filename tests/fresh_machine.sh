@@ -6,7 +6,8 @@
 #   launch/setup.sh                 packages, configure, build
 #   build/strata info
 #   build/strata train recipes/debug.toml   (5 steps)
-# and with --tests the README's test command (tests/run.sh) as well. Nothing
+# and with --tests the README's test command (tests/run.sh) as well
+# (FRESH_TEST_ARGS, e.g. "-L slurm", goes to it: a part of the suite). Nothing
 # that this machine installed by hand is visible inside, so a package missing
 # from launch/setup.sh fails here. Needs root and the network to the Debian
 # mirrors; --keep leaves the root in place for a look inside.
@@ -60,7 +61,8 @@ inside build/strata info
 step "strata train recipes/debug.toml (5 steps)"
 inside build/strata train recipes/debug.toml --set training.steps=5 --set run.dir=runs/fresh
 if [[ $run_tests -eq 1 ]]; then
-  step "tests/run.sh"
-  inside tests/run.sh
+  step "tests/run.sh ${FRESH_TEST_ARGS:-}"
+  # shellcheck disable=SC2086  # the words of FRESH_TEST_ARGS, each quoted for bash -c
+  inside "tests/run.sh $(printf '%q ' ${FRESH_TEST_ARGS:-})"
 fi
 step "passed"
