@@ -33,8 +33,14 @@ fi
 
 root=$(mktemp -d /tmp/strata-fresh.XXXXXX)
 cleanup() {
+  # The root's own bind mount and everything under it (proc, shm, sys).
+  umount -R "$root" 2>/dev/null || true
   umount "$root/proc" 2>/dev/null || true
   umount "$root/dev/shm" 2>/dev/null || true
+  if grep -q " $root/" /proc/self/mounts; then
+    echo "fresh_machine: $root still has mounts; left in place" >&2
+    return
+  fi
   if [[ $keep -eq 0 ]]; then rm -rf "$root"; else echo "fresh_machine: root kept at $root"; fi
 }
 trap cleanup EXIT
@@ -44,6 +50,13 @@ step() { echo "== fresh_machine: $* ($(($(date +%s) - start)) s)"; }
 step "mmdebstrap --variant=minbase bookworm $root"
 mmdebstrap --quiet --variant=minbase bookworm "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# A machine's root is a mount point with /sys: the code-execution sandbox
+# makes its mounts private and pivots its root (neither works in a plain
+# chroot), and slurmd reads /sys/fs/cgroup.
+mount --bind "$root" "$root"
+mount --make-rprivate "$root"
+mount --rbind /sys "$root/sys"
+mount --make-rslave "$root/sys"
 mount -t proc proc "$root/proc"
 mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm"  # MPI's shared memory
 
