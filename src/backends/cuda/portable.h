@@ -9,7 +9,8 @@
 // Kernels use: STRATA_GLOBAL (a __global__ template), STRATA_DEVICE (an inline
 // __device__ helper), __shared__ arrays, STRATA_DYNAMIC_SHARED, threadIdx /
 // blockIdx / blockDim / gridDim, __syncthreads, __syncwarp, __shfl_*_sync,
-// __ballot_sync / __any_sync / __all_sync, atomicAdd, and the math helpers of
+// __ballot_sync / __any_sync / __all_sync, atomicAdd, the tensor-core
+// instructions mma_bf16_16816 and ldmatrix_x4(_trans), and the math helpers of
 // kernels/common.cuh (never CUDA's fast-math intrinsics directly). Callers
 // launch with STRATA_LAUNCH(kernel, grid, block, shared_bytes, stream, args...).
 //
@@ -69,6 +70,30 @@
 // stores on sm_90; 128 registers and none with it).
 #define STRATA_LAUNCH_BOUNDS(name, n) inline constexpr int name##_max_threads = (n)
 #define STRATA_BOUNDS_OF(name) __launch_bounds__(name##_max_threads, 1)
+
+// Tensor-core instructions (sm_80 and later), the same two ways: the SIMT
+// build emulates them with the PTX fragment layouts (simt.h). `row` is a
+// shared-memory address (16-byte aligned) of the lane's row of an 8x8 b16
+// matrix; see simt.h for which lane gets which elements.
+STRATA_DEVICE void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+STRATA_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+STRATA_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
 
 namespace strata::gpu {
 inline namespace STRATA_TARGET_NS {
@@ -269,6 +294,16 @@ template <typename V>
 V atomicCAS(V* p, V expected, V desired) {
   std::atomic_ref<V>(*p).compare_exchange_strong(expected, desired);
   return expected;
+}
+
+inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ::strata::simt::mma_m16n8k16_bf16(d, a, b);
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  ::strata::simt::ldmatrix_x4(r, row, false);
+}
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  ::strata::simt::ldmatrix_x4(r, row, true);
 }
 
 namespace strata::gpu {

@@ -8,7 +8,11 @@
 // Kernels on top, launchers (training, and generation over a KV cache) below.
 #pragma once
 
+#include <type_traits>
+
+#include "backends/cuda/kernels/attention_view.cuh"
 #include "backends/cuda/kernels/context.cuh"
+#include "backends/cuda/kernels/flash_attention.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -22,17 +26,6 @@ constexpr int kAttnMaxDLane = 8;  // D / 32 elements per lane: D <= 256
 // and a larger launch is refused, on a GPU and by the SIMT executor.
 constexpr int kAttnThreads = kAttnWarps * kWarp;
 
-// Where the rows live. Query row (b, i, h): q + (b*Tq + i)*q_stride + h*D.
-// Key j of kv head g: k + b*kv_batch + j*kv_stride + g*kv_head (v alike).
-// Query i sees keys 0 .. i + key_offset (causal).
-template <typename T>
-struct AttnView {
-  const T* q;
-  const T* k;
-  const T* v;
-  int64_t q_stride, kv_batch, kv_stride, kv_head;
-  int B, Tq, Hq, Hkv, D, key_offset;
-};
 
 template <typename T>
 STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
@@ -264,6 +257,17 @@ inline void check_heads(int Hq, int Hkv, int D) {
                "attention kernels take head_dim <= ", kAttnMaxDLane * kWarp, ", got ", D);
 }
 
+// Training attention runs on tensor cores (flash_attention.cuh) when the
+// matmuls are bf16 and the head dimension is one it was built for; fp32 (and
+// double) runs the reference kernels above.
+template <typename T>
+bool use_flash(KernelContext<T>& k, int D) {
+  if constexpr (std::is_same_v<T, float>)
+    return k.gemm().precision() == ops::MatmulPrecision::BF16 && flash_head_dim(D);
+  else
+    return false;
+}
+
 template <typename T>
 void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B, int T_, int Hq,
                        int Hkv, int D) {
@@ -284,6 +288,9 @@ void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B,
                 0};
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_flash(k, D)) return flash_attention_forward(k.stream(), out, lse, v);
+  }
   STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(rows), kAttnThreads,
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, lse, v);
 }
@@ -297,6 +304,10 @@ void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qk
   T* delta = static_cast<T*>(k.scratch(kDelta, size_t(rows) * sizeof(T)));
   STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta, dout,
                 out, B, T_, Hq, D);
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_flash(k, D))
+      return flash_attention_backward(k.stream(), FlashBwd{dqkv, dout, qkv, lse, delta, B, T_, Hq, Hkv}, D);
+  }
   STRATA_LAUNCH(k_attention_backward_dq<T>, attn_blocks(rows), kAttnThreads,
                 kAttnWarps * (2 * D + kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
                 static_cast<const T*>(delta), B, T_, Hq, Hkv, D);

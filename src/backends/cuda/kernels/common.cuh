@@ -15,7 +15,9 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 
 STRATA_DEVICE float g_exp(float x) { return expf(x); }
 STRATA_DEVICE double g_exp(double x) { return exp(x); }
+STRATA_DEVICE float g_exp2(float x) { return exp2f(x); }
 STRATA_DEVICE float g_log(float x) { return logf(x); }
+STRATA_DEVICE float g_log2(float x) { return log2f(x); }
 STRATA_DEVICE double g_log(double x) { return log(x); }
 STRATA_DEVICE float g_sqrt(float x) { return sqrtf(x); }
 STRATA_DEVICE double g_sqrt(double x) { return sqrt(x); }

@@ -90,6 +90,11 @@ struct Warp {
   unsigned arrived = 0, expected = 0, gen = 0;
   const char* op = nullptr;
   uint64_t slots[2][32] = {};
+  // warp_matrix: the lanes' operands and results, by round parity, and the
+  // round (gen + 1) whose results are in mat_out.
+  unsigned char mat_in[2][32][kWarpMatrixBytes] = {};
+  unsigned char mat_out[2][32][kWarpMatrixBytes] = {};
+  unsigned mat_done[2] = {0, 0};
 };
 
 // One OS thread's executor: runs one block at a time.
@@ -570,6 +575,33 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, const char* 
   if (src_lane < 0 || src_lane > 31 || !(w->expected & (1u << unsigned(src_lane))))
     return w->slots[p][lane];  // outside the mask or the segment: the lane's own value
   return w->slots[p][src_lane];
+}
+
+void thread_fail(const std::string& msg) { fiber_fail(msg); }
+
+void warp_matrix(const char* op, const void* in, size_t in_bytes, void* out, size_t out_bytes,
+                 WarpMatrixFn fn) {
+  Runner& r = runner();
+  const unsigned lin = r.cur->st.linear, lane = lin & 31u;
+  if (r.n - (lin & ~31u) < 32)
+    fiber_fail(std::string(op) + ": warp " + std::to_string(lin / 32) +
+               " has fewer than 32 threads (the instruction needs the whole warp)");
+  if (in_bytes > kWarpMatrixBytes || out_bytes > kWarpMatrixBytes)
+    fiber_fail(std::string(op) + ": operands over " + std::to_string(kWarpMatrixBytes) + " bytes");
+  Warp& w = r.warps[lin / 32];
+  const unsigned round = w.gen;
+  const int p = int(round & 1u);
+  std::memcpy(w.mat_in[p][lane], in, in_bytes);
+  Warp* wp;
+  warp_rendezvous(0xFFFFFFFFu, 0, op, &wp);
+  // The first lane to run after the whole warp arrived computes for all: no
+  // lane can start the round after next (which reuses parity p) before every
+  // lane has left this one.
+  if (w.mat_done[p] != round + 1u) {
+    fn(&w.mat_in[p][0][0], &w.mat_out[p][0][0]);
+    w.mat_done[p] = round + 1u;
+  }
+  std::memcpy(out, w.mat_out[p][lane], out_bytes);
 }
 
 unsigned warp_ballot(unsigned mask, int pred) {

@@ -153,6 +153,38 @@ void syncwarp(unsigned mask);
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane, const char* op);
 unsigned warp_ballot(unsigned mask, int pred);
 
+// Stops the calling kernel thread's launch with `msg` (launch() throws it,
+// naming the kernel and block): what a misused instruction does.
+[[noreturn]] void thread_fail(const std::string& msg);
+
+// A warp-wide matrix instruction (mma.sync, ldmatrix: the ".sync.aligned"
+// ones, which every lane of a full warp must execute together): each lane
+// offers `in_bytes` (<= kWarpMatrixBytes) of operands; once all 32 arrived,
+// `fn` runs once over the 32 lanes' operands (lane l's at in + l *
+// kWarpMatrixBytes) and writes each lane's result likewise; each lane gets its
+// `out_bytes`. A warp with fewer than 32 threads, or lanes in different warp
+// operations, is an error naming the instruction.
+inline constexpr size_t kWarpMatrixBytes = 64;
+using WarpMatrixFn = void (*)(const unsigned char* in, unsigned char* out);
+void warp_matrix(const char* op, const void* in, size_t in_bytes, void* out, size_t out_bytes,
+                 WarpMatrixFn fn);
+
+// The matrix instructions the tensor-core kernels use (mma.cpp), with the
+// PTX ISA's fragment layouts ("Warp-level matrix fragments"): lane l, group
+// g = l / 4, thread-in-group t = l % 4; a bf16x2 register holds the element
+// of the lower index in its low 16 bits.
+//  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d = a * b + d, with
+//   A (16x16) a[r]: row g + 8 (r & 1), columns 2t + 8 (r >> 1) + {0, 1};
+//   B (16x8)  b[r]: rows 2t + 8 r + {0, 1}, column g;
+//   C, D (16x8) d[i]: row g + 8 (i >> 1), column 2t + (i & 1).
+//   Products of bf16 are exact in fp32; they are summed in k order in fp32.
+void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2]);
+//  ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i .. 8i+7 give
+//   the addresses of rows 0..7 of matrix i (8 b16 elements, 16-byte
+//   aligned); r[i] of lane l gets row l / 4, elements 2 (l % 4) + {0, 1} of
+//   matrix i, or with trans rows 2 (l % 4) + {0, 1} of column l / 4.
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
+
 inline unsigned lane_id() { return current().linear & 31u; }
 
 template <typename V>

@@ -1,0 +1,419 @@
+// Causal grouped-query attention on tensor cores, FlashAttention-2 style
+// (Dao 2023): tiles of 64 rows in shared memory as bf16, products by
+// mma.sync m16n8k16 (bf16 operands, fp32 accumulation), fragments loaded
+// with ldmatrix, an online softmax in fp32 registers, the log-sum-exp saved
+// for the backward, which recomputes the probabilities tile by tile.
+//
+// A block is 4 warps; a warp owns 16 rows of its block's 64 (queries in the
+// forward and dq kernels, keys in the dk/dv kernel) and keeps their
+// accumulators in registers, in the C-fragment layout of simt.h. The
+// backward is two kernels so that every output element is written by one
+// warp, with a fixed summation order (deterministic, no atomics): dq per
+// query tile over the key tiles, dk and dv per key tile over the queries of
+// every head of its group. The price is that dq recomputes S and dP (7 tile
+// products per tile pair instead of FlashAttention-2's 5 with atomic dq).
+//
+// Inputs and outputs are fp32 (the activations' type today): tiles are
+// rounded to bf16 as they are staged into shared memory, which is what the
+// bf16 GEMMs do with their operands. Head dimensions 16, 32, 64 and 128 (a
+// compile-time D); anything else runs the reference kernels (attention.cuh),
+// which stay as the fp32 path and the reference the tests compare with.
+//
+// Shared memory rows are D bf16; their 16-byte chunks are swizzled (chunk c
+// of row r at c ^ (r % 8), fewer bits when a row has fewer than 8 chunks) so
+// the 8 rows one ldmatrix phase reads sit in different banks.
+#pragma once
+
+#include "backends/cuda/kernels/attention_view.cuh"
+#include "backends/cuda/kernels/common.cuh"
+#include "core/error.h"
+
+namespace strata::cuda {
+inline namespace STRATA_TARGET_NS {
+
+constexpr int kFlashWarps = 4;
+constexpr int kFlashThreads = kFlashWarps * kWarp;
+constexpr int kFlashRows = 16 * kFlashWarps;  // the rows a block owns
+constexpr int kFlashKeys = 64;                // keys per tile (forward, dq)
+constexpr int kFlashQueries = 32;             // queries per tile (dk/dv)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+inline bool flash_head_dim(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
+
+STRATA_DEVICE uint32_t pack_bf16(float lo, float hi) {
+  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
+}
+
+// Element offset of chunk c (8 elements) of row r in a swizzled tile.
+template <int D>
+STRATA_DEVICE int swz(int r, int c) {
+  constexpr int n = D / 8 < 8 ? D / 8 : 8;
+  return r * D + (c ^ (r % n)) * 8;
+}
+
+// Stages `rows` rows of D fp32 (row i at src + i * stride) as bf16 into a
+// swizzled tile; rows at or past `valid` are zeros. All threads of the block.
+template <int D>
+STRATA_DEVICE void stage_tile(uint16_t* tile, const float* src, int64_t stride, int rows,
+                              int valid) {
+  constexpr int chunks = D / 8;
+  for (int ci = int(threadIdx.x); ci < rows * chunks; ci += int(blockDim.x)) {
+    const int r = ci / chunks, c = ci % chunks;
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (r < valid) {
+      const float* p = src + int64_t(r) * stride + c * 8;
+      for (int e = 0; e < 4; ++e) w[e] = pack_bf16(p[2 * e], p[2 * e + 1]);
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(tile + swz<D>(r, c));
+    for (int e = 0; e < 4; ++e) dst[e] = w[e];
+  }
+}
+
+// An A operand (16 rows from r0, k columns k0 .. k0+15) with ldmatrix; the
+// same addresses with .trans give the B operands of two n8 tiles (columns n0
+// and n0 + 8) from a tile stored as rows of k (B[k][n] = tile[k][n]).
+template <int D>
+STRATA_DEVICE const uint16_t* frag_rows(const uint16_t* tile, int r0, int c0, int lane) {
+  return tile + swz<D>(r0 + lane % 16, c0 / 8 + lane / 16);
+}
+// B operands of two n8 tiles (n0, n0 + 8) over k0 .. k0+15 from a tile
+// stored as rows of n (B[k][n] = tile[n][k]): b of tile n0 in r[0..1], of
+// n0 + 8 in r[2..3].
+template <int D>
+STRATA_DEVICE const uint16_t* frag_cols(const uint16_t* tile, int n0, int k0, int lane) {
+  return tile + swz<D>(n0 + (lane / 16) * 8 + lane % 8, k0 / 8 + (lane / 8) % 2);
+}
+
+// acc[N/8][4] += A (16 x 16*KS, from `a` rows r0) times B^T where B is a tile
+// stored as rows of n (the N columns n0 ..): S = Q K^T and its kin.
+template <int D, int N>
+STRATA_DEVICE void mma_abt(float (&acc)[N / 8][4], const uint16_t* a, int r0, const uint16_t* b,
+                           int n0, int lane) {
+  for (int k0 = 0; k0 < D; k0 += 16) {
+    uint32_t af[4];
+    ldmatrix_x4(af, frag_rows<D>(a, r0, k0, lane));
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t bf[4];
+      ldmatrix_x4(bf, frag_cols<D>(b, n0 + np * 16, k0, lane));
+      const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+      mma_bf16_16816(acc[2 * np], af, b0);
+      mma_bf16_16816(acc[2 * np + 1], af, b1);
+    }
+  }
+}
+
+// out[D/8][4] += P (16 x K, C fragments p[K/8][4], rounded to bf16) times
+// the tile rows k0 .. k0+K-1 (B[k][n] = tile[k0 + k][n]): O += P V and kin.
+template <int D, int K>
+STRATA_DEVICE void mma_pb(float (&out)[D / 8][4], const float (&p)[K / 8][4], const uint16_t* tile,
+                          int k0, int lane) {
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const uint32_t af[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]),
+                            pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                            pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                            pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, frag_rows<D>(tile, k0 + 16 * kk, 16 * dp, lane));
+      const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+      mma_bf16_16816(out[2 * dp], af, b0);
+      mma_bf16_16816(out[2 * dp + 1], af, b1);
+    }
+  }
+}
+
+template <int N>
+STRATA_DEVICE void zero_acc(float (&a)[N][4]) {
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < 4; ++i) a[n][i] = 0.f;
+}
+
+// The max / sum of a C-fragment row over the 4 lanes that hold it.
+STRATA_DEVICE float quad_max(float v) {
+  v = g_max(v, __shfl_xor_sync(kFull, v, 1));
+  return g_max(v, __shfl_xor_sync(kFull, v, 2));
+}
+STRATA_DEVICE float quad_sum(float v) {
+  v += __shfl_xor_sync(kFull, v, 1);
+  return v + __shfl_xor_sync(kFull, v, 2);
+}
+
+// ------------------------------------------------------------------ forward
+// Grid (query tiles, Hq, B), the heaviest (last) tiles first. out rows
+// Hq*D apart; lse [B, Hq, Tq] (natural log; may be null).
+STRATA_LAUNCH_BOUNDS(k_flash_forward, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_forward) void k_flash_forward(float* out, float* lse,
+                                                                     AttnView<float> a) {
+  STRATA_DYNAMIC_SHARED(uint16_t, smem);
+  uint16_t* qs = smem;
+  uint16_t* ks = qs + kFlashRows * D;
+  uint16_t* vs = ks + kFlashKeys * D;
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
+  const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
+  const float* kb = a.k + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
+  const float* vb = a.v + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
+  stage_tile<D>(qs, a.q + (int64_t(b) * a.Tq + q0) * a.q_stride + int64_t(h) * D, a.q_stride,
+                kFlashRows, a.Tq - q0);
+  const float scale2 = kLog2e / g_sqrt(float(D));
+  const int last_row = g_min(q0 + kFlashRows, a.Tq) - 1;
+  const int nk = last_row + a.key_offset + 1;  // keys the block's rows see, at most
+  int rows[2], lim[2];
+  float m[2], l[2];
+  for (int r = 0; r < 2; ++r) {
+    rows[r] = q0 + 16 * warp + g + 8 * r;
+    lim[r] = g_min(rows[r], a.Tq - 1) + a.key_offset;  // padded rows act as the last one
+    m[r] = g_neg_inf<float>();
+    l[r] = 0.f;
+  }
+  float o[D / 8][4];
+  zero_acc(o);
+  for (int k0 = 0; k0 < nk; k0 += kFlashKeys) {
+    __syncthreads();  // the previous tile's readers are done
+    stage_tile<D>(ks, kb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys, nk - k0);
+    stage_tile<D>(vs, vb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys, nk - k0);
+    __syncthreads();
+    float s[kFlashKeys / 8][4];
+    zero_acc(s);
+    mma_abt<D, kFlashKeys>(s, qs, 16 * warp, ks, 0, lane);
+    float mx[2] = {g_neg_inf<float>(), g_neg_inf<float>()};
+    for (int n = 0; n < kFlashKeys / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + 8 * n + 2 * t + (i & 1);
+        s[n][i] = key <= lim[i >> 1] ? s[n][i] * scale2 : g_neg_inf<float>();
+        mx[i >> 1] = g_max(mx[i >> 1], s[n][i]);
+      }
+    float alpha[2];
+    for (int r = 0; r < 2; ++r) {
+      const float mn = g_max(m[r], quad_max(mx[r]));
+      alpha[r] = g_exp2(m[r] - mn);  // 0 on the first tile (m = -inf)
+      m[r] = mn;
+      l[r] *= alpha[r];
+    }
+    for (int n = 0; n < kFlashKeys / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        s[n][i] = g_exp2(s[n][i] - m[i >> 1]);
+        l[i >> 1] += s[n][i];
+      }
+    for (int n = 0; n < D / 8; ++n)
+      for (int i = 0; i < 4; ++i) o[n][i] *= alpha[i >> 1];
+    mma_pb<D, kFlashKeys>(o, s, vs, 0, lane);
+  }
+  for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= a.Tq) continue;
+    float* orow = out + (int64_t(b) * a.Tq + rows[r]) * (int64_t(a.Hq) * D) + int64_t(h) * D;
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e) orow[8 * n + 2 * t + e] = o[n][2 * r + e] / l[r];
+    if (lse && t == 0)
+      lse[(int64_t(b) * a.Hq + h) * a.Tq + rows[r]] = (m[r] + g_log2(l[r])) * kLn2;
+  }
+}
+
+// ----------------------------------------------------------------- backward
+// The layout of qkv (rows W = (Hq + 2 Hkv) D apart) and of dout (Hq D).
+struct FlashBwd {
+  float* dqkv;
+  const float* dout;
+  const float* qkv;
+  const float* lse;
+  const float* delta;
+  int B, T, Hq, Hkv;
+};
+
+// dq of a tile of 64 queries of head h: grid (query tiles, Hq, B).
+STRATA_LAUNCH_BOUNDS(k_flash_backward_dq, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(FlashBwd a) {
+  STRATA_DYNAMIC_SHARED(uint16_t, smem);
+  uint16_t* qs = smem;
+  uint16_t* dos = qs + kFlashRows * D;
+  uint16_t* ks = dos + kFlashRows * D;
+  uint16_t* vs = ks + kFlashKeys * D;
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
+  const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
+  const int64_t W = int64_t(a.Hq + 2 * a.Hkv) * D;
+  const float* base = a.qkv + int64_t(b) * a.T * W;
+  stage_tile<D>(qs, base + int64_t(q0) * W + int64_t(h) * D, W, kFlashRows, a.T - q0);
+  stage_tile<D>(dos, a.dout + (int64_t(b) * a.T + q0) * a.Hq * D + int64_t(h) * D,
+                int64_t(a.Hq) * D, kFlashRows, a.T - q0);
+  const float scale = 1.f / g_sqrt(float(D)), scale2 = scale * kLog2e;
+  int rows[2];
+  float lse2[2], delta[2];
+  for (int r = 0; r < 2; ++r) {
+    rows[r] = q0 + 16 * warp + g + 8 * r;
+    const bool ok = rows[r] < a.T;
+    const int64_t li = (int64_t(b) * a.Hq + h) * a.T + (ok ? rows[r] : 0);
+    lse2[r] = ok ? a.lse[li] * kLog2e : 0.f;
+    delta[r] = ok ? a.delta[li] : 0.f;
+  }
+  const int nk = g_min(q0 + kFlashRows, a.T);
+  float dq[D / 8][4];
+  zero_acc(dq);
+  for (int k0 = 0; k0 < nk; k0 += kFlashKeys) {
+    __syncthreads();
+    stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, kFlashKeys, nk - k0);
+    stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, kFlashKeys,
+                  nk - k0);
+    __syncthreads();
+    float s[kFlashKeys / 8][4], dp[kFlashKeys / 8][4];
+    zero_acc(s);
+    zero_acc(dp);
+    mma_abt<D, kFlashKeys>(s, qs, 16 * warp, ks, 0, lane);
+    mma_abt<D, kFlashKeys>(dp, dos, 16 * warp, vs, 0, lane);
+    for (int n = 0; n < kFlashKeys / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        const int r = i >> 1, key = k0 + 8 * n + 2 * t + (i & 1);
+        const float p = key <= rows[r] && rows[r] < a.T ? g_exp2(s[n][i] * scale2 - lse2[r]) : 0.f;
+        s[n][i] = p * (dp[n][i] - delta[r]);  // dS
+      }
+    mma_pb<D, kFlashKeys>(dq, s, ks, 0, lane);
+  }
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= a.T) continue;
+    float* drow = a.dqkv + (int64_t(b) * a.T + rows[r]) * W + int64_t(h) * D;
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e) drow[8 * n + 2 * t + e] = dq[n][2 * r + e] * scale;
+  }
+}
+
+// dk and dv of a tile of 64 keys of kv head g: grid (key tiles, Hkv, B).
+// Sums over the queries i >= key of every query head of the group, tiles of
+// 32 queries staged with their lse and delta.
+STRATA_LAUNCH_BOUNDS(k_flash_backward_dkv, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(FlashBwd a) {
+  STRATA_DYNAMIC_SHARED(uint16_t, smem);
+  uint16_t* ks = smem;
+  uint16_t* vs = ks + kFlashRows * D;
+  uint16_t* qs = vs + kFlashRows * D;
+  uint16_t* dos = qs + kFlashQueries * D;
+  float* lse2_s = reinterpret_cast<float*>(dos + kFlashQueries * D);
+  float* delta_s = lse2_s + kFlashQueries;
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int k0 = int(blockIdx.x) * kFlashRows;
+  const int kvh = int(blockIdx.y), b = int(blockIdx.z), rep = a.Hq / a.Hkv;
+  const int64_t W = int64_t(a.Hq + 2 * a.Hkv) * D;
+  const float* base = a.qkv + int64_t(b) * a.T * W;
+  stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, kFlashRows, a.T - k0);
+  stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, kFlashRows,
+                a.T - k0);
+  const float scale = 1.f / g_sqrt(float(D)), scale2 = scale * kLog2e;
+  int keys[2];
+  for (int r = 0; r < 2; ++r) keys[r] = k0 + 16 * warp + g + 8 * r;
+  float dk[D / 8][4], dv[D / 8][4];
+  zero_acc(dk);
+  zero_acc(dv);
+  for (int h = kvh * rep; h < (kvh + 1) * rep; ++h) {
+    const float* qb = base + int64_t(h) * D;
+    const float* dob = a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D;
+    const int64_t lb = (int64_t(b) * a.Hq + h) * a.T;
+    for (int i0 = k0 / kFlashQueries * kFlashQueries; i0 < a.T; i0 += kFlashQueries) {
+      __syncthreads();
+      stage_tile<D>(qs, qb + int64_t(i0) * W, W, kFlashQueries, a.T - i0);
+      stage_tile<D>(dos, dob + int64_t(i0) * a.Hq * D, int64_t(a.Hq) * D, kFlashQueries, a.T - i0);
+      for (int i = int(threadIdx.x); i < kFlashQueries; i += int(blockDim.x)) {
+        const bool ok = i0 + i < a.T;
+        lse2_s[i] = ok ? a.lse[lb + i0 + i] * kLog2e : 0.f;
+        delta_s[i] = ok ? a.delta[lb + i0 + i] : 0.f;
+      }
+      __syncthreads();
+      float s[kFlashQueries / 8][4], dp[kFlashQueries / 8][4];
+      zero_acc(s);
+      zero_acc(dp);
+      mma_abt<D, kFlashQueries>(s, ks, 16 * warp, qs, 0, lane);   // S^T = K Q^T
+      mma_abt<D, kFlashQueries>(dp, vs, 16 * warp, dos, 0, lane);  // dP^T = V dO^T
+      for (int n = 0; n < kFlashQueries / 8; ++n)
+        for (int i = 0; i < 4; ++i) {
+          const int qi = 8 * n + 2 * t + (i & 1), q = i0 + qi, key = keys[i >> 1];
+          const float p = q >= key && q < a.T ? g_exp2(s[n][i] * scale2 - lse2_s[qi]) : 0.f;
+          s[n][i] = p;                              // P^T
+          dp[n][i] = p * (dp[n][i] - delta_s[qi]);  // dS^T
+        }
+      mma_pb<D, kFlashQueries>(dv, s, dos, 0, lane);  // dV += P^T dO
+      mma_pb<D, kFlashQueries>(dk, dp, qs, 0, lane);  // dK += dS^T Q
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= a.T) continue;
+    float* dkrow = a.dqkv + (int64_t(b) * a.T + keys[r]) * W + int64_t(a.Hq + kvh) * D;
+    float* dvrow = dkrow + int64_t(a.Hkv) * D;
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        dkrow[8 * n + 2 * t + e] = dk[n][2 * r + e] * scale;
+        dvrow[8 * n + 2 * t + e] = dv[n][2 * r + e];
+      }
+  }
+}
+
+// ------------------------------------------------------------------ launchers
+template <int D>
+size_t flash_forward_smem() {
+  return size_t(kFlashRows + 2 * kFlashKeys) * D * 2;
+}
+template <int D>
+size_t flash_dq_smem() {
+  return size_t(2 * kFlashRows + 2 * kFlashKeys) * D * 2;
+}
+template <int D>
+size_t flash_dkv_smem() {
+  return size_t(2 * kFlashRows + 2 * kFlashQueries) * D * 2 + 2 * kFlashQueries * sizeof(float);
+}
+
+inline dim3 flash_grid(int rows, int heads, int B) {
+  return dim3(unsigned((rows + kFlashRows - 1) / kFlashRows), unsigned(heads), unsigned(B));
+}
+
+template <int D>
+void flash_forward_d(void* stream, float* out, float* lse, const AttnView<float>& v) {
+  const size_t smem = flash_forward_smem<D>();
+  gpu::allow_dynamic_shared(k_flash_forward<D>, smem);
+  STRATA_LAUNCH(k_flash_forward<D>, flash_grid(v.Tq, v.Hq, v.B), kFlashThreads, smem, stream, out,
+                lse, v);
+}
+template <int D>
+void flash_backward_d(void* stream, const FlashBwd& a) {
+  gpu::allow_dynamic_shared(k_flash_backward_dq<D>, flash_dq_smem<D>());
+  gpu::allow_dynamic_shared(k_flash_backward_dkv<D>, flash_dkv_smem<D>());
+  STRATA_LAUNCH(k_flash_backward_dq<D>, flash_grid(a.T, a.Hq, a.B), kFlashThreads,
+                flash_dq_smem<D>(), stream, a);
+  STRATA_LAUNCH(k_flash_backward_dkv<D>, flash_grid(a.T, a.Hkv, a.B), kFlashThreads,
+                flash_dkv_smem<D>(), stream, a);
+}
+
+// Attention over the view (training: key_offset 0; a prefill over a cache:
+// its position), out and lse as k_attention_forward's. D must pass
+// flash_head_dim.
+inline void flash_attention_forward(void* stream, float* out, float* lse,
+                                    const AttnView<float>& v) {
+  STRATA_CHECK(flash_head_dim(v.D), "flash attention: head_dim ", v.D, " is not 16/32/64/128");
+  if (int64_t(v.B) * v.Tq * v.Hq == 0) return;
+  switch (v.D) {
+    case 16: return flash_forward_d<16>(stream, out, lse, v);
+    case 32: return flash_forward_d<32>(stream, out, lse, v);
+    case 64: return flash_forward_d<64>(stream, out, lse, v);
+    default: return flash_forward_d<128>(stream, out, lse, v);
+  }
+}
+
+// dq, dk, dv into dqkv from dout, qkv, the forward's lse and delta (rows of
+// sum(dout * out), k_attention_delta).
+inline void flash_attention_backward(void* stream, const FlashBwd& a, int D) {
+  STRATA_CHECK(flash_head_dim(D), "flash attention: head_dim ", D, " is not 16/32/64/128");
+  if (int64_t(a.B) * a.T * a.Hq == 0) return;
+  switch (D) {
+    case 16: return flash_backward_d<16>(stream, a);
+    case 32: return flash_backward_d<32>(stream, a);
+    case 64: return flash_backward_d<64>(stream, a);
+    default: return flash_backward_d<128>(stream, a);
+  }
+}
+
+}  // namespace STRATA_TARGET_NS
+}  // namespace strata::cuda

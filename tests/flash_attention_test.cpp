@@ -1,0 +1,289 @@
+// The tensor-core path of the CUDA kernels: the emulated warp-level matrix
+// instructions (Mma*) against a scalar product, with the fragment layouts
+// written out here from the PTX ISA independently of the executor's, and the
+// flash attention kernels (FlashAttention*, kernels/flash_attention.cuh)
+// against the reference kernel and the CPU backend, forward and backward.
+// The kernel backends run the flash kernels when the matmuls are bf16; on a
+// build with a visible GPU the same comparisons run on "cuda" too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/flash_attention.cuh"
+#include "backends/cuda/simt/simt.h"
+#include "core/error.h"
+#include "ops/backend.h"
+
+using namespace strata;
+
+namespace {
+
+uint16_t bits(float x) { return cuda::bf16_bits(x); }
+float bf16_round(float x) {
+  const uint32_t u = uint32_t(bits(x)) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t pack(float lo, float hi) { return uint32_t(bits(lo)) | (uint32_t(bits(hi)) << 16); }
+
+std::vector<float> bf16_values(size_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16_round(nd(rng));
+  return v;
+}
+
+// ---------------------------------------------------------------- Mma*
+// The PTX ISA's m16n8k16 fragments (".bf16", row.col), lane l = 4 g + t:
+//   A a[r] holds A[g + 8 (r % 2)][2 t + 8 (r / 2) + {0, 1}];
+//   B b[r] holds B[2 t + 8 r + {0, 1}][g];
+//   C/D c[i] is C[g + 8 (i / 2)][2 t + i % 2].
+STRATA_GLOBAL void k_mma_once(const float* A, const float* B, const float* C, float* D) {
+  const int l = int(threadIdx.x), g = l / 4, t = l % 4;
+  uint32_t a[4], b[2];
+  float d[4];
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+    a[r] = pack(A[row * 16 + col], A[row * 16 + col + 1]);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int k = 2 * t + 8 * r;
+    b[r] = pack(B[k * 8 + g], B[(k + 1) * 8 + g]);
+  }
+  for (int i = 0; i < 4; ++i) d[i] = C[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+  mma_bf16_16816(d, a, b);
+  for (int i = 0; i < 4; ++i) D[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
+}
+
+TEST(MmaM16n8k16, MatchesTheScalarProductForEveryFragmentElement) {
+  const std::vector<float> A = bf16_values(256, 1), B = bf16_values(128, 2), C = bf16_values(128, 3);
+  std::vector<float> D(128, -1.f);
+  STRATA_LAUNCH(k_mma_once, 1, 32, 0, nullptr, A.data(), B.data(), C.data(), D.data());
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double want = C[i * 8 + j];
+      for (int k = 0; k < 16; ++k) want += double(A[i * 16 + k]) * B[k * 8 + j];
+      EXPECT_NEAR(D[i * 8 + j], want, 1e-5 * (1 + std::abs(want))) << "D[" << i << "][" << j << "]";
+    }
+}
+
+// A single element: each of the 256 A positions (and 128 of B) moves the
+// product only where the layout says, so a swapped lane or half is caught
+// even if the sum happened to agree.
+TEST(MmaM16n8k16, OneHotOperandsLandInTheirRowAndColumn) {
+  std::vector<float> B(128), C(128, 0.f), D(128);
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < 8; ++j) B[k * 8 + j] = float(k * 8 + j + 1);
+  for (int pos = 0; pos < 256; pos += 7) {
+    std::vector<float> A(256, 0.f);
+    A[pos] = 1.f;
+    STRATA_LAUNCH(k_mma_once, 1, 32, 0, nullptr, A.data(), B.data(), C.data(), D.data());
+    const int i0 = pos / 16, k0 = pos % 16;
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j)
+        ASSERT_EQ(D[i * 8 + j], i == i0 ? B[k0 * 8 + j] : 0.f) << "A one at " << pos;
+  }
+}
+
+// ldmatrix x4 (and .trans): four 8x8 matrices of b16 in shared memory; lanes
+// 8 i .. 8 i + 7 give the rows of matrix i.
+STRATA_GLOBAL void k_ldmatrix(uint32_t* out, bool trans, int misalign) {
+  alignas(16) __shared__ uint16_t m[4 * 64 + 8];
+  const int l = int(threadIdx.x);
+  for (int e = l; e < 256; e += 32) m[e] = uint16_t(1000 + e);
+  __syncwarp();
+  const uint16_t* row = m + (l / 8) * 64 + (l % 8) * 8 + misalign;
+  uint32_t r[4];
+  if (trans)
+    ldmatrix_x4_trans(r, row);
+  else
+    ldmatrix_x4(r, row);
+  for (int i = 0; i < 4; ++i) out[l * 4 + i] = r[i];
+}
+
+TEST(MmaLdmatrix, X4AndTransGiveTheDocumentedElements) {
+  for (bool trans : {false, true}) {
+    std::vector<uint32_t> out(128);
+    STRATA_LAUNCH(k_ldmatrix, 1, 32, 0, nullptr, out.data(), trans, 0);
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) {
+        // Element (row, col) of matrix i is 1000 + 64 i + 8 row + col.
+        const int a = l / 4, b = 2 * (l % 4);
+        const auto el = [&](int row, int col) { return uint32_t(1000 + 64 * i + 8 * row + col); };
+        const uint32_t want = trans ? el(b, a) | (el(b + 1, a) << 16) : el(a, b) | (el(a, b + 1) << 16);
+        ASSERT_EQ(out[l * 4 + i], want) << (trans ? "trans " : "") << "lane " << l << " r" << i;
+      }
+  }
+}
+
+TEST(MmaLdmatrix, AMisalignedRowAndAPartialWarpAreRefused) {
+  std::vector<uint32_t> out(128);
+  EXPECT_THROW(STRATA_LAUNCH(k_ldmatrix, 1, 32, 0, nullptr, out.data(), false, 1), Error);
+  std::vector<float> A(256, 0.f), B(128, 0.f), C(128, 0.f), D(128);
+  try {
+    STRATA_LAUNCH(k_mma_once, 1, 16, 0, nullptr, A.data(), B.data(), C.data(), D.data());
+    ADD_FAILURE() << "a 16-thread mma.sync ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("whole warp"), std::string::npos) << e.what();
+  }
+}
+
+// ------------------------------------------------------- FlashAttention*
+struct Shape {
+  int B, T, Hq, Hkv, D;
+};
+
+std::string name_of(const Shape& s) {
+  return cat("B", s.B, " T", s.T, " Hq", s.Hq, " Hkv", s.Hkv, " D", s.D);
+}
+
+struct Outputs {
+  std::vector<float> out, lse, dqkv;
+};
+
+// Forward and backward of one backend at one precision, on host copies.
+Outputs run_attention(const std::string& backend, ops::MatmulPrecision p, const Shape& s,
+                      const std::vector<float>& qkv, const std::vector<float>& dout) {
+  auto be = ops::make_backend<float>(backend);
+  be->set_matmul_precision(p);
+  const int64_t nq = int64_t(qkv.size()), no = int64_t(dout.size()),
+                nl = int64_t(s.B) * s.Hq * s.T;
+  float* d_qkv = be->alloc(nq);
+  float* d_dout = be->alloc(no);
+  float* d_out = be->alloc(no);
+  float* d_lse = be->alloc(nl);
+  float* d_dqkv = be->alloc(nq);
+  be->from_host(d_qkv, qkv.data(), nq);
+  be->from_host(d_dout, dout.data(), no);
+  be->attention_forward(d_out, d_lse, d_qkv, s.B, s.T, s.Hq, s.Hkv, s.D);
+  be->attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.Hq, s.Hkv, s.D);
+  Outputs o{std::vector<float>(no), std::vector<float>(nl), std::vector<float>(nq)};
+  be->to_host(o.out.data(), d_out, no);
+  be->to_host(o.lse.data(), d_lse, nl);
+  be->to_host(o.dqkv.data(), d_dqkv, nq);
+  for (float* q : {d_qkv, d_dout, d_out, d_lse, d_dqkv}) be->free(q);
+  return o;
+}
+
+// max |a - b| / max(1e-3, max |b|) over the elements of one part.
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1e-3, err = 0;
+  for (float x : b) scale = std::max(scale, double(std::abs(x)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    err = std::max(err, double(std::abs(a[i] - b[i])));
+  }
+  return err / scale;
+}
+
+// The parts of dqkv (q, k, v columns of every row) compared separately: a
+// kernel that wrote dk into dv's place would otherwise hide under dq's scale.
+std::vector<float> part(const std::vector<float>& dqkv, const Shape& s, int which) {
+  const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+  const int64_t from = which == 0 ? 0 : (which == 1 ? s.Hq : s.Hq + s.Hkv) * int64_t(s.D);
+  const int64_t n = (which == 0 ? s.Hq : s.Hkv) * int64_t(s.D);
+  std::vector<float> r;
+  for (int64_t row = 0; row < int64_t(s.B) * s.T; ++row)
+    r.insert(r.end(), dqkv.begin() + row * W + from, dqkv.begin() + row * W + from + n);
+  return r;
+}
+
+// Bounds, relative to the largest element of each output: the flash kernels
+// round P and dS to bf16 before their products (q, k, v and dout are bf16
+// values already here), which costs about 1e-3 of out and 1.3-3.4e-3 of the
+// gradients over the shapes below; lse, from fp32 scores of exact bf16
+// products, agrees to about 1e-7. The bounds are three times those.
+constexpr double kOutTol = 4e-3, kLseTol = 5e-7, kGradTol = 1e-2;
+
+void compare(const Outputs& got, const Outputs& want, const Shape& s, const std::string& what) {
+  SCOPED_TRACE(what + " " + name_of(s));
+  EXPECT_LE(rel_error(got.out, want.out), kOutTol) << "out";
+  EXPECT_LE(rel_error(got.lse, want.lse), kLseTol) << "lse";
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int w = 0; w < 3; ++w)
+    EXPECT_LE(rel_error(part(got.dqkv, s, w), part(want.dqkv, s, w)), kGradTol) << names[w];
+}
+
+std::vector<std::string> kernel_backends() {
+  std::vector<std::string> b = {"simt"};
+  if (ops::resolve_device("auto") == "cuda") b.push_back("cuda");
+  return b;
+}
+
+void check_shape(const Shape& s, uint64_t seed) {
+  const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+  const std::vector<float> qkv = bf16_values(size_t(int64_t(s.B) * s.T * W), seed, 1.5f);
+  const std::vector<float> dout = bf16_values(size_t(int64_t(s.B) * s.T * s.Hq * s.D), seed + 1);
+  const Outputs cpu = run_attention("cpu", ops::MatmulPrecision::FP32, s, qkv, dout);
+  const Outputs ref = run_attention("simt", ops::MatmulPrecision::FP32, s, qkv, dout);
+  for (const std::string& be : kernel_backends()) {
+    const Outputs flash = run_attention(be, ops::MatmulPrecision::BF16, s, qkv, dout);
+    compare(flash, ref, s, be + " flash vs the reference kernel");
+    compare(flash, cpu, s, be + " flash vs the cpu backend");
+  }
+}
+
+// Head dimensions 64 and 128 with GQA ratios 1, 4 and 8; lengths below,
+// across and off the 64-row tiles (the causal edge inside a tile, padded
+// rows and keys in the last one).
+TEST(FlashAttentionTiles, HeadDim64GqaRatios) {
+  check_shape({1, 100, 2, 2, 64}, 11);
+  check_shape({2, 37, 4, 1, 64}, 12);
+  check_shape({1, 130, 8, 1, 64}, 13);
+}
+
+TEST(FlashAttentionTiles, HeadDim128GqaRatios) {
+  check_shape({1, 70, 2, 2, 128}, 21);
+  check_shape({1, 64, 4, 1, 128}, 22);
+  check_shape({1, 33, 8, 1, 128}, 23);
+}
+
+TEST(FlashAttentionTiles, SmallHeadsAndShortSequences) {
+  check_shape({2, 1, 2, 1, 16}, 31);
+  check_shape({1, 17, 4, 2, 32}, 32);
+  check_shape({3, 129, 2, 1, 16}, 33);
+}
+
+// The flash kernels are deterministic: no atomics, every output element
+// written by one warp in a fixed order, so any thread order gives the same
+// bits.
+TEST(FlashAttentionDeterminism, SameBitsUnderEveryThreadOrder) {
+  const Shape s{1, 90, 4, 2, 32};
+  const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+  const std::vector<float> qkv = bf16_values(size_t(s.T * W), 41, 1.5f);
+  const std::vector<float> dout = bf16_values(size_t(s.T * s.Hq * s.D), 42);
+  const Outputs first = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout);
+  for (simt::Schedule order : {simt::Schedule::Reverse, simt::Schedule::Shuffled}) {
+    simt::set_schedule(order, 7);
+    const Outputs again = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout);
+    simt::set_schedule(simt::Schedule::Forward);
+    EXPECT_EQ(0, std::memcmp(first.out.data(), again.out.data(), first.out.size() * 4));
+    EXPECT_EQ(0, std::memcmp(first.dqkv.data(), again.dqkv.data(), first.dqkv.size() * 4));
+  }
+}
+
+// The kernel backends choose the flash kernels for bf16 matmuls and the
+// head dimensions they were built for, the reference kernels otherwise: a
+// bf16 run of an unsupported head dimension equals the fp32 run bit for bit,
+// and a supported one differs from it.
+TEST(FlashAttentionDispatch, Bf16AndSupportedHeadDimsOnly) {
+  for (int D : {24, 32}) {
+    const Shape s{1, 40, 2, 1, D};
+    const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+    const std::vector<float> qkv = bf16_values(size_t(s.T * W), 51, 1.5f);
+    const std::vector<float> dout = bf16_values(size_t(s.T * s.Hq * s.D), 52);
+    const Outputs fp32 = run_attention("simt", ops::MatmulPrecision::FP32, s, qkv, dout);
+    const Outputs bf16 = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout);
+    const bool same = std::memcmp(fp32.out.data(), bf16.out.data(), fp32.out.size() * 4) == 0;
+    EXPECT_EQ(same, !cuda::flash_head_dim(D)) << "D " << D;
+  }
+}
+
+}  // namespace
