@@ -12,6 +12,8 @@
 #      ms/step, tokens/s, % of the GPU's peak, and the top kernels by time
 #   7. 20 training steps of the debug recipe on cpu and on cuda: the largest
 #      loss difference
+#   8. tensor-core attention at head dim 128 (bench ops --model 4096 --bf16,
+#      B 8 x T 2048) and a bf16 training step of the 16L-2048 shape
 # Its last line is `N passed, M failed` (skipped steps are listed above it).
 #
 #   tests/gpu_prepare.sh        (here, first: stages .gpu-carry/ to carry along)
@@ -191,6 +193,18 @@ compare_losses() {
           if (m > 1e-3) { print "larger than 1e-3: the device diverges from the CPU"; exit 1 } }'
 }
 step train-cpu-vs-$device compare_losses
+
+# --- 8. the GPU shapes: tensor-core attention and a 1B-shaped bf16 step ------------
+# Last, so a slot that runs short loses figures, not checks.
+if [ $dry -eq 1 ]; then
+  attn=(--model 768 --tokens 1024 --repeat 1)
+  big=(--model 288 --tokens 256 --steps 1 --vocab 512)
+else
+  attn=(--model 4096 --tokens 16384 --repeat 5)
+  big=(--model 2048 --tokens 8192 --steps 3)
+fi
+step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
+step bench-train-1b-bf16 "$strata" bench train --device "$device" "${big[@]}" --bf16 --kernels 12
 
 # --- the summary --------------------------------------------------------------------
 say ""

@@ -13,12 +13,14 @@ namespace strata::cli {
 struct BenchModel {
   std::string name;
   int layers, C, F, H, Hkv, V, B, T;
+  bool gpu_only = false;  // too large for "all" on a CPU
   int D() const { return C / H; }
 };
 
 // Shapes of llama2.c's stories15M (6 layers, 288 wide) and stories110M
-// (12 layers, 768 wide), with the Llama-2 vocabulary; `which` is 288, 768 or
-// all, B = tokens / T.
+// (12 layers, 768 wide), with the Llama-2 vocabulary, and two GPU shapes
+// with Llama-3's (16L-2048, 32L-4096); `which` is 288, 768, 2048, 4096 or all
+// (the first two), B = tokens / T.
 std::vector<BenchModel> bench_models(const std::string& which, int tokens);
 // The model configuration of a benchmark shape (context: its sequence length).
 LlamaConfig bench_config(const BenchModel& bm, int vocab, bool tied);

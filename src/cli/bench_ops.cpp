@@ -249,16 +249,20 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
 
 
 std::vector<BenchModel> bench_models(const std::string& which, int tokens) {
+  // The GPU shapes (by name only, not in "all"): Llama-3.2-1B's (head dim
+  // 64) and Llama-3-8B's widths on 32 layers (head dim 128), sequence 2048.
   std::vector<BenchModel> all = {{"6L-288", 6, 288, 768, 6, 6, 32000, 0, 256},
-                                 {"12L-768", 12, 768, 2048, 12, 12, 32000, 0, 1024}};
+                                 {"12L-768", 12, 768, 2048, 12, 12, 32000, 0, 1024},
+                                 {"16L-2048", 16, 2048, 8192, 32, 8, 128256, 0, 2048, true},
+                                 {"32L-4096", 32, 4096, 14336, 32, 8, 128256, 0, 2048, true}};
   std::vector<BenchModel> out;
   for (auto& m : all)
-    if (which == "all" || which == m.name || which == std::to_string(m.C)) {
+    if ((which == "all" && !m.gpu_only) || which == m.name || which == std::to_string(m.C)) {
       m.B = std::max(1, tokens / m.T);
       out.push_back(m);
     }
   STRATA_CHECK(!out.empty(), "strata bench: unknown --model '", which,
-               "' (choose 288, 768 or all)");
+               "' (choose 288, 768, 2048, 4096 or all)");
   return out;
 }
 
@@ -326,12 +330,12 @@ int cmd_bench(int argc, char** argv, int first) {
   Args args("strata bench ops",
             "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
             "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");
-  args.option("model", "NAME", "288, 768 or all", "all")
+  args.option("model", "NAME", "288, 768, all (those two), 2048 or 4096 (GPU shapes)", "all")
       .option("tokens", "N", "tokens per micro-batch (B = N / T)", "4096")
       .option("repeat", "R", "timed repetitions per op (the median is printed)", "5")
       .option("filter", "TEXT", "only ops whose name contains TEXT")
       .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
-      .flag("bf16", "bf16 matmuls with fp32 accumulation (the linear and head rows)")
+      .flag("bf16", "bf16 matmuls with fp32 accumulation (linear, head and, on cuda/simt, attention)")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first + 1)) return 0;
   apply_threads(args.get_int("threads"));
