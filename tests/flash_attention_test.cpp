@@ -10,14 +10,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/kernels/flash_attention.cuh"
 #include "backends/cuda/simt/simt.h"
 #include "core/error.h"
 #include "ops/backend.h"
+#include "reference.h"
+#include "testing.h"
 
 using namespace strata;
 
@@ -150,9 +154,11 @@ struct Outputs {
 
 // Forward and backward of one backend at one precision, on host copies.
 Outputs run_attention(const std::string& backend, ops::MatmulPrecision p, const Shape& s,
-                      const std::vector<float>& qkv, const std::vector<float>& dout) {
+                      const std::vector<float>& qkv, const std::vector<float>& dout,
+                      const std::function<void(ops::Backend<float>&)>& prepare = {}) {
   auto be = ops::make_backend<float>(backend);
   be->set_matmul_precision(p);
+  if (prepare) prepare(*be);
   const int64_t nq = int64_t(qkv.size()), no = int64_t(dout.size()),
                 nl = int64_t(s.B) * s.Hq * s.T;
   float* d_qkv = be->alloc(nq);
@@ -202,13 +208,14 @@ std::vector<float> part(const std::vector<float>& dqkv, const Shape& s, int whic
 // products, agrees to about 1e-7. The bounds are three times those.
 constexpr double kOutTol = 4e-3, kLseTol = 5e-7, kGradTol = 1e-2;
 
-void compare(const Outputs& got, const Outputs& want, const Shape& s, const std::string& what) {
+void compare(const Outputs& got, const Outputs& want, const Shape& s, const std::string& what,
+             double out_tol = kOutTol, double lse_tol = kLseTol, double grad_tol = kGradTol) {
   SCOPED_TRACE(what + " " + name_of(s));
-  EXPECT_LE(rel_error(got.out, want.out), kOutTol) << "out";
-  EXPECT_LE(rel_error(got.lse, want.lse), kLseTol) << "lse";
+  EXPECT_LE(rel_error(got.out, want.out), out_tol) << "out";
+  EXPECT_LE(rel_error(got.lse, want.lse), lse_tol) << "lse";
   const char* names[3] = {"dq", "dk", "dv"};
   for (int w = 0; w < 3; ++w)
-    EXPECT_LE(rel_error(part(got.dqkv, s, w), part(want.dqkv, s, w)), kGradTol) << names[w];
+    EXPECT_LE(rel_error(part(got.dqkv, s, w), part(want.dqkv, s, w)), grad_tol) << names[w];
 }
 
 std::vector<std::string> kernel_backends() {
@@ -286,4 +293,148 @@ TEST(FlashAttentionDispatch, Bf16AndSupportedHeadDimsOnly) {
   }
 }
 
+// ------------------------------------------- model.attention = "cudnn"
+// The glue a library attention runs behind (kernels/attention.cuh: bf16
+// copies of qkv, out and dout in strata's layouts, the lse, the workspace,
+// dqkv back to fp32), checked on simt with a stand-in library that computes
+// attention on the host in double from the bf16 buffers it is handed.
+class HostAttention final : public cuda::ExternalAttention {
+ public:
+  // Calls are counted into the caller's ints (the backend owns this object).
+  explicit HostAttention(int* forwards = nullptr, int* backwards = nullptr)
+      : forwards_(forwards), backwards_(backwards) {}
+  const char* name() const override { return "host attention (test)"; }
+  size_t forward_workspace(const cuda::AttentionShape&) override { return 64; }
+  size_t backward_workspace(const cuda::AttentionShape&) override { return 128; }
+  void forward(void*, uint16_t* o, float* lse, const uint16_t* qkv, const cuda::AttentionShape& s,
+               void* ws) override {
+    EXPECT_NE(ws, nullptr);
+    reference::Vec out, l;
+    reference::attention(widen(qkv, s.B * s.T * W(s)), s.B, s.T, s.Hq, s.Hkv, s.D, out, l);
+    for (size_t i = 0; i < out.size(); ++i) o[i] = bits(float(out[i]));
+    for (size_t i = 0; i < l.size(); ++i) lse[i] = float(l[i]);
+    if (forwards_) ++*forwards_;
+  }
+  // dS = P (dP - delta), delta = rowsum(dO o); dq = dS k / sqrt(D), dk = dS^T q / sqrt(D),
+  // dv = P^T dO, with P from the lse it is given.
+  void backward(void*, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* o,
+                const float* lse, const cuda::AttentionShape& s, void*) override {
+    const reference::Vec x = widen(qkv, s.B * s.T * W(s)), d = widen(dout, s.B * s.T * s.Hq * s.D),
+                   ov = widen(o, s.B * s.T * s.Hq * s.D);
+    reference::Vec g(size_t(s.B) * s.T * W(s), 0.0);
+    const double scale = 1 / std::sqrt(double(s.D));
+    const int64_t w = W(s), wo = int64_t(s.Hq) * s.D;
+    for (int b = 0; b < s.B; ++b)
+      for (int h = 0; h < s.Hq; ++h) {
+        const int64_t kq = h * s.D, kk = (s.Hq + h / (s.Hq / s.Hkv)) * int64_t(s.D),
+                      kv = kk + int64_t(s.Hkv) * s.D;
+        for (int i = 0; i < s.T; ++i) {
+          const int64_t qi = (int64_t(b) * s.T + i) * w, oi = (int64_t(b) * s.T + i) * wo + kq;
+          double delta = 0;
+          for (int c = 0; c < s.D; ++c) delta += d[oi + c] * ov[oi + c];
+          for (int j = 0; j <= i; ++j) {
+            const int64_t kj = (int64_t(b) * s.T + j) * w;
+            double sc = 0, dp = 0;
+            for (int c = 0; c < s.D; ++c) {
+              sc += x[qi + kq + c] * x[kj + kk + c];
+              dp += d[oi + c] * x[kj + kv + c];
+            }
+            const double p = std::exp(sc * scale - lse[(int64_t(b) * s.Hq + h) * s.T + i]);
+            const double ds = p * (dp - delta);
+            for (int c = 0; c < s.D; ++c) {
+              g[qi + kq + c] += ds * x[kj + kk + c] * scale;
+              g[kj + kk + c] += ds * x[qi + kq + c] * scale;
+              g[kj + kv + c] += p * d[oi + c];
+            }
+          }
+        }
+      }
+    for (size_t i = 0; i < g.size(); ++i) dqkv[i] = bits(float(g[i]));
+    if (backwards_) ++*backwards_;
+  }
+
+ private:
+  int* forwards_;
+  int* backwards_;
+  static int64_t W(const cuda::AttentionShape& s) { return int64_t(s.Hq + 2 * s.Hkv) * s.D; }
+  static reference::Vec widen(const uint16_t* p, int64_t n) {
+    reference::Vec v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(p[i]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      v[size_t(i)] = f;
+    }
+    return v;
+  }
+};
+
+TEST(FlashAttentionExternal, ALibraryGetsBf16LayoutsAndItsResultsComeBack) {
+  const Shape s{2, 37, 4, 2, 16};
+  const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+  const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 61, 1.5f);
+  const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 62);
+  int forwards = 0, backwards = 0;
+  const Outputs got = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout,
+                                    [&](ops::Backend<float>& be) {
+                                      dynamic_cast<cuda::KernelBackend<float>&>(be)
+                                          .set_external_attention(
+                                              std::make_unique<HostAttention>(&forwards, &backwards),
+                                              "");
+                                      be.set_attention(ops::AttentionImpl::Cudnn);
+                                    });
+  EXPECT_EQ(forwards, 1);
+  EXPECT_EQ(backwards, 1);
+  // Against the CPU's fp32 attention of the same (bf16-valued) inputs: the
+  // library's outputs are rounded to bf16 (2^-9 relative), its out (rounded)
+  // feeds delta; everything else is exact here.
+  const Outputs cpu = run_attention("cpu", ops::MatmulPrecision::FP32, s, qkv, dout);
+  EXPECT_LE(rel_error(got.out, cpu.out), 4e-3);
+  EXPECT_LE(rel_error(got.lse, cpu.lse), 1e-6);
+  for (int w = 0; w < 3; ++w)
+    EXPECT_LE(rel_error(part(got.dqkv, s, w), part(cpu.dqkv, s, w)), 1e-2) << "part " << w;
+}
+
+TEST(FlashAttentionExternal, RefusedWhereItCannotRun) {
+  // simt and cpu have no cuDNN; a library attention needs bf16 matmuls.
+  auto simt = ops::make_backend<float>("simt");
+  EXPECT_ERROR(simt->set_attention(ops::AttentionImpl::Cudnn), "cudnn: device simt runs strata");
+  auto cpu = ops::make_backend<float>("cpu");
+  EXPECT_ERROR(cpu->set_attention(ops::AttentionImpl::Cudnn), "cudnn runs on device cuda only");
+  dynamic_cast<cuda::KernelBackend<float>&>(*simt).set_external_attention(
+      std::make_unique<HostAttention>(), "");
+  simt->set_attention(ops::AttentionImpl::Cudnn);
+  float* x = simt->alloc(3 * 16 * 4);
+  float* y = simt->alloc(16 * 4);
+  EXPECT_ERROR(simt->attention_forward(y, nullptr, x, 1, 4, 1, 1, 16), "needs bf16 matmuls");
+  simt->free(x);
+  simt->free(y);
+}
+
+// On a GPU (label gpu): cuDNN's fused attention against the flash kernels,
+// forward and backward, where the build has cuDNN.
+TEST(FlashAttentionCudnn, MatchesTheFlashKernels) {
+  if (ops::resolve_device("auto") != "cuda") GTEST_SKIP() << "no GPU visible";
+  try {
+    ops::make_backend<float>("cuda")->set_attention(ops::AttentionImpl::Cudnn);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  for (const Shape& s : {Shape{2, 100, 8, 2, 64}, Shape{1, 130, 8, 1, 128}, Shape{1, 64, 4, 4, 128}}) {
+    const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+    const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 71, 1.5f);
+    const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 72);
+    const Outputs flash = run_attention("cuda", ops::MatmulPrecision::BF16, s, qkv, dout);
+    const Outputs cudnn =
+        run_attention("cuda", ops::MatmulPrecision::BF16, s, qkv, dout,
+                      [](ops::Backend<float>& be) { be.set_attention(ops::AttentionImpl::Cudnn); });
+    const Outputs ref = run_attention("simt", ops::MatmulPrecision::FP32, s, qkv, dout);
+    // cuDNN's outputs are bf16 (2^-9 more), its softmax statistics its own
+    // fp32 arithmetic: twice the flash bounds, and 1e-5 for lse.
+    compare(cudnn, ref, s, "cudnn vs the reference kernel", 2 * kOutTol, 1e-5, 2 * kGradTol);
+    compare(cudnn, flash, s, "cudnn vs the flash kernels", 2 * kOutTol, 1e-5, 2 * kGradTol);
+  }
+}
+
 }  // namespace
+

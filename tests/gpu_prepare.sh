@@ -5,6 +5,7 @@
 #   include/    toml++ and nlohmann-json headers (from /usr/include)
 #   googletest/ GoogleTest's sources, without docs, samples and its own tests
 #               (from /usr/src/googletest)
+#   cudnn-frontend/ the cuDNN frontend's headers (cmake/fetch_cudnn_frontend.sh)
 #   data/debug-shakespeare/  the debug recipe's dataset, tokenised here with
 #               data/tokenizers/tok512.model, for a build without sentencepiece
 #               (needs a strata binary: --strata, default build/strata)
@@ -47,6 +48,17 @@ for part in CMakeLists.txt cmake include src; do
   cp -r "/usr/src/googletest/googletest/$part" "$out/googletest/googletest/"
 done
 
+# The cuDNN frontend's headers for model.attention = "cudnn" (the GPU
+# machine's PyTorch brings cuDNN itself): .deps/cudnn-frontend, fetched from
+# PyPI when missing; without them the GPU build has strata's attention only.
+rm -rf "$out/cudnn-frontend"
+if [[ ! -f $root/.deps/cudnn-frontend/include/cudnn_frontend.h ]]; then
+  "$root/cmake/fetch_cudnn_frontend.sh" || echo "gpu_prepare: no cuDNN frontend: cudnn-frontend/ not staged"
+fi
+if [[ -f $root/.deps/cudnn-frontend/include/cudnn_frontend.h ]]; then
+  cp -r "$root/.deps/cudnn-frontend" "$out/cudnn-frontend"
+fi
+
 if [[ -x $strata ]]; then
   rm -rf "$out/data/debug-shakespeare"
   mkdir -p "$out/data"
@@ -64,7 +76,7 @@ fi
 size() { du -sb "$1" | cut -f1; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
 total=0
-for part in include googletest data; do
+for part in include googletest cudnn-frontend data; do
   [[ -e $out/$part ]] || continue
   b=$(size "$out/$part")
   total=$((total + b))

@@ -399,7 +399,9 @@ void flash_step(const std::string& device, const char* plan_text) {
     m->zero_grad();
     r[k++] = m->forward_backward(tokens.data(), targets.data(), B, T, 1.0 / (B * T));
   }
-  if (device == "simt") EXPECT_GT(simt::launch_count(), launches + 20u);
+  if (device == "simt") {
+    EXPECT_GT(simt::launch_count(), launches + 20u);
+  }
   EXPECT_NEAR(r[1].loss_sum, r[0].loss_sum, 5e-4 * std::abs(r[0].loss_sum));
   expect_arena_close(dev, cpu, true, 5e-2, "bf16 gradients with flash attention");
 }

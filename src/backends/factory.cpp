@@ -88,7 +88,14 @@ BackendsInfo describe_backends() {
 #if defined(STRATA_HAVE_CUDA)
   const int rt = cuda::runtime_version();
   b.cuda = cat("backend built (runtime ", rt / 1000, ".", (rt % 1000) / 10, "); ",
-               cuda::device_count(), " device(s) visible");
+               cuda::device_count(), " device(s) visible; attention: strata's (tensor-core "
+               "flash with bf16)",
+#if defined(STRATA_HAVE_CUDNN)
+               ", cuDNN's (model.attention = \"cudnn\")"
+#else
+               ", no cuDNN (cmake/fetch_cudnn_frontend.sh, docs/gpu.md)"
+#endif
+  );
   for (int i = 0; i < cuda::device_count(); ++i) {
     cuda::GpuProperties p;
     if (cuda::device_properties(i, &p)) b.gpus.push_back(cat("GPU ", i, ": ", cuda::describe_gpu(p)));

@@ -169,6 +169,25 @@ void attention_rows(OpBench& b) {
     b.be.attention_backward(b.dx.data(), b.dy.data(), b.x.data(), b.y.data(), b.lse.data(), m.B,
                             m.T, m.H, m.Hkv, int(b.D));
   });
+  // cuDNN's fused attention beside strata's on device cuda, where it can run
+  // (a build with cuDNN, bf16 matmuls); otherwise a line says why not.
+  if (std::string(b.be.name()) != "cuda" ||
+      (!b.filter.empty() && std::string("attention cudnn").find(b.filter) == std::string::npos))
+    return;
+  try {
+    b.be.set_attention(ops::AttentionImpl::Cudnn);
+    b.run("attention cudnn", "fwd", shape, 4.0 * pairs * b.D, true, [&] {
+      b.be.attention_forward(b.y.data(), b.lse.data(), b.x.data(), m.B, m.T, m.H, m.Hkv,
+                             int(b.D));
+    });
+    b.run("attention cudnn", "bwd", shape, 10.0 * pairs * b.D, true, [&] {
+      b.be.attention_backward(b.dx.data(), b.dy.data(), b.x.data(), b.y.data(), b.lse.data(),
+                              m.B, m.T, m.H, m.Hkv, int(b.D));
+    });
+  } catch (const Error& e) {
+    std::printf("%-18s %s\n", "attention cudnn", e.what());
+  }
+  b.be.set_attention(ops::AttentionImpl::Strata);
 }
 
 // SwiGLU, residual, bias add, axpby.

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/memory_info.h"
 
 #include "ops/types.h"
@@ -78,6 +79,13 @@ class Backend {
   // of them (the CPU keeps bf16 copies for few-row bf16 matmuls, halving the
   // bytes a decode step reads). Both calls drop any such copies.
   virtual void freeze_weights(bool frozen) { (void)frozen; }
+  // Which attention kernels run (AttentionImpl). Throws strata::Error where
+  // this backend cannot run them: cuDNN's on device cuda only, in a build
+  // with cuDNN (the kernel backends override this).
+  virtual void set_attention(AttentionImpl a) {
+    if (a != AttentionImpl::Strata)
+      throw Error(std::string("cudnn runs on device cuda only (this backend is ") + name() + ")");
+  }
 
   // ---------------------------------------------------------------------- ops
   // One pure virtual per entry of ops/ops.def, where each op's contract is.

@@ -15,8 +15,9 @@ namespace strata::ops {
 using strata::kIgnoreIndex;
 
 // Precision of the matmuls of the linear layers and the LM head: FP32, or BF16
-// (operands rounded to bfloat16, fp32 accumulation and result; everything that
-// is not a GEMM stays fp32).
+// (operands rounded to bfloat16, fp32 accumulation and result; on the kernel
+// backends attention then runs on tensor cores too; everything else stays
+// fp32).
 enum class MatmulPrecision { FP32, BF16 };
 
 // "fp32", "bf16" or "auto" (bf16 where `native_bf16`, else fp32); false for
@@ -29,6 +30,22 @@ inline bool parse_matmul_precision(const std::string& name, bool native_bf16,
     *out = MatmulPrecision::BF16;
   else if (name == "auto")
     *out = native_bf16 ? MatmulPrecision::BF16 : MatmulPrecision::FP32;
+  else
+    return false;
+  return true;
+}
+
+// The attention kernels of a kernel backend (recipe key model.attention):
+// strata's own (tensor-core flash kernels with bf16 matmuls, the reference
+// kernels otherwise) or cuDNN's fused attention (device cuda, bf16 matmuls,
+// a build with cuDNN and its frontend headers).
+enum class AttentionImpl { Strata, Cudnn };
+// "strata" or "cudnn"; false for any other text.
+inline bool parse_attention_impl(const std::string& name, AttentionImpl* out) {
+  if (name == "strata")
+    *out = AttentionImpl::Strata;
+  else if (name == "cudnn")
+    *out = AttentionImpl::Cudnn;
   else
     return false;
   return true;

@@ -271,6 +271,19 @@ void set_precision(Run& run) {
   }
   run.model->backend().set_matmul_precision(matmul);
   run.precision = precision;
+  // model.attention (checked when the recipe was read): cuDNN's needs bf16
+  // and a backend that has it.
+  ops::AttentionImpl attention = ops::AttentionImpl::Strata;
+  ops::parse_attention_impl(run.c.model.attention, &attention);
+  if (attention == ops::AttentionImpl::Cudnn && matmul != ops::MatmulPrecision::BF16)
+    run.c.fail("model.attention",
+               cat("cudnn needs bf16 matmuls (training.precision = \"bf16\"; it is ", precision,
+                   ")"));
+  try {
+    run.model->backend().set_attention(attention);
+  } catch (const Error& e) {
+    run.c.fail("model.attention", e.what());
+  }
 }
 
 void log_layerskip(const LayerSkipConfig& ls) {

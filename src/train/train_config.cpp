@@ -11,6 +11,8 @@
 #include "core/threads.h"
 #include "eval/evaluate.h"
 #include "eval/task.h"
+#include "ops/backend.h"
+#include "ops/types.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -91,9 +93,13 @@ ModelSection read_model(const Recipe& r) {
   s.config_file = r.get_string("model.config");
   s.plan = r.get_string("model.plan");
   s.plan_given = r.given("model.plan");
+  s.attention = r.get_string("model.attention");
+  ops::AttentionImpl impl;
+  if (!ops::parse_attention_impl(s.attention, &impl))
+    r.fail("model.attention", cat("unknown attention '", s.attention, "' (strata or cudnn)"));
   for (const KeySpec& k : train_recipe_schema()) {
     if (k.path.rfind("model.", 0) != 0 || k.path == "model.init_from" || k.path == "model.config" ||
-        k.path == "model.plan" || !r.given(k.path))
+        k.path == "model.plan" || k.path == "model.attention" || !r.given(k.path))
       continue;
     const std::string name = k.path.substr(6);
     if (k.type == KeyType::Int)  // sizes and counts: none may be 0 or wrap at 32 bits
@@ -270,6 +276,17 @@ TrainConfig read_train_config(const Recipe& r) {
     r.fail("training.precision",
            cat("unknown precision '", c.training.precision, "' (fp32, bf16 or auto)"));
   c.model = read_model(r);
+  // cuDNN's attention needs device cuda and bf16 matmuls (the backend then
+  // checks that the build has cuDNN).
+  if (c.model.attention == "cudnn") {
+    if (c.training.precision == "fp32")
+      r.fail("model.attention", "cudnn needs bf16 matmuls (training.precision = \"bf16\")");
+    const std::string device = ops::resolve_device(c.run.device);
+    if (device != "cuda")
+      r.fail("model.attention",
+             cat("cudnn runs on device cuda only (run.device is ", c.run.device,
+                 device != c.run.device ? cat(", here ", device) : std::string(), ")"));
+  }
   c.data = read_data(r);
   c.layerskip = read_layerskip(r);
   return c;

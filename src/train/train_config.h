@@ -37,6 +37,7 @@ struct ModelSection {
   std::string config_file;  // model.config: a Hugging Face config.json ("": none)
   std::string plan;         // the layer plan as written ("": all standard, or the checkpoint's)
   bool plan_given = false;  // written in the recipe (compared with a checkpoint's)
+  std::string attention = "strata";  // model.attention: strata or cudnn (checked)
   // The shape keys the recipe gives (model.hidden_size, ...), by their
   // LlamaConfig JSON names (hidden_size, ...), typed by the schema, in schema order.
   nlohmann::ordered_json shape = nlohmann::ordered_json::object();

@@ -33,6 +33,10 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "(default: all standard; with init_from: run the checkpoint's weights under this plan); "
        "the kinds and their options:\n" +
            kinds_help()},
+      {"model.attention", K::String, "\"strata\"",
+       "attention kernels on device cuda (and simt): strata (strata's own; tensor-core flash "
+       "kernels with bf16 matmuls) or cudnn (cuDNN's fused attention: device cuda, "
+       "training.precision bf16, a build with cuDNN)"},
       {"model.vocab_size", K::Int, "", "vocabulary size (default: the tokenizer's)"},
       {"model.hidden_size", K::Int, "", "model width"},
       {"model.intermediate_size", K::Int, "", "MLP width"},

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "backends/cuda/backends.h"
+#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/kernels/gemm.cuh"
 #include "core/log.h"
@@ -207,8 +208,20 @@ std::unique_ptr<ops::Backend<T>> make_cuda_backend(int device) {
   gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   std::shared_ptr<void> owner(static_cast<void*>(s),
                               [](void* p) { cudaStreamDestroy(static_cast<cudaStream_t>(p)); });
-  return std::make_unique<KernelBackend<T>>("cuda", s, std::make_unique<LtGemm<T>>(s),
-                                            std::move(owner));
+  auto be = std::make_unique<KernelBackend<T>>("cuda", s, std::make_unique<LtGemm<T>>(s),
+                                               std::move(owner));
+  if constexpr (!std::is_same_v<T, float>) {
+    be->set_external_attention(nullptr, "cuDNN's attention runs float models only");
+  } else {
+#if defined(STRATA_HAVE_CUDNN)
+    be->set_external_attention(make_cudnn_attention(), "");
+#else
+    be->set_external_attention(nullptr,
+                               "this build has no cuDNN attention (cuDNN 9 or the cuDNN frontend "
+                               "headers were not found when it was configured: docs/gpu.md)");
+#endif
+  }
+  return be;
 }
 
 template std::unique_ptr<ops::Backend<float>> make_cuda_backend<float>(int);

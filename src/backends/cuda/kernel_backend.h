@@ -105,6 +105,12 @@ class KernelBackend final : public ops::Backend<T> {
   void set_matmul_precision(ops::MatmulPrecision p) override { gemm_->set_precision(p); }
   bool native_bf16() const override { return gemm_->native_bf16(); }
   std::string matmul_path(ops::MatmulPrecision p) const override { return gemm_->path(p); }
+  void set_attention(ops::AttentionImpl a) override { ctx_.set_attention(a); }
+  // The library attention this backend may run (cuda_backend.cu), or why it
+  // has none.
+  void set_external_attention(std::unique_ptr<ExternalAttention> x, std::string why_none) {
+    ctx_.set_external_attention(std::move(x), std::move(why_none));
+  }
 
   // --------------------------------------------------------------------- ops
   // Every op of ops/ops.def: the launcher of the same name (kernels/<op>.cuh).

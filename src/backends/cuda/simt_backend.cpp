@@ -72,7 +72,10 @@ class CpuGemm final : public GemmEngine<T> {
 
 template <typename T>
 std::unique_ptr<ops::Backend<T>> make_simt_backend() {
-  return std::make_unique<KernelBackend<T>>("simt", nullptr, std::make_unique<CpuGemm<T>>());
+  auto be = std::make_unique<KernelBackend<T>>("simt", nullptr, std::make_unique<CpuGemm<T>>());
+  be->set_external_attention(nullptr, "device simt runs strata's kernels only (cuDNN's attention "
+                                      "needs device cuda)");
+  return be;
 }
 
 template std::unique_ptr<ops::Backend<float>> make_simt_backend<float>();

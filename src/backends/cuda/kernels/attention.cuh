@@ -13,6 +13,7 @@
 #include "backends/cuda/kernels/attention_view.cuh"
 #include "backends/cuda/kernels/context.cuh"
 #include "backends/cuda/kernels/flash_attention.cuh"
+#include "backends/cuda/kernels/gemm.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -268,10 +269,61 @@ bool use_flash(KernelContext<T>& k, int D) {
     return false;
 }
 
+// A library's attention (model.attention = "cudnn": ExternalAttention) runs
+// on bf16 copies in the same layouts; its results come back to fp32.
+template <typename T>
+uint16_t* bf16_copy(KernelContext<T>& k, Slot slot, const float* src, int64_t n) {
+  auto* dst = static_cast<uint16_t*>(k.scratch(slot, size_t(n) * 2));
+  if (n) STRATA_LAUNCH(k_to_bf16<float>, blocks_for(n, 256), 256, 0, k.stream(), dst, src, n);
+  return dst;
+}
+
+template <typename T>
+void external_attention_forward(KernelContext<T>& k, ExternalAttention& x, T* out, T* lse,
+                                const T* qkv, const AttentionShape& s) {
+  if constexpr (!std::is_same_v<T, float>) {
+    fail(cat(x.name(), " runs float models only"));
+  } else {
+    STRATA_CHECK(k.gemm().precision() == ops::MatmulPrecision::BF16,
+                 "model.attention = \"cudnn\" needs bf16 matmuls (training.precision = \"bf16\")");
+    const int64_t nq = int64_t(s.B) * s.T * (s.Hq + 2 * s.Hkv) * s.D,
+                  no = int64_t(s.B) * s.T * s.Hq * s.D;
+    const uint16_t* q16 = bf16_copy(k, kAttnQkv16, qkv, nq);
+    auto* o16 = static_cast<uint16_t*>(k.scratch(kAttnOut16, size_t(no) * 2));
+    float* stats = lse ? lse : static_cast<float*>(k.scratch(kLse, size_t(s.B) * s.Hq * s.T * 4));
+    x.forward(k.stream(), o16, stats, q16, s, k.scratch(kAttnWork, x.forward_workspace(s)));
+    STRATA_LAUNCH(k_from_bf16<float>, blocks_for(no, 256), 256, 0, k.stream(), out,
+                  static_cast<const uint16_t*>(o16), no);
+  }
+}
+
+template <typename T>
+void external_attention_backward(KernelContext<T>& k, ExternalAttention& x, T* dqkv, const T* dout,
+                                 const T* qkv, const T* out, const T* lse,
+                                 const AttentionShape& s) {
+  if constexpr (!std::is_same_v<T, float>) {
+    fail(cat(x.name(), " runs float models only"));
+  } else {
+    const int64_t nq = int64_t(s.B) * s.T * (s.Hq + 2 * s.Hkv) * s.D,
+                  no = int64_t(s.B) * s.T * s.Hq * s.D;
+    const uint16_t* q16 = bf16_copy(k, kAttnQkv16, qkv, nq);
+    const uint16_t* o16 = bf16_copy(k, kAttnOut16, out, no);
+    const uint16_t* d16 = bf16_copy(k, kAttnDout16, dout, no);
+    auto* g16 = static_cast<uint16_t*>(k.scratch(kAttnGrad16, size_t(nq) * 2));
+    x.backward(k.stream(), g16, d16, q16, o16, lse, s,
+               k.scratch(kAttnWork, x.backward_workspace(s)));
+    STRATA_LAUNCH(k_from_bf16<float>, blocks_for(nq, 256), 256, 0, k.stream(), dqkv,
+                  static_cast<const uint16_t*>(g16), nq);
+  }
+}
+
 template <typename T>
 void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B, int T_, int Hq,
                        int Hkv, int D) {
   check_heads(Hq, Hkv, D);
+  if (int64_t(B) * T_ * Hq == 0) return;
+  if (ExternalAttention* x = k.external_attention())
+    return external_attention_forward(k, *x, out, lse, qkv, AttentionShape{B, T_, Hq, Hkv, D});
   const int64_t W = int64_t(Hq + 2 * Hkv) * D;
   AttnView<T> v{qkv,
                 qkv + int64_t(Hq) * D,
@@ -301,6 +353,9 @@ void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qk
   check_heads(Hq, Hkv, D);
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
+  if (ExternalAttention* x = k.external_attention())
+    return external_attention_backward(k, *x, dqkv, dout, qkv, out, lse,
+                                       AttentionShape{B, T_, Hq, Hkv, D});
   T* delta = static_cast<T*>(k.scratch(kDelta, size_t(rows) * sizeof(T)));
   STRATA_LAUNCH(k_attention_delta<T>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta, dout,
                 out, B, T_, Hq, D);

@@ -11,7 +11,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "backends/cuda/device_pool.h"
+#include "backends/cuda/external_attention.h"
 #include "backends/cuda/gemm_engine.h"
 #include "backends/cuda/kernels/common.cuh"
 
@@ -32,6 +37,11 @@ enum Slot {
   kTarget,
   kSum,
   kPartial,
+  kAttnQkv16,  // bf16 buffers of an external attention (context.cuh)
+  kAttnOut16,
+  kAttnDout16,
+  kAttnGrad16,
+  kAttnWork,
   kSlots
 };
 
@@ -102,6 +112,23 @@ class KernelContext {
   GemmEngine<T>& gemm() { return *gemm_; }
   DevicePool& pool() { return *pool_; }
 
+  // The attention implementation (ops::AttentionImpl). The backend gives the
+  // library one it has (the cuda backend of a build with cuDNN), or the
+  // reason it has none, which set_attention(Cudnn) then reports.
+  void set_external_attention(std::unique_ptr<ExternalAttention> x, std::string why_none) {
+    external_ = std::move(x);
+    why_none_ = std::move(why_none);
+  }
+  void set_attention(ops::AttentionImpl a) {
+    if (a == ops::AttentionImpl::Cudnn && !external_)
+      fail(cat("cudnn: ", why_none_));
+    attention_ = a;
+  }
+  // The external attention to run, or null for strata's kernels.
+  ExternalAttention* external_attention() const {
+    return attention_ == ops::AttentionImpl::Cudnn ? external_.get() : nullptr;
+  }
+
   // Slot s with at least `bytes`, grown on demand (the old buffer goes back to
   // the pool in stream order, so kernels still using it finish first).
   void* scratch(Slot s, size_t bytes) {
@@ -154,6 +181,9 @@ class KernelContext {
   GemmEngine<T>* gemm_;
   DevicePool* pool_;
   Buffer scratch_[kSlots];
+  std::unique_ptr<ExternalAttention> external_;
+  std::string why_none_ = "this backend has no cuDNN attention";
+  ops::AttentionImpl attention_ = ops::AttentionImpl::Strata;
   PinnedStaging tokens_{"token ids"}, targets_{"targets"}, readback_{"loss read-back"};
 };
 

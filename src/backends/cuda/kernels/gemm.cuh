@@ -17,6 +17,15 @@ STRATA_GLOBAL void k_to_bf16(uint16_t* dst, const F* src, int64_t n) {
   STRATA_GRID_LOOP(i, n) dst[i] = bf16_bits(src[i]);
 }
 
+// dst[i] = the float value of bfloat16 bits src[i] (exact).
+template <typename F = float>
+STRATA_GLOBAL void k_from_bf16(F* dst, const uint16_t* src, int64_t n) {
+  STRATA_GRID_LOOP(i, n) {
+    const uint32_t bits = uint32_t(src[i]) << 16;
+    memcpy(dst + i, &bits, 4);
+  }
+}
+
 // dst[i] = src[i] rounded to bfloat16, kept as float (SIMT GEMM stand-in).
 template <typename F = float>
 STRATA_GLOBAL void k_round_bf16(F* dst, const F* src, int64_t n) {
