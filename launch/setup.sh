@@ -53,5 +53,13 @@ if [[ "${STRATA_SKIP_APT:-0}" != 1 ]]; then
   fi
 fi
 
+# A CUDA machine with cuDNN 9 also gets the cuDNN frontend's headers (PyPI),
+# for model.attention = "cudnn"; without them (no pip, no network) the build
+# leaves cuDNN's attention out and says so.
+cudnn_h=$(ls /usr/local/cuda/include/cudnn.h /usr/include/cudnn.h 2>/dev/null | head -1 || true)
+if [[ -x /usr/local/cuda/bin/nvcc && -n $cudnn_h && ! -f .deps/cudnn-frontend/include/cudnn_frontend.h ]]; then
+  cmake/fetch_cudnn_frontend.sh || echo "setup: no cuDNN frontend headers: cuDNN attention left out"
+fi
+
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
