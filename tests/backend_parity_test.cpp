@@ -376,3 +376,43 @@ TEST(BackendParity, GemmFallbackUnderTheLinearOp) {
   EXPECT_EQ(engine.fallback_gemms() - before, 1u);
   expect_close(outs[1], outs[0], 1e-5, "linear with IC 45, OC 29");
 }
+
+// The LM head in row chunks with bf16 matmuls: the head weight is converted
+// to bf16 once per call (PinnedOperand), not in each chunk's two GEMMs, and
+// chunking changes nothing but the order dW's chunks are summed in.
+TEST(BackendParity, Bf16HeadConvertsItsWeightOncePerCall) {
+  const int N = 50, C = 32, V = 64;  // widths cuBLASLt is given (not the fallback GEMM)
+  const Host x = optable::random_host(N * C, 11), wn = optable::random_host(C, 12),
+             w = optable::random_host(V * C, 13);
+  std::vector<int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[size_t(i)] = (i * 7) % V;
+  std::vector<Host> grads;
+  std::vector<double> losses;
+  for (int64_t rows : {0, 16}) {  // one chunk; four chunks (16, 16, 16, 2 rows)
+    auto simt = ops::make_backend<float>("simt");
+    auto& kb = dynamic_cast<cuda::KernelBackend<float>&>(*simt);
+    kb.set_matmul_precision(ops::MatmulPrecision::BF16);
+    kb.set_head_chunk_rows(rows);
+    optable::Device<float> dev(*simt);
+    float* dx = dev.put(Host(size_t(N * C), 0.0));
+    float* dwn = dev.put(Host(size_t(C), 0.0));
+    float* dw = dev.put(Host(size_t(V * C), 0.0));
+    float* xn = dev.put(Host(size_t(N * C), 0.0));
+    float* rstd = dev.put(Host(size_t(N), 0.0));
+    const uint64_t before = kb.gemm_engine().bf16_conversions();
+    int64_t n_valid = 0;
+    losses.push_back(simt->head_ce_forward_backward(dx, dwn, dw, xn, rstd, &n_valid, dev.put(x),
+                                                    dev.put(wn), dev.put(w), targets.data(), N, C,
+                                                    V, 1e-5, 1.0 / N));
+    // Per chunk: xn (logits GEMM), the logits (dxn GEMM), the logits and xn
+    // (dW GEMM); the weight, read by the first two, once in all.
+    const uint64_t chunks = rows ? 4 : 1;
+    EXPECT_EQ(kb.gemm_engine().bf16_conversions() - before, 4 * chunks + 1) << rows << " rows";
+    Host g = dev.get(dx, N * C);
+    const Host gw = dev.get(dw, V * C);
+    g.insert(g.end(), gw.begin(), gw.end());
+    grads.push_back(g);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-6 * std::abs(losses[0]));
+  expect_close(grads[1], grads[0], 1e-5, "head gradients, 4 chunks vs 1");
+}

@@ -46,8 +46,7 @@ class LtGemm final : public GemmEngine<T> {
     cudaStreamSynchronize(stream_);
     for (auto& e : plans_) destroy(e.second);
     gpu::free_device(workspace_);
-    gpu::free_device(bf16_[0]);
-    gpu::free_device(bf16_[1]);
+    for (void* b : bf16_) gpu::free_device(b);
     cublasLtDestroy(handle_);
   }
 
@@ -179,6 +178,13 @@ class LtGemm final : public GemmEngine<T> {
   // waits for other streams, and the engine stays usable without a backend.
   const void* to_bf16(int slot, const T* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = (rows - 1) * ld + cols;
+    if (src == this->pinned()) {  // converted once while pinned (gemm_engine.h)
+      if (pinned_epoch_ == this->pin_epoch() && pinned_n_ == n) return bf16_[2];
+      slot = 2;
+      pinned_epoch_ = this->pin_epoch();
+      pinned_n_ = n;
+    }
+    this->note_conversion();
     if (bf16_n_[slot] < n) {
       gpu::free_async(bf16_[slot], stream_);
       bf16_[slot] = gpu::malloc_async(size_t(n) * 2, stream_);
@@ -192,8 +198,10 @@ class LtGemm final : public GemmEngine<T> {
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
-  void* bf16_[2] = {nullptr, nullptr};
-  int64_t bf16_n_[2] = {0, 0};
+  void* bf16_[3] = {nullptr, nullptr, nullptr};  // A, B, the pinned operand
+  int64_t bf16_n_[3] = {0, 0, 0};
+  uint64_t pinned_epoch_ = ~uint64_t(0);
+  int64_t pinned_n_ = 0;
   bool native_bf16_ = false;
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
   std::map<Key, Plan> plans_;

@@ -64,11 +64,43 @@ class GemmEngine {
   // stand-in) since the engine was made: tests check the rule routes them.
   uint64_t fallback_gemms() const { return fallbacks_; }
 
+  // While an operand is pinned, bf16 GEMMs that read it (the same pointer
+  // and extent) convert it once instead of on every call: the LM head reads
+  // its weight in every row chunk, twice. The caller keeps its values
+  // unchanged until unpin (PinnedOperand does both). No effect in fp32.
+  void pin_operand(const T* p) {
+    pinned_ = p;
+    ++pin_epoch_;
+  }
+  void unpin_operand() {
+    pinned_ = nullptr;
+    ++pin_epoch_;
+  }
+  // Operands converted to bf16 since the engine was made (tests count them).
+  uint64_t bf16_conversions() const { return conversions_; }
+
  protected:
   void note_fallback() { ++fallbacks_; }
+  void note_conversion() { ++conversions_; }
+  const T* pinned() const { return pinned_; }
+  uint64_t pin_epoch() const { return pin_epoch_; }
 
  private:
-  uint64_t fallbacks_ = 0;
+  uint64_t fallbacks_ = 0, conversions_ = 0, pin_epoch_ = 0;
+  const T* pinned_ = nullptr;
+};
+
+// Pins an operand for a scope (GemmEngine::pin_operand).
+template <typename T>
+class PinnedOperand {
+ public:
+  PinnedOperand(GemmEngine<T>& g, const T* p) : g_(g) { g_.pin_operand(p); }
+  ~PinnedOperand() { g_.unpin_operand(); }
+  PinnedOperand(const PinnedOperand&) = delete;
+  PinnedOperand& operator=(const PinnedOperand&) = delete;
+
+ private:
+  GemmEngine<T>& g_;
 };
 
 }  // namespace strata::cuda

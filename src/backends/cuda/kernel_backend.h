@@ -106,6 +106,8 @@ class KernelBackend final : public ops::Backend<T> {
   bool native_bf16() const override { return gemm_->native_bf16(); }
   std::string matmul_path(ops::MatmulPrecision p) const override { return gemm_->path(p); }
   void set_attention(ops::AttentionImpl a) override { ctx_.set_attention(a); }
+  // Tests: rows per LM-head chunk (0: the rule of head_ce.cuh).
+  void set_head_chunk_rows(int64_t rows) { ctx_.set_head_chunk_rows(rows); }
   // The library attention this backend may run (cuda_backend.cu), or why it
   // has none.
   void set_external_attention(std::unique_ptr<ExternalAttention> x, std::string why_none) {

@@ -124,6 +124,10 @@ class KernelContext {
       fail(cat("cudnn: ", why_none_));
     attention_ = a;
   }
+  // Rows per chunk of the LM head (head_ce.cuh), 0: its own rule. Tests
+  // force small chunks with it.
+  int64_t head_chunk_rows() const { return head_rows_; }
+  void set_head_chunk_rows(int64_t r) { head_rows_ = r; }
   // The external attention to run, or null for strata's kernels.
   ExternalAttention* external_attention() const {
     return attention_ == ops::AttentionImpl::Cudnn ? external_.get() : nullptr;
@@ -184,6 +188,7 @@ class KernelContext {
   std::unique_ptr<ExternalAttention> external_;
   std::string why_none_ = "this backend has no cuDNN attention";
   ops::AttentionImpl attention_ = ops::AttentionImpl::Strata;
+  int64_t head_rows_ = 0;
   PinnedStaging tokens_{"token ids"}, targets_{"targets"}, readback_{"loss read-back"};
 };
 

@@ -1,8 +1,10 @@
 // Fused final RMSNorm + LM head + cross-entropy, chunked over rows as the
 // CPU backend (backends/cpu/head_ce.cpp): per chunk one logits GEMM, the row
-// softmax kernel (a 256-thread block per row, gradient in place) and two
-// GEMMs for dxn and dwout; the vocabulary-parallel head in phases over the
-// same chunks. Kernels on top, launchers below.
+// softmax kernel (a 256-thread block per row: one pass for the log-sum-exp,
+// one for the gradient in place) and two GEMMs for dxn and dwout; with bf16
+// matmuls the head weight is converted once per call (PinnedOperand), not
+// per chunk; the vocabulary-parallel head in phases over the same chunks.
+// Kernels on top, launchers below.
 #pragma once
 
 #include <algorithm>
@@ -33,13 +35,21 @@ STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targ
     if (mode == 2) {
       lr = lse[r];
     } else {
-      T m = g_neg_inf<T>();
-      for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) m = g_max(m, l[j]);
-      m = block_max(m);
-      T s = 0;
-      for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) s += g_exp(l[j] - m);
-      s = block_sum(s);
-      lr = m + g_log(s);
+      // One pass for the log-sum-exp: each thread keeps its running max and
+      // its sum scaled to it (online softmax), then the block combines them.
+      T m = g_neg_inf<T>(), s = 0;
+      for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) {
+        const T x = l[j];
+        if (x > m) {
+          s = s * g_exp(m - x) + T(1);
+          m = x;
+        } else {
+          s += g_exp(x - m);
+        }
+      }
+      const T mb = block_max(m);
+      s = block_sum(m == g_neg_inf<T>() ? T(0) : s * g_exp(m - mb));
+      lr = mb + g_log(s);
       const T ly = owned ? l[yl] : T(0);
       __syncthreads();  // every thread has read l[yl] before the gradient overwrites it
       if (threadIdx.x == 0) {
@@ -70,9 +80,15 @@ STRATA_GLOBAL void k_ce_nll(T* nll, const T* lse, const T* target_logit, const i
 
 enum class HeadMode { Forward, Backward, ForwardBackward };
 
-// Rows per chunk: about 64 MiB of logits, 256 to 8192 rows.
-inline int64_t head_chunk_rows(int64_t N, int V) {
-  const int64_t R = std::clamp<int64_t>((int64_t(1) << 24) / std::max(V, 1), 256, 8192) / 16 * 16;
+// Rows per chunk: 64 Mi logits (256 MiB in fp32), but at least 2048 rows,
+// because the chunk is the K of the dW GEMM (V x C += logits^T x), which a
+// few hundred rows leave far from the tensor cores' rate while it rewrites
+// all of dW per chunk (1 GiB at V 128256, C 2048), and at most 8192; at V
+// 128256 that is 1 GiB of logits. `forced` (KernelBackend::set_head_chunk_rows,
+// tests) overrides it.
+inline int64_t head_chunk_rows(int64_t N, int V, int64_t forced = 0) {
+  if (forced > 0) return std::min(forced, N);
+  const int64_t R = std::clamp<int64_t>((int64_t(1) << 26) / std::max(V, 1), 2048, 8192) / 16 * 16;
   return std::min(R, N);
 }
 
@@ -84,8 +100,9 @@ double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* x
     if (n_valid) *n_valid = 0;
     return 0.0;
   }
-  const int64_t R = head_chunk_rows(N, V);
+  const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const PinnedOperand<T> pin(k.gemm(), wout);  // bf16: wout converted once, not per chunk
   const bool grad = mode != HeadMode::Forward;
   T* dxn =
       grad && (dx || dwn) ? static_cast<T*>(k.scratch(kDxn, size_t(N) * C * sizeof(T))) : nullptr;
@@ -147,8 +164,9 @@ void head_ce_shard_stats(KernelContext<T>& k, T* xn, T* rstd, T* lse, T* target_
                          const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
                          int V, int64_t v0, double eps) {
   if (N == 0) return;
-  const int64_t R = head_chunk_rows(N, V);
+  const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const PinnedOperand<T> pin(k.gemm(), wout);
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
   rmsnorm_forward(k, xn, rstd, x, wn, N, C, eps);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
@@ -182,8 +200,9 @@ void head_ce_shard_backward(KernelContext<T>& k, T* dxn, T* dwout, const T* xn, 
                             const T* wout, const int32_t* targets, int64_t N, int C, int V,
                             int64_t v0, double dloss) {
   if (N == 0) return;
-  const int64_t R = head_chunk_rows(N, V);
+  const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const PinnedOperand<T> pin(k.gemm(), wout);
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
