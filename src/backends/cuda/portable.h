@@ -10,7 +10,8 @@
 // __device__ helper), __shared__ arrays, STRATA_DYNAMIC_SHARED, threadIdx /
 // blockIdx / blockDim / gridDim, __syncthreads, __syncwarp, __shfl_*_sync,
 // __ballot_sync / __any_sync / __all_sync, atomicAdd, the tensor-core
-// instructions mma_bf16_16816 and ldmatrix_x4(_trans), and the math helpers of
+// instructions mma_bf16_16816 and ldmatrix_x4(_trans), pack_bf16x2 and
+// load_f32x4 (a 128-bit load where aligned), and the math helpers of
 // kernels/common.cuh (never CUDA's fast-math intrinsics directly). Callers
 // launch with STRATA_LAUNCH(kernel, grid, block, shared_bytes, stream, args...).
 //
@@ -93,6 +94,22 @@ STRATA_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+// Two floats rounded to nearest even into a bf16x2 register (lo in the low
+// half): one cvt instruction. NaN becomes the canonical bf16 NaN.
+STRATA_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Four consecutive floats: one 128-bit load where p is 16-byte aligned.
+STRATA_DEVICE void load_f32x4(float (&v)[4], const float* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  } else {
+    for (int e = 0; e < 4; ++e) v[e] = p[e];
+  }
 }
 
 namespace strata::gpu {
@@ -305,6 +322,17 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
   ::strata::simt::ldmatrix_x4(r, row, true);
 }
+// Round to nearest even, as cvt.rn.bf16x2.f32 (NaN: a quiet NaN).
+inline uint32_t pack_bf16x2(float lo, float hi) {
+  const auto bits = [](float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+    return (x & 0x7FFFFFFFu) > 0x7F800000u ? ((x >> 16) | 0x0040u) & 0xFFFFu : rounded & 0xFFFFu;
+  };
+  return bits(lo) | (bits(hi) << 16);
+}
+inline void load_f32x4(float (&v)[4], const float* p) { std::memcpy(v, p, sizeof v); }
 
 namespace strata::gpu {
 inline namespace STRATA_TARGET_NS {

@@ -41,9 +41,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 inline bool flash_head_dim(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
 
-STRATA_DEVICE uint32_t pack_bf16(float lo, float hi) {
-  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
-}
+STRATA_DEVICE uint32_t pack_bf16(float lo, float hi) { return pack_bf16x2(lo, hi); }
 
 // Element offset of chunk c (8 elements) of row r in a swizzled tile.
 template <int D>
@@ -62,8 +60,12 @@ STRATA_DEVICE void stage_tile(uint16_t* tile, const float* src, int64_t stride, 
     const int r = ci / chunks, c = ci % chunks;
     uint32_t w[4] = {0, 0, 0, 0};
     if (r < valid) {
-      const float* p = src + int64_t(r) * stride + c * 8;
-      for (int e = 0; e < 4; ++e) w[e] = pack_bf16(p[2 * e], p[2 * e + 1]);
+      for (int half = 0; half < 2; ++half) {
+        float f[4];
+        load_f32x4(f, src + int64_t(r) * stride + c * 8 + 4 * half);
+        w[2 * half] = pack_bf16(f[0], f[1]);
+        w[2 * half + 1] = pack_bf16(f[2], f[3]);
+      }
     }
     uint32_t* dst = reinterpret_cast<uint32_t*>(tile + swz<D>(r, c));
     for (int e = 0; e < 4; ++e) dst[e] = w[e];
@@ -224,15 +226,21 @@ struct FlashBwd {
   int B, T, Hq, Hkv;
 };
 
+// Keys per tile of the dq kernel: 32 at head dim 128, where a 64-key tile's
+// scores and dP (64 registers) beside dq (64) spill on sm_90.
+template <int D>
+inline constexpr int kFlashDqKeys = D >= 128 ? 32 : kFlashKeys;
+
 // dq of a tile of 64 queries of head h: grid (query tiles, Hq, B).
 STRATA_LAUNCH_BOUNDS(k_flash_backward_dq, kFlashThreads);
 template <int D>
 STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(FlashBwd a) {
+  constexpr int KT = kFlashDqKeys<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
   uint16_t* qs = smem;
   uint16_t* dos = qs + kFlashRows * D;
   uint16_t* ks = dos + kFlashRows * D;
-  uint16_t* vs = ks + kFlashKeys * D;
+  uint16_t* vs = ks + KT * D;
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / 4, t = lane % 4;
   const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
@@ -255,24 +263,23 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(Fla
   const int nk = g_min(q0 + kFlashRows, a.T);
   float dq[D / 8][4];
   zero_acc(dq);
-  for (int k0 = 0; k0 < nk; k0 += kFlashKeys) {
+  for (int k0 = 0; k0 < nk; k0 += KT) {
     __syncthreads();
-    stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, kFlashKeys, nk - k0);
-    stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, kFlashKeys,
-                  nk - k0);
+    stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, KT, nk - k0);
+    stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, KT, nk - k0);
     __syncthreads();
-    float s[kFlashKeys / 8][4], dp[kFlashKeys / 8][4];
+    float s[KT / 8][4], dp[KT / 8][4];
     zero_acc(s);
     zero_acc(dp);
-    mma_abt<D, kFlashKeys>(s, qs, 16 * warp, ks, 0, lane);
-    mma_abt<D, kFlashKeys>(dp, dos, 16 * warp, vs, 0, lane);
-    for (int n = 0; n < kFlashKeys / 8; ++n)
+    mma_abt<D, KT>(s, qs, 16 * warp, ks, 0, lane);
+    mma_abt<D, KT>(dp, dos, 16 * warp, vs, 0, lane);
+    for (int n = 0; n < KT / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         const int r = i >> 1, key = k0 + 8 * n + 2 * t + (i & 1);
         const float p = key <= rows[r] && rows[r] < a.T ? g_exp2(s[n][i] * scale2 - lse2[r]) : 0.f;
         s[n][i] = p * (dp[n][i] - delta[r]);  // dS
       }
-    mma_pb<D, kFlashKeys>(dq, s, ks, 0, lane);
+    mma_pb<D, KT>(dq, s, ks, 0, lane);
   }
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= a.T) continue;
@@ -282,19 +289,25 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(Fla
   }
 }
 
+// Queries per tile of the dk/dv kernel: 16 at head dim 128, where dk and dv
+// take 128 registers and a 32-query tile spills on sm_80.
+template <int D>
+inline constexpr int kFlashDkvQueries = D >= 128 ? 16 : kFlashQueries;
+
 // dk and dv of a tile of 64 keys of kv head g: grid (key tiles, Hkv, B).
 // Sums over the queries i >= key of every query head of the group, tiles of
 // 32 queries staged with their lse and delta.
 STRATA_LAUNCH_BOUNDS(k_flash_backward_dkv, kFlashThreads);
 template <int D>
 STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(FlashBwd a) {
+  constexpr int QT = kFlashDkvQueries<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
   uint16_t* ks = smem;
   uint16_t* vs = ks + kFlashRows * D;
   uint16_t* qs = vs + kFlashRows * D;
-  uint16_t* dos = qs + kFlashQueries * D;
-  float* lse2_s = reinterpret_cast<float*>(dos + kFlashQueries * D);
-  float* delta_s = lse2_s + kFlashQueries;
+  uint16_t* dos = qs + QT * D;
+  float* lse2_s = reinterpret_cast<float*>(dos + QT * D);
+  float* delta_s = lse2_s + QT;
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / 4, t = lane % 4;
   const int k0 = int(blockIdx.x) * kFlashRows;
@@ -314,30 +327,30 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(F
     const float* qb = base + int64_t(h) * D;
     const float* dob = a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D;
     const int64_t lb = (int64_t(b) * a.Hq + h) * a.T;
-    for (int i0 = k0 / kFlashQueries * kFlashQueries; i0 < a.T; i0 += kFlashQueries) {
+    for (int i0 = k0 / QT * QT; i0 < a.T; i0 += QT) {
       __syncthreads();
-      stage_tile<D>(qs, qb + int64_t(i0) * W, W, kFlashQueries, a.T - i0);
-      stage_tile<D>(dos, dob + int64_t(i0) * a.Hq * D, int64_t(a.Hq) * D, kFlashQueries, a.T - i0);
-      for (int i = int(threadIdx.x); i < kFlashQueries; i += int(blockDim.x)) {
+      stage_tile<D>(qs, qb + int64_t(i0) * W, W, QT, a.T - i0);
+      stage_tile<D>(dos, dob + int64_t(i0) * a.Hq * D, int64_t(a.Hq) * D, QT, a.T - i0);
+      for (int i = int(threadIdx.x); i < QT; i += int(blockDim.x)) {
         const bool ok = i0 + i < a.T;
         lse2_s[i] = ok ? a.lse[lb + i0 + i] * kLog2e : 0.f;
         delta_s[i] = ok ? a.delta[lb + i0 + i] : 0.f;
       }
       __syncthreads();
-      float s[kFlashQueries / 8][4], dp[kFlashQueries / 8][4];
+      float s[QT / 8][4], dp[QT / 8][4];
       zero_acc(s);
       zero_acc(dp);
-      mma_abt<D, kFlashQueries>(s, ks, 16 * warp, qs, 0, lane);   // S^T = K Q^T
-      mma_abt<D, kFlashQueries>(dp, vs, 16 * warp, dos, 0, lane);  // dP^T = V dO^T
-      for (int n = 0; n < kFlashQueries / 8; ++n)
+      mma_abt<D, QT>(s, ks, 16 * warp, qs, 0, lane);   // S^T = K Q^T
+      mma_abt<D, QT>(dp, vs, 16 * warp, dos, 0, lane);  // dP^T = V dO^T
+      for (int n = 0; n < QT / 8; ++n)
         for (int i = 0; i < 4; ++i) {
           const int qi = 8 * n + 2 * t + (i & 1), q = i0 + qi, key = keys[i >> 1];
           const float p = q >= key && q < a.T ? g_exp2(s[n][i] * scale2 - lse2_s[qi]) : 0.f;
           s[n][i] = p;                              // P^T
           dp[n][i] = p * (dp[n][i] - delta_s[qi]);  // dS^T
         }
-      mma_pb<D, kFlashQueries>(dv, s, dos, 0, lane);  // dV += P^T dO
-      mma_pb<D, kFlashQueries>(dk, dp, qs, 0, lane);  // dK += dS^T Q
+      mma_pb<D, QT>(dv, s, dos, 0, lane);  // dV += P^T dO
+      mma_pb<D, QT>(dk, dp, qs, 0, lane);  // dK += dS^T Q
     }
   }
   for (int r = 0; r < 2; ++r) {
@@ -359,11 +372,12 @@ size_t flash_forward_smem() {
 }
 template <int D>
 size_t flash_dq_smem() {
-  return size_t(2 * kFlashRows + 2 * kFlashKeys) * D * 2;
+  return size_t(2 * kFlashRows + 2 * kFlashDqKeys<D>) * D * 2;
 }
 template <int D>
 size_t flash_dkv_smem() {
-  return size_t(2 * kFlashRows + 2 * kFlashQueries) * D * 2 + 2 * kFlashQueries * sizeof(float);
+  return size_t(2 * kFlashRows + 2 * kFlashDkvQueries<D>) * D * 2 +
+         2 * kFlashDkvQueries<D> * sizeof(float);
 }
 
 inline dim3 flash_grid(int rows, int heads, int B) {
