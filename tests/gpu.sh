@@ -114,7 +114,8 @@ configure_and_build() {
     { tail -30 "$out/configure.txt"; return 1; }
   grep -E '^-- strata' "$out/configure.txt"
   # What ctest -L gpu runs, and the kernel labs.
-  local targets=(strata test_backend_parity test_model_device test_grad test_simt strata-kernel-lab)
+  local targets=(strata test_backend_parity test_model_device test_grad test_simt test_flash_attention
+                 strata-kernel-lab)
   [ $dry -eq 0 ] && targets+=(strata-kernel-lab-cuda)
   cmake --build "$build" -j "$jobs" --target "${targets[@]}" 2>&1 | tail -3
   [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
@@ -141,12 +142,18 @@ step tests-gpu env OMP_NUM_THREADS=$(( cores / ctest_jobs )) \
 # --- 4. compute-sanitizer on the kernel parity tests ---------------------------
 sanitize() {
   # Every op in fp32 on each backend (cuda included) and the GEMM paths;
-  # racecheck, the slowest, on the op table against the CPU only.
+  # racecheck, the slowest, on the op table against the CPU only. Then the
+  # tensor-core attention (flash kernels and cuDNN's) on its tile shapes.
   local tool=$1 filter='BackendParity.EveryOpFloatMatchesTheCpuBackend:BackendParity.Gemm*'
   [ "$tool" = racecheck ] && filter='BackendParity.EveryOpFloatMatchesTheCpuBackend'
   timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
     "$build/tests/test_backend_parity" --gtest_filter="$filter" --gtest_brief=1 2>&1 | tail -15
-  return "${PIPESTATUS[0]}"
+  local rc=${PIPESTATUS[0]}
+  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+    "$build/tests/test_flash_attention" --gtest_filter='FlashAttentionTiles.*:FlashAttentionCudnn.*' \
+    --gtest_brief=1 2>&1 | tail -15
+  [ "$rc" -eq 0 ] && rc=${PIPESTATUS[0]}
+  return "$rc"
 }
 for tool in memcheck racecheck synccheck; do
   step "sanitizer-$tool" gpu_only sanitize "$tool"
