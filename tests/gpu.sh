@@ -103,6 +103,11 @@ configure_and_build() {
     [ -d "$carry/include" ] || { echo "$carry/ is missing: run tests/gpu_prepare.sh here first and carry it"; return 1; }
   fi
   local flags=(-DSTRATA_GPU_BUILD=ON "-DSTRATA_VENDOR_DIR=$repo/$carry" -DSTRATA_CUDA=ON)
+  # The cuDNN frontend's headers, carried packed (gpu_prepare.sh).
+  if [ -f "$carry/cudnn-frontend.tar.gz" ]; then
+    mkdir -p "$build" && tar xzf "$carry/cudnn-frontend.tar.gz" -C "$build" &&
+      flags+=("-DSTRATA_CUDNN_FRONTEND_DIR=$repo/$build/cudnn-frontend/include")
+  fi
   if [ $dry -eq 1 ]; then
     # The GPU machine has none of these: build without them here too.
     flags+=(-DSTRATA_WITH_ONEDNN=OFF -DSTRATA_WITH_HDF5=OFF -DSTRATA_WITH_SENTENCEPIECE=OFF

@@ -5,7 +5,7 @@
 #   include/    toml++ and nlohmann-json headers (from /usr/include)
 #   googletest/ GoogleTest's sources, without docs, samples and its own tests
 #               (from /usr/src/googletest)
-#   cudnn-frontend/ the cuDNN frontend's headers (cmake/fetch_cudnn_frontend.sh)
+#   cudnn-frontend.tar.gz  the cuDNN frontend's headers (cmake/fetch_cudnn_frontend.sh)
 #   data/debug-shakespeare/  the debug recipe's dataset, tokenised here with
 #               data/tokenizers/tok512.model, for a build without sentencepiece
 #               (needs a strata binary: --strata, default build/strata)
@@ -51,12 +51,13 @@ done
 # The cuDNN frontend's headers for model.attention = "cudnn" (the GPU
 # machine's PyTorch brings cuDNN itself): .deps/cudnn-frontend, fetched from
 # PyPI when missing; without them the GPU build has strata's attention only.
-rm -rf "$out/cudnn-frontend"
+# Compressed (3 MiB of headers, 0.4 MiB packed): tests/gpu.sh unpacks it.
+rm -rf "$out/cudnn-frontend" "$out/cudnn-frontend.tar.gz"
 if [[ ! -f $root/.deps/cudnn-frontend/include/cudnn_frontend.h ]]; then
-  "$root/cmake/fetch_cudnn_frontend.sh" || echo "gpu_prepare: no cuDNN frontend: cudnn-frontend/ not staged"
+  "$root/cmake/fetch_cudnn_frontend.sh" || echo "gpu_prepare: no cuDNN frontend: cudnn-frontend not staged"
 fi
 if [[ -f $root/.deps/cudnn-frontend/include/cudnn_frontend.h ]]; then
-  cp -r "$root/.deps/cudnn-frontend" "$out/cudnn-frontend"
+  tar czf "$out/cudnn-frontend.tar.gz" -C "$root/.deps" cudnn-frontend
 fi
 
 if [[ -x $strata ]]; then
@@ -76,11 +77,11 @@ fi
 size() { du -sb "$1" | cut -f1; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
 total=0
-for part in include googletest cudnn-frontend data; do
+for part in include googletest cudnn-frontend.tar.gz data; do
   [[ -e $out/$part ]] || continue
   b=$(size "$out/$part")
   total=$((total + b))
-  printf '%-12s %s\n' "$part/" "$(mib "$b")"
+  printf '%-12s %s\n' "$part$([[ -d $out/$part ]] && echo /)" "$(mib "$b")"
 done
 printf '%-12s %s\n' "carried" "$(mib "$total")"
 tracked=$(cd "$root" && git ls-files -z | xargs -0 stat -c %s -- 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
