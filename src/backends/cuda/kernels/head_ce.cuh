@@ -43,7 +43,7 @@ STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targ
         if (x > m) {
           s = s * g_exp(m - x) + T(1);
           m = x;
-        } else {
+        } else if (!(x == g_neg_inf<T>())) {  // -inf adds 0 (and -inf - -inf is NaN); NaN spreads
           s += g_exp(x - m);
         }
       }
