@@ -293,6 +293,42 @@ TEST(FlashAttentionDispatch, Bf16AndSupportedHeadDimsOnly) {
   }
 }
 
+// Generation's prefill over a KV cache ([Hkv, max_len, D], queries at
+// pos0 ..): 64 rows or more with bf16 matmuls run the flash forward, fewer
+// the reference kernel (bit for bit the fp32 result).
+TEST(FlashAttentionPrefill, CachedAttentionOverTheKvCache) {
+  const int Hq = 8, Hkv = 2, D = 64, max_len = 200, pos0 = 37;
+  for (int n : {70, 20}) {
+    const int64_t q_stride = int64_t(Hq + 2 * Hkv) * D;  // queries inside qkv rows, as generation has them
+    const std::vector<float> q = bf16_values(size_t(n * q_stride), 81, 1.5f);
+    const std::vector<float> kc = bf16_values(size_t(Hkv) * max_len * D, 82, 1.5f);
+    const std::vector<float> vc = bf16_values(size_t(Hkv) * max_len * D, 83);
+    std::vector<std::vector<float>> outs;
+    for (auto p : {ops::MatmulPrecision::FP32, ops::MatmulPrecision::BF16}) {
+      auto be = ops::make_backend<float>("simt");
+      be->set_matmul_precision(p);
+      float* dq = be->alloc(int64_t(q.size()));
+      float* dk = be->alloc(int64_t(kc.size()));
+      float* dv = be->alloc(int64_t(vc.size()));
+      float* dout = be->alloc(int64_t(n) * Hq * D);
+      be->from_host(dq, q.data(), int64_t(q.size()));
+      be->from_host(dk, kc.data(), int64_t(kc.size()));
+      be->from_host(dv, vc.data(), int64_t(vc.size()));
+      be->attention_cached_forward(dout, dq, q_stride, dk, dv, n, pos0, Hq, Hkv, D, max_len);
+      outs.emplace_back(size_t(n) * Hq * D);
+      be->to_host(outs.back().data(), dout, int64_t(n) * Hq * D);
+      for (float* x : {dq, dk, dv, dout}) be->free(x);
+    }
+    const double err = rel_error(outs[1], outs[0]);
+    if (n >= cuda::kFlashRows) {
+      EXPECT_GT(err, 0.0) << "n " << n << ": the flash kernel did not run";
+      EXPECT_LE(err, kOutTol) << "n " << n;
+    } else {
+      EXPECT_EQ(err, 0.0) << "n " << n << ": a short prefill keeps the reference kernel";
+    }
+  }
+}
+
 // ------------------------------------------- model.attention = "cudnn"
 // The glue a library attention runs behind (kernels/attention.cuh: bf16
 // copies of qkv, out and dout in strata's layouts, the lse, the workspace,

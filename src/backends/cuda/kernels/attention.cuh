@@ -371,7 +371,8 @@ void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qk
                 static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
 }
 
-// Generation: the forward kernel over a KV cache (no lse).
+// Generation: the forward kernel over a KV cache (no lse); a long prefill
+// with bf16 matmuls on the flash kernel.
 template <typename T>
 void attention_cached_forward(KernelContext<T>& k, T* out, const T* q, int64_t q_stride,
                               const T* kc, const T* vc, int n, int pos0, int Hq, int Hkv, int D,
@@ -379,6 +380,12 @@ void attention_cached_forward(KernelContext<T>& k, T* out, const T* q, int64_t q
   check_heads(Hq, Hkv, D);
   if (n == 0) return;
   AttnView<T> v{q, kc, vc, q_stride, 0, D, int64_t(max_len) * D, 1, n, Hq, Hkv, D, pos0};
+  // A prefill of at least a full tile on tensor cores; decode steps and
+  // self-speculative verification (a few rows) keep the reference kernel,
+  // which a 64-row tile would mostly waste.
+  if constexpr (std::is_same_v<T, float>) {
+    if (n >= kFlashRows && use_flash(k, D)) return flash_attention_forward(k.stream(), out, nullptr, v);
+  }
   STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
 }
