@@ -136,15 +136,18 @@ TEST(Ops, GemmBf16IsTheExactProductOfRoundedOperandsOnEveryPath) {
           auto B = random_vec<double>(int64_t(tb ? N : K) * ldb, 42);
           auto C = random_vec<double>(int64_t(M) * ldc, 43);
           ref::Vec want = C, want16 = C, bound(C.size(), 0.0);
+          ref::Vec A16(A.size()), B16(B.size());  // the operands rounded once
+          for (size_t e = 0; e < A.size(); ++e) A16[e] = bf16(A[e]);
+          for (size_t e = 0; e < B.size(); ++e) B16[e] = bf16(B[e]);
           for (int i = 0; i < M; ++i)
             for (int j = 0; j < N; ++j) {
               double acc = 0, acc16 = 0, abs16 = 0;
               for (int k = 0; k < K; ++k) {
-                const double a = ta ? A[k * lda + i] : A[i * lda + k];
-                const double b = tb ? B[j * ldb + k] : B[k * ldb + j];
-                acc += a * b;
-                acc16 += bf16(a) * bf16(b);
-                abs16 += std::fabs(bf16(a) * bf16(b));
+                const int64_t ia = ta ? k * lda + i : i * lda + k;
+                const int64_t ib = tb ? j * ldb + k : k * ldb + j;
+                acc += A[ia] * B[ib];
+                acc16 += A16[ia] * B16[ib];
+                abs16 += std::fabs(A16[ia] * B16[ib]);
               }
               want[i * ldc + j] = 0.5 * acc + beta * C[i * ldc + j];
               want16[i * ldc + j] = 0.5 * acc16 + beta * float(C[i * ldc + j]);
