@@ -29,24 +29,15 @@ STRATA_GLOBAL void rmsnorm_v2(T* out, T* rstd, const T* x, const T* w, int64_t N
   for (int c = lane; c < C; c += kWarp) out[n * C + c] = xr[c] * r * w[c];
 }
 
-// Column sums v2 (bias / norm-weight gradients): blocks over (columns, row
-// chunks) write partial sums, a second kernel adds the chunks in order.
+// Column sums v2 (bias / norm-weight gradients): a thread per column over
+// all rows, in order. The baseline the production kernels (row chunks, then
+// the partials in order: reduce.cuh) replaced.
 template <typename T>
-STRATA_GLOBAL void column_sums_v2_partial(T* partial, const T* src, int64_t N, int OC, int chunk) {
-  const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (j >= OC) return;
-  const int64_t r0 = int64_t(blockIdx.y) * chunk;
-  const int64_t r1 = r0 + chunk < N ? r0 + chunk : N;
-  T s = 0;
-  for (int64_t r = r0; r < r1; ++r) s += src[r * OC + j];
-  partial[int64_t(blockIdx.y) * OC + j] = s;
-}
-template <typename T>
-STRATA_GLOBAL void column_sums_v2_finish(T* dst, const T* partial, int chunks, int OC) {
+STRATA_GLOBAL void column_sums_v2(T* dst, const T* src, int64_t N, int OC) {
   const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (j >= OC) return;
   T s = 0;
-  for (int c = 0; c < chunks; ++c) s += partial[int64_t(c) * OC + j];
+  for (int64_t r = 0; r < N; ++r) s += src[r * OC + j];
   dst[j] += s;
 }
 

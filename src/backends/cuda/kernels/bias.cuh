@@ -1,9 +1,10 @@
-// Bias add over rows, and its backward: column sums of dout (a thread per
-// column, coalesced across a warp; rows in order, so deterministic). Kernels
-// on top, launchers below.
+// Bias add over rows, and its backward: column sums of dout (reduce.cuh's
+// chunked scheme: coalesced across a warp, chunks of rows in order, so
+// deterministic). Kernels on top, launchers below.
 #pragma once
 
 #include "backends/cuda/kernels/context.cuh"
+#include "backends/cuda/kernels/reduce.cuh"
 
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
@@ -18,14 +19,17 @@ STRATA_GLOBAL void k_bias_add(T* out, const T* bias, int64_t N, int OC, int64_t 
   }
 }
 
-// dst[j] += sum over rows r of src[r * ld + j].
+// partial[chunk][j] = sum over the chunk's rows r of src[r * ld + j]
+// (blockIdx.y: the chunk; k_finish_columns adds the chunks).
 template <typename T>
-STRATA_GLOBAL void k_column_sums(T* dst, const T* src, int64_t N, int OC, int64_t ld) {
+STRATA_GLOBAL void k_column_partials(T* partial, const T* src, int64_t N, int OC, int64_t ld,
+                                     int64_t chunk) {
   const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (j >= OC) return;
+  const int64_t r0 = int64_t(blockIdx.y) * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
   T s = 0;
-  for (int64_t r = 0; r < N; ++r) s += src[r * ld + j];
-  dst[j] += s;
+  for (int64_t r = r0; r < r1; ++r) s += src[r * ld + j];
+  partial[int64_t(blockIdx.y) * OC + j] = s;
 }
 
 // ------------------------------------------------------------------ launchers
@@ -40,9 +44,14 @@ void bias_add_forward(KernelContext<T>& k, T* out, const T* bias, int64_t N, int
 template <typename T>
 void bias_add_backward(KernelContext<T>& k, T* dbias, const T* dout, int64_t N, int OC,
                        int64_t ld) {
-  if (N == 0) return;
-  STRATA_LAUNCH(k_column_sums<T>, blocks_for(OC, 128), 128, 0, k.stream(), dbias, dout, N, OC,
-                ld ? ld : OC);
+  if (N == 0 || OC == 0) return;
+  int64_t chunk;
+  int chunks;
+  T* partial = column_partials(k, N, OC, &chunk, &chunks);
+  STRATA_LAUNCH(k_column_partials<T>, dim3(blocks_for(OC, 128), unsigned(chunks)), 128, 0,
+                k.stream(), partial, dout, N, OC, ld ? ld : OC, chunk);
+  STRATA_LAUNCH(k_finish_columns<T>, blocks_for(OC, 128), 128, 0, k.stream(), dbias,
+                static_cast<const T*>(partial), chunks, OC);
 }
 
 }  // namespace STRATA_TARGET_NS

@@ -37,6 +37,7 @@ enum Slot {
   kTarget,
   kSum,
   kPartial,
+  kColumns,    // column sums' partials (reduce.cuh)
   kAttnQkv16,  // bf16 buffers of an external attention (context.cuh)
   kAttnOut16,
   kAttnDout16,

@@ -31,7 +31,35 @@ STRATA_GLOBAL void k_finish_sum(D* acc, const D* partial, int parts, D scale) {
   if (threadIdx.x == 0) *acc += s * scale;
 }
 
+// Column sums over rows (the bias and norm-weight gradients), in two
+// kernels: blocks over (128 columns, a chunk of rows) write
+// partial[chunk][j], then k_finish_columns adds the chunks in order into
+// dst[j]. Deterministic (the chunks depend on N only). It replaced a thread
+// per column over all rows, which left all but C / 128 SMs idle and walked
+// 16k rows one after another (the kernel lab's column_sums variants).
+template <typename T>
+STRATA_GLOBAL void k_finish_columns(T* dst, const T* partial, int chunks, int OC) {
+  const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= OC) return;
+  T s = 0;
+  for (int c = 0; c < chunks; ++c) s += partial[int64_t(c) * OC + j];
+  dst[j] += s;
+}
+
+// Rows per chunk: 256, more when N would need over 65535 chunks (grid.y).
+inline int64_t column_chunk_rows(int64_t N) {
+  return N / 256 < 65535 ? 256 : (N + 65534) / 65535;
+}
+
 // ------------------------------------------------------------------ launchers
+
+// The partial sums' buffer (chunks x OC) and the grid of a column sum.
+template <typename T>
+T* column_partials(KernelContext<T>& k, int64_t N, int OC, int64_t* chunk, int* chunks) {
+  *chunk = column_chunk_rows(N);
+  *chunks = int((N + *chunk - 1) / *chunk);
+  return static_cast<T*>(k.scratch(kColumns, size_t(*chunks) * OC * sizeof(T)));
+}
 
 // *acc += scale * sum of x^2 (kind 0), (x - y)^2 (kind 1) or x (kind 2), on
 // the stream.

@@ -1,9 +1,10 @@
 // RMSNorm forward and backward: a block per row (grid-stride over rows, block
-// size a multiple of 32) for out and dx, a thread per column for dw. Kernels
+// size a multiple of 32) for out and dx, chunked column sums for dw. Kernels
 // on top, launchers below.
 #pragma once
 
 #include "backends/cuda/kernels/context.cuh"
+#include "backends/cuda/kernels/reduce.cuh"
 
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
@@ -39,15 +40,17 @@ STRATA_GLOBAL void k_rmsnorm_backward_dx(T* dx, const T* dout, const T* x, const
   }
 }
 
-// dw[c] += sum_n dout * x * rstd: a thread per column, rows in order.
+// dw[c] += sum_n dout * x * rstd, as reduce.cuh's column sums: this kernel
+// writes each chunk of rows' partial sums (blockIdx.y: the chunk).
 template <typename T>
-STRATA_GLOBAL void k_rmsnorm_backward_dw(T* dw, const T* dout, const T* x, const T* rstd, int64_t N,
-                                         int C) {
+STRATA_GLOBAL void k_rmsnorm_dw_partials(T* partial, const T* dout, const T* x, const T* rstd,
+                                         int64_t N, int C, int64_t chunk) {
   const int c = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= C) return;
+  const int64_t n0 = int64_t(blockIdx.y) * chunk, n1 = n0 + chunk < N ? n0 + chunk : N;
   T s = 0;
-  for (int64_t n = 0; n < N; ++n) s += dout[n * C + c] * x[n * C + c] * rstd[n];
-  dw[c] += s;
+  for (int64_t n = n0; n < n1; ++n) s += dout[n * C + c] * x[n * C + c] * rstd[n];
+  partial[int64_t(blockIdx.y) * C + c] = s;
 }
 
 // ------------------------------------------------------------------ launchers
@@ -67,9 +70,15 @@ void rmsnorm_backward(KernelContext<T>& k, T* dx, T* dw, const T* dout, const T*
   if (dx)
     STRATA_LAUNCH(k_rmsnorm_backward_dx<T>, blocks_for(N, 1, 8192), row_threads(C), 0, k.stream(),
                   dx, dout, x, w, rstd, N, C);
-  if (dw)
-    STRATA_LAUNCH(k_rmsnorm_backward_dw<T>, blocks_for(C, 128), 128, 0, k.stream(), dw, dout, x,
-                  rstd, N, C);
+  if (dw) {
+    int64_t chunk;
+    int chunks;
+    T* partial = column_partials(k, N, C, &chunk, &chunks);
+    STRATA_LAUNCH(k_rmsnorm_dw_partials<T>, dim3(blocks_for(C, 128), unsigned(chunks)), 128, 0,
+                  k.stream(), partial, dout, x, rstd, N, C, chunk);
+    STRATA_LAUNCH(k_finish_columns<T>, blocks_for(C, 128), 128, 0, k.stream(), dw,
+                  static_cast<const T*>(partial), chunks, C);
+  }
 }
 
 }  // namespace STRATA_TARGET_NS
