@@ -24,8 +24,6 @@ Activity::~Activity() {
     left_by_exception = what_;
 }
 
-std::string Activity::current() { return innermost ? innermost->what_ : std::string(); }
-
 std::string Activity::unwound() { return left_by_exception; }
 
 }  // namespace strata

@@ -32,16 +32,15 @@ std::string cat(const Args&... args) {
 [[noreturn]] void fail(const std::string& msg);
 
 // What the process is doing while it may allocate a lot ("reading perplexity
-// big.txt"), for the out-of-memory message. current(): the innermost live
-// Activity, or "". unwound(): the innermost one an exception left (the
-// exception's own activity, for the handler in main), or "". Per thread.
+// big.txt"), for the out-of-memory message. unwound(): the innermost one an
+// exception left (the exception's own activity, for the handler in main), or
+// "". Per thread.
 class Activity {
  public:
   explicit Activity(std::string what);
   ~Activity();
   Activity(const Activity&) = delete;
   Activity& operator=(const Activity&) = delete;
-  static std::string current();
   static std::string unwound();
 
  private:
