@@ -162,30 +162,29 @@ void attention_rows(OpBench& b) {
   b.lse = Buf(&b.be, int64_t(m.B) * m.H * m.T);
   fill(b.be, b.x.data(), b.N * b.QKV, 4, 0.5f);
   const std::string shape = dims({m.B, m.T, m.H, b.D}) + " kv" + std::to_string(m.Hkv);
-  b.run("attention", "fwd", shape, 4.0 * pairs * b.D, true, [&] {
-    b.be.attention_forward(b.y.data(), b.lse.data(), b.x.data(), m.B, m.T, m.H, m.Hkv, int(b.D));
-  });
-  b.run("attention", "bwd", shape, 10.0 * pairs * b.D, true, [&] {
-    b.be.attention_backward(b.dx.data(), b.dy.data(), b.x.data(), b.y.data(), b.lse.data(), m.B,
-                            m.T, m.H, m.Hkv, int(b.D));
-  });
-  // cuDNN's fused attention beside strata's on device cuda, where it can run
-  // (a build with cuDNN, bf16 matmuls); otherwise a line says why not.
-  if (std::string(b.be.name()) != "cuda" ||
-      (!b.filter.empty() && std::string("attention cudnn").find(b.filter) == std::string::npos))
-    return;
-  try {
-    b.be.set_attention(ops::AttentionImpl::Cudnn);
-    b.run("attention cudnn", "fwd", shape, 4.0 * pairs * b.D, true, [&] {
+  // strata's kernels, then cuDNN's fused attention beside them on device cuda
+  // where it can run (a build with cuDNN, bf16 matmuls; otherwise a line says
+  // why not).
+  for (const auto impl : {ops::AttentionImpl::Strata, ops::AttentionImpl::Cudnn}) {
+    const bool cudnn = impl == ops::AttentionImpl::Cudnn;
+    const std::string op = cudnn ? "attention cudnn" : "attention";
+    if (cudnn && (std::string(b.be.name()) != "cuda" ||
+                  (!b.filter.empty() && op.find(b.filter) == std::string::npos)))
+      break;
+    try {
+      b.be.set_attention(impl);
+    } catch (const Error& e) {
+      std::printf("%-18s %s\n", op.c_str(), e.what());
+      break;
+    }
+    b.run(op, "fwd", shape, 4.0 * pairs * b.D, true, [&] {
       b.be.attention_forward(b.y.data(), b.lse.data(), b.x.data(), m.B, m.T, m.H, m.Hkv,
                              int(b.D));
     });
-    b.run("attention cudnn", "bwd", shape, 10.0 * pairs * b.D, true, [&] {
+    b.run(op, "bwd", shape, 10.0 * pairs * b.D, true, [&] {
       b.be.attention_backward(b.dx.data(), b.dy.data(), b.x.data(), b.y.data(), b.lse.data(),
                               m.B, m.T, m.H, m.Hkv, int(b.D));
     });
-  } catch (const Error& e) {
-    std::printf("%-18s %s\n", "attention cudnn", e.what());
   }
   b.be.set_attention(ops::AttentionImpl::Strata);
 }

@@ -178,13 +178,7 @@ class LtGemm final : public GemmEngine<T> {
   // waits for other streams, and the engine stays usable without a backend.
   const void* to_bf16(int slot, const T* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = (rows - 1) * ld + cols;
-    if (src == this->pinned()) {  // converted once while pinned (gemm_engine.h)
-      if (pinned_epoch_ == this->pin_epoch() && pinned_n_ == n) return bf16_[2];
-      slot = 2;
-      pinned_epoch_ = this->pin_epoch();
-      pinned_n_ = n;
-    }
-    this->note_conversion();
+    if (this->converted_already(src, n, slot)) return bf16_[slot];  // pinned (gemm_engine.h)
     if (bf16_n_[slot] < n) {
       gpu::free_async(bf16_[slot], stream_);
       bf16_[slot] = gpu::malloc_async(size_t(n) * 2, stream_);
@@ -200,8 +194,6 @@ class LtGemm final : public GemmEngine<T> {
   void* workspace_ = nullptr;
   void* bf16_[3] = {nullptr, nullptr, nullptr};  // A, B, the pinned operand
   int64_t bf16_n_[3] = {0, 0, 0};
-  uint64_t pinned_epoch_ = ~uint64_t(0);
-  int64_t pinned_n_ = 0;
   bool native_bf16_ = false;
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
   std::map<Key, Plan> plans_;

@@ -81,13 +81,30 @@ class GemmEngine {
 
  protected:
   void note_fallback() { ++fallbacks_; }
-  void note_conversion() { ++conversions_; }
-  const T* pinned() const { return pinned_; }
-  uint64_t pin_epoch() const { return pin_epoch_; }
+  // Before an engine converts operand src (n elements from src) into its
+  // staging slot: true when src is the pinned operand and slot kPinnedSlot
+  // already holds its conversion (nothing to do); otherwise counts the
+  // conversion, and for the pinned operand sets slot to kPinnedSlot and
+  // records that it will hold it.
+  static constexpr int kPinnedSlot = 2;
+  bool converted_already(const T* src, int64_t n, int& slot) {
+    if (src == pinned_ && pinned_ready_ == pin_epoch_ && pinned_n_ == n) {
+      slot = kPinnedSlot;
+      return true;
+    }
+    if (src == pinned_) {
+      slot = kPinnedSlot;
+      pinned_ready_ = pin_epoch_;
+      pinned_n_ = n;
+    }
+    ++conversions_;
+    return false;
+  }
 
  private:
-  uint64_t fallbacks_ = 0, conversions_ = 0, pin_epoch_ = 0;
+  uint64_t fallbacks_ = 0, conversions_ = 0, pin_epoch_ = 0, pinned_ready_ = ~uint64_t(0);
   const T* pinned_ = nullptr;
+  int64_t pinned_n_ = 0;
 };
 
 // Pins an operand for a scope (GemmEngine::pin_operand).

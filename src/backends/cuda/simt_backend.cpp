@@ -58,15 +58,7 @@ class CpuGemm final : public GemmEngine<T> {
  private:
   const float* rounded(int slot, const float* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
-    if constexpr (std::is_same_v<T, float>) {
-      if (src == this->pinned()) {  // converted once while pinned (gemm_engine.h)
-        if (pinned_epoch_ == this->pin_epoch() && pinned_n_ == n) return buf_[2].data();
-        slot = 2;
-        pinned_epoch_ = this->pin_epoch();
-        pinned_n_ = n;
-      }
-    }
-    this->note_conversion();
+    if (this->converted_already(src, n, slot)) return buf_[slot].data();  // pinned (gemm_engine.h)
     std::vector<float>& buf = buf_[slot];
     buf.resize(size_t(n));
     if (n)
@@ -75,8 +67,6 @@ class CpuGemm final : public GemmEngine<T> {
   }
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
   std::vector<float> buf_[3];  // A, B, the pinned operand
-  uint64_t pinned_epoch_ = ~uint64_t(0);
-  int64_t pinned_n_ = 0;
 };
 
 }  // namespace

@@ -41,8 +41,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 inline bool flash_head_dim(int D) { return D == 16 || D == 32 || D == 64 || D == 128; }
 
-STRATA_DEVICE uint32_t pack_bf16(float lo, float hi) { return pack_bf16x2(lo, hi); }
-
 // Element offset of chunk c (8 elements) of row r in a swizzled tile.
 template <int D>
 STRATA_DEVICE int swz(int r, int c) {
@@ -63,8 +61,8 @@ STRATA_DEVICE void stage_tile(uint16_t* tile, const float* src, int64_t stride, 
       for (int half = 0; half < 2; ++half) {
         float f[4];
         load_f32x4(f, src + int64_t(r) * stride + c * 8 + 4 * half);
-        w[2 * half] = pack_bf16(f[0], f[1]);
-        w[2 * half + 1] = pack_bf16(f[2], f[3]);
+        w[2 * half] = pack_bf16x2(f[0], f[1]);
+        w[2 * half + 1] = pack_bf16x2(f[2], f[3]);
       }
     }
     uint32_t* dst = reinterpret_cast<uint32_t*>(tile + swz<D>(r, c));
@@ -111,10 +109,10 @@ template <int D, int K>
 STRATA_DEVICE void mma_pb(float (&out)[D / 8][4], const float (&p)[K / 8][4], const uint16_t* tile,
                           int k0, int lane) {
   for (int kk = 0; kk < K / 16; ++kk) {
-    const uint32_t af[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]),
-                            pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                            pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                            pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const uint32_t af[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]),
+                            pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
+                            pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                            pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t bf[4];
       ldmatrix_x4_trans(bf, frag_rows<D>(tile, k0 + 16 * kk, 16 * dp, lane));
