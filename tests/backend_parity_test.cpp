@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/storage.h"
 #include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/simt/simt.h"
 #include "core/error.h"
@@ -36,6 +38,23 @@ void expect_close(const Host& a, const Host& b, double tol, const std::string& w
     if (!(std::abs(a[i] - b[i]) <= tol * scale)) {
       ADD_FAILURE() << what << " element " << i << ": " << a[i] << " vs " << b[i] << " (scale "
                     << scale << ")";
+      return;
+    }
+}
+
+// bf16 storage against fp32 storage from the same values: each element
+// within one rounding to bf16 of itself (half a unit in the last of 8
+// significant bits: 2^-8 of its magnitude) and one of the largest, for rows
+// that store an intermediate activation and read it back (a linear output
+// its bias is added to; a gradient computed into a buffer, then added).
+void expect_bf16_roundings(const Host& got, const Host& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (double x : want) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= std::ldexp(std::abs(want[i]) + scale, -8))) {
+      ADD_FAILURE() << what << " element " << i << ": " << got[i] << " in bf16 storage, "
+                    << want[i] << " in fp32 (largest " << scale << ")";
       return;
     }
 }
@@ -119,7 +138,122 @@ void check_parity() {
   }
 }
 
+// bf16 storage: every row whose ops take activations (found by
+// optable::activation_storage from the op contract), run with those stored
+// in bf16 and again in fp32 from the same bf16-rounded values, on every
+// backend. The two compute the same fp32 values and differ only by the
+// rounding of what is stored (expect_bf16_roundings).
+void check_bf16_storage() {
+  int rows = 0;
+  for (const Case<float>& c : optable::op_table<float>()) {
+    SCOPED_TRACE(c.name);
+    optable::RowStorage rs;
+    try {
+      rs = optable::activation_storage(c, ops::Dtype::BF16);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    if (!rs.any) continue;
+    ++rows;
+    const optable::Storage& st = rs.storage;
+    auto rounded = [](std::vector<Host> v, const std::vector<ops::Dtype>& dt) {
+      for (size_t k = 0; k < v.size() && k < dt.size(); ++k)
+        if (dt[k] == ops::Dtype::BF16)
+          for (double& x : v[k]) x = double(float(ops::bf16(float(x))));
+      return v;
+    };
+    const std::vector<Host> in = rounded(optable::inputs_of(c), st.in);
+    std::vector<Host> dout, base;
+    for (size_t k = 0; k < c.out.size(); ++k)
+      dout.push_back(optable::random_host(c.out[k], 101 + k));
+    for (size_t k = 0; k < c.in.size(); ++k) base.push_back(optable::random_host(c.in[k], 201 + k));
+    dout = rounded(dout, st.dout);
+    base = rounded(base, st.grad);
+    for (const std::string& name : optable::backends()) {
+      SCOPED_TRACE(name);
+      auto be = optable::make<float>(name);
+      const Result want = optable::run<float>(c, *be, in, &dout, 0.7, &base);
+      Result got;
+      try {
+        got = optable::run<float>(c, *be, in, &dout, 0.7, &base, &st);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        continue;
+      }
+      for (size_t k = 0; k < c.out.size(); ++k)
+        expect_bf16_roundings(got.out[k], want.out[k], "output " + std::to_string(k));
+      expect_bf16_roundings(got.scalars, want.scalars, "scalars");
+      for (size_t k = 0; k < got.grads.size(); ++k)
+        expect_bf16_roundings(got.grads[k], want.grads[k], "gradient " + std::to_string(k));
+    }
+  }
+  EXPECT_GE(rows, 25);
+}
+
 }  // namespace
+
+TEST(BackendParity, EveryOpWithActivationsMatchesInBf16Storage) { check_bf16_storage(); }
+
+// An activation knows its storage: pointer arithmetic counts its own
+// elements, a bf16 one refuses to become a float* (a kernel without a bf16
+// path says so instead of reading bf16 bits as floats), and one op's
+// activations may not mix storages.
+TEST(BackendParity, ActivationsKeepTheirStorage) {
+  std::vector<ops::bf16> h(8);
+  std::vector<float> f(8);
+  const ops::Act<float> a(h.data()), b(f.data());
+  EXPECT_TRUE(a.is_bf16());
+  EXPECT_TRUE(b.native());
+  EXPECT_EQ((a + 3).raw(), static_cast<void*>(h.data() + 3));
+  EXPECT_EQ((b + 3).raw(), static_cast<void*>(f.data() + 3));
+  EXPECT_EQ(static_cast<float*>(b + 2), f.data() + 2);
+  try {
+    float* p = a;
+    ADD_FAILURE() << "a bf16 activation became a float* " << p;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no bf16-storage path"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ops::common_storage(ops::Dtype::F32, a, ops::Act<float>(), a + 1), ops::Dtype::BF16);
+  EXPECT_THROW(ops::common_storage(ops::Dtype::F32, a, b), Error);
+  auto cpu = ops::make_backend<float>("cpu");
+  ops::ActBuffer<float> x(cpu.get(), 5, ops::Dtype::BF16), y(cpu.get(), 5);
+  EXPECT_THROW(cpu->copy(x.data(), y.data(), 5), Error);
+  EXPECT_THROW(cpu->residual_forward(x.data(), x.data(), y.data(), 5), Error);
+  EXPECT_THROW((ops::ActBuffer<double>(ops::make_backend<double>("cpu").get(), 4,
+                                       ops::Dtype::BF16)),
+               Error);
+}
+
+// The three roundings to bf16 (ops::bf16 on the host, the CPU kernels'
+// vector stores, the CUDA kernels' act_store) give the same bits: nearest,
+// ties to even, NaN quiet, infinities and signed zeros kept, subnormals
+// rounded like any other value; and widening is exact.
+TEST(BackendParity, Bf16RoundingIsTheSameInEveryKernel) {
+  std::vector<float> f = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN,
+                          std::numeric_limits<float>::denorm_min(), 1e-40f, 3.4e38f};
+  // Ties: 1 + 2^-8 (halfway between 1 and the next bf16) rounds to 1 (even),
+  // 1 + 3 * 2^-8 rounds up to 1 + 2^-6 (even); just above a tie rounds up.
+  for (uint32_t bits : {0x3F808000u, 0x3F818000u, 0x3F808001u, 0xBF808000u, 0x7F7F8000u})
+    f.push_back(std::bit_cast<float>(bits));
+  for (int i = 0; i < 2000; ++i) f.push_back(float(optable::random_host(1, 900 + i)[0] * 1e3));
+  const std::vector<uint16_t> want_ties = {0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x7F80};
+  for (size_t i = 0; i < want_ties.size(); ++i)
+    EXPECT_EQ(ops::bf16(f[10 + i]).bits, want_ties[i]) << "tie case " << i;
+  EXPECT_EQ(ops::bf16(NAN).bits & 0x7FC0, 0x7FC0) << "NaN stays a quiet NaN";
+  std::vector<ops::bf16> cpu(f.size());
+  cpu::narrow(cpu.data(), f.data(), int64_t(f.size()));
+  std::vector<float> back(f.size());
+  cpu::widen(back.data(), cpu.data(), int64_t(f.size()));
+  for (size_t i = 0; i < f.size(); ++i) {
+    SCOPED_TRACE(f[i]);
+    const ops::bf16 host(f[i]);
+    EXPECT_EQ(cpu[i].bits, host.bits);
+    EXPECT_EQ(cuda::act_store<ops::bf16>(f[i]).bits, host.bits);
+    EXPECT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t(host.bits) << 16);
+    EXPECT_EQ(std::bit_cast<uint32_t>(cuda::act_load(host)), uint32_t(host.bits) << 16);
+  }
+}
 
 TEST(BackendParity, EveryOpFloatMatchesItsReference) { check_references<float>(); }
 TEST(BackendParity, EveryOpDoubleMatchesItsReference) { check_references<double>(); }

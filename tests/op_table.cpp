@@ -354,7 +354,8 @@ void rope_rows(std::vector<Case<T>>& t) {
          .bwd =
              [=](Be<T>& be, const Ptrs<T>&, const Ptrs<T>&, const Ptrs<T>& d, double,
                  const Ptrs<T>& g) {
-               ops::DeviceBuffer<T> c, sn, tmp(&be, size_t(n));
+               ops::DeviceBuffer<T> c, sn;
+               ops::ActBuffer<T> tmp(&be, size_t(n), d[0].dtype());
                table_of(be, c, sn);
                be.copy(tmp.data(), d[0], n);
                be.rope_backward(tmp.data(), c.data(), sn.data(), s.B, s.S_, s.H, s.D, stride,
@@ -410,7 +411,7 @@ void attention_rows(std::vector<Case<T>>& t) {
                  .bwd =
                      [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out, const Ptrs<T>& d, double,
                          const Ptrs<T>& g) {
-                       ops::DeviceBuffer<T> tmp(&be, size_t(nq));
+                       ops::ActBuffer<T> tmp(&be, size_t(nq), g[0].dtype());
                        be.attention_backward(tmp.data(), d[0], in[0], out[0], out[1], s.B, s.S_,
                                              s.Hq, s.Hkv, s.D);
                        be.residual_backward(g[0], nullptr, tmp.data(), nq);
@@ -476,7 +477,7 @@ void swiglu_rows(std::vector<Case<T>>& t) {
                  .bwd =
                      [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>&, const Ptrs<T>& d, double,
                          const Ptrs<T>& g) {
-                       ops::DeviceBuffer<T> tmp(&be, size_t(2 * n));
+                       ops::ActBuffer<T> tmp(&be, size_t(2 * n), g[0].dtype());
                        be.swiglu_backward(tmp.data(), d[0], in[0], s.N, s.F);
                        be.residual_backward(g[0], nullptr, tmp.data(), 2 * n);
                        be.synchronize();
@@ -553,13 +554,14 @@ void head_ce_rows(std::vector<Case<T>>& t) {
                      [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out, const Ptrs<T>&,
                          double ds, const Ptrs<T>& g) {
                        if (shard) {
-                         ops::DeviceBuffer<T> dxn(&be, size_t(N) * s.C);
+                         ops::ActBuffer<T> dxn(&be, size_t(N) * s.C, g[0].dtype());
                          be.head_ce_shard_backward(dxn.data(), g[2], out[0], out[2], in[2],
                                                    s.tg.data(), N, s.C, s.V, s.v0, ds);
                          be.rmsnorm_backward(g[0], g[1], dxn.data(), in[0], in[1], out[1], N, s.C);
                          be.synchronize();
                        } else if (s.fused) {
-                         ops::DeviceBuffer<T> xn(&be, size_t(N) * s.C), rstd(&be, size_t(N));
+                         ops::ActBuffer<T> xn(&be, size_t(N) * s.C, in[0].dtype());
+                         ops::DeviceBuffer<T> rstd(&be, size_t(N));
                          int64_t valid = 0;
                          be.head_ce_forward_backward(g[0], g[1], g[2], xn.data(), rstd.data(),
                                                      &valid, in[0], in[1], in[2], s.tg.data(), N,

@@ -43,8 +43,11 @@ struct Expected {
   std::vector<double> scalars;
 };
 
+// A row's buffers as the ops see them: activations (storage T, or bf16 in
+// the bf16-storage check) or plain T* (weights, statistics), which an Act
+// converts back to when its storage is T.
 template <typename T>
-using Ptrs = std::vector<T*>;
+using Ptrs = std::vector<ops::Act<T>>;
 
 template <typename T>
 struct Case {
@@ -94,21 +97,56 @@ template <typename T>
 class Device {
  public:
   explicit Device(ops::Backend<T>& be) : be_(be) {}
-  T* put(const Host& h) {
-    bufs_.emplace_back(&be_, h.size());
-    std::vector<T> t(h.begin(), h.end());
-    if (!h.empty()) be_.from_host(bufs_.back().data(), t.data(), int64_t(t.size()));
-    return bufs_.back().data();
+  // h in backend memory, stored as dt (bf16: h rounded to nearest even).
+  ops::Act<T> put(const Host& h, ops::Dtype dt = ops::Act<T>::kNative) {
+    bufs_.emplace_back(&be_, h.size(), dt);
+    ops::Act<T> p = bufs_.back().data();
+    if (h.empty()) return p;
+    if (dt == ops::Act<T>::kNative) {
+      std::vector<T> t(h.begin(), h.end());
+      be_.from_host(p, t.data(), int64_t(t.size()));
+    } else {
+      std::vector<ops::bf16> b(h.size() + 1);
+      for (size_t i = 0; i < h.size(); ++i) b[i] = ops::bf16(float(h[i]));
+      be_.from_host(static_cast<T*>(p.raw()), reinterpret_cast<const T*>(b.data()),
+                    int64_t(b.size() * 2 / sizeof(T)));
+    }
+    return p;
   }
-  Host get(const T* p, int64_t n) {
-    std::vector<T> t(static_cast<size_t>(n));
-    if (n) be_.to_host(t.data(), p, n);
-    return Host(t.begin(), t.end());
+  Host get(ops::ActIn<T> p, int64_t n) {
+    if (!n) return Host();
+    if (p.native()) {
+      std::vector<T> t(static_cast<size_t>(n));
+      be_.to_host(t.data(), p, n);
+      return Host(t.begin(), t.end());
+    }
+    std::vector<ops::bf16> b(size_t(n) + 1);
+    be_.to_host(reinterpret_cast<T*>(b.data()), static_cast<const T*>(p.raw()),
+                int64_t((size_t(n) + 1) * 2 / sizeof(T)));
+    Host h(static_cast<size_t>(n));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = double(float(b[i]));
+    return h;
+  }
+  // Where each buffer put() made lies: [start, start + bytes).
+  std::vector<std::pair<const char*, size_t>> ranges() const {
+    std::vector<std::pair<const char*, size_t>> r;
+    for (const auto& b : bufs_)
+      r.push_back({static_cast<const char*>(b.data().raw()), b.size() * dtype_size(b.dtype())});
+    return r;
   }
 
  private:
   ops::Backend<T>& be_;
-  std::vector<ops::DeviceBuffer<T>> bufs_;
+  std::vector<ops::ActBuffer<T>> bufs_;
+};
+
+// The storage of each buffer of a row (empty: T's own type for all): inputs,
+// outputs, output gradients and input gradients.
+struct Storage {
+  std::vector<ops::Dtype> in, out, dout, grad;
+  static ops::Dtype of(const std::vector<ops::Dtype>& v, size_t k, ops::Dtype native) {
+    return k < v.size() ? v[k] : native;
+  }
 };
 
 // A case's forward (and backward) on one backend.
@@ -118,24 +156,42 @@ struct Result {
 };
 
 // dout: output gradients (null: forward only); grad_base: what the gradient
-// buffers hold before the backward.
+// buffers hold before the backward; storage: the buffers' storage (null: T);
+// ranges (optional): where the buffers lay, in the order inputs, outputs,
+// output gradients, input gradients (null ones included).
 template <typename T>
 Result run(const Case<T>& c, ops::Backend<T>& be, const std::vector<Host>& in,
-           const std::vector<Host>* dout, double dscalar, const std::vector<Host>* grad_base) {
+           const std::vector<Host>* dout, double dscalar, const std::vector<Host>* grad_base,
+           const Storage* storage = nullptr,
+           std::vector<std::pair<const char*, size_t>>* ranges = nullptr) {
+  const ops::Dtype nat = ops::Act<T>::kNative;
+  const Storage none;
+  const Storage& st = storage ? *storage : none;
   Device<T> dev(be);
   Ptrs<T> din, dout_p, dgrad, outs;
-  for (const Host& h : in) din.push_back(dev.put(h));
-  for (int64_t n : c.out) outs.push_back(dev.put(Host(size_t(n), 0.0)));
+  for (size_t k = 0; k < in.size(); ++k) din.push_back(dev.put(in[k], Storage::of(st.in, k, nat)));
+  for (size_t k = 0; k < c.out.size(); ++k)
+    outs.push_back(dev.put(Host(size_t(c.out[k]), 0.0), Storage::of(st.out, k, nat)));
   Result r;
   r.scalars = c.fwd(be, din, outs);
   for (size_t k = 0; k < outs.size(); ++k) r.out.push_back(dev.get(outs[k], c.out[k]));
   if (dout && c.bwd) {
-    for (const Host& h : *dout) dout_p.push_back(dev.put(h));
+    for (size_t k = 0; k < dout->size(); ++k)
+      dout_p.push_back(dev.put((*dout)[k], Storage::of(st.dout, k, nat)));
     for (size_t k = 0; k < c.in.size(); ++k)
-      dgrad.push_back(c.diff[k] ? dev.put((*grad_base)[k]) : nullptr);
+      dgrad.push_back(c.diff[k] ? dev.put((*grad_base)[k], Storage::of(st.grad, k, nat))
+                                : ops::Act<T>());
     c.bwd(be, din, outs, dout_p, dscalar, dgrad);
     for (size_t k = 0; k < c.in.size(); ++k)
       r.grads.push_back(c.diff[k] ? dev.get(dgrad[k], c.in[k]) : Host());
+  }
+  if (ranges) {
+    *ranges = dev.ranges();
+    // Null gradients take no buffer: put a placeholder where they would be.
+    const size_t before = in.size() + c.out.size() + (dout && c.bwd ? dout->size() : 0);
+    if (dout && c.bwd)
+      for (size_t k = 0; k < c.in.size(); ++k)
+        if (!c.diff[k]) ranges->insert(ranges->begin() + long(before + k), {nullptr, 0});
   }
   return r;
 }
@@ -164,8 +220,8 @@ class Wrapped final : public ops::Backend<T> {
   const char* name() const override { return inner_->name(); }
   T* alloc(size_t n) override { return inner_->alloc(n); }
   void free(T* p) override { inner_->free(p); }
-  void zero(T* p, int64_t n) override { inner_->zero(p, n); }
-  void copy(T* dst, const T* src, int64_t n) override { inner_->copy(dst, src, n); }
+  void zero(ops::Act<T> p, int64_t n) override { inner_->zero(p, n); }
+  void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override { inner_->copy(dst, src, n); }
   void to_host(T* dst, const T* src, int64_t n) override { inner_->to_host(dst, src, n); }
   void from_host(T* dst, const T* src, int64_t n) override { inner_->from_host(dst, src, n); }
   bool is_host() const override { return inner_->is_host(); }
@@ -196,6 +252,143 @@ class Wrapped final : public ops::Backend<T> {
   std::unique_ptr<ops::Backend<T>> inner_;
   Hook hook_;
 };
+
+// A backend that hands every call to another and notes, for each op, which
+// pointers it received as activations (ops::Act) and which as plain T*, and
+// which buffers copy() moved between: how the bf16-storage check learns a
+// row's activation buffers from the op contract itself.
+template <typename T>
+class Recorder final : public ops::Backend<T> {
+ public:
+  explicit Recorder(std::unique_ptr<ops::Backend<T>> inner) : inner_(std::move(inner)) {}
+  std::vector<std::pair<const void*, bool>> seen;  // (pointer, as an activation)
+  std::vector<std::pair<const void*, const void*>> copies;
+  std::set<std::string> ops;  // the ops called
+
+  const char* name() const override { return inner_->name(); }
+  T* alloc(size_t n) override { return inner_->alloc(n); }
+  void free(T* p) override { inner_->free(p); }
+  void zero(ops::Act<T> p, int64_t n) override { inner_->zero(p, n); }
+  void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override {
+    copies.push_back({dst.raw(), src.raw()});
+    inner_->copy(dst, src, n);
+  }
+  void to_host(T* dst, const T* src, int64_t n) override { inner_->to_host(dst, src, n); }
+  void from_host(T* dst, const T* src, int64_t n) override { inner_->from_host(dst, src, n); }
+  bool is_host() const override { return inner_->is_host(); }
+  void* stream() const override { return inner_->stream(); }
+  void synchronize() override { inner_->synchronize(); }
+  double* alloc_scalars(int n) override { return inner_->alloc_scalars(n); }
+  void free_scalars(double* p) override { inner_->free_scalars(p); }
+  void zero_scalars(double* p, int n) override { inner_->zero_scalars(p, n); }
+  void read_scalars(double* dst, const double* p, int n) override {
+    inner_->read_scalars(dst, p, n);
+  }
+  void set_matmul_precision(ops::MatmulPrecision p) override { inner_->set_matmul_precision(p); }
+  bool native_bf16() const override { return inner_->native_bf16(); }
+  std::string matmul_path(ops::MatmulPrecision p) const override { return inner_->matmul_path(p); }
+
+#define STRATA_DEFAULT(...)
+#define STRATA_OP(role, name, ret, params, args) \
+  ret name params override {                     \
+    ops.insert(#name);                           \
+    note args;                                   \
+    return inner_->name args;                    \
+  }
+#include "ops/ops.def"
+#undef STRATA_OP
+#undef STRATA_DEFAULT
+
+ private:
+  template <typename... P>
+  void note(const P&... p) {
+    (one(p), ...);
+  }
+  void one(const ops::Act<T>& a) {
+    if (a) seen.push_back({a.raw(), true});
+  }
+  void one(const ops::ActIn<T>& a) {
+    if (a) seen.push_back({a.raw(), true});
+  }
+  void one(T* p) {
+    if (p) seen.push_back({p, false});
+  }
+  void one(const T* p) {
+    if (p) seen.push_back({p, false});
+  }
+  template <typename U>
+  void one(const U&) {}  // sizes, host arrays, scalars
+  std::unique_ptr<ops::Backend<T>> inner_;
+};
+
+// Which buffers of row c are activations, by running it (forward and
+// backward) on the CPU backend under a Recorder: a buffer some op received as
+// an ops::Act is one, and so is a buffer copied to or from one. Returns the
+// storage that puts `dt` on those and T on the rest, whether any buffer is an
+// activation and the ops the row calls; throws if an op received a buffer as
+// a plain T* that another received as an activation.
+struct RowStorage {
+  Storage storage;
+  bool any = false;
+  std::set<std::string> ops;
+};
+template <typename T>
+RowStorage activation_storage(const Case<T>& c, ops::Dtype dt) {
+  auto rec = std::make_unique<Recorder<T>>(ops::make_backend<T>("cpu"));
+  Recorder<T>& r = *rec;
+  const std::vector<Host> in = inputs_of(c);
+  std::vector<Host> dout, base;
+  for (int64_t n : c.out) dout.push_back(Host(size_t(n), 0.5));
+  for (int64_t n : c.in) base.push_back(Host(size_t(n), 0.25));
+  std::vector<std::pair<const char*, size_t>> ranges;
+  run<T>(c, r, in, &dout, 0.7, &base, nullptr, &ranges);
+  auto buffer_of = [&](const void* p) -> int {
+    const char* q = static_cast<const char*>(p);
+    for (size_t b = 0; b < ranges.size(); ++b)
+      if (ranges[b].first && q >= ranges[b].first && q < ranges[b].first + ranges[b].second)
+        return int(b);
+    return -1;
+  };
+  std::vector<int> act(ranges.size(), 0), plain(ranges.size(), 0);
+  for (const auto& [p, is_act] : r.seen)
+    if (const int b = buffer_of(p); b >= 0) (is_act ? act : plain)[size_t(b)] = 1;
+  for (bool changed = true; changed;) {  // copies join their two sides
+    changed = false;
+    for (const auto& [d, s] : r.copies) {
+      const int x = buffer_of(d), y = buffer_of(s);
+      if (x < 0 || y < 0 || act[size_t(x)] == act[size_t(y)]) continue;
+      act[size_t(x)] = act[size_t(y)] = 1;
+      changed = true;
+    }
+  }
+  // The gradient of an activation is one, and an activation's gradient
+  // belongs to one: outputs pair with their output gradients, inputs with
+  // their gradients.
+  const size_t ni = c.in.size(), no = c.out.size();
+  if (c.bwd)
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t k = 0; k < (pass ? ni : no); ++k) {
+        const size_t x = pass ? k : ni + k, g = pass ? ni + 2 * no + k : ni + no + k;
+        if (ranges[g].first == nullptr) continue;  // no gradient buffer
+        act[x] = act[g] = act[x] | act[g];
+      }
+  RowStorage out;
+  out.ops = r.ops;
+  Storage& st = out.storage;
+  bool& any = out.any;
+  std::vector<ops::Dtype>* parts[] = {&st.in, &st.out, &st.dout, &st.grad};
+  const size_t sizes[] = {c.in.size(), c.out.size(), c.bwd ? c.out.size() : 0,
+                          c.bwd ? c.in.size() : 0};
+  size_t b = 0;
+  for (int part = 0; part < 4; ++part)
+    for (size_t k = 0; k < sizes[part]; ++k, ++b) {
+      STRATA_CHECK(!(act[b] && plain[b]), c.name, ": buffer ", b,
+                   " is an activation of one op and a plain pointer of another");
+      parts[part]->push_back(act[b] ? dt : ops::Act<T>::kNative);
+      any = any || act[b];
+    }
+  return out;
+}
 
 // The backends each row runs on (see the top of this file); the variable
 // STRATA_TEST_BACKENDS (names, comma-separated) keeps only those it names,

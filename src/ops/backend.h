@@ -46,8 +46,10 @@ class Backend {
   // Zero-initialised allocations in the backend's memory space.
   virtual T* alloc(size_t n) = 0;
   virtual void free(T* p) = 0;
-  virtual void zero(T* p, int64_t n) = 0;
-  virtual void copy(T* dst, const T* src, int64_t n) = 0;
+  // zero and copy count elements of the activation's storage (T or bf16);
+  // copy's two sides share one storage.
+  virtual void zero(Act<T> p, int64_t n) = 0;
+  virtual void copy(Act<T> dst, ActIn<T> src, int64_t n) = 0;
   virtual void to_host(T* host_dst, const T* src, int64_t n) = 0;
   virtual void from_host(T* dst, const T* host_src, int64_t n) = 0;
   // Whether backend memory is host memory (the CPU backend): callers may then
@@ -138,8 +140,8 @@ struct BackendsInfo {
   std::string gemm;                      // the CPU GEMM library and version: "oneDNN 3.0.0"
   std::string matmul_fp32, matmul_bf16;  // how the CPU backend runs matmuls of each precision
   bool native_bf16 = false;              // so precision "auto" picks bf16
-  std::string cuda;     // "backend built (runtime 13.0); 1 device(s) visible", or why not
-  std::string devices;  // the device names, and the one "auto" picks
+  std::string cuda;               // "backend built (runtime 13.0); 1 device(s) visible", or why not
+  std::string devices;            // the device names, and the one "auto" picks
   std::vector<std::string> gpus;  // one line per visible GPU: name, sm_XY, SMs, memory, peaks
 };
 BackendsInfo describe_backends();
@@ -187,6 +189,29 @@ class DeviceBuffer {
   Backend<T>* be_ = nullptr;
   size_t n_ = 0;
   T* p_ = nullptr;
+};
+
+// RAII activation buffer: n elements of storage dt (T's own type, or bf16
+// where T is float) in a backend's memory space, zeroed.
+template <typename T>
+class ActBuffer {
+ public:
+  ActBuffer() = default;
+  ActBuffer(Backend<T>* be, size_t n, Dtype dt = Act<T>::kNative)
+      : dt_(Act<T>(static_cast<void*>(nullptr), dt).dtype()),  // refuses one T cannot have
+        n_(n),
+        raw_(be, (n * dtype_size(dt) + sizeof(T) - 1) / sizeof(T)) {}
+  Act<T> data() { return raw_.data() ? Act<T>(static_cast<void*>(raw_.data()), dt_) : Act<T>(); }
+  ActIn<T> data() const {
+    return raw_.data() ? ActIn<T>(static_cast<const void*>(raw_.data()), dt_) : ActIn<T>();
+  }
+  size_t size() const { return n_; }
+  Dtype dtype() const { return dt_; }
+
+ private:
+  Dtype dt_ = Act<T>::kNative;
+  size_t n_ = 0;
+  DeviceBuffer<T> raw_;
 };
 
 }  // namespace strata::ops

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/targets.h"
+#include "ops/dtype.h"
 
 namespace strata::ops {
 

@@ -8,9 +8,11 @@
 
 namespace strata::cpu {
 
-template <typename T>
-void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc, const T* vc, int n,
-                              int pos0, int Hq, int Hkv, int D, int max_len) {
+namespace {
+
+template <typename T, typename S>
+void cached(S* out, const S* q, int64_t q_stride, const S* kc, const S* vc, int n, int pos0, int Hq,
+            int Hkv, int D, int max_len) {
   const int group = Hq / Hkv;
   const double scale = 1.0 / std::sqrt(double(D));
   const int64_t work = int64_t(n) * Hq;
@@ -21,16 +23,16 @@ void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc,
 #pragma omp for schedule(static)
     for (int64_t w = 0; w < work; ++w) {
       const int i = int(w / Hq), h = int(w % Hq), kvh = h / group;
-      const T* qi = q + int64_t(i) * q_stride + int64_t(h) * D;
-      const T* K = kc + int64_t(kvh) * max_len * D;
-      const T* V = vc + int64_t(kvh) * max_len * D;
+      const S* qi = q + int64_t(i) * q_stride + int64_t(h) * D;
+      const S* K = kc + int64_t(kvh) * max_len * D;
+      const S* V = vc + int64_t(kvh) * max_len * D;
       const int len = pos0 + i + 1;  // causal: positions 0 .. pos0 + i
       double m = -INFINITY;
       for (int j = 0; j < len; ++j) {
-        const T* kj = K + int64_t(j) * D;
+        const S* kj = K + int64_t(j) * D;
         T dot = 0;
 #pragma omp simd reduction(+ : dot)
-        for (int d = 0; d < D; ++d) dot += qi[d] * kj[d];
+        for (int d = 0; d < D; ++d) dot += T(qi[d]) * T(kj[d]);
         s[size_t(j)] = double(dot) * scale;
         m = std::max(m, s[size_t(j)]);
       }
@@ -38,19 +40,31 @@ void attention_cached_forward(T* out, const T* q, int64_t q_stride, const T* kc,
       for (int j = 0; j < len; ++j) z += (s[size_t(j)] = std::exp(s[size_t(j)] - m));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int j = 0; j < len; ++j) {
-        const T* vj = V + int64_t(j) * D;
+        const S* vj = V + int64_t(j) * D;
         const double p = s[size_t(j)];
-        for (int d = 0; d < D; ++d) acc[size_t(d)] += p * double(vj[d]);
+        for (int d = 0; d < D; ++d) acc[size_t(d)] += p * double(T(vj[d]));
       }
-      T* o = out + int64_t(i) * Hq * D + int64_t(h) * D;
-      for (int d = 0; d < D; ++d) o[d] = T(acc[size_t(d)] / z);
+      S* o = out + int64_t(i) * Hq * D + int64_t(h) * D;
+      for (int d = 0; d < D; ++d) o[d] = S(T(acc[size_t(d)] / z));
     }
   }
 }
 
-template void attention_cached_forward<float>(float*, const float*, int64_t, const float*,
-                                              const float*, int, int, int, int, int, int);
-template void attention_cached_forward<double>(double*, const double*, int64_t, const double*,
-                                               const double*, int, int, int, int, int, int);
+}  // namespace
+
+template <typename T>
+void attention_cached_forward(Act<T> out, ActIn<T> q, int64_t q_stride, ActIn<T> kc, ActIn<T> vc,
+                              int n, int pos0, int Hq, int Hkv, int D, int max_len) {
+  with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        cached<T>(out.template as<S>(), q.template as<const S>(), q_stride,
+                  kc.template as<const S>(), vc.template as<const S>(), n, pos0, Hq, Hkv, D,
+                  max_len);
+      },
+      out, q, kc, vc);
+}
+
+STRATA_CPU_INSTANTIATE(attention_cached_forward)
 
 }  // namespace strata::cpu

@@ -23,23 +23,14 @@ class CpuBackend final : public Backend<T> {
   // microseconds, and decoding copies each head's key and value row (a few
   // hundred floats) into the KV cache, hundreds of times per token.
   static constexpr int64_t kSerialBelow = 1 << 16;
-  void zero(T* p, int64_t n) override {
-    if (n < kSerialBelow) {
-      std::memset(p, 0, sizeof(T) * size_t(n));
-      return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i += 4096)
-      std::memset(p + i, 0, sizeof(T) * size_t(std::min<int64_t>(4096, n - i)));
+  void zero(Act<T> p, int64_t n) override {
+    fill(static_cast<char*>(p.raw()), nullptr, size_t(n) * dtype_size(p.dtype()));
   }
-  void copy(T* dst, const T* src, int64_t n) override {
-    if (n < kSerialBelow) {
-      std::memcpy(dst, src, sizeof(T) * size_t(n));
-      return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i += 4096)
-      std::memcpy(dst + i, src + i, sizeof(T) * size_t(std::min<int64_t>(4096, n - i)));
+  void copy(Act<T> dst, ActIn<T> src, int64_t n) override {
+    STRATA_CHECK(dst.dtype() == src.dtype(), "copy from ", dtype_name(src.dtype()), " to ",
+                 dtype_name(dst.dtype()));
+    fill(static_cast<char*>(dst.raw()), static_cast<const char*>(src.raw()),
+         size_t(n) * dtype_size(dst.dtype()));
   }
   void to_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
   void from_host(T* dst, const T* src, int64_t n) override { copy(dst, src, n); }
@@ -65,6 +56,22 @@ class CpuBackend final : public Backend<T> {
 #include "ops/ops.def"
 #undef STRATA_OP
 #undef STRATA_DEFAULT
+
+ private:
+  // bytes of src into dst (zeros where src is null), in parallel above
+  // kSerialBelow elements' worth.
+  static void fill(char* dst, const char* src, size_t bytes) {
+    auto part = [&](size_t at, size_t len) {
+      if (src)
+        std::memcpy(dst + at, src + at, len);
+      else
+        std::memset(dst + at, 0, len);
+    };
+    constexpr size_t kBlock = 16384;
+    if (bytes < kSerialBelow * sizeof(float)) return part(0, bytes);
+#pragma omp parallel for schedule(static)
+    for (size_t at = 0; at < bytes; at += kBlock) part(at, std::min(kBlock, bytes - at));
+  }
 };
 
 }  // namespace

@@ -10,28 +10,38 @@
 namespace strata::cpu {
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int C, int V,
+void embedding_forward(Act<T> out_, const int32_t* tokens, const T* wte, int64_t N, int C, int V,
                        int64_t v0, int V_local) {
   if (V_local < 0) V_local = V;
   for (int64_t n = 0; n < N; ++n)
     STRATA_CHECK(tokens[n] >= 0 && tokens[n] < V, "token id ", tokens[n], " at position ", n,
                  " is outside the vocabulary [0, ", V, ")");
+  with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        S* out = out_.template as<S>();
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t row = int64_t(tokens[n]) - v0;
-    if (row >= 0 && row < V_local)
-      std::memcpy(out + n * C, wte + row * C, sizeof(T) * C);
-    else
-      std::memset(out + n * C, 0, sizeof(T) * C);
-  }
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t row = int64_t(tokens[n]) - v0;
+          S* o = out + n * C;
+          if (row < 0 || row >= V_local)
+            std::fill(o, o + C, S(T(0)));
+          else if constexpr (std::is_same_v<S, T>)
+            std::memcpy(o, wte + row * C, sizeof(T) * C);
+          else
+            std::copy(wte + row * C, wte + (row + 1) * C, o);  // rounded to bf16
+        }
+      },
+      out_);
 }
 
-// Deterministic: threads own disjoint channel ranges.
-template <typename T>
-void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N, int C, int64_t v0,
-                        int V_local) {
-  // Each thread owns a contiguous channel range of every row: no races, and the
-  // summation order over tokens is fixed, so the result is deterministic.
+namespace {
+
+// Deterministic: each thread owns a contiguous channel range of every row: no
+// races, and the summation order over tokens is fixed.
+template <typename T, typename S>
+void scatter_add(T* dwte, const int32_t* tokens, const S* dout, int64_t N, int C, int64_t v0,
+                 int V_local) {
 #pragma omp parallel
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -40,20 +50,26 @@ void embedding_backward(T* dwte, const int32_t* tokens, const T* dout, int64_t N
       const int64_t row = int64_t(tokens[n]) - v0;
       if (V_local >= 0 && (row < 0 || row >= V_local)) continue;  // another rank's token
       T* d = dwte + row * C;
-      const T* g = dout + n * C;
+      const S* g = dout + n * C;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) d[c] += g[c];
+      for (int c = c0; c < c1; ++c) d[c] += T(g[c]);
     }
   }
 }
 
-template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int, int,
-                                       int64_t, int);
-template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int, int,
-                                        int64_t, int);
-template void embedding_backward<float>(float*, const int32_t*, const float*, int64_t, int, int64_t,
-                                        int);
-template void embedding_backward<double>(double*, const int32_t*, const double*, int64_t, int,
-                                         int64_t, int);
+}  // namespace
+
+template <typename T>
+void embedding_backward(T* dwte, const int32_t* tokens, ActIn<T> dout, int64_t N, int C, int64_t v0,
+                        int V_local) {
+  with_storage<T>(
+      [&](auto s) {
+        scatter_add(dwte, tokens, dout.template as<const decltype(s)>(), N, C, v0, V_local);
+      },
+      dout);
+}
+
+STRATA_CPU_INSTANTIATE(embedding_forward)
+STRATA_CPU_INSTANTIATE(embedding_backward)
 
 }  // namespace strata::cpu

@@ -89,7 +89,7 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
   T* lse_buf = lse ? lse : workspace<T, 2, Tag>(size_t(N));
   T* nll_buf = token_nll ? token_nll : workspace<T, 3, Tag>(size_t(N));
 
-  if (mode != Mode::Backward) rmsnorm_forward(xn, rstd, x, wn, N, C, eps);
+  if (mode != Mode::Backward) rmsnorm_forward<T>(xn, rstd, x, wn, N, C, eps);
 
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
@@ -101,7 +101,7 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
     if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
     if (dwout) gemm<T>(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
   }
-  if (dxn) rmsnorm_backward(dx, dwn, dxn, x, wn, rstd, N, C);
+  if (dxn) rmsnorm_backward<T>(dx, dwn, dxn, x, wn, rstd, N, C);
   if (mode == Mode::Backward) return 0.0;
   // Fixed-order sum: the loss is bit-identical run to run.
   double total = 0;
@@ -119,26 +119,27 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
 
 void set_head_ce_chunk_rows(int64_t rows) { g_chunk_override = rows > 0 ? rows : 0; }
 
+namespace {
+
 template <typename T>
-double head_ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
-                       const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                       double eps) {
+double ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x, const T* wn,
+                  const T* wout, const int32_t* targets, int64_t N, int C, int V, double eps) {
   return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x, wn,
                 wout, targets, N, C, V, eps, 0.0);
 }
 
 template <typename T>
-void head_ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
-                      const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                      double dloss) {
+void ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
+                 const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                 double dloss) {
   run<T>(Mode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
          const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
 }
 
 template <typename T>
-double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
-                                const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                int64_t N, int C, int V, double eps, double dloss) {
+double ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid, const T* x,
+                           const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
+                           int V, double eps, double dloss) {
   return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x, wn,
                 wout, targets, N, C, V, eps, dloss);
 }
@@ -147,13 +148,12 @@ double head_ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t
 // ids v0 ... The caller combines the statistics across ranks between the
 // phases.
 template <typename T>
-void head_ce_shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, const T* wn,
-                         const T* wout, const int32_t* targets, int64_t N, int C, int V, int64_t v0,
-                         double eps) {
+void shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, const T* wn, const T* wout,
+                 const int32_t* targets, int64_t N, int C, int V, int64_t v0, double eps) {
   if (N == 0) return;
   const int64_t R = chunk_rows(N, V);
   T* logits = workspace<T, 0, Tag>(size_t(R) * V);
-  rmsnorm_forward(xn, rstd, x, wn, N, C, eps);
+  rmsnorm_forward<T>(xn, rstd, x, wn, N, C, eps);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
     gemm<T>(false, true, rows, V, C, T(1), xn + r0 * C, C, wout, C, T(0), logits, V);
@@ -170,27 +170,8 @@ void head_ce_shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, co
 }
 
 template <typename T>
-double head_ce_shard_loss(T* token_nll, int64_t* n_valid, const T* lse, const T* target_logit,
-                          const int32_t* targets, int64_t N) {
-  // Fixed-order sum: the loss is bit-identical run to run.
-  double total = 0;
-  int64_t count = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const bool valid = targets[n] != kIgnoreIndex;
-    const T nll = valid ? lse[n] - target_logit[n] : T(0);
-    if (token_nll) token_nll[n] = nll;
-    if (!valid) continue;
-    total += double(nll);
-    ++count;
-  }
-  if (n_valid) *n_valid = count;
-  return total;
-}
-
-template <typename T>
-void head_ce_shard_backward(T* dxn, T* dwout, const T* xn, const T* lse, const T* wout,
-                            const int32_t* targets, int64_t N, int C, int V, int64_t v0,
-                            double dloss) {
+void shard_backward(T* dxn, T* dwout, const T* xn, const T* lse, const T* wout,
+                    const int32_t* targets, int64_t N, int C, int V, int64_t v0, double dloss) {
   if (N == 0) return;
   const int64_t R = chunk_rows(N, V);
   T* logits = workspace<T, 0, Tag>(size_t(R) * V);
@@ -217,31 +198,103 @@ void head_ce_shard_backward(T* dxn, T* dwout, const T* xn, const T* lse, const T
 }
 
 template <typename T>
-void head_logits(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N, int C,
-                 int V, double eps) {
+void logits_of(T* logits, T* xn_scratch, const T* x, const T* wn, const T* wout, int64_t N, int C,
+               int V, double eps) {
   struct LogitsTag {};
   T* rstd = workspace<T, 0, LogitsTag>(size_t(N));
-  rmsnorm_forward(xn_scratch, rstd, x, wn, N, C, eps);
+  rmsnorm_forward<T>(xn_scratch, rstd, x, wn, N, C, eps);
   gemm<T>(false, true, N, V, C, T(1), xn_scratch, C, wout, C, T(0), logits, V);
 }
 
-#define STRATA_INSTANTIATE(T)                                                                      \
-  template double head_ce_forward<T>(T*, T*, T*, T*, int64_t*, const T*, const T*, const T*,       \
-                                     const int32_t*, int64_t, int, int, double);                   \
-  template void head_ce_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,  \
-                                    const T*, const int32_t*, int64_t, int, int, double);          \
-  template double head_ce_forward_backward<T>(T*, T*, T*, T*, T*, int64_t*, const T*, const T*,    \
-                                              const T*, const int32_t*, int64_t, int, int, double, \
-                                              double);                                             \
-  template void head_ce_shard_stats<T>(T*, T*, T*, T*, const T*, const T*, const T*,               \
-                                       const int32_t*, int64_t, int, int, int64_t, double);        \
-  template double head_ce_shard_loss<T>(T*, int64_t*, const T*, const T*, const int32_t*,          \
-                                        int64_t);                                                  \
-  template void head_ce_shard_backward<T>(T*, T*, const T*, const T*, const T*, const int32_t*,    \
-                                          int64_t, int, int, int64_t, double);                     \
-  template void head_logits<T>(T*, T*, const T*, const T*, const T*, int64_t, int, int, double);
-STRATA_INSTANTIATE(float)
-STRATA_INSTANTIATE(double)
-#undef STRATA_INSTANTIATE
+}  // namespace
+
+// bf16 storage runs the fp32 code above on fp32 copies (Staged, storage.h).
+namespace {
+struct StageTag {};
+}  // namespace
+
+template <typename T>
+double head_ce_forward(Act<T> xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, ActIn<T> x,
+                       const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                       double eps) {
+  const StagedIn<T, 0, StageTag> xs(x, N * C);
+  const Staged<T, 1, StageTag> xns(xn, N * C, false);
+  return ce_forward(xns.get(), rstd, lse, token_nll, n_valid, xs.get(), wn, wout, targets, N, C, V,
+                    eps);
+}
+
+template <typename T>
+void head_ce_backward(Act<T> dx, T* dwn, T* dwout, ActIn<T> x, ActIn<T> xn, const T* rstd,
+                      const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N,
+                      int C, int V, double dloss) {
+  const StagedIn<T, 0, StageTag> xs(x, N * C);
+  const StagedIn<T, 1, StageTag> xns(xn, N * C);
+  const Staged<T, 2, StageTag> dxs(dx, N * C);  // dx +=: read in, rounded back
+  ce_backward(dxs.get(), dwn, dwout, xs.get(), xns.get(), rstd, lse, wn, wout, targets, N, C, V,
+              dloss);
+}
+
+template <typename T>
+double head_ce_forward_backward(Act<T> dx, T* dwn, T* dwout, Act<T> xn, T* rstd, int64_t* n_valid,
+                                ActIn<T> x, const T* wn, const T* wout, const int32_t* targets,
+                                int64_t N, int C, int V, double eps, double dloss) {
+  const StagedIn<T, 0, StageTag> xs(x, N * C);
+  const Staged<T, 1, StageTag> xns(xn, N * C, false);
+  const Staged<T, 2, StageTag> dxs(dx, N * C);
+  return ce_forward_backward(dxs.get(), dwn, dwout, xns.get(), rstd, n_valid, xs.get(), wn, wout,
+                             targets, N, C, V, eps, dloss);
+}
+
+template <typename T>
+void head_ce_shard_stats(Act<T> xn, T* rstd, T* lse, T* target_logit, ActIn<T> x, const T* wn,
+                         const T* wout, const int32_t* targets, int64_t N, int C, int V, int64_t v0,
+                         double eps) {
+  const StagedIn<T, 0, StageTag> xs(x, N * C);
+  const Staged<T, 1, StageTag> xns(xn, N * C, false);
+  shard_stats(xns.get(), rstd, lse, target_logit, xs.get(), wn, wout, targets, N, C, V, v0, eps);
+}
+
+template <typename T>
+void head_ce_shard_backward(Act<T> dxn, T* dwout, ActIn<T> xn, const T* lse, const T* wout,
+                            const int32_t* targets, int64_t N, int C, int V, int64_t v0,
+                            double dloss) {
+  const StagedIn<T, 1, StageTag> xns(xn, N * C);
+  const Staged<T, 2, StageTag> dxns(dxn, N * C, false);
+  shard_backward(dxns.get(), dwout, xns.get(), lse, wout, targets, N, C, V, v0, dloss);
+}
+
+template <typename T>
+void head_logits(T* logits, Act<T> xn_scratch, ActIn<T> x, const T* wn, const T* wout, int64_t N,
+                 int C, int V, double eps) {
+  const StagedIn<T, 0, StageTag> xs(x, N * C);
+  const Staged<T, 1, StageTag> xns(xn_scratch, N * C, false);
+  logits_of(logits, xns.get(), xs.get(), wn, wout, N, C, V, eps);
+}
+
+template <typename T>
+double head_ce_shard_loss(T* token_nll, int64_t* n_valid, const T* lse, const T* target_logit,
+                          const int32_t* targets, int64_t N) {
+  // Fixed-order sum: the loss is bit-identical run to run.
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const bool valid = targets[n] != kIgnoreIndex;
+    const T nll = valid ? lse[n] - target_logit[n] : T(0);
+    if (token_nll) token_nll[n] = nll;
+    if (!valid) continue;
+    total += double(nll);
+    ++count;
+  }
+  if (n_valid) *n_valid = count;
+  return total;
+}
+
+STRATA_CPU_INSTANTIATE(head_ce_forward)
+STRATA_CPU_INSTANTIATE(head_ce_backward)
+STRATA_CPU_INSTANTIATE(head_ce_forward_backward)
+STRATA_CPU_INSTANTIATE(head_ce_shard_stats)
+STRATA_CPU_INSTANTIATE(head_ce_shard_loss)
+STRATA_CPU_INSTANTIATE(head_ce_shard_backward)
+STRATA_CPU_INSTANTIATE(head_logits)
 
 }  // namespace strata::cpu

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backends/cpu/storage.h"
 #include "ops/types.h"
 
 namespace strata::cpu {
@@ -28,6 +29,12 @@ using ops::LinearLd;
 #include "ops/ops.def"
 #undef STRATA_OP
 #undef STRATA_DEFAULT
+
+// Explicit instantiations of an op's kernel for float and double (its
+// declaration above gives the signature).
+#define STRATA_CPU_INSTANTIATE(op)        \
+  template decltype(op<float>) op<float>; \
+  template decltype(op<double>) op<double>;
 
 // rope.cpp: the tables of the default frequencies, inv_freq[i] = theta^(-2i/D)
 // (rope_table above takes the D/2 frequencies, e.g. Llama-3 scaled, see

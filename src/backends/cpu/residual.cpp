@@ -2,28 +2,39 @@
 #include "backends/cpu/kernels.h"
 
 namespace strata::cpu {
+namespace {
+
+template <typename T, typename S>
+void add(S* out, const S* a, const S* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = S(T(a[i]) + T(b[i]));
+}
+
+}  // namespace
 
 template <typename T>
-void residual_forward(T* out, const T* a, const T* b, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+void residual_forward(Act<T> out, ActIn<T> a, ActIn<T> b, int64_t n) {
+  with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        add<T>(out.template as<S>(), a.template as<const S>(), b.template as<const S>(), n);
+      },
+      out, a, b);
 }
 
 template <typename T>
-void residual_backward(T* da, T* db, const T* dout, int64_t n) {
-  if (da) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) da[i] += dout[i];
-  }
-  if (db) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) db[i] += dout[i];
-  }
+void residual_backward(Act<T> da, Act<T> db, ActIn<T> dout, int64_t n) {
+  with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        const S* d = dout.template as<const S>();
+        for (S* g : {da.template as<S>(), db.template as<S>()})
+          if (g) add<T>(g, g, d, n);
+      },
+      da, db, dout);
 }
 
-template void residual_forward<float>(float*, const float*, const float*, int64_t);
-template void residual_forward<double>(double*, const double*, const double*, int64_t);
-template void residual_backward<float>(float*, float*, const float*, int64_t);
-template void residual_backward<double>(double*, double*, const double*, int64_t);
+STRATA_CPU_INSTANTIATE(residual_forward)
+STRATA_CPU_INSTANTIATE(residual_backward)
 
 }  // namespace strata::cpu

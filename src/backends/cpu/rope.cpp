@@ -29,53 +29,57 @@ void rope_table(T* cos, T* sin, int max_pos, int D, double theta) {
 
 namespace {
 // sign = +1 rotates forward, -1 applies the transpose (backward).
-template <typename T>
-void rotate(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
+template <typename T, typename S>
+void rotate(S* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
             int pos0, T sign) {
   const int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T_; ++t) {
-      T* row = x + (int64_t(b) * T_ + t) * row_stride;
+      S* row = x + (int64_t(b) * T_ + t) * row_stride;
       const T* c = cos + int64_t(pos0 + t) * half;
       const T* s = sin + int64_t(pos0 + t) * half;
       for (int h = 0; h < H; ++h) {
-        T* lo = row + int64_t(h) * D;
-        T* hi = lo + half;
+        S* lo = row + int64_t(h) * D;
+        S* hi = lo + half;
 #pragma omp simd
         for (int i = 0; i < half; ++i) {
-          const T a = lo[i], bb = hi[i], si = sign * s[i];
-          lo[i] = a * c[i] - bb * si;
-          hi[i] = bb * c[i] + a * si;
+          const T a = T(lo[i]), bb = T(hi[i]), si = sign * s[i];
+          lo[i] = S(a * c[i] - bb * si);
+          hi[i] = S(bb * c[i] + a * si);
         }
       }
     }
 }
+
+template <typename T>
+void rotate_act(Act<T> x, const T* cos, const T* sin, int B, int T_, int H, int D,
+                int64_t row_stride, int pos0, T sign) {
+  with_storage<T>(
+      [&](auto s) {
+        rotate<T>(x.template as<decltype(s)>(), cos, sin, B, T_, H, D, row_stride, pos0, sign);
+      },
+      x);
+}
 }  // namespace
 
 template <typename T>
-void rope_forward(T* x, const T* cos, const T* sin, int B, int T_, int H, int D, int64_t row_stride,
-                  int pos0) {
-  rotate<T>(x, cos, sin, B, T_, H, D, row_stride, pos0, T(1));
+void rope_forward(Act<T> x, const T* cos, const T* sin, int B, int T_, int H, int D,
+                  int64_t row_stride, int pos0) {
+  rotate_act<T>(x, cos, sin, B, T_, H, D, row_stride, pos0, T(1));
 }
 
 template <typename T>
-void rope_backward(T* dx, const T* cos, const T* sin, int B, int T_, int H, int D,
+void rope_backward(Act<T> dx, const T* cos, const T* sin, int B, int T_, int H, int D,
                    int64_t row_stride, int pos0) {
-  rotate<T>(dx, cos, sin, B, T_, H, D, row_stride, pos0, T(-1));
+  rotate_act<T>(dx, cos, sin, B, T_, H, D, row_stride, pos0, T(-1));
 }
 
 template void rope_table<float>(float*, float*, int, int, double);
 template void rope_table<double>(double*, double*, int, int, double);
 template void rope_table<float>(float*, float*, int, int, const double*);
 template void rope_table<double>(double*, double*, int, int, const double*);
-template void rope_forward<float>(float*, const float*, const float*, int, int, int, int, int64_t,
-                                  int);
-template void rope_forward<double>(double*, const double*, const double*, int, int, int, int,
-                                   int64_t, int);
-template void rope_backward<float>(float*, const float*, const float*, int, int, int, int, int64_t,
-                                   int);
-template void rope_backward<double>(double*, const double*, const double*, int, int, int, int,
-                                    int64_t, int);
+STRATA_CPU_INSTANTIATE(rope_forward)
+STRATA_CPU_INSTANTIATE(rope_backward)
 
 }  // namespace strata::cpu

@@ -5,8 +5,12 @@
 // b` on vectors) never turn into branches.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "ops/dtype.h"
 
 // Everything compiled against these headers sits in a namespace named after
 // the target (strata::cpu::avx2 or strata::cpu::avx512, inline), so the same
@@ -68,6 +72,34 @@ inline Vec<T> load(const T* p) {
   return load_as<Vec<T>>(p);
 }
 inline VecF splat(float x) { return VecF{} + x; }
+
+// bf16 storage (ops/dtype.h): a vector of floats (or a float, for loop tails)
+// from as many bf16 values, exactly; stores round to nearest even, as
+// ops::bf16 does (a NaN stays a quiet NaN).
+typedef uint16_t VecH __attribute__((vector_size(kBytes / 2)));
+typedef uint32_t VecU __attribute__((vector_size(kBytes)));
+template <typename V>
+inline V load_as(const ops::bf16* p) {
+  if constexpr (std::is_same_v<V, VecF>) {
+    VecH h;
+    std::memcpy(&h, p, sizeof h);
+    return std::bit_cast<VecF>(__builtin_convertvector(h, VecU) << 16);
+  } else {
+    return V(float(*p));
+  }
+}
+template <typename V>
+inline void store(ops::bf16* p, V v) {
+  if constexpr (std::is_same_v<V, VecF>) {
+    const VecU x = std::bit_cast<VecU>(v);
+    const VecU rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+    const VecU r = (x & 0x7FFFFFFFu) > 0x7F800000u ? ((x >> 16) | 0x40u) : rounded;
+    const VecH h = __builtin_convertvector(r, VecH);
+    std::memcpy(static_cast<void*>(p), &h, sizeof h);
+  } else {
+    *p = ops::bf16(float(v));
+  }
+}
 
 }  // namespace simd
 }  // namespace STRATA_CPU_ISA_NS

@@ -73,9 +73,13 @@ class KernelBackend final : public ops::Backend<T> {
   }
   // Stream-ordered reuse: see device_pool.h for why no sync is needed.
   void free(T* p) override { pool_.give(p); }
-  void zero(T* p, int64_t n) override { gpu::zero_async(p, size_t(n) * sizeof(T), stream_); }
-  void copy(T* dst, const T* src, int64_t n) override {
-    gpu::copy_async(dst, src, size_t(n) * sizeof(T), stream_);
+  void zero(ops::Act<T> p, int64_t n) override {
+    gpu::zero_async(p.raw(), size_t(n) * ops::dtype_size(p.dtype()), stream_);
+  }
+  void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override {
+    STRATA_CHECK(dst.dtype() == src.dtype(), "copy from ", ops::dtype_name(src.dtype()), " to ",
+                 ops::dtype_name(dst.dtype()));
+    gpu::copy_async(dst.raw(), src.raw(), size_t(n) * ops::dtype_size(dst.dtype()), stream_);
   }
   // to_host and from_host take the caller's pageable host memory: from_host's
   // cudaMemcpyAsync has read a pageable source when it returns, and to_host

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/kernels/attention_view.cuh"
 #include "backends/cuda/kernels/context.cuh"
+#include "backends/cuda/kernels/stage.cuh"
 #include "backends/cuda/kernels/flash_attention.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 #include "core/error.h"
@@ -318,8 +319,8 @@ void external_attention_backward(KernelContext<T>& k, ExternalAttention& x, T* d
 }
 
 template <typename T>
-void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B, int T_, int Hq,
-                       int Hkv, int D) {
+void attention_forward_fp(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B, int T_, int Hq,
+                          int Hkv, int D) {
   check_heads(Hq, Hkv, D);
   if (int64_t(B) * T_ * Hq == 0) return;
   if (ExternalAttention* x = k.external_attention())
@@ -348,8 +349,8 @@ void attention_forward(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B,
 }
 
 template <typename T>
-void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qkv, const T* out,
-                        const T* lse, int B, int T_, int Hq, int Hkv, int D) {
+void attention_backward_fp(KernelContext<T>& k, T* dqkv, const T* dout, const T* qkv,
+                           const T* out, const T* lse, int B, int T_, int Hq, int Hkv, int D) {
   check_heads(Hq, Hkv, D);
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
@@ -374,9 +375,9 @@ void attention_backward(KernelContext<T>& k, T* dqkv, const T* dout, const T* qk
 // Generation: the forward kernel over a KV cache (no lse); a long prefill
 // with bf16 matmuls on the flash kernel.
 template <typename T>
-void attention_cached_forward(KernelContext<T>& k, T* out, const T* q, int64_t q_stride,
-                              const T* kc, const T* vc, int n, int pos0, int Hq, int Hkv, int D,
-                              int max_len) {
+void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_t q_stride,
+                                 const T* kc, const T* vc, int n, int pos0, int Hq, int Hkv, int D,
+                                 int max_len) {
   check_heads(Hq, Hkv, D);
   if (n == 0) return;
   AttnView<T> v{q, kc, vc, q_stride, 0, D, int64_t(max_len) * D, 1, n, Hq, Hkv, D, pos0};
@@ -388,6 +389,43 @@ void attention_cached_forward(KernelContext<T>& k, T* out, const T* q, int64_t q
   }
   STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
+}
+
+// The launchers: bf16 activations are staged (stage.cuh) until the kernels
+// read them directly.
+template <typename T>
+void attention_forward(KernelContext<T>& k, ops::Act<T> out_, T* lse, ops::ActIn<T> qkv_, int B,
+                       int T_, int Hq, int Hkv, int D) {
+  const int64_t N = int64_t(B) * T_;
+  const DeviceStagedIn<T> qkv(k, kStage0, qkv_, N * (Hq + 2 * Hkv) * D);
+  const DeviceStaged<T> out(k, kStage1, out_, N * Hq * D, false);
+  attention_forward_fp<T>(k, out.get(), lse, qkv.get(), B, T_, Hq, Hkv, D);
+}
+
+template <typename T>
+void attention_backward(KernelContext<T>& k, ops::Act<T> dqkv_, ops::ActIn<T> dout_,
+                        ops::ActIn<T> qkv_, ops::ActIn<T> out_, const T* lse, int B, int T_,
+                        int Hq, int Hkv, int D) {
+  const int64_t N = int64_t(B) * T_, QKV = int64_t(Hq + 2 * Hkv) * D, Q = int64_t(Hq) * D;
+  const DeviceStagedIn<T> dout(k, kStage0, dout_, N * Q), qkv(k, kStage1, qkv_, N * QKV),
+      out(k, kStage2, out_, N * Q);
+  const DeviceStaged<T> dqkv(k, kStage3, dqkv_, N * QKV, false);
+  attention_backward_fp<T>(k, dqkv.get(), dout.get(), qkv.get(), out.get(), lse, B, T_, Hq, Hkv,
+                           D);
+}
+
+// The caches [Hkv, max_len, D] are staged whole: a bf16 KV cache wants the
+// kernel to read it directly.
+template <typename T>
+void attention_cached_forward(KernelContext<T>& k, ops::Act<T> out_, ops::ActIn<T> q_,
+                              int64_t q_stride, ops::ActIn<T> kc_, ops::ActIn<T> vc_, int n,
+                              int pos0, int Hq, int Hkv, int D, int max_len) {
+  const int64_t cache = int64_t(Hkv) * max_len * D;
+  const DeviceStagedIn<T> q(k, kStage0, q_, view_elements(n, q_stride, int64_t(Hq) * D)),
+      kc(k, kStage1, kc_, cache), vc(k, kStage2, vc_, cache);
+  const DeviceStaged<T> out(k, kStage3, out_, int64_t(n) * Hq * D, false);
+  attention_cached_forward_fp<T>(k, out.get(), q.get(), q_stride, kc.get(), vc.get(), n, pos0, Hq,
+                                 Hkv, D, max_len);
 }
 
 }  // namespace STRATA_TARGET_NS

@@ -1,5 +1,5 @@
 // out = a x + b y, and its backward (each input's share of the gradient).
-// Kernels on top, launchers below.
+// Kernels on top, launchers below. S: the activations' storage (common.cuh).
 #pragma once
 
 #include "backends/cuda/kernels/context.cuh"
@@ -7,36 +7,50 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
-template <typename T>
-STRATA_GLOBAL void k_axpby(T* out, const T* x, const T* y, int64_t n, T a, T b) {
-  STRATA_GRID_LOOP(i, n) out[i] = a * x[i] + b * y[i];
+template <typename S>
+STRATA_GLOBAL void k_axpby(S* out, const S* x, const S* y, int64_t n, compute_t<S> a,
+                           compute_t<S> b) {
+  STRATA_GRID_LOOP(i, n) out[i] = act_store<S>(a * act_load(x[i]) + b * act_load(y[i]));
 }
 
 // dx += a dout, dy += b dout (either may be null).
-template <typename T>
-STRATA_GLOBAL void k_axpby_backward(T* dx, T* dy, const T* dout, int64_t n, T a, T b) {
+template <typename S>
+STRATA_GLOBAL void k_axpby_backward(S* dx, S* dy, const S* dout, int64_t n, compute_t<S> a,
+                                    compute_t<S> b) {
   STRATA_GRID_LOOP(i, n) {
-    const T g = dout[i];
-    if (dx) dx[i] += a * g;
-    if (dy) dy[i] += b * g;
+    const compute_t<S> g = act_load(dout[i]);
+    if (dx) dx[i] = act_store<S>(act_load(dx[i]) + a * g);
+    if (dy) dy[i] = act_store<S>(act_load(dy[i]) + b * g);
   }
 }
 
 // ------------------------------------------------------------------ launchers
 
 template <typename T>
-void axpby_forward(KernelContext<T>& k, T* out, const T* x, const T* y, int64_t n, double a,
-                   double b) {
+void axpby_forward(KernelContext<T>& k, ops::Act<T> out, ops::ActIn<T> x, ops::ActIn<T> y,
+                   int64_t n, double a, double b) {
   if (n == 0) return;
-  STRATA_LAUNCH(k_axpby<T>, blocks_for(n, 256), 256, 0, k.stream(), out, x, y, n, T(a), T(b));
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_axpby<S>, blocks_for(n, 256), 256, 0, k.stream(), out.template as<S>(),
+                      x.template as<const S>(), y.template as<const S>(), n, T(a), T(b));
+      },
+      out, x, y);
 }
 
 template <typename T>
-void axpby_backward(KernelContext<T>& k, T* dx, T* dy, const T* dout, int64_t n, double a,
-                    double b) {
+void axpby_backward(KernelContext<T>& k, ops::Act<T> dx, ops::Act<T> dy, ops::ActIn<T> dout,
+                    int64_t n, double a, double b) {
   if (n == 0 || (!dx && !dy)) return;
-  STRATA_LAUNCH(k_axpby_backward<T>, blocks_for(n, 256), 256, 0, k.stream(), dx, dy, dout, n, T(a),
-                T(b));
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_axpby_backward<S>, blocks_for(n, 256), 256, 0, k.stream(),
+                      dx.template as<S>(), dy.template as<S>(), dout.template as<const S>(), n,
+                      T(a), T(b));
+      },
+      dx, dy, dout);
 }
 
 }  // namespace STRATA_TARGET_NS

@@ -1,6 +1,7 @@
 // Bias add over rows, and its backward: column sums of dout (reduce.cuh's
 // chunked scheme: coalesced across a warp, chunks of rows in order, so
-// deterministic). Kernels on top, launchers below.
+// deterministic). Kernels on top, launchers below. S: the activations'
+// storage (common.cuh).
 #pragma once
 
 #include "backends/cuda/kernels/context.cuh"
@@ -10,46 +11,57 @@ namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
 // out[r * ld + j] += bias[j].
-template <typename T>
-STRATA_GLOBAL void k_bias_add(T* out, const T* bias, int64_t N, int OC, int64_t ld) {
+template <typename S>
+STRATA_GLOBAL void k_bias_add(S* out, const compute_t<S>* bias, int64_t N, int OC, int64_t ld) {
   STRATA_GRID_LOOP(i, N * OC) {
     const int64_t r = i / OC;
     const int j = int(i % OC);
-    out[r * ld + j] += bias[j];
+    out[r * ld + j] = act_store<S>(act_load(out[r * ld + j]) + bias[j]);
   }
 }
 
 // partial[chunk][j] = sum over the chunk's rows r of src[r * ld + j]
 // (blockIdx.y: the chunk; k_finish_columns adds the chunks).
-template <typename T>
-STRATA_GLOBAL void k_column_partials(T* partial, const T* src, int64_t N, int OC, int64_t ld,
-                                     int64_t chunk) {
+template <typename S>
+STRATA_GLOBAL void k_column_partials(compute_t<S>* partial, const S* src, int64_t N, int OC,
+                                     int64_t ld, int64_t chunk) {
   const int j = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (j >= OC) return;
   const int64_t r0 = int64_t(blockIdx.y) * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
-  T s = 0;
-  for (int64_t r = r0; r < r1; ++r) s += src[r * ld + j];
+  compute_t<S> s = 0;
+  for (int64_t r = r0; r < r1; ++r) s += act_load(src[r * ld + j]);
   partial[int64_t(blockIdx.y) * OC + j] = s;
 }
 
 // ------------------------------------------------------------------ launchers
 
 template <typename T>
-void bias_add_forward(KernelContext<T>& k, T* out, const T* bias, int64_t N, int OC, int64_t ld) {
+void bias_add_forward(KernelContext<T>& k, ops::Act<T> out, const T* bias, int64_t N, int OC,
+                      int64_t ld) {
   if (N == 0) return;
-  STRATA_LAUNCH(k_bias_add<T>, blocks_for(N * OC, 256), 256, 0, k.stream(), out, bias, N, OC,
-                ld ? ld : OC);
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_bias_add<S>, blocks_for(N * OC, 256), 256, 0, k.stream(),
+                      out.template as<S>(), bias, N, OC, ld ? ld : OC);
+      },
+      out);
 }
 
 template <typename T>
-void bias_add_backward(KernelContext<T>& k, T* dbias, const T* dout, int64_t N, int OC,
+void bias_add_backward(KernelContext<T>& k, T* dbias, ops::ActIn<T> dout, int64_t N, int OC,
                        int64_t ld) {
   if (N == 0 || OC == 0) return;
   int64_t chunk;
   int chunks;
   T* partial = column_partials(k, N, OC, &chunk, &chunks);
-  STRATA_LAUNCH(k_column_partials<T>, dim3(blocks_for(OC, 128), unsigned(chunks)), 128, 0,
-                k.stream(), partial, dout, N, OC, ld ? ld : OC, chunk);
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_column_partials<S>, dim3(blocks_for(OC, 128), unsigned(chunks)), 128, 0,
+                      k.stream(), partial, dout.template as<const S>(), N, OC, ld ? ld : OC, chunk);
+      },
+      dout);
   STRATA_LAUNCH(k_finish_columns<T>, blocks_for(OC, 128), 128, 0, k.stream(), dbias,
                 static_cast<const T*>(partial), chunks, OC);
 }

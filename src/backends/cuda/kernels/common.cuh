@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "backends/cuda/portable.h"
+#include "ops/dtype.h"
 
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
@@ -100,6 +103,33 @@ STRATA_DEVICE uint16_t bf16_bits(float f) {
   memcpy(&x, &f, 4);
   const uint16_t rounded = uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
   return (x & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t((x >> 16) | 0x0040u) : rounded;
+}
+
+// Activation storage (ops/dtype.h): a kernel templated on its storage S
+// reads an element as its compute type (act_load: float for bf16, exact) and
+// writes one rounded to S (act_store<S>: bf16_bits's rounding), the same bits
+// on a GPU, on the SIMT executor and on the CPU (ops::bf16).
+STRATA_DEVICE float act_load(float v) { return v; }
+STRATA_DEVICE double act_load(double v) { return v; }
+STRATA_DEVICE float act_load(ops::bf16 v) {
+  const uint32_t bits = uint32_t(v.bits) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+// The type a backend computes in for storage S: float for bf16, S otherwise
+// (so a kernel takes its storage as its one template parameter).
+template <typename S>
+using compute_t = std::conditional_t<std::is_same_v<S, ops::bf16>, float, S>;
+template <typename S, typename T>
+STRATA_DEVICE S act_store(T v) {
+  if constexpr (std::is_same_v<S, ops::bf16>) {
+    ops::bf16 h;
+    h.bits = bf16_bits(float(v));
+    return h;
+  } else {
+    return S(v);
+  }
 }
 
 // Grid-stride loop over n elements (an element-wise kernel gives the same

@@ -43,6 +43,11 @@ enum Slot {
   kAttnDout16,
   kAttnGrad16,
   kAttnWork,
+  kStage0,  // fp32 copies of bf16 activations (stage.cuh)
+  kStage1,
+  kStage2,
+  kStage3,
+  kStage4,
   kSlots
 };
 

@@ -21,10 +21,11 @@ STRATA_GLOBAL void k_rope_table(T* cos_t, T* sin_t, int max_pos, int half, const
 }
 
 // In place on the first H heads of B*T rows `row_stride` apart; sign -1 is
-// the transpose (backward).
-template <typename T>
-STRATA_GLOBAL void k_rope(T* x, const T* cos_t, const T* sin_t, int B, int T_, int H, int D,
-                          int64_t row_stride, int pos0, T sign) {
+// the transpose (backward). S: the activations' storage (common.cuh).
+template <typename S>
+STRATA_GLOBAL void k_rope(S* x, const compute_t<S>* cos_t, const compute_t<S>* sin_t, int B, int T_,
+                          int H, int D, int64_t row_stride, int pos0, compute_t<S> sign) {
+  using T = compute_t<S>;
   const int half = D / 2;
   const int64_t total = int64_t(B) * T_ * H * half;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -33,12 +34,12 @@ STRATA_GLOBAL void k_rope(T* x, const T* cos_t, const T* sin_t, int B, int T_, i
     const int h = int((e / half) % H);
     const int64_t bt = e / (int64_t(half) * H);
     const int t = int(bt % T_);
-    T* lo = x + bt * row_stride + int64_t(h) * D + i;
-    T* hi = lo + half;
+    S* lo = x + bt * row_stride + int64_t(h) * D + i;
+    S* hi = lo + half;
     const T c = cos_t[int64_t(pos0 + t) * half + i], s = sign * sin_t[int64_t(pos0 + t) * half + i];
-    const T a = *lo, b = *hi;
-    *lo = a * c - b * s;
-    *hi = b * c + a * s;
+    const T a = act_load(*lo), b = act_load(*hi);
+    *lo = act_store<S>(a * c - b * s);
+    *hi = act_store<S>(b * c + a * s);
   }
 }
 
@@ -57,24 +58,29 @@ void rope_table(KernelContext<T>& k, T* cos, T* sin, int max_pos, int D, const d
 
 // The rotation (sign 1) or its transpose (sign -1).
 template <typename T>
-void rope_rotate(KernelContext<T>& k, T* x, const T* cos, const T* sin, int B, int T_, int H, int D,
-                 int64_t row_stride, int pos0, T sign) {
+void rope_rotate(KernelContext<T>& k, ops::Act<T> x, const T* cos, const T* sin, int B, int T_,
+                 int H, int D, int64_t row_stride, int pos0, T sign) {
   const int64_t n = int64_t(B) * T_ * H * (D / 2);
   if (n == 0) return;
-  STRATA_LAUNCH(k_rope<T>, blocks_for(n, 256), 256, 0, k.stream(), x, cos, sin, B, T_, H, D,
-                row_stride, pos0, sign);
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_rope<S>, blocks_for(n, 256), 256, 0, k.stream(), x.template as<S>(), cos,
+                      sin, B, T_, H, D, row_stride, pos0, sign);
+      },
+      x);
 }
 
 template <typename T>
-void rope_forward(KernelContext<T>& k, T* x, const T* cos, const T* sin, int B, int T_, int H,
-                  int D, int64_t row_stride, int pos0) {
-  rope_rotate(k, x, cos, sin, B, T_, H, D, row_stride, pos0, T(1));
+void rope_forward(KernelContext<T>& k, ops::Act<T> x, const T* cos, const T* sin, int B, int T_,
+                  int H, int D, int64_t row_stride, int pos0) {
+  rope_rotate<T>(k, x, cos, sin, B, T_, H, D, row_stride, pos0, T(1));
 }
 
 template <typename T>
-void rope_backward(KernelContext<T>& k, T* dx, const T* cos, const T* sin, int B, int T_, int H,
-                   int D, int64_t row_stride, int pos0) {
-  rope_rotate(k, dx, cos, sin, B, T_, H, D, row_stride, pos0, T(-1));
+void rope_backward(KernelContext<T>& k, ops::Act<T> dx, const T* cos, const T* sin, int B, int T_,
+                   int H, int D, int64_t row_stride, int pos0) {
+  rope_rotate<T>(k, dx, cos, sin, B, T_, H, D, row_stride, pos0, T(-1));
 }
 
 }  // namespace STRATA_TARGET_NS
