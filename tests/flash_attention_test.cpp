@@ -67,7 +67,8 @@ STRATA_GLOBAL void k_mma_once(const float* A, const float* B, const float* C, fl
 }
 
 TEST(MmaM16n8k16, MatchesTheScalarProductForEveryFragmentElement) {
-  const std::vector<float> A = bf16_values(256, 1), B = bf16_values(128, 2), C = bf16_values(128, 3);
+  const std::vector<float> A = bf16_values(256, 1), B = bf16_values(128, 2),
+                           C = bf16_values(128, 3);
   std::vector<float> D(128, -1.f);
   STRATA_LAUNCH(k_mma_once, 1, 32, 0, nullptr, A.data(), B.data(), C.data(), D.data());
   for (int i = 0; i < 16; ++i)
@@ -121,7 +122,8 @@ TEST(MmaLdmatrix, X4AndTransGiveTheDocumentedElements) {
         // Element (row, col) of matrix i is 1000 + 64 i + 8 row + col.
         const int a = l / 4, b = 2 * (l % 4);
         const auto el = [&](int row, int col) { return uint32_t(1000 + 64 * i + 8 * row + col); };
-        const uint32_t want = trans ? el(b, a) | (el(b + 1, a) << 16) : el(a, b) | (el(a, b + 1) << 16);
+        const uint32_t want =
+            trans ? el(b, a) | (el(b + 1, a) << 16) : el(a, b) | (el(a, b + 1) << 16);
         ASSERT_EQ(out[l * 4 + i], want) << (trans ? "trans " : "") << "lane " << l << " r" << i;
       }
   }
@@ -159,8 +161,7 @@ Outputs run_attention(const std::string& backend, ops::MatmulPrecision p, const 
   auto be = ops::make_backend<float>(backend);
   be->set_matmul_precision(p);
   if (prepare) prepare(*be);
-  const int64_t nq = int64_t(qkv.size()), no = int64_t(dout.size()),
-                nl = int64_t(s.B) * s.Hq * s.T;
+  const int64_t nq = int64_t(qkv.size()), no = int64_t(dout.size()), nl = int64_t(s.B) * s.Hq * s.T;
   float* d_qkv = be->alloc(nq);
   float* d_dout = be->alloc(no);
   float* d_out = be->alloc(no);
@@ -258,6 +259,63 @@ TEST(FlashAttentionTiles, SmallHeadsAndShortSequences) {
   check_shape({3, 129, 2, 1, 16}, 33);
 }
 
+// bf16 activation storage (ops/dtype.h): the flash kernels read q, k, v and
+// dout as bf16 and write out and dqkv in bf16, with no fp32 copies. From the
+// same bf16 values the result is the fp32-storage flash result rounded once
+// (out; lse is the same fp32 computation, bit for bit) and, for the
+// gradients, the rounding of out that delta = rowsum(dout * out) then sees:
+// within the flash bounds of the fp32 run.
+Outputs run_bf16_storage(const Shape& s, const std::vector<float>& qkv,
+                         const std::vector<float>& dout) {
+  auto be = ops::make_backend<float>("simt");
+  be->set_matmul_precision(ops::MatmulPrecision::BF16);
+  const int64_t nq = int64_t(qkv.size()), no = int64_t(dout.size()), nl = int64_t(s.B) * s.Hq * s.T;
+  auto put = [&](const std::vector<float>& h) {
+    ops::ActBuffer<float> b(be.get(), h.size(), ops::Dtype::BF16);
+    std::vector<ops::bf16> v(h.begin(), h.end());
+    v.push_back(ops::bf16(0.f));
+    be->from_host(static_cast<float*>(b.data().raw()), reinterpret_cast<const float*>(v.data()),
+                  int64_t(v.size() / 2));
+    return b;
+  };
+  auto get = [&](const ops::ActBuffer<float>& b) {
+    std::vector<ops::bf16> v(b.size() + 1);
+    be->to_host(reinterpret_cast<float*>(v.data()), static_cast<const float*>(b.data().raw()),
+                int64_t(v.size() / 2));
+    return std::vector<float>(v.begin(), v.begin() + int64_t(b.size()));
+  };
+  ops::ActBuffer<float> d_qkv = put(qkv), d_dout = put(dout);
+  ops::ActBuffer<float> d_out(be.get(), size_t(no), ops::Dtype::BF16),
+      d_dqkv(be.get(), size_t(nq), ops::Dtype::BF16);
+  ops::DeviceBuffer<float> d_lse(be.get(), size_t(nl));
+  const uint64_t before = simt::launch_count();
+  be->attention_forward(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.Hq, s.Hkv, s.D);
+  be->attention_backward(d_dqkv.data(), d_dout.data(), d_qkv.data(), d_out.data(), d_lse.data(),
+                         s.B, s.T, s.Hq, s.Hkv, s.D);
+  // Forward, delta, dq, dk/dv: four launches, none of them a conversion.
+  EXPECT_EQ(simt::launch_count() - before, 4u) << name_of(s);
+  Outputs o{get(d_out), std::vector<float>(size_t(nl)), get(d_dqkv)};
+  be->to_host(o.lse.data(), d_lse.data(), nl);
+  return o;
+}
+
+TEST(FlashAttentionBf16Storage, ReadsAndWritesBf16WithoutCopies) {
+  for (const Shape& s : {Shape{1, 100, 2, 2, 64}, Shape{2, 37, 4, 1, 64}, Shape{1, 70, 8, 1, 128},
+                         Shape{3, 129, 2, 1, 16}}) {
+    const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+    const std::vector<float> qkv = bf16_values(size_t(int64_t(s.B) * s.T * W), 61, 1.5f);
+    const std::vector<float> dout = bf16_values(size_t(int64_t(s.B) * s.T * s.Hq * s.D), 62);
+    const Outputs fp32 = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout);
+    const Outputs bf16 = run_bf16_storage(s, qkv, dout);
+    EXPECT_EQ(std::memcmp(bf16.lse.data(), fp32.lse.data(), fp32.lse.size() * 4), 0) << name_of(s);
+    for (size_t i = 0; i < fp32.out.size(); ++i)
+      ASSERT_EQ(bf16.out[i], float(ops::bf16(fp32.out[i]))) << name_of(s) << " out " << i;
+    compare(bf16, fp32, s, "bf16 storage vs fp32 storage");
+    const Outputs cpu = run_attention("cpu", ops::MatmulPrecision::FP32, s, qkv, dout);
+    compare(bf16, cpu, s, "bf16 storage vs the cpu backend");
+  }
+}
+
 // The flash kernels are deterministic: no atomics, every output element
 // written by one warp in a fixed order, so any thread order gives the same
 // bits.
@@ -299,7 +357,8 @@ TEST(FlashAttentionDispatch, Bf16AndSupportedHeadDimsOnly) {
 TEST(FlashAttentionPrefill, CachedAttentionOverTheKvCache) {
   const int Hq = 8, Hkv = 2, D = 64, max_len = 200, pos0 = 37;
   for (int n : {70, 20}) {
-    const int64_t q_stride = int64_t(Hq + 2 * Hkv) * D;  // queries inside qkv rows, as generation has them
+    const int64_t q_stride =
+        int64_t(Hq + 2 * Hkv) * D;  // queries inside qkv rows, as generation has them
     const std::vector<float> q = bf16_values(size_t(n * q_stride), 81, 1.5f);
     const std::vector<float> kc = bf16_values(size_t(Hkv) * max_len * D, 82, 1.5f);
     const std::vector<float> vc = bf16_values(size_t(Hkv) * max_len * D, 83);
@@ -356,7 +415,7 @@ class HostAttention final : public cuda::ExternalAttention {
   void backward(void*, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* o,
                 const float* lse, const cuda::AttentionShape& s, void*) override {
     const reference::Vec x = widen(qkv, s.B * s.T * W(s)), d = widen(dout, s.B * s.T * s.Hq * s.D),
-                   ov = widen(o, s.B * s.T * s.Hq * s.D);
+                         ov = widen(o, s.B * s.T * s.Hq * s.D);
     reference::Vec g(size_t(s.B) * s.T * W(s), 0.0);
     const double scale = 1 / std::sqrt(double(s.D));
     const int64_t w = W(s), wo = int64_t(s.Hq) * s.D;
@@ -411,14 +470,12 @@ TEST(FlashAttentionExternal, ALibraryGetsBf16LayoutsAndItsResultsComeBack) {
   const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 61, 1.5f);
   const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 62);
   int forwards = 0, backwards = 0;
-  const Outputs got = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout,
-                                    [&](ops::Backend<float>& be) {
-                                      dynamic_cast<cuda::KernelBackend<float>&>(be)
-                                          .set_external_attention(
-                                              std::make_unique<HostAttention>(&forwards, &backwards),
-                                              "");
-                                      be.set_attention(ops::AttentionImpl::Cudnn);
-                                    });
+  const Outputs got =
+      run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout, [&](ops::Backend<float>& be) {
+        dynamic_cast<cuda::KernelBackend<float>&>(be).set_external_attention(
+            std::make_unique<HostAttention>(&forwards, &backwards), "");
+        be.set_attention(ops::AttentionImpl::Cudnn);
+      });
   EXPECT_EQ(forwards, 1);
   EXPECT_EQ(backwards, 1);
   // Against the CPU's fp32 attention of the same (bf16-valued) inputs: the
@@ -456,7 +513,8 @@ TEST(FlashAttentionCudnn, MatchesTheFlashKernels) {
   } catch (const Error& e) {
     GTEST_SKIP() << e.what();
   }
-  for (const Shape& s : {Shape{2, 100, 8, 2, 64}, Shape{1, 130, 8, 1, 128}, Shape{1, 64, 4, 4, 128}}) {
+  for (const Shape& s :
+       {Shape{2, 100, 8, 2, 64}, Shape{1, 130, 8, 1, 128}, Shape{1, 64, 4, 4, 128}}) {
     const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
     const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 71, 1.5f);
     const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 72);
@@ -473,4 +531,3 @@ TEST(FlashAttentionCudnn, MatchesTheFlashKernels) {
 }
 
 }  // namespace
-

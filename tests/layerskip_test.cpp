@@ -262,8 +262,10 @@ void gathered_equals_dense(const LayerPlan& plan) {
     m.zero_grad();
     *res = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1, &s);
     grads->assign(m.grads(), m.grads() + m.num_params());
-    for (int l = 0; l < 4; ++l)
-      hidden->emplace_back(m.hidden_state(l), m.hidden_state(l) + B * T * c.hidden_size);
+    for (int l = 0; l < 4; ++l) {
+      const double* h = m.hidden_state(l);
+      hidden->emplace_back(h, h + B * T * c.hidden_size);
+    }
   };
   std::vector<double> g_gather, g_dense;
   LossResult r_gather, r_dense;

@@ -103,7 +103,8 @@ TEST(Lp, PairMlpIsOneWideSwiGlu) {
   const int64_t N = int64_t(B) * T;
   const auto tokens = testing::random_tokens(B * T, c.vocab_size, 9);
   m.forward_hidden(tokens.data(), B, T, 2);
-  const Vec h(m.stream(1), m.stream(1) + N * C);
+  const double* s1 = m.stream(1);
+  const Vec h(s1, s1 + N * C);
   const auto& L0 = m.layout().layers[0];
   const auto& L1 = m.layout().layers[1];
   Vec norm = tensor(m, L0.post_norm);

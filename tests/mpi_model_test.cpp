@@ -17,8 +17,8 @@
 #include "infer/generate.h"
 #include "model/memory.h"
 #include "model/model.h"
-#include "model/zero.h"
 #include "model/sharding.h"
+#include "model/zero.h"
 #include "model_surgery.h"
 #include "parallel/grid.h"
 #include "testing.h"
@@ -126,8 +126,9 @@ void check_against_single_process(const Case& k, const char* plan_text, int laye
   tp.forward_logits(tokens.data(), B, T, la.data());
   ref.forward_logits(tokens.data(), B, T, lb.data());
   testing::expect_close(la, lb, 2e-5, 0, "logits");
-  testing::expect_close(tp.hidden_state(0), ref.hidden_state(0), int64_t(B) * T * cfg.hidden_size,
-                        2e-5, 0, "hidden state after layer 0");
+  testing::expect_close<float, float>(tp.hidden_state(0), ref.hidden_state(0),
+                                      int64_t(B) * T * cfg.hidden_size, 2e-5, 0,
+                                      "hidden state after layer 0");
 }
 
 TEST_P(TensorParallel, MatchesSingleProcessModel) {
@@ -185,7 +186,8 @@ TEST_P(TensorParallel, EveryKindMatchesSingleProcessModel) {
     const auto tokens = testing::random_tokens(2 * 7, cfg.vocab_size, 11);
     const double a = tp.forward(tokens.data(), tokens.data(), 2, 7).loss_sum;
     const double b = ref.forward(tokens.data(), tokens.data(), 2, 7).loss_sum;
-    EXPECT_GT(std::abs(a - b), 1e-6 * std::abs(b)) << "a benchmark-only kind reduced like one process";
+    EXPECT_GT(std::abs(a - b), 1e-6 * std::abs(b))
+        << "a benchmark-only kind reduced like one process";
   }
 }
 

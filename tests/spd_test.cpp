@@ -197,8 +197,9 @@ TEST(Spd, BlockForwardAndBackward) {
   const int B = 2, T = 5, C = c.hidden_size;
   const auto tokens = testing::random_tokens(B * T, c.vocab_size, 4);
   m.forward_hidden(tokens.data(), B, T, 3);
-  const std::vector<double> x(m.stream(2), m.stream(2) + B * T * C);
-  const std::vector<double> y(m.stream(4), m.stream(4) + B * T * C);
+  const double *s2 = m.stream(2), *s4 = m.stream(4);
+  const std::vector<double> x(s2, s2 + B * T * C);
+  const std::vector<double> y(s4, s4 + B * T * C);
   const double* out = m.block_forward(1, x.data(), B, T);
   for (int i = 0; i < B * T * C; ++i) ASSERT_EQ(out[i], y[size_t(i)]);
   // L = sum(out * R): dL/dout = R.

@@ -13,41 +13,43 @@ namespace strata {
 // KV-cache attention of each row's sequence.
 class KvEngine::Pass final : public UnitForward<float> {
  public:
-  Pass(KvEngine& e, float* x, int rows, const std::vector<int>& seqs, const std::vector<int>& pos)
+  Pass(KvEngine& e, ops::Act<float> x, int rows, const std::vector<int>& seqs,
+       const std::vector<int>& pos)
       : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), tp_(e.m_.tp_comm()) {}
 
   const LayerPlan& plan() const override { return e_.m_.plan(); }
   uint64_t pass() const override { return 0; }
-  float* stream(int i) override {
+  ops::Act<float> stream(int i) override {
     materialize(i);
     return buffer(i);
   }
-  float* module_out(int slot) override {
+  ops::Act<float> module_out(int slot) override {
     STRATA_CHECK(slot >= 0 && slot < 3, "module output slot ", slot, " does not exist");
     return slot == 0 ? e_.attn_out_.data() : slot == 1 ? e_.mlp_out_.data() : e_.sum_out_.data();
   }
-  void attention(int l, const float* x, float* out) override {
+  void attention(int l, ops::ActIn<float> x, ops::Act<float> out) override {
     const LayerDims& d = e_.m_.dims(l);
     const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
                                  nullptr};
-    attention_partial<float>(e_.be_, d, e_.m_.layer_params(l), x, out, rows_, a,
-                             [&](float* qkv, float* att) { cached_core(l, qkv, att); });
+    attention_partial<float>(
+        e_.be_, d, e_.m_.layer_params(l), x, out, rows_, a,
+        [&](ops::Act<float> qkv, ops::Act<float> att) { cached_core(l, qkv, att); });
     tp_.progress();  // outstanding async reductions advance between modules
   }
-  void mlp(int l, const float* x, float* out) override {
+  void mlp(int l, ops::ActIn<float> x, ops::Act<float> out) override {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     mlp_partial<float>(e_.be_, e_.m_.dims(l), e_.m_.layer_params(l), x, out, rows_, a);
     tp_.progress();
   }
-  void mlp_shared_norm(int l, const float* x, float* out) override {
+  void mlp_shared_norm(int l, ops::ActIn<float> x, ops::Act<float> out) override {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     LayerTensors<float> w = e_.m_.layer_params(l);
     w.post_norm = w.input_norm;
     mlp_partial<float>(e_.be_, e_.m_.dims(l), w, x, out, rows_, a);
     tp_.progress();
   }
-  void mlp_mixed_norm(int l, int first, int second, double alpha, const float* x,
-                      float* out) override {
+  void mlp_mixed_norm(int l, int first, int second, double alpha, ops::ActIn<float> x,
+                      ops::Act<float> out) override {
     const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
     LayerTensors<float> w = e_.m_.layer_params(l);
     e_.be_.axpby_forward(e_.mixed_norm_.data(), e_.m_.layer_params(first).post_norm,
@@ -56,7 +58,7 @@ class KvEngine::Pass final : public UnitForward<float> {
     mlp_partial<float>(e_.be_, e_.m_.dims(l), w, x, out, rows_, a);
     tp_.progress();
   }
-  void spd_block(int l, const float* x, float* out) override {
+  void spd_block(int l, ops::ActIn<float> x, ops::Act<float> out) override {
     const LayerDims& d = e_.m_.dims(l);
     const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
                                  nullptr};
@@ -66,19 +68,21 @@ class KvEngine::Pass final : public UnitForward<float> {
     spd_block_partial<float>(
         e_.be_, d, e_.m_.spd_virtual_ranks(), e_.m_.layer_params(l), x, out, rows_, a,
         [&](int) { return s; }, e_.spd_p_.data(),
-        [&](float* qkv, float* att) { cached_core(l, qkv, att); });
+        [&](ops::Act<float> qkv, ops::Act<float> att) { cached_core(l, qkv, att); });
     tp_.progress();
   }
-  void add_o_bias(int l, float* out) override {
+  void add_o_bias(int l, ops::Act<float> out) override {
     const LayerTensors<float> w = e_.m_.layer_params(l);
     if (w.o_bias && tp_.rank() == 0) e_.be_.bias_add_forward(out, w.o_bias, rows_, e_.C_);
   }
-  void reduce_from_tp(float* buf) override { tp_.allreduce(buf, n()); }
-  int64_t reduce_from_tp_async(float* buf) override { return tp_.allreduce_async(buf, n()); }
+  void reduce_from_tp(ops::Act<float> buf) override { tp_.allreduce(buf, n()); }
+  int64_t reduce_from_tp_async(ops::Act<float> buf) override {
+    return tp_.allreduce_async(buf, n());
+  }
   void wait(int64_t handle) override { tp_.wait(handle); }
   // Pending outputs are added in order; with two buffers that is enough: the
   // base of a pending stream is overwritten only by a later stream.
-  void defer_residual(int out, int base, float* buf, int64_t handle) override {
+  void defer_residual(int out, int base, ops::Act<float> buf, int64_t handle) override {
     pending_.push_back({out, base, buf, handle});
   }
   void materialize(int i) {
@@ -90,10 +94,10 @@ class KvEngine::Pass final : public UnitForward<float> {
     }
     pending_.erase(pending_.begin(), pending_.begin() + long(done));
   }
-  void residual(float* out, const float* a, const float* b) override {
+  void residual(ops::Act<float> out, ops::ActIn<float> a, ops::ActIn<float> b) override {
     e_.be_.residual_forward(out, a, b, n());
   }
-  void copy(float* dst, const float* src) override {
+  void copy(ops::Act<float> dst, ops::ActIn<float> src) override {
     if (dst != src) e_.be_.copy(dst, src, n());
   }
 
@@ -102,7 +106,7 @@ class KvEngine::Pass final : public UnitForward<float> {
   // Rows come in spans of consecutive positions of one sequence: one RoPE
   // call and one attention call per span, after its keys and values join the
   // sequence's cache.
-  void cached_core(int l, float* qkv, float* att) {
+  void cached_core(int l, ops::Act<float> qkv, ops::Act<float> att) {
     const LayerDims& d = e_.m_.dims(l);
     const int QKV = d.QKV(), Q = d.Q();
     for (int r0 = 0; r0 < rows_;) {
@@ -111,13 +115,13 @@ class KvEngine::Pass final : public UnitForward<float> {
              pos_[size_t(r1)] == pos_[size_t(r1 - 1)] + 1)
         ++r1;
       const int span = r1 - r0, s = seqs_[size_t(r0)], p0 = pos_[size_t(r0)];
-      float* rows = qkv + int64_t(r0) * QKV;
+      ops::Act<float> rows = qkv + int64_t(r0) * QKV;
       e_.be_.rope_forward(rows, e_.m_.rope_cos(), e_.m_.rope_sin(), 1, span, d.Hq + d.Hkv, d.D, QKV,
                           p0);
-      float* K = e_.k_cache(l, s);
-      float* V = e_.v_cache(l, s);
+      ops::Act<float> K = e_.k_cache(l, s);
+      ops::Act<float> V = e_.v_cache(l, s);
       for (int i = 0; i < span; ++i) {
-        const float* row = rows + int64_t(i) * QKV;
+        ops::ActIn<float> row = rows + int64_t(i) * QKV;
         for (int h = 0; h < d.Hkv; ++h) {
           const int64_t at = (int64_t(h) * e_.max_len_ + p0 + i) * d.D;
           e_.be_.copy(K + at, row + Q + int64_t(h) * d.D, d.D);
@@ -130,15 +134,15 @@ class KvEngine::Pass final : public UnitForward<float> {
     }
   }
 
-  float* buffer(int i) { return i % 2 == 0 ? x_ : e_.odd_.data(); }
+  ops::Act<float> buffer(int i) { return i % 2 == 0 ? x_ : ops::Act<float>(e_.odd_.data()); }
   struct Pending {
     int out, base;
-    float* buf;
+    ops::Act<float> buf;
     int64_t handle;
   };
   std::vector<Pending> pending_;
   KvEngine& e_;
-  float* x_;
+  ops::Act<float> x_;
   int rows_;
   const std::vector<int>& seqs_;
   const std::vector<int>& pos_;
@@ -236,8 +240,7 @@ void KvEngine::run_units(float* x, int rows, int l0, int l1, const std::vector<i
       // starting at it does not have.
       STRATA_CHECK(u.first != l0 || l0 == 0 || !kind_info(u.kind).reads_stream_below || mid,
                    "generation starting at layer ", l0, " (a ", kind_info(u.kind).name,
-                   " layer of plan '",
-                   m_.plan().to_string(),
+                   " layer of plan '", m_.plan().to_string(),
                    "') is not supported: self-speculative verification needs the stream inside "
                    "layer ",
                    l0 - 1, "; use an exit before a standard layer");

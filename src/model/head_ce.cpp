@@ -17,9 +17,9 @@ T* HeadCe<T>::device(ops::DeviceBuffer<T>& b, size_t n) {
 }
 
 template <typename T>
-double HeadCe<T>::forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x,
-                          const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
-                          int V, double eps) {
+double HeadCe<T>::forward(ops::Act<T> xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid,
+                          ops::ActIn<T> x, const T* wn, const T* wout, const int32_t* targets,
+                          int64_t N, int C, int V, double eps) {
   if (!tp_)
     return be_.head_ce_forward(xn, rstd, lse, token_nll, n_valid, x, wn, wout, targets, N, C, V,
                                eps);
@@ -35,9 +35,9 @@ double HeadCe<T>::forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid
 }
 
 template <typename T>
-void HeadCe<T>::backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd,
-                         const T* lse, const T* wn, const T* wout, const int32_t* targets,
-                         int64_t N, int C, int V, double dloss) {
+void HeadCe<T>::backward(ops::Act<T> dx, T* dwn, T* dwout, ops::ActIn<T> x, ops::ActIn<T> xn,
+                         const T* rstd, const T* lse, const T* wn, const T* wout,
+                         const int32_t* targets, int64_t N, int C, int V, double dloss) {
   if (!tp_) {
     be_.head_ce_backward(dx, dwn, dwout, x, xn, rstd, lse, wn, wout, targets, N, C, V, dloss);
     return;
@@ -51,9 +51,10 @@ void HeadCe<T>::backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const
 }
 
 template <typename T>
-double HeadCe<T>::forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid,
-                                   const T* x, const T* wn, const T* wout, const int32_t* targets,
-                                   int64_t N, int C, int V, double eps, double dloss) {
+double HeadCe<T>::forward_backward(ops::Act<T> dx, T* dwn, T* dwout, ops::Act<T> xn, T* rstd,
+                                   int64_t* n_valid, ops::ActIn<T> x, const T* wn, const T* wout,
+                                   const int32_t* targets, int64_t N, int C, int V, double eps,
+                                   double dloss) {
   if (!tp_)
     return be_.head_ce_forward_backward(dx, dwn, dwout, xn, rstd, n_valid, x, wn, wout, targets, N,
                                         C, V, eps, dloss);

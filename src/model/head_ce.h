@@ -29,14 +29,16 @@ class HeadCe {
   // the first vocabulary row of this rank's shard.
   HeadCe(ops::Backend<T>& be, Communicator* tp, int64_t v0);
 
-  double forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x, const T* wn,
-                 const T* wout, const int32_t* targets, int64_t N, int C, int V, double eps);
-  void backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
-                const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                double dloss);
-  double forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid, const T* x,
-                          const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
-                          int V, double eps, double dloss);
+  double forward(ops::Act<T> xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, ops::ActIn<T> x,
+                 const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
+                 double eps);
+  void backward(ops::Act<T> dx, T* dwn, T* dwout, ops::ActIn<T> x, ops::ActIn<T> xn, const T* rstd,
+                const T* lse, const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
+                int V, double dloss);
+  double forward_backward(ops::Act<T> dx, T* dwn, T* dwout, ops::Act<T> xn, T* rstd,
+                          int64_t* n_valid, ops::ActIn<T> x, const T* wn, const T* wout,
+                          const int32_t* targets, int64_t N, int C, int V, double eps,
+                          double dloss);
 
  private:
   // lse[N] = log sum over ranks of exp(this rank's lse); target_logit[N]

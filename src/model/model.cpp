@@ -331,15 +331,15 @@ void Model<T>::ensure_activations(int B, int T_) {
       }
       const LayerDims& d = full ? widest : layer_dims_[size_t(l)];
       const bool drop = selective && !plan_.spd_block(l);
-      a.attn.ln = drop ? shared_ln_ : carve(N * C);
+      a.attn.ln = drop ? shared_ln_ : ops::Act<T>(carve(N * C));
       a.attn.rstd = carve(N);
       a.attn.qkv = carve(N * d.QKV());
       a.attn.att = carve(N * d.Q());
       a.attn.lse = carve(int64_t(B) * d.Hq * T_);
-      a.mlp.ln = drop ? shared_ln_ : carve(N * C);
+      a.mlp.ln = drop ? shared_ln_ : ops::Act<T>(carve(N * C));
       a.mlp.rstd = carve(N);
       a.mlp.gateup = carve(N * 2 * d.F);
-      a.mlp.h = drop ? shared_h_ : carve(N * d.F);
+      a.mlp.h = drop ? shared_h_ : ops::Act<T>(carve(N * d.F));
       a.spd.clear();
       // (Under full recomputation the one shared set serves every layer.)
       const bool spd_acts = full ? buffers.spd_block : plan_.spd_block(l);
@@ -396,7 +396,7 @@ int64_t Model<T>::activation_bytes() const {
 }
 
 template <typename T>
-const T* Model<T>::stream(int i) const {
+ops::ActIn<T> Model<T>::stream(int i) const {
   STRATA_CHECK(i >= 0 && i < int(streams_.size()), "stream index ", i, " out of range");
   return streams_[i];
 }
@@ -457,7 +457,7 @@ void Model<T>::materialize(int i) {
 }
 
 template <typename T>
-void Model<T>::settle(int stream, T* grad) {
+void Model<T>::settle(int stream, ops::Act<T> grad) {
   for (size_t k = 0; k < pending_grad_.size();) {
     const PendingGrad p = pending_grad_[k];
     if (p.stream != stream) {
@@ -471,15 +471,16 @@ void Model<T>::settle(int stream, T* grad) {
 }
 
 template <typename T>
-void Model<T>::norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, int64_t rows) {
+void Model<T>::norm_backward(int l, bool mlp, ops::Act<T> dx, ops::ActIn<T> d_ln, ops::ActIn<T> x,
+                             int64_t rows) {
   const LayerTensors<T> w = layer_params(l), g = layer_grads(l);
   norm_backward_with(l, mlp, mlp ? w.post_norm : w.input_norm, mlp ? g.post_norm : g.input_norm, dx,
                      d_ln, x, rows);
 }
 
 template <typename T>
-void Model<T>::norm_backward_with(int l, bool mlp, const T* nw, T* dw, T* dx, const T* d_ln,
-                                  const T* x, int64_t rows) {
+void Model<T>::norm_backward_with(int l, bool mlp, const T* nw, T* dw, ops::Act<T> dx,
+                                  ops::ActIn<T> d_ln, ops::ActIn<T> x, int64_t rows) {
   const LayerActs& a = layer_acts_[size_t(l)];
   const T* rstd = mlp ? a.mlp.rstd : a.attn.rstd;
   if (run_mode_.empty() || run_mode_[size_t(l)] != RunMode::Gathered) {
@@ -504,19 +505,21 @@ T* Model<T>::mix_norms(int a, int b, double alpha) {
 }
 
 template <typename T>
-void Model<T>::settle_all(T* grad) {
+void Model<T>::settle_all(ops::Act<T> grad) {
   while (!pending_grad_.empty()) settle(pending_grad_.front().stream, grad);
 }
 
 template <typename T>
-void Model<T>::gather_samples(const std::vector<int>& kept, const T* full, T* compact) {
+void Model<T>::gather_samples(const std::vector<int>& kept, ops::ActIn<T> full,
+                              ops::Act<T> compact) {
   const int64_t S = int64_t(seq_) * cfg_.hidden_size;
   for (size_t k = 0; k < kept.size(); ++k)
     be_->copy(compact + int64_t(k) * S, full + int64_t(kept[k]) * S, S);
 }
 
 template <typename T>
-void Model<T>::scatter_samples(const std::vector<int>& kept, const T* compact, T* full) {
+void Model<T>::scatter_samples(const std::vector<int>& kept, ops::ActIn<T> compact,
+                               ops::Act<T> full) {
   const int64_t S = int64_t(seq_) * cfg_.hidden_size;
   for (size_t k = 0; k < kept.size(); ++k)
     be_->copy(full + int64_t(kept[k]) * S, compact + int64_t(k) * S, S);
@@ -525,7 +528,7 @@ void Model<T>::scatter_samples(const std::vector<int>& kept, const T* compact, T
 // In place: sample k moves to kept[k] >= k (last first, so no source is
 // overwritten before it moves), the dropped samples become zero.
 template <typename T>
-void Model<T>::spread_samples(const std::vector<int>& kept, int B, T* buf) {
+void Model<T>::spread_samples(const std::vector<int>& kept, int B, ops::Act<T> buf) {
   const int64_t S = int64_t(seq_) * cfg_.hidden_size;
   for (size_t k = kept.size(); k-- > 0;)
     if (kept[k] != int(k)) be_->copy(buf + int64_t(kept[k]) * S, buf + int64_t(k) * S, S);
@@ -533,7 +536,7 @@ void Model<T>::spread_samples(const std::vector<int>& kept, int B, T* buf) {
 }
 
 template <typename T>
-void Model<T>::zero_dropped(const std::vector<int>& kept, int B, T* buf) {
+void Model<T>::zero_dropped(const std::vector<int>& kept, int B, ops::Act<T> buf) {
   const int64_t S = int64_t(seq_) * cfg_.hidden_size;
   size_t k = 0;
   for (int b = 0; b < B; ++b) {

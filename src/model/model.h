@@ -190,23 +190,23 @@ class Model {
   void forward_hidden(const int32_t* tokens, int B, int seq, int exit_layer);
   // Final norm + LM head on n rows of a stream (e.g. gathered from
   // hidden_state(E-1)): logits[n, V]. `xn_scratch` holds n * hidden_size.
-  void head_rows(const T* x, int64_t n, T* logits, T* xn_scratch);
+  void head_rows(ops::ActIn<T> x, int64_t n, T* logits, ops::Act<T> xn_scratch);
   // Embedding of n tokens (vocab-parallel under tp, summed over the group).
-  void embed(const int32_t* tokens, int64_t n, T* x);
+  void embed(const int32_t* tokens, int64_t n, ops::Act<T> x);
 
   // Block-level training (SPD's block-to-block distillation): runs the plan
   // unit that starts at `layer` alone on x[B*T, C] (its input stream
   // x_{2l}; backend memory) and returns its output stream. block_backward
   // accumulates the unit's weight gradients from dout, the gradient of that
   // output (its input gradient is dropped). Other layers are not touched.
-  const T* block_forward(int layer, const T* x, int B, int seq);
-  void block_backward(const T* dout);
+  ops::ActIn<T> block_forward(int layer, ops::ActIn<T> x, int B, int seq);
+  void block_backward(ops::ActIn<T> dout);
 
   // The residual stream x_i (i = 0..2L) of the last forward, [B*T, C]:
   // x_{2l} is the input of layer l, x_{2L} the input of the final norm.
-  const T* stream(int i) const;
+  ops::ActIn<T> stream(int i) const;
   // Hidden state after layer l (l = 0..L-1), i.e. x_{2(l+1)}.
-  const T* hidden_state(int layer) const { return stream(2 * (layer + 1)); }
+  ops::ActIn<T> hidden_state(int layer) const { return stream(2 * (layer + 1)); }
 
   // RoPE tables [max_position_embeddings, head_dim / 2] (generation engine).
   const T* rope_cos() const { return rope_cos_.data(); }
@@ -276,17 +276,18 @@ class Model {
   // Whole samples (seq_ * C values) between a [B, seq_, C] tensor and a
   // packed one holding the samples `kept` (ascending) in order; spread is the
   // in-place packed -> whole with zeros for the others.
-  void gather_samples(const std::vector<int>& kept, const T* full, T* packed);
-  void scatter_samples(const std::vector<int>& kept, const T* packed, T* full);
-  void spread_samples(const std::vector<int>& kept, int B, T* buf);
-  void zero_dropped(const std::vector<int>& kept, int B, T* buf);
+  void gather_samples(const std::vector<int>& kept, ops::ActIn<T> full, ops::Act<T> packed);
+  void scatter_samples(const std::vector<int>& kept, ops::ActIn<T> packed, ops::Act<T> full);
+  void spread_samples(const std::vector<int>& kept, int B, ops::Act<T> buf);
+  void zero_dropped(const std::vector<int>& kept, int B, ops::Act<T> buf);
   // dx += the input gradient of layer l's attention (mlp: MLP) norm, and its
   // weight's gradient (on the packed kept samples where the unit gathered).
-  void norm_backward(int l, bool mlp, T* dx, const T* d_ln, const T* x, int64_t rows);
+  void norm_backward(int l, bool mlp, ops::Act<T> dx, ops::ActIn<T> d_ln, ops::ActIn<T> x,
+                     int64_t rows);
   // The same with norm weights nw (gradient into dw, may be null) instead of
   // the layer's own, on the statistics the layer's norm saved.
-  void norm_backward_with(int l, bool mlp, const T* nw, T* dw, T* dx, const T* d_ln, const T* x,
-                          int64_t rows);
+  void norm_backward_with(int l, bool mlp, const T* nw, T* dw, ops::Act<T> dx, ops::ActIn<T> d_ln,
+                          ops::ActIn<T> x, int64_t rows);
   // alpha * (MLP norm weights of layer a) + (1 - alpha) * (of layer b), in
   // mixed_norm_ (Layer Parallelism).
   T* mix_norms(int a, int b, double alpha);
@@ -322,42 +323,43 @@ class Model {
   // Activations for the current (B, T).
   int batch_ = 0, seq_ = 0;
   ops::DeviceBuffer<T> acts_;
-  std::vector<T*> streams_;  // 2L + 1 pointers into acts_
+  std::vector<ops::Act<T>> streams_;  // 2L + 1 pointers into acts_
   std::vector<LayerActs> layer_acts_;
-  T *lnf_ = nullptr, *rstdf_ = nullptr, *lsef_ = nullptr;
-  T *attn_out_ = nullptr, *mlp_out_ = nullptr;  // module outputs (one per module of a step)
-  T* sum_out_ = nullptr;                        // a par group's running sum
+  ops::Act<T> lnf_;
+  T *rstdf_ = nullptr, *lsef_ = nullptr;
+  ops::Act<T> attn_out_, mlp_out_;  // module outputs (one per module of a step)
+  ops::Act<T> sum_out_;             // a par group's running sum
   // LayerSkip's packed kept samples: a module's input or output gradient, and
   // a norm backward's d_ln and dx.
-  T *sub_x_ = nullptr, *sub_d_ = nullptr, *sub_g_ = nullptr;
+  ops::Act<T> sub_x_, sub_d_, sub_g_;
   // Backward scratch, shared by all layers.
-  T *dstream_ = nullptr, *d_ln_ = nullptr, *d_qkv_ = nullptr, *d_att_ = nullptr,
-    *d_gateup_ = nullptr, *d_h_ = nullptr;
-  T* d_ln2_ = nullptr;  // the second d_ln slot (plans with kinds that defer reductions)
-  T* d_ln3_ = nullptr;  // the third (Layer-Parallel pairs, past a ladder layer's slot 1)
+  ops::Act<T> dstream_, d_ln_, d_qkv_, d_att_, d_gateup_, d_h_;
+  ops::Act<T> d_ln2_;  // the second d_ln slot (plans with kinds that defer reductions)
+  ops::Act<T> d_ln3_;  // the third (Layer-Parallel pairs, past a ladder layer's slot 1)
   // SPD scratch: o_proj partial [N, C], an MLP input's gradient [N, C], and
   // what one reduction sums in backward: the input gradient [N, C], then the
   // MLP norm, o bias and attention norm weights' gradients [3C].
-  T *spd_p_ = nullptr, *spd_dh_ = nullptr, *spd_acc_ = nullptr;
+  ops::Act<T> spd_p_, spd_dh_;
+  T* spd_acc_ = nullptr;  // fp32 (it also holds weight gradients)
   // Deferred residuals of the forward (stream out = stream base + buf once the
   // reduction `handle` is done), in the order deferred; and deferred input
   // gradients of the backward (unit.h).
   struct PendingOut {
     int out, base;
-    T* buf;
+    ops::Act<T> buf;
     int64_t handle, rows;
   };
   struct PendingGrad {
     int stream, layer;
     bool mlp;
-    T* d_ln;
+    ops::Act<T> d_ln;
     int64_t handle, rows;
   };
   std::vector<PendingOut> pending_out_;
   std::vector<PendingGrad> pending_grad_;
-  void materialize(int i);           // adds the pending outputs up to stream i
-  void settle(int stream, T* grad);  // adds the deferred input gradients of x_stream
-  void settle_all(T* grad);
+  void materialize(int i);                    // adds the pending outputs up to stream i
+  void settle(int stream, ops::Act<T> grad);  // adds the deferred input gradients of x_stream
+  void settle_all(ops::Act<T> grad);
   // LayerSkip: per layer, how its unit ran and the kept samples.
   std::vector<RunMode> run_mode_;
   std::vector<std::vector<int>> kept_;
@@ -386,14 +388,14 @@ class Model {
     enum Kind { None, Attention, Mlp, MlpShared, MlpMixed, Spd } kind = None;
     int a = 0, b = 0;
     double alpha = 0;
-    const T* x = nullptr;  // the module's input stream
+    ops::ActIn<T> x;  // the module's input stream
     RunMode mode = RunMode::All;
     const std::vector<int>* kept = nullptr;
     int B = 0;
   };
   Recompute recompute_ = Recompute::None;
   std::vector<std::array<ModuleRecord, 2>> records_;
-  T *shared_ln_ = nullptr, *shared_h_ = nullptr;  // selective: recomputed before each backward
+  ops::Act<T> shared_ln_, shared_h_;  // selective: recomputed before each backward
   void record_module(int layer, int slot, const ModuleRecord& r);
   void replay_module(int layer, int slot);
 };

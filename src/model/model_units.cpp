@@ -36,23 +36,23 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
 
   const LayerPlan& plan() const override { return m_.plan_; }
   uint64_t pass() const override { return m_.pass_; }
-  T* stream(int i) override {
+  ops::Act<T> stream(int i) override {
     m_.materialize(i);
     return m_.streams_[size_t(i)];
   }
-  T* module_out(int slot) override {
-    T* const slots[] = {m_.attn_out_, m_.mlp_out_, m_.sum_out_};
+  ops::Act<T> module_out(int slot) override {
+    ops::Act<T> const slots[] = {m_.attn_out_, m_.mlp_out_, m_.sum_out_};
     STRATA_CHECK(slot >= 0 && slot < 3 && slots[slot], "module output slot ", slot,
                  " does not exist");
     return slots[slot];
   }
-  void attention(int l, const T* x, T* out) override {
+  void attention(int l, ops::ActIn<T> x, ops::Act<T> out) override {
     record(l, 0, ModuleRecord::Attention, x);
     const LayerDims& d = m_.dims(l);
     const AttentionActs<T>& a = m_.layer_acts_[size_t(l)].attn;
     const int Bm = module_batch();
     attention_partial<T>(*m_.be_, d, m_.layer_params(l), module_input(x), out, int64_t(Bm) * seq_,
-                         a, [&](T* qkv, T* att) {
+                         a, [&](ops::Act<T> qkv, ops::Act<T> att) {
                            // q heads and k heads are adjacent in each row:
                            // rotate Hq + Hkv heads at once.
                            m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), Bm,
@@ -62,23 +62,24 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     module_output(out);
     m_.progress();
   }
-  void mlp(int l, const T* x, T* out) override {
+  void mlp(int l, ops::ActIn<T> x, ops::Act<T> out) override {
     record(l, 1, ModuleRecord::Mlp, x);
     mlp_with(l, m_.layer_params(l), x, out);
   }
-  void mlp_shared_norm(int l, const T* x, T* out) override {
+  void mlp_shared_norm(int l, ops::ActIn<T> x, ops::Act<T> out) override {
     record(l, 1, ModuleRecord::MlpShared, x);
     LayerTensors<T> w = m_.layer_params(l);
     w.post_norm = w.input_norm;
     mlp_with(l, w, x, out);
   }
-  void mlp_mixed_norm(int l, int a, int b, double alpha, const T* x, T* out) override {
+  void mlp_mixed_norm(int l, int a, int b, double alpha, ops::ActIn<T> x,
+                      ops::Act<T> out) override {
     record(l, 1, ModuleRecord::MlpMixed, x, a, b, alpha);
     LayerTensors<T> w = m_.layer_params(l);
     w.post_norm = m_.mix_norms(a, b, alpha);
     mlp_with(l, w, x, out);
   }
-  void spd_block(int l, const T* x, T* out) override {
+  void spd_block(int l, ops::ActIn<T> x, ops::Act<T> out) override {
     record(l, 0, ModuleRecord::Spd, x);
     const LayerDims& d = m_.dims(l);
     LayerActs& la = m_.layer_acts_[size_t(l)];
@@ -87,7 +88,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     spd_block_partial<T>(
         *m_.be_, d, m_.spd_virtual_ranks(), m_.layer_params(l), module_input(x), out,
         int64_t(Bm) * seq_, a, [&](int j) { return la.spd[size_t(j)]; }, m_.spd_p_,
-        [&](T* qkv, T* att) {
+        [&](ops::Act<T> qkv, ops::Act<T> att) {
           m_.be_->rope_forward(qkv, m_.rope_cos_.data(), m_.rope_sin_.data(), Bm, seq_,
                                d.Hq + d.Hkv, d.D, d.QKV(), 0);
           m_.be_->attention_forward(att, a.lse, qkv, Bm, seq_, d.Hq, d.Hkv, d.D);
@@ -95,7 +96,7 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     module_output(out);
     m_.progress();
   }
-  void add_o_bias(int l, T* out) override {
+  void add_o_bias(int l, ops::Act<T> out) override {
     const LayerTensors<T> w = m_.layer_params(l);
     if (!w.o_bias || m_.tp_rank() != 0) return;
     if (mode_ == RunMode::All) {
@@ -105,42 +106,42 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
     const int64_t S = int64_t(seq_) * m_.dims_.C;  // dropped samples get no bias either
     for (int b : *kept_) m_.be_->bias_add_forward(out + b * S, w.o_bias, seq_, m_.dims_.C);
   }
-  void reduce_from_tp(T* buf) override { m_.tp_.allreduce(buf, rows() * m_.dims_.C); }
-  int64_t reduce_from_tp_async(T* buf) override {
+  void reduce_from_tp(ops::Act<T> buf) override { m_.tp_.allreduce(buf, rows() * m_.dims_.C); }
+  int64_t reduce_from_tp_async(ops::Act<T> buf) override {
     return m_.tp_.allreduce_async(buf, rows() * m_.dims_.C);
   }
   void wait(int64_t handle) override { m_.tp_.wait(handle); }
-  void defer_residual(int out, int base, T* buf, int64_t handle) override {
+  void defer_residual(int out, int base, ops::Act<T> buf, int64_t handle) override {
     m_.pending_out_.push_back({out, base, buf, handle, rows()});
   }
-  void residual(T* out, const T* a, const T* b) override {
+  void residual(ops::Act<T> out, ops::ActIn<T> a, ops::ActIn<T> b) override {
     m_.be_->residual_forward(out, a, b, rows() * m_.dims_.C);
   }
-  void copy(T* dst, const T* src) override {
+  void copy(ops::Act<T> dst, ops::ActIn<T> src) override {
     if (dst != src) m_.be_->copy(dst, src, rows() * m_.dims_.C);
   }
 
  private:
   int64_t rows() const { return int64_t(B_) * seq_; }
   int module_batch() const { return mode_ == RunMode::Gathered ? int(kept_->size()) : B_; }
-  const T* module_input(const T* x) {
+  ops::ActIn<T> module_input(ops::ActIn<T> x) {
     if (mode_ != RunMode::Gathered) return x;
     m_.gather_samples(*kept_, x, m_.sub_x_);
     return m_.sub_x_;
   }
-  void module_output(T* out) {
+  void module_output(ops::Act<T> out) {
     if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, out);
     if (mode_ == RunMode::Dense) m_.zero_dropped(*kept_, B_, out);
   }
-  void record(int l, int slot, typename ModuleRecord::Kind kind, const T* x, int a = 0, int b = 0,
-              double alpha = 0) {
+  void record(int l, int slot, typename ModuleRecord::Kind kind, ops::ActIn<T> x, int a = 0,
+              int b = 0, double alpha = 0) {
     if (m_.recompute_ == Recompute::None || replay_) return;
     ModuleRecord r;
     r.kind = kind, r.a = a, r.b = b, r.alpha = alpha, r.x = x;
     r.mode = mode_, r.kept = kept_, r.B = B_;
     m_.record_module(l, slot, r);
   }
-  void mlp_with(int l, const LayerTensors<T>& w, const T* x, T* out) {
+  void mlp_with(int l, const LayerTensors<T>& w, ops::ActIn<T> x, ops::Act<T> out) {
     mlp_partial<T>(*m_.be_, m_.dims(l), w, module_input(x), out, int64_t(module_batch()) * seq_,
                    m_.layer_acts_[size_t(l)].mlp);
     module_output(out);
@@ -159,27 +160,28 @@ class Model<T>::ForwardPass final : public UnitForward<T> {
 template <typename T>
 class Model<T>::BackwardPass final : public UnitBackward<T> {
  public:
-  BackwardPass(Model& m, int B, int seq, T* grad, RunMode mode = RunMode::All,
+  BackwardPass(Model& m, int B, int seq, ops::Act<T> grad, RunMode mode = RunMode::All,
                const std::vector<int>* kept = nullptr)
       : m_(m), B_(B), seq_(seq), grad_(grad), mode_(mode), kept_(kept) {}
 
   const LayerPlan& plan() const override { return m_.plan_; }
   uint64_t pass() const override { return m_.pass_; }
-  T* stream(int i) override {
+  ops::Act<T> stream(int i) override {
     m_.settle(i, grad_);
     return m_.streams_[size_t(i)];
   }
-  T* grad() override { return grad_; }
-  T* d_ln(int slot) override {
-    T* const slots[] = {m_.d_ln_, m_.d_ln2_, m_.d_ln3_};
+  ops::Act<T> grad() override { return grad_; }
+  ops::Act<T> d_ln(int slot) override {
+    ops::Act<T> const slots[] = {m_.d_ln_, m_.d_ln2_, m_.d_ln3_};
     STRATA_CHECK(slot >= 0 && slot < 3 && slots[slot], "d_ln slot ", slot, " does not exist");
     return slots[slot];
   }
-  void defer_input_grad(int stream, int layer, bool mlp, T* d_ln, int64_t handle) override {
+  void defer_input_grad(int stream, int layer, bool mlp, ops::Act<T> d_ln,
+                        int64_t handle) override {
     m_.pending_grad_.push_back({stream, layer, mlp, d_ln, handle, rows()});
   }
   void settle(int stream) override { m_.settle(stream, grad_); }
-  void attention_backward(int l, const T* dout, T* d_ln) override {
+  void attention_backward(int l, ops::ActIn<T> dout, ops::Act<T> d_ln) override {
     if (m_.recompute_ != Recompute::None) m_.replay_module(l, 0);
     attention_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                                   module_grad(dout), d_ln, module_batch(), seq_,
@@ -188,7 +190,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, d_ln);
     m_.progress();
   }
-  void mlp_backward(int l, const T* dout, T* d_ln) override {
+  void mlp_backward(int l, ops::ActIn<T> dout, ops::Act<T> d_ln) override {
     if (m_.recompute_ != Recompute::None) m_.replay_module(l, 1);
     mlp_partial_backward<T>(*m_.be_, m_.dims(l), m_.layer_params(l), m_.layer_grads(l),
                             module_grad(dout), d_ln, int64_t(module_batch()) * seq_,
@@ -196,14 +198,15 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     if (mode_ == RunMode::Gathered) m_.spread_samples(*kept_, B_, d_ln);
     m_.progress();
   }
-  void attention_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
+  void attention_norm_backward(int l, ops::ActIn<T> x, ops::ActIn<T> d_ln,
+                               ops::Act<T> dx) override {
     m_.norm_backward(l, false, dx, d_ln, x, rows());
   }
-  void mlp_norm_backward(int l, const T* x, const T* d_ln, T* dx) override {
+  void mlp_norm_backward(int l, ops::ActIn<T> x, ops::ActIn<T> d_ln, ops::Act<T> dx) override {
     m_.norm_backward(l, true, dx, d_ln, x, rows());
   }
-  void mlp_mixed_norm_backward(int l, int a, int b, double alpha, const T* x, const T* d_ln,
-                               T* dx) override {
+  void mlp_mixed_norm_backward(int l, int a, int b, double alpha, ops::ActIn<T> x,
+                               ops::ActIn<T> d_ln, ops::Act<T> dx) override {
     T* ga = m_.layer_grads(a).post_norm;
     T* gb = m_.layer_grads(b).post_norm;
     const int C = m_.dims_.C;
@@ -213,15 +216,15 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     if (ga) m_.be_->axpby_forward(ga, ga, dmix, C, 1.0, alpha);
     if (gb) m_.be_->axpby_forward(gb, gb, dmix, C, 1.0, 1.0 - alpha);
   }
-  void spd_block_backward(int l, const T* dout, T* dx) override {
+  void spd_block_backward(int l, ops::ActIn<T> dout, ops::Act<T> dx) override {
     // Under layer dropout the block ran on the kept samples packed together
     // (Gathered) or on all with the dropped ones' gradients zeroed (Dense).
     if (m_.recompute_ != Recompute::None) m_.replay_module(l, 0);
     const int C = m_.dims_.C, Bm = module_batch();
     const int64_t rows_m = int64_t(Bm) * seq_, n = rows_m * C;
     // (dx, which may alias dout, changes only at the end: acc holds the rest.)
-    const T* g_in = module_grad(dout);
-    const T* x = m_.streams_[size_t(2 * l)];
+    ops::ActIn<T> g_in = module_grad(dout);
+    ops::ActIn<T> x = m_.streams_[size_t(2 * l)];
     if (mode_ == RunMode::Gathered) {
       m_.gather_samples(*kept_, x, m_.sub_d_);
       x = m_.sub_d_;
@@ -229,7 +232,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     LayerActs& la = m_.layer_acts_[size_t(l)];
     const LayerTensors<T> w = m_.layer_params(l), g = m_.layer_grads(l);
     // acc = [this rank's part of dL/dx | d post_norm | d o_bias | d input_norm].
-    T* acc = m_.spd_acc_;
+    ops::Act<T> acc = m_.spd_acc_;
     m_.be_->zero(acc, n + 3 * C);
     spd_block_partial_backward<T>(
         *m_.be_, m_.dims(l), m_.spd_virtual_ranks(), w, g, g.post_norm ? acc + n : nullptr,
@@ -251,11 +254,11 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     if (g.input_norm) m_.be_->residual_forward(g.input_norm, g.input_norm, acc + n + 2 * C, C);
     m_.progress();
   }
-  void add(T* dst, const T* src) override {
+  void add(ops::Act<T> dst, ops::ActIn<T> src) override {
     m_.be_->residual_forward(dst, dst, src, rows() * m_.dims_.C);
   }
-  void zero(T* dst) override { m_.be_->zero(dst, rows() * m_.dims_.C); }
-  void o_bias_backward(int l, const T* dout) override {
+  void zero(ops::Act<T> dst) override { m_.be_->zero(dst, rows() * m_.dims_.C); }
+  void o_bias_backward(int l, ops::ActIn<T> dout) override {
     T* g = m_.layer_grads(l).o_bias;
     if (!g) return;
     if (mode_ == RunMode::All) {
@@ -265,8 +268,8 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     const int64_t S = int64_t(seq_) * m_.dims_.C;
     for (int b : *kept_) m_.be_->bias_add_backward(g, dout + b * S, seq_, m_.dims_.C);
   }
-  void copy_to_tp(T* grad) override { m_.tp_.allreduce(grad, rows() * m_.dims_.C); }
-  int64_t copy_to_tp_async(T* grad) override {
+  void copy_to_tp(ops::Act<T> grad) override { m_.tp_.allreduce(grad, rows() * m_.dims_.C); }
+  int64_t copy_to_tp_async(ops::Act<T> grad) override {
     return m_.tp_.allreduce_async(grad, rows() * m_.dims_.C);
   }
   void wait(int64_t handle) override { m_.tp_.wait(handle); }
@@ -276,7 +279,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   int module_batch() const { return mode_ == RunMode::Gathered ? int(kept_->size()) : B_; }
   // The gradient a module sees: the kept samples' (Gathered: packed; Dense:
   // the dropped ones zeroed, so they add nothing to the weights' gradients).
-  const T* module_grad(const T* dout) {
+  ops::ActIn<T> module_grad(ops::ActIn<T> dout) {
     if (mode_ == RunMode::Gathered) {
       m_.gather_samples(*kept_, dout, m_.sub_x_);
       return m_.sub_x_;
@@ -290,7 +293,7 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
   }
   Model& m_;
   int B_, seq_;
-  T* grad_;
+  ops::Act<T> grad_;
   RunMode mode_;
   const std::vector<int>* kept_;
 };
@@ -344,7 +347,7 @@ void Model<T>::replay_module(int l, int slot) {
     // The norm output (and the MLP's SwiGLU output) again, by the forward's
     // own calls on the module's input: the kept samples packed as it packed them.
     const LayerDims& d = dims(l);
-    const T* x = r.x;
+    ops::ActIn<T> x = r.x;
     int64_t rows = int64_t(r.B) * seq_;
     if (r.mode == RunMode::Gathered) {
       gather_samples(*r.kept, x, sub_x_);

@@ -48,7 +48,7 @@ void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result)
 }
 
 template <typename T>
-void Model<T>::embed(const int32_t* tokens, int64_t n, T* x) {
+void Model<T>::embed(const int32_t* tokens, int64_t n, ops::Act<T> x) {
   // Vocab-parallel embedding: each rank looks up its own rows, zeros elsewhere.
   OpenHead head(*this);
   be_->embedding_forward(x, tokens, param(layout_.embed), n, cfg_.hidden_size, cfg_.vocab_size,
@@ -278,7 +278,7 @@ void Model<T>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_lay
 }
 
 template <typename T>
-const T* Model<T>::block_forward(int layer, const T* x, int B, int T_) {
+ops::ActIn<T> Model<T>::block_forward(int layer, ops::ActIn<T> x, int B, int T_) {
   STRATA_CHECK(!store_, "block_forward: not under ZeRO-2/3");
   block_unit_ = -1;
   for (size_t k = 0; k < units_.size(); ++k)
@@ -294,7 +294,7 @@ const T* Model<T>::block_forward(int layer, const T* x, int B, int T_) {
 }
 
 template <typename T>
-void Model<T>::block_backward(const T* dout) {
+void Model<T>::block_backward(ops::ActIn<T> dout) {
   STRATA_CHECK(block_unit_ >= 0, "block_backward needs a block_forward first");
   const PlanUnit& u = units_[size_t(block_unit_)];
   be_->copy(dstream_, dout, int64_t(batch_) * seq_ * cfg_.hidden_size);
@@ -304,7 +304,7 @@ void Model<T>::block_backward(const T* dout) {
 }
 
 template <typename T>
-void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
+void Model<T>::head_rows(ops::ActIn<T> x, int64_t n, T* logits, ops::Act<T> xn_scratch) {
   OpenHead head(*this);
   if (!tp_.active()) {
     be_->head_logits(logits, xn_scratch, x, param(layout_.final_norm), head_weight(), n,
@@ -320,7 +320,7 @@ void Model<T>::head_rows(const T* x, int64_t n, T* logits, T* xn_scratch) {
 
 // (The other members are instantiated with the class in model.cpp.)
 template void Model<float>::exit_loss(int l, int B, int T_, double scale, LossResult* result);
-template void Model<float>::embed(const int32_t* tokens, int64_t n, float* x);
+template void Model<float>::embed(const int32_t* tokens, int64_t n, ops::Act<float> x);
 template void Model<float>::begin_pass(int B, int T_);
 template void Model<float>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                                         const LayerSkipStep* skip);
@@ -336,11 +336,13 @@ template LossResult Model<float>::forward_backward(const int32_t* tokens, const 
                                                    const LayerSkipStep* skip);
 template void Model<float>::forward_logits(const int32_t* tokens, int B, int T_, float* logits);
 template void Model<float>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_layer);
-template const float* Model<float>::block_forward(int layer, const float* x, int B, int T_);
-template void Model<float>::block_backward(const float* dout);
-template void Model<float>::head_rows(const float* x, int64_t n, float* logits, float* xn_scratch);
+template ops::ActIn<float> Model<float>::block_forward(int layer, ops::ActIn<float> x, int B,
+                                                       int T_);
+template void Model<float>::block_backward(ops::ActIn<float> dout);
+template void Model<float>::head_rows(ops::ActIn<float> x, int64_t n, float* logits,
+                                      ops::Act<float> xn_scratch);
 template void Model<double>::exit_loss(int l, int B, int T_, double scale, LossResult* result);
-template void Model<double>::embed(const int32_t* tokens, int64_t n, double* x);
+template void Model<double>::embed(const int32_t* tokens, int64_t n, ops::Act<double> x);
 template void Model<double>::begin_pass(int B, int T_);
 template void Model<double>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                                          const LayerSkipStep* skip);
@@ -356,9 +358,10 @@ template LossResult Model<double>::forward_backward(const int32_t* tokens, const
                                                     const LayerSkipStep* skip);
 template void Model<double>::forward_logits(const int32_t* tokens, int B, int T_, double* logits);
 template void Model<double>::forward_hidden(const int32_t* tokens, int B, int T_, int exit_layer);
-template const double* Model<double>::block_forward(int layer, const double* x, int B, int T_);
-template void Model<double>::block_backward(const double* dout);
-template void Model<double>::head_rows(const double* x, int64_t n, double* logits,
-                                       double* xn_scratch);
+template ops::ActIn<double> Model<double>::block_forward(int layer, ops::ActIn<double> x, int B,
+                                                         int T_);
+template void Model<double>::block_backward(ops::ActIn<double> dout);
+template void Model<double>::head_rows(ops::ActIn<double> x, int64_t n, double* logits,
+                                       ops::Act<double> xn_scratch);
 
 }  // namespace strata

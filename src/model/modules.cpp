@@ -15,7 +15,7 @@ LayerDims LayerDims::of(const LlamaConfig& c, int parts, bool held) {
 
 template <typename T>
 void attention_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                       const T* x, T* out, int64_t N, const AttentionActs<T>& a,
+                       ops::ActIn<T> x, ops::Act<T> out, int64_t N, const AttentionActs<T>& a,
                        const AttentionCore<T>& core) {
   // The norm runs even where the rank holds none of the layer: its input
   // gradient (replicated, after copy_to_tp) needs the statistics.
@@ -28,8 +28,8 @@ void attention_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTenso
 }
 
 template <typename T>
-void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w, const T* x,
-                 T* out, int64_t N, const MlpActs<T>& a) {
+void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w, ops::ActIn<T> x,
+                 ops::Act<T> out, int64_t N, const MlpActs<T>& a) {
   be.rmsnorm_forward(a.ln, a.rstd, x, w.post_norm, N, d.C, d.eps);
   if (d.empty()) return be.zero(out, N * d.C);
   be.linear_forward(a.gateup, a.ln, w.gateup, nullptr, N, d.C, 2 * d.F);  // gate|up fused
@@ -43,9 +43,9 @@ namespace {
 // of the rank at once).
 template <typename T>
 void attention_core_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                             const LayerTensors<T>& g, T* d_att, T* d_ln, int B, int seq,
-                             const AttentionActs<T>& a, const T* rope_cos, const T* rope_sin,
-                             T* d_qkv) {
+                             const LayerTensors<T>& g, ops::Act<T> d_att, ops::Act<T> d_ln, int B,
+                             int seq, const AttentionActs<T>& a, const T* rope_cos,
+                             const T* rope_sin, ops::Act<T> d_qkv) {
   const int64_t N = int64_t(B) * seq;
   be.attention_backward(d_qkv, d_att, a.qkv, a.att, a.lse, B, seq, d.Hq, d.Hkv, d.D);
   be.rope_backward(d_qkv, rope_cos, rope_sin, B, seq, d.Hq + d.Hkv, d.D, d.QKV(), 0);
@@ -56,9 +56,9 @@ void attention_core_backward(ops::Backend<T>& be, const LayerDims& d, const Laye
 
 template <typename T>
 void attention_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                                const LayerTensors<T>& g, const T* dout, T* d_ln, int B, int seq,
-                                const AttentionActs<T>& a, const T* rope_cos, const T* rope_sin,
-                                T* d_att, T* d_qkv) {
+                                const LayerTensors<T>& g, ops::ActIn<T> dout, ops::Act<T> d_ln,
+                                int B, int seq, const AttentionActs<T>& a, const T* rope_cos,
+                                const T* rope_sin, ops::Act<T> d_att, ops::Act<T> d_qkv) {
   const int64_t N = int64_t(B) * seq;
   if (d.empty()) return be.zero(d_ln, N * d.C);
   be.linear_backward(d_att, g.o, nullptr, dout, a.att, w.o, N, d.Q(), d.C, false);
@@ -67,8 +67,8 @@ void attention_partial_backward(ops::Backend<T>& be, const LayerDims& d, const L
 
 template <typename T>
 void mlp_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                          const LayerTensors<T>& g, const T* dout, T* d_ln, int64_t N,
-                          const MlpActs<T>& a, T* d_h, T* d_gateup) {
+                          const LayerTensors<T>& g, ops::ActIn<T> dout, ops::Act<T> d_ln, int64_t N,
+                          const MlpActs<T>& a, ops::Act<T> d_h, ops::Act<T> d_gateup) {
   if (d.empty()) return be.zero(d_ln, N * d.C);
   be.linear_backward(d_h, g.down, nullptr, dout, a.h, w.down, N, d.F, d.C, false);
   be.swiglu_backward(d_gateup, d_h, a.gateup, N, d.F);
@@ -77,8 +77,8 @@ void mlp_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTe
 
 template <typename T>
 void spd_block_partial(ops::Backend<T>& be, const LayerDims& d, int V, const LayerTensors<T>& w,
-                       const T* x, T* out, int64_t N, const AttentionActs<T>& a,
-                       const std::function<SpdActs<T>(int)>& acts, T* p,
+                       ops::ActIn<T> x, ops::Act<T> out, int64_t N, const AttentionActs<T>& a,
+                       const std::function<SpdActs<T>(int)>& acts, ops::Act<T> p,
                        const AttentionCore<T>& core) {
   const int C = d.C, Q = d.Q(), Qv = Q / V, F = d.F, Fv = F / V;
   be.rmsnorm_forward(a.ln, a.rstd, x, w.input_norm, N, C, d.eps);
@@ -110,11 +110,12 @@ void spd_block_partial(ops::Backend<T>& be, const LayerDims& d, int V, const Lay
 template <typename T>
 void spd_block_partial_backward(ops::Backend<T>& be, const LayerDims& d, int V,
                                 const LayerTensors<T>& w, const LayerTensors<T>& g, T* dnorm,
-                                T* dbias, const T* dout, T* dx, T* d_ln, int B, int seq,
-                                const AttentionActs<T>& a,
+                                T* dbias, ops::ActIn<T> dout, ops::Act<T> dx, ops::Act<T> d_ln,
+                                int B, int seq, const AttentionActs<T>& a,
                                 const std::function<SpdActs<T>(int)>& acts, const T* rope_cos,
-                                const T* rope_sin, T* dp, T* dh, T* d_att, T* d_qkv, T* d_act,
-                                T* d_gateup) {
+                                const T* rope_sin, ops::Act<T> dp, ops::Act<T> dh,
+                                ops::Act<T> d_att, ops::Act<T> d_qkv, ops::Act<T> d_act,
+                                ops::Act<T> d_gateup) {
   const int64_t N = int64_t(B) * seq;
   const int C = d.C, Q = d.Q(), Qv = Q / V, F = d.F, Fv = F / V;
   const T* gate = w.gateup;
@@ -143,26 +144,13 @@ void spd_block_partial_backward(ops::Backend<T>& be, const LayerDims& d, int V,
   attention_core_backward(be, d, w, g, d_att, d_ln, B, seq, a, rope_cos, rope_sin, d_qkv);
 }
 
-#define STRATA_INSTANTIATE(T)                                                                      \
-  template void attention_partial<T>(ops::Backend<T>&, const LayerDims&, const LayerTensors<T>&,   \
-                                     const T*, T*, int64_t, const AttentionActs<T>&,               \
-                                     const AttentionCore<T>&);                                     \
-  template void mlp_partial<T>(ops::Backend<T>&, const LayerDims&, const LayerTensors<T>&,         \
-                               const T*, T*, int64_t, const MlpActs<T>&);                          \
-  template void attention_partial_backward<T>(                                                     \
-      ops::Backend<T>&, const LayerDims&, const LayerTensors<T>&, const LayerTensors<T>&,          \
-      const T*, T*, int, int, const AttentionActs<T>&, const T*, const T*, T*, T*);                \
-  template void mlp_partial_backward<T>(ops::Backend<T>&, const LayerDims&,                        \
-                                        const LayerTensors<T>&, const LayerTensors<T>&, const T*,  \
-                                        T*, int64_t, const MlpActs<T>&, T*, T*);                   \
-  template void spd_block_partial<T>(                                                              \
-      ops::Backend<T>&, const LayerDims&, int, const LayerTensors<T>&, const T*, T*, int64_t,      \
-      const AttentionActs<T>&, const std::function<SpdActs<T>(int)>&, T*,                          \
-      const AttentionCore<T>&);                                                                    \
-  template void spd_block_partial_backward<T>(                                                     \
-      ops::Backend<T>&, const LayerDims&, int, const LayerTensors<T>&, const LayerTensors<T>&, T*, \
-      T*, const T*, T*, T*, int, int, const AttentionActs<T>&,                                     \
-      const std::function<SpdActs<T>(int)>&, const T*, const T*, T*, T*, T*, T*, T*, T*);
+#define STRATA_INSTANTIATE(T)                                                     \
+  template decltype(attention_partial<T>) attention_partial<T>;                   \
+  template decltype(mlp_partial<T>) mlp_partial<T>;                               \
+  template decltype(attention_partial_backward<T>) attention_partial_backward<T>; \
+  template decltype(mlp_partial_backward<T>) mlp_partial_backward<T>;             \
+  template decltype(spd_block_partial<T>) spd_block_partial<T>;                   \
+  template decltype(spd_block_partial_backward<T>) spd_block_partial_backward<T>;
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(double)
 #undef STRATA_INSTANTIATE

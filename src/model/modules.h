@@ -43,15 +43,21 @@ struct LayerTensors {
 
 // What the attention module keeps for its backward (training) or uses as
 // scratch (generation): ln[N,C], rstd[N], qkv[N,QKV], att[N,Q] and, for the
-// sequence attention, lse[B,Hq,T].
+// sequence attention, lse[B,Hq,T]. Activations are ops::Act (fp32 or bf16
+// storage, ops/dtype.h); the norm and softmax statistics stay T.
 template <typename T>
-struct AttentionActs {
-  T *ln = nullptr, *rstd = nullptr, *qkv = nullptr, *att = nullptr, *lse = nullptr;
+struct AttentionActs {  // (in this order: callers initialise it positionally)
+  ops::Act<T> ln;
+  T* rstd = nullptr;
+  ops::Act<T> qkv, att;
+  T* lse = nullptr;
 };
 // The MLP's: ln[N,C], rstd[N], gateup[N,2F], h[N,F].
 template <typename T>
-struct MlpActs {
-  T *ln = nullptr, *rstd = nullptr, *gateup = nullptr, *h = nullptr;
+struct MlpActs {  // (in this order, as AttentionActs)
+  ops::Act<T> ln;
+  T* rstd = nullptr;
+  ops::Act<T> gateup, h;
 };
 
 // One virtual rank's MLP state in an SPD block (training: kept for backward):
@@ -59,22 +65,24 @@ struct MlpActs {
 // act[N,F/V].
 template <typename T>
 struct SpdActs {
-  T *h = nullptr, *ln = nullptr, *rstd = nullptr, *gateup = nullptr, *act = nullptr;
+  ops::Act<T> h, ln;
+  T* rstd = nullptr;
+  ops::Act<T> gateup, act;
 };
 
 // Turns qkv[N, QKV] into att[N, Q]: RoPE on q and k, then attention.
 template <typename T>
-using AttentionCore = std::function<void(T* qkv, T* att)>;
+using AttentionCore = std::function<void(ops::Act<T> qkv, ops::Act<T> att)>;
 
 // out[N, C] = this rank's partial attention output of x[N, C].
 template <typename T>
 void attention_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                       const T* x, T* out, int64_t N, const AttentionActs<T>& a,
+                       ops::ActIn<T> x, ops::Act<T> out, int64_t N, const AttentionActs<T>& a,
                        const AttentionCore<T>& core);
 // out[N, C] = this rank's partial MLP output of x[N, C].
 template <typename T>
-void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w, const T* x,
-                 T* out, int64_t N, const MlpActs<T>& a);
+void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w, ops::ActIn<T> x,
+                 ops::Act<T> out, int64_t N, const MlpActs<T>& a);
 
 // SPD (Sync-Point Drop) block without its attention all-reduce, for V virtual
 // ranks on this rank (the block's degree g over tp: V = g / tp), each holding
@@ -86,8 +94,8 @@ void mlp_partial(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>&
 // `acts(j)`: virtual rank j's MLP state; `p` scratch [N, C].
 template <typename T>
 void spd_block_partial(ops::Backend<T>& be, const LayerDims& d, int V, const LayerTensors<T>& w,
-                       const T* x, T* out, int64_t N, const AttentionActs<T>& a,
-                       const std::function<SpdActs<T>(int)>& acts, T* p,
+                       ops::ActIn<T> x, ops::Act<T> out, int64_t N, const AttentionActs<T>& a,
+                       const std::function<SpdActs<T>(int)>& acts, ops::Act<T> p,
                        const AttentionCore<T>& core);
 // Its backward from dout[N, C] (replicated): weight gradients accumulate into
 // g, except the MLP norm weights' and the o bias's, which accumulate into
@@ -100,11 +108,12 @@ void spd_block_partial(ops::Backend<T>& be, const LayerDims& d, int V, const Lay
 template <typename T>
 void spd_block_partial_backward(ops::Backend<T>& be, const LayerDims& d, int V,
                                 const LayerTensors<T>& w, const LayerTensors<T>& g, T* dnorm,
-                                T* dbias, const T* dout, T* dx, T* d_ln, int B, int seq,
-                                const AttentionActs<T>& a,
+                                T* dbias, ops::ActIn<T> dout, ops::Act<T> dx, ops::Act<T> d_ln,
+                                int B, int seq, const AttentionActs<T>& a,
                                 const std::function<SpdActs<T>(int)>& acts, const T* rope_cos,
-                                const T* rope_sin, T* dp, T* dh, T* d_att, T* d_qkv, T* d_act,
-                                T* d_gateup);
+                                const T* rope_sin, ops::Act<T> dp, ops::Act<T> dh,
+                                ops::Act<T> d_att, ops::Act<T> d_qkv, ops::Act<T> d_act,
+                                ops::Act<T> d_gateup);
 
 // Backward of attention_partial up to its input norm: from dout[N, C] (the
 // gradient of the partial output, replicated over tp) to d_ln[N, C], this
@@ -112,12 +121,12 @@ void spd_block_partial_backward(ops::Backend<T>& be, const LayerDims& d, int V,
 // accumulate into g. The causal sequence attention (training only).
 template <typename T>
 void attention_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                                const LayerTensors<T>& g, const T* dout, T* d_ln, int B, int seq,
-                                const AttentionActs<T>& a, const T* rope_cos, const T* rope_sin,
-                                T* d_att, T* d_qkv);
+                                const LayerTensors<T>& g, ops::ActIn<T> dout, ops::Act<T> d_ln,
+                                int B, int seq, const AttentionActs<T>& a, const T* rope_cos,
+                                const T* rope_sin, ops::Act<T> d_att, ops::Act<T> d_qkv);
 template <typename T>
 void mlp_partial_backward(ops::Backend<T>& be, const LayerDims& d, const LayerTensors<T>& w,
-                          const LayerTensors<T>& g, const T* dout, T* d_ln, int64_t N,
-                          const MlpActs<T>& a, T* d_h, T* d_gateup);
+                          const LayerTensors<T>& g, ops::ActIn<T> dout, ops::Act<T> d_ln, int64_t N,
+                          const MlpActs<T>& a, ops::Act<T> d_h, ops::Act<T> d_gateup);
 
 }  // namespace strata

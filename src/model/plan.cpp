@@ -65,12 +65,14 @@ LayerPlan LayerPlan::parse(const std::string& text, int num_layers) {
     std::set<std::string> seen;
     for (size_t at = semi + 1;;) {
       const size_t next = text.find(';', at);
-      item = trim_blanks(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      item =
+          trim_blanks(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
       at = next + 1;
       STRATA_CHECK(!item.empty(), where, ": empty option");
       const size_t eq = item.find('=');
       STRATA_CHECK(eq != std::string::npos, where, ": option '", item, "' is not key=value");
-      const std::string key = trim_blanks(item.substr(0, eq)), value = trim_blanks(item.substr(eq + 1));
+      const std::string key = trim_blanks(item.substr(0, eq)),
+                        value = trim_blanks(item.substr(eq + 1));
       STRATA_CHECK(!key.empty() && !value.empty(), where, ": option '", item,
                    "' needs a key and a value");
       STRATA_CHECK(seen.insert(key).second, where, ": option '", key, "' given twice");

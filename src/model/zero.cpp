@@ -248,8 +248,8 @@ float* ZeroShards::open_gradients(int b) {
 
 void ZeroShards::close_gradients(int b) {
   float* buf = grad_buf_[size_t(b)];
-  STRATA_CHECK(buf && scatter_handle_[size_t(b)] < 0,
-               "internal error: gradients of bucket ", b, " closed without being opened");
+  STRATA_CHECK(buf && scatter_handle_[size_t(b)] < 0, "internal error: gradients of bucket ", b,
+               " closed without being opened");
   const int64_t s = shard_[size_t(b)];
   float* shard = grad_shard_.data() + shard_offset_[size_t(b)];
   // What earlier micro-batches left in this rank's shard joins the sum once:

@@ -91,6 +91,12 @@ class Act {
   requires(kConst&& std::is_same_v<U, Base>) Act(const Act<U>& o)
       : p_(o.raw()), dt_(o.dtype()) {}  // NOLINT
 
+  // The same element of the same storage (a mutable and a const view alike).
+  template <typename U>
+  bool operator==(const Act<U>& o) const {
+    return p_ == o.raw() && (!p_ || dt_ == o.dtype());
+  }
+
   Dtype dtype() const { return dt_; }
   bool is_bf16() const { return dt_ == Dtype::BF16; }
   bool native() const { return dt_ == kNative; }

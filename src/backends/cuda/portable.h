@@ -54,6 +54,8 @@
 
 #define STRATA_GLOBAL __global__
 #define STRATA_DEVICE __device__ __forceinline__
+// Unrolls the loop that follows completely (register-indexed accumulators).
+#define STRATA_UNROLL _Pragma("unroll")
 #define STRATA_DYNAMIC_SHARED(T, name)                                 \
   extern __shared__ __align__(16) unsigned char strata_dynamic_smem[]; \
   T* name = reinterpret_cast<T*>(strata_dynamic_smem)
@@ -233,6 +235,7 @@ using dim3 = ::strata::simt::Dim3;
 #define __shared__ static thread_local
 #define STRATA_GLOBAL inline
 #define STRATA_DEVICE inline
+#define STRATA_UNROLL _Pragma("GCC unroll 16")
 #define STRATA_DYNAMIC_SHARED(T, name) \
   T* name = reinterpret_cast<T*>(::strata::simt::dynamic_shared())
 #define threadIdx (::strata::simt::current().thread_idx)

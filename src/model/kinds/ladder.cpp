@@ -19,11 +19,11 @@ namespace strata::kinds {
 template <typename T>
 void ladder_forward(UnitForward<T>& f, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
-  T* a = f.module_out(0);
+  ops::Act<T> a = f.module_out(0);
   f.attention(l, f.stream(std::max(i - 2, 0)), a);
   f.add_o_bias(l, a);
   f.defer_residual(i, i - 1, a, f.reduce_from_tp_async(a));
-  T* m = f.module_out(1);
+  ops::Act<T> m = f.module_out(1);
   f.mlp(l, f.stream(i - 1), m);
   f.defer_residual(i + 1, i, m, f.reduce_from_tp_async(m));
 }
@@ -31,16 +31,17 @@ void ladder_forward(UnitForward<T>& f, const PlanUnit& u) {
 template <typename T>
 void ladder_backward(UnitBackward<T>& b, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
-  T* g = b.grad();  // dL/dx_{i+1} (settled by the executor); leaves as the rest of dL/dx_{i-1}
+  ops::Act<T> g =
+      b.grad();  // dL/dx_{i+1} (settled by the executor); leaves as the rest of dL/dx_{i-1}
   // The MLP's input gradient waits in slot 0 until the unit below starts
   // (it settles x_{i-1} first); the attention's in slot 1, past a standard
   // unit's use of slot 0, until that unit reaches x_{i-2}.
-  T* d_mlp = b.d_ln(0);
+  ops::Act<T> d_mlp = b.d_ln(0);
   b.mlp_backward(l, g, d_mlp);
   b.defer_input_grad(i - 1, l, true, d_mlp, b.copy_to_tp_async(d_mlp));
   b.settle(i);  // g = dL/dx_i: the next layer's attention read x_i
   b.o_bias_backward(l, g);
-  T* d_attn = b.d_ln(1);
+  ops::Act<T> d_attn = b.d_ln(1);
   b.attention_backward(l, g, d_attn);
   b.defer_input_grad(std::max(i - 2, 0), l, false, d_attn, b.copy_to_tp_async(d_attn));
 }

@@ -17,16 +17,16 @@ template <typename T>
 void lp_forward(UnitForward<T>& f, const PlanUnit& u) {
   const int k = u.first, i = 2 * k + 1;
   const double alpha = f.plan().number("lp_alpha", 0.5);
-  T* a = f.module_out(0);
-  T* b = f.module_out(1);
-  const T* x = f.stream(i - 1);
+  ops::Act<T> a = f.module_out(0);
+  ops::Act<T> b = f.module_out(1);
+  ops::ActIn<T> x = f.stream(i - 1);
   f.attention(k, x, a);
   f.attention(k + 1, x, b);
   f.residual(a, a, b);
   f.add_o_bias(k, a);
   f.add_o_bias(k + 1, a);
   f.reduce_from_tp(a);
-  T* h = f.stream(i);
+  ops::Act<T> h = f.stream(i);
   f.residual(h, f.stream(i - 1), a);
   f.copy(f.stream(i + 1), h);
   f.copy(f.stream(i + 2), h);
@@ -42,9 +42,9 @@ template <typename T>
 void lp_backward(UnitBackward<T>& b, const PlanUnit& u) {
   const int k = u.first, i = 2 * k + 1;
   const double alpha = b.plan().number("lp_alpha", 0.5);
-  T* g = b.grad();  // dL/dy; becomes dL/dh, then dL/dx
-  T* d0 = b.d_ln(0);
-  T* d1 = b.d_ln(2);  // slot 1 may hold a ladder layer's input gradient to h until settled
+  ops::Act<T> g = b.grad();  // dL/dy; becomes dL/dh, then dL/dx
+  ops::Act<T> d0 = b.d_ln(0);
+  ops::Act<T> d1 = b.d_ln(2);  // slot 1 may hold a ladder layer's input gradient to h until settled
   b.mlp_backward(k, g, d0);
   b.mlp_backward(k + 1, g, d1);
   // x_{2k+1..2k+3} are copies of h: what later layers read of them joins dL/dh.
@@ -58,7 +58,7 @@ void lp_backward(UnitBackward<T>& b, const PlanUnit& u) {
   b.attention_backward(k + 1, g, d1);
   b.copy_to_tp(d0);
   b.copy_to_tp(d1);
-  const T* x = b.stream(i - 1);
+  ops::ActIn<T> x = b.stream(i - 1);
   b.attention_norm_backward(k, x, d0, g);
   b.attention_norm_backward(k + 1, x, d1, g);
 }

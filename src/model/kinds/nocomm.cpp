@@ -10,11 +10,11 @@ namespace strata::kinds {
 template <typename T>
 void nocomm_forward(UnitForward<T>& f, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
-  T* a = f.module_out(0);
+  ops::Act<T> a = f.module_out(0);
   f.attention(l, f.stream(i - 1), a);
   f.add_o_bias(l, a);
   f.residual(f.stream(i), f.stream(i - 1), a);
-  T* m = f.module_out(1);
+  ops::Act<T> m = f.module_out(1);
   f.mlp(l, f.stream(i), m);
   f.residual(f.stream(i + 1), f.stream(i), m);
 }
@@ -22,8 +22,8 @@ void nocomm_forward(UnitForward<T>& f, const PlanUnit& u) {
 template <typename T>
 void nocomm_backward(UnitBackward<T>& b, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
-  T* g = b.grad();
-  T* d_ln = b.d_ln();
+  ops::Act<T> g = b.grad();
+  ops::Act<T> d_ln = b.d_ln();
   b.mlp_backward(l, g, d_ln);
   b.mlp_norm_backward(l, b.stream(i), d_ln, g);
   b.o_bias_backward(l, g);

@@ -13,17 +13,17 @@ namespace strata::kinds {
 template <typename T>
 void par_forward(UnitForward<T>& f, const PlanUnit& u) {
   const int in = 2 * u.first;
-  T* sum = f.module_out(2);
+  ops::Act<T> sum = f.module_out(2);
   for (int l = u.first; l < u.end(); ++l) {
     const int i = 2 * l + 1;
-    const T* x = f.stream(in);
-    T* a = f.module_out(0);
+    ops::ActIn<T> x = f.stream(in);
+    ops::Act<T> a = f.module_out(0);
     f.attention(l, x, a);
     f.add_o_bias(l, a);
     f.reduce_from_tp(a);
-    T* t = f.stream(i);
+    ops::Act<T> t = f.stream(i);
     f.residual(t, x, a);
-    T* m = f.module_out(1);
+    ops::Act<T> m = f.module_out(1);
     f.mlp(l, t, m);
     f.reduce_from_tp(m);
     f.residual(m, m, a);  // layer l's contribution A_l(x) + F_l(t_l)
@@ -38,10 +38,10 @@ void par_forward(UnitForward<T>& f, const PlanUnit& u) {
 
 template <typename T>
 void par_backward(UnitBackward<T>& b, const PlanUnit& u) {
-  T* g = b.grad();     // dL/dy: the gradient of every contribution; becomes dL/dx
-  T* acc = b.d_ln(1);  // what the group adds to dL/dx on top of dL/dy
-  T* dt = b.d_ln(2);
-  T* d = b.d_ln(0);
+  ops::Act<T> g = b.grad();     // dL/dy: the gradient of every contribution; becomes dL/dx
+  ops::Act<T> acc = b.d_ln(1);  // what the group adds to dL/dx on top of dL/dy
+  ops::Act<T> dt = b.d_ln(2);
+  ops::Act<T> d = b.d_ln(0);
   b.zero(acc);
   for (int l = u.end() - 1; l >= u.first; --l) {
     const int i = 2 * l + 1;

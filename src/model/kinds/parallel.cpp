@@ -13,8 +13,8 @@ namespace strata::kinds {
 template <typename T>
 void parallel_forward(UnitForward<T>& f, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
-  T* a = f.module_out(0);
-  T* m = f.module_out(1);
+  ops::Act<T> a = f.module_out(0);
+  ops::Act<T> m = f.module_out(1);
   f.attention(l, f.stream(i - 1), a);
   f.mlp_shared_norm(l, f.stream(i - 1), m);
   f.residual(a, a, m);
@@ -27,11 +27,11 @@ void parallel_forward(UnitForward<T>& f, const PlanUnit& u) {
 template <typename T>
 void parallel_backward(UnitBackward<T>& b, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
-  T* g = b.grad();  // dL/dx_{i+1}; becomes dL/dx_{i-1}
-  b.settle(i);      // x_i is a copy of x_{i+1} (a ladder layer above may read it)
+  ops::Act<T> g = b.grad();  // dL/dx_{i+1}; becomes dL/dx_{i-1}
+  b.settle(i);               // x_i is a copy of x_{i+1} (a ladder layer above may read it)
   b.o_bias_backward(l, g);
-  T* d_attn = b.d_ln(0);
-  T* d_mlp = b.d_ln(1);
+  ops::Act<T> d_attn = b.d_ln(0);
+  ops::Act<T> d_mlp = b.d_ln(1);
   b.mlp_backward(l, g, d_mlp);
   b.attention_backward(l, g, d_attn);
   b.add(d_attn, d_mlp);  // both read the same normalised input

@@ -57,8 +57,8 @@ template <typename T>
 void spd_forward(UnitForward<T>& f, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
   if (f.plan().number("spd_degree", 2) == 1) return standard_layer_forward(f, l, i);
-  const T* x = f.stream(i - 1);
-  T* s = f.module_out(1);
+  ops::ActIn<T> x = f.stream(i - 1);
+  ops::Act<T> s = f.module_out(1);
   f.spd_block(l, x, s);
   f.add_o_bias(l, s);
   f.reduce_from_tp(s);
@@ -70,8 +70,8 @@ template <typename T>
 void spd_backward(UnitBackward<T>& b, const PlanUnit& u) {
   const int l = u.first, i = 2 * l + 1;
   if (b.plan().number("spd_degree", 2) == 1) return standard_layer_backward(b, l, i);
-  T* g = b.grad();  // dL/dout; becomes dL/dx
-  b.settle(i);      // x_{2l+1} is x_{2l}: what read it joins dL/dx
+  ops::Act<T> g = b.grad();  // dL/dout; becomes dL/dx
+  b.settle(i);               // x_{2l+1} is x_{2l}: what read it joins dL/dx
   b.settle(i - 1);
   b.o_bias_backward(l, g);
   b.spd_block_backward(l, g, g);  // the residual x passes g; the block adds the rest

@@ -21,12 +21,12 @@ void standard_backward(UnitBackward<T>& b, const PlanUnit& u) {
 
 template <typename T>
 void standard_layer_forward(UnitForward<T>& f, int l, int i) {
-  T* a = f.module_out(0);
+  ops::Act<T> a = f.module_out(0);
   f.attention(l, f.stream(i - 1), a);
   f.add_o_bias(l, a);
   f.reduce_from_tp(a);
   f.residual(f.stream(i), f.stream(i - 1), a);
-  T* m = f.module_out(1);
+  ops::Act<T> m = f.module_out(1);
   f.mlp(l, f.stream(i), m);
   f.reduce_from_tp(m);
   f.residual(f.stream(i + 1), f.stream(i), m);
@@ -34,8 +34,8 @@ void standard_layer_forward(UnitForward<T>& f, int l, int i) {
 
 template <typename T>
 void standard_layer_backward(UnitBackward<T>& b, int l, int i) {
-  T* g = b.grad();  // dL/dx_{i+1}; becomes dL/dx_{i-1}
-  T* d_ln = b.d_ln();
+  ops::Act<T> g = b.grad();  // dL/dx_{i+1}; becomes dL/dx_{i-1}
+  ops::Act<T> d_ln = b.d_ln();
   b.mlp_backward(l, g, d_ln);
   b.copy_to_tp(d_ln);
   b.mlp_norm_backward(l, b.stream(i), d_ln, g);

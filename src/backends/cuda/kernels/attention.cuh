@@ -12,9 +12,9 @@
 
 #include "backends/cuda/kernels/attention_view.cuh"
 #include "backends/cuda/kernels/context.cuh"
-#include "backends/cuda/kernels/stage.cuh"
 #include "backends/cuda/kernels/flash_attention.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
+#include "backends/cuda/kernels/stage.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {
@@ -27,7 +27,6 @@ constexpr int kAttnMaxDLane = 8;  // D / 32 elements per lane: D <= 256
 // of 1024 threads would have to fit 64 registers a thread, and dkv uses 128),
 // and a larger launch is refused, on a GPU and by the SIMT executor.
 constexpr int kAttnThreads = kAttnWarps * kWarp;
-
 
 template <typename T>
 STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
@@ -111,17 +110,19 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* 
 // delta[b, h, i] = sum_d dout * out over the row (the softmax backward's
 // row term).
 STRATA_LAUNCH_BOUNDS(k_attention_delta, kAttnThreads);
-template <typename T>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(T* delta, const T* dout,
-                                                                         const T* out, int B,
+template <typename S>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(compute_t<S>* delta,
+                                                                         const S* dout,
+                                                                         const S* out, int B,
                                                                          int T_, int Hq, int D) {
+  using T = compute_t<S>;
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
   if (row >= int64_t(B) * Hq * T_) return;
   const int i = int(row % T_), h = int((row / T_) % Hq), b = int(row / (int64_t(T_) * Hq));
   const int64_t o = (int64_t(b) * T_ + i) * (int64_t(Hq) * D) + int64_t(h) * D;
   T s = 0;
-  for (int d = lane; d < D; d += kWarp) s += dout[o + d] * out[o + d];
+  for (int d = lane; d < D; d += kWarp) s += act_load(dout[o + d]) * act_load(out[o + d]);
   s = warp_sum(s);
   if (lane == 0) delta[(int64_t(b) * Hq + h) * T_ + i] = s;
 }
@@ -349,8 +350,8 @@ void attention_forward_fp(KernelContext<T>& k, T* out, T* lse, const T* qkv, int
 }
 
 template <typename T>
-void attention_backward_fp(KernelContext<T>& k, T* dqkv, const T* dout, const T* qkv,
-                           const T* out, const T* lse, int B, int T_, int Hq, int Hkv, int D) {
+void attention_backward_fp(KernelContext<T>& k, T* dqkv, const T* dout, const T* qkv, const T* out,
+                           const T* lse, int B, int T_, int Hq, int Hkv, int D) {
   check_heads(Hq, Hkv, D);
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
@@ -362,7 +363,8 @@ void attention_backward_fp(KernelContext<T>& k, T* dqkv, const T* dout, const T*
                 out, B, T_, Hq, D);
   if constexpr (std::is_same_v<T, float>) {
     if (use_flash(k, D))
-      return flash_attention_backward(k.stream(), FlashBwd{dqkv, dout, qkv, lse, delta, B, T_, Hq, Hkv}, D);
+      return flash_attention_backward(k.stream(),
+                                      FlashBwd{dqkv, dout, qkv, lse, delta, B, T_, Hq, Hkv}, D);
   }
   STRATA_LAUNCH(k_attention_backward_dq<T>, attn_blocks(rows), kAttnThreads,
                 kAttnWarps * (2 * D + kWarp) * sizeof(T), k.stream(), dqkv, dout, qkv, lse,
@@ -385,7 +387,8 @@ void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_
   // self-speculative verification (a few rows) keep the reference kernel,
   // which a 64-row tile would mostly waste.
   if constexpr (std::is_same_v<T, float>) {
-    if (n >= kFlashRows && use_flash(k, D)) return flash_attention_forward(k.stream(), out, nullptr, v);
+    if (n >= kFlashRows && use_flash(k, D))
+      return flash_attention_forward(k.stream(), out, nullptr, v);
   }
   STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
@@ -393,9 +396,43 @@ void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_
 
 // The launchers: bf16 activations are staged (stage.cuh) until the kernels
 // read them directly.
+// The view of q, k and v in qkv rows (W = (Hq + 2 Hkv) D apart).
+template <typename E>
+AttnView<E> qkv_view(const E* qkv, int B, int T_, int Hq, int Hkv, int D) {
+  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
+  return AttnView<E>{qkv,
+                     qkv + int64_t(Hq) * D,
+                     qkv + int64_t(Hq + Hkv) * D,
+                     W,
+                     int64_t(T_) * W,
+                     W,
+                     D,
+                     B,
+                     T_,
+                     Hq,
+                     Hkv,
+                     D,
+                     0};
+}
+
+// bf16 activations on the flash kernels, which read and write them as they
+// are: strata's attention with bf16 matmuls and a built head dimension.
+template <typename T>
+bool flash_on_bf16(KernelContext<T>& k, int D, const ops::Dtype storage) {
+  return storage == ops::Dtype::BF16 && !k.external_attention() && use_flash(k, D);
+}
+
 template <typename T>
 void attention_forward(KernelContext<T>& k, ops::Act<T> out_, T* lse, ops::ActIn<T> qkv_, int B,
                        int T_, int Hq, int Hkv, int D) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (flash_on_bf16(k, D, ops::common_storage(ops::Dtype::F32, out_, qkv_))) {
+      check_heads(Hq, Hkv, D);
+      return flash_attention_forward(
+          k.stream(), out_.template as<ops::bf16>(), lse,
+          qkv_view(qkv_.template as<const ops::bf16>(), B, T_, Hq, Hkv, D));
+    }
+  }
   const int64_t N = int64_t(B) * T_;
   const DeviceStagedIn<T> qkv(k, kStage0, qkv_, N * (Hq + 2 * Hkv) * D);
   const DeviceStaged<T> out(k, kStage1, out_, N * Hq * D, false);
@@ -404,14 +441,29 @@ void attention_forward(KernelContext<T>& k, ops::Act<T> out_, T* lse, ops::ActIn
 
 template <typename T>
 void attention_backward(KernelContext<T>& k, ops::Act<T> dqkv_, ops::ActIn<T> dout_,
-                        ops::ActIn<T> qkv_, ops::ActIn<T> out_, const T* lse, int B, int T_,
-                        int Hq, int Hkv, int D) {
+                        ops::ActIn<T> qkv_, ops::ActIn<T> out_, const T* lse, int B, int T_, int Hq,
+                        int Hkv, int D) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (flash_on_bf16(k, D, ops::common_storage(ops::Dtype::F32, dqkv_, dout_, qkv_, out_))) {
+      check_heads(Hq, Hkv, D);
+      const int64_t rows = int64_t(B) * Hq * T_;
+      if (rows == 0) return;
+      using E = ops::bf16;
+      auto* delta = static_cast<float*>(k.scratch(kDelta, size_t(rows) * sizeof(float)));
+      STRATA_LAUNCH(k_attention_delta<E>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta,
+                    dout_.template as<const E>(), out_.template as<const E>(), B, T_, Hq, D);
+      return flash_attention_backward(
+          k.stream(),
+          FlashBwdOf<E>{dqkv_.template as<E>(), dout_.template as<const E>(),
+                        qkv_.template as<const E>(), lse, delta, B, T_, Hq, Hkv},
+          D);
+    }
+  }
   const int64_t N = int64_t(B) * T_, QKV = int64_t(Hq + 2 * Hkv) * D, Q = int64_t(Hq) * D;
   const DeviceStagedIn<T> dout(k, kStage0, dout_, N * Q), qkv(k, kStage1, qkv_, N * QKV),
       out(k, kStage2, out_, N * Q);
   const DeviceStaged<T> dqkv(k, kStage3, dqkv_, N * QKV, false);
-  attention_backward_fp<T>(k, dqkv.get(), dout.get(), qkv.get(), out.get(), lse, B, T_, Hq, Hkv,
-                           D);
+  attention_backward_fp<T>(k, dqkv.get(), dout.get(), qkv.get(), out.get(), lse, B, T_, Hq, Hkv, D);
 }
 
 // The caches [Hkv, max_len, D] are staged whole: a bf16 KV cache wants the
@@ -420,6 +472,27 @@ template <typename T>
 void attention_cached_forward(KernelContext<T>& k, ops::Act<T> out_, ops::ActIn<T> q_,
                               int64_t q_stride, ops::ActIn<T> kc_, ops::ActIn<T> vc_, int n,
                               int pos0, int Hq, int Hkv, int D, int max_len) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (n >= kFlashRows &&
+        flash_on_bf16(k, D, ops::common_storage(ops::Dtype::F32, out_, q_, kc_, vc_))) {
+      check_heads(Hq, Hkv, D);
+      using E = ops::bf16;
+      const AttnView<E> v{q_.template as<const E>(),
+                          kc_.template as<const E>(),
+                          vc_.template as<const E>(),
+                          q_stride,
+                          0,
+                          D,
+                          int64_t(max_len) * D,
+                          1,
+                          n,
+                          Hq,
+                          Hkv,
+                          D,
+                          pos0};
+      return flash_attention_forward(k.stream(), out_.template as<E>(), nullptr, v);
+    }
+  }
   const int64_t cache = int64_t(Hkv) * max_len * D;
   const DeviceStagedIn<T> q(k, kStage0, q_, view_elements(n, q_stride, int64_t(Hq) * D)),
       kc(k, kStage1, kc_, cache), vc(k, kStage2, vc_, cache);

@@ -13,16 +13,21 @@
 // every head of its group. The price is that dq recomputes S and dP (7 tile
 // products per tile pair instead of FlashAttention-2's 5 with atomic dq).
 //
-// Inputs and outputs are fp32 (the activations' type today): tiles are
-// rounded to bf16 as they are staged into shared memory, which is what the
-// bf16 GEMMs do with their operands. Head dimensions 16, 32, 64 and 128 (a
-// compile-time D); anything else runs the reference kernels (attention.cuh),
-// which stay as the fp32 path and the reference the tests compare with.
+// Inputs and outputs are the activations' storage E (ops/dtype.h): fp32
+// tiles are rounded to bf16 as they are staged into shared memory (what the
+// bf16 GEMMs do with their operands), bf16 tiles are copied as they are, and
+// outputs are written in E (bf16: rounded once). Each kernel is a device
+// body template on <D, E> behind two entry points, k_flash_<x> (fp32) and
+// k_flash_<x>_bf16, so profiles and launch bounds name them apart. Head dimensions 16, 32, 64 and
+// 128 (a compile-time D); anything else runs the reference kernels (attention.cuh), which stay as
+// the fp32 path and the reference the tests compare with.
 //
 // Shared memory rows are D bf16; their 16-byte chunks are swizzled (chunk c
 // of row r at c ^ (r % 8), fewer bits when a row has fewer than 8 chunks) so
 // the 8 rows one ldmatrix phase reads sit in different banks.
 #pragma once
+
+#include <type_traits>
 
 #include "backends/cuda/kernels/attention_view.cuh"
 #include "backends/cuda/kernels/common.cuh"
@@ -48,21 +53,28 @@ STRATA_DEVICE int swz(int r, int c) {
   return r * D + (c ^ (r % n)) * 8;
 }
 
-// Stages `rows` rows of D fp32 (row i at src + i * stride) as bf16 into a
-// swizzled tile; rows at or past `valid` are zeros. All threads of the block.
-template <int D>
-STRATA_DEVICE void stage_tile(uint16_t* tile, const float* src, int64_t stride, int rows,
-                              int valid) {
+// Stages `rows` rows of D values (row i at src + i * stride; fp32, rounded,
+// or bf16, copied) as bf16 into a swizzled tile; rows at or past `valid` are
+// zeros. All threads of the block.
+template <int D, typename E>
+STRATA_DEVICE void stage_tile(uint16_t* tile, const E* src, int64_t stride, int rows, int valid) {
   constexpr int chunks = D / 8;
   for (int ci = int(threadIdx.x); ci < rows * chunks; ci += int(blockDim.x)) {
     const int r = ci / chunks, c = ci % chunks;
     uint32_t w[4] = {0, 0, 0, 0};
     if (r < valid) {
-      for (int half = 0; half < 2; ++half) {
-        float f[4];
-        load_f32x4(f, src + int64_t(r) * stride + c * 8 + 4 * half);
-        w[2 * half] = pack_bf16x2(f[0], f[1]);
-        w[2 * half + 1] = pack_bf16x2(f[2], f[3]);
+      const E* at = src + int64_t(r) * stride + c * 8;
+      if constexpr (std::is_same_v<E, ops::bf16>) {
+        // 8 bf16 = four 32-bit words (rows and chunks start at multiples of 8 elements).
+        const uint32_t* wsrc = reinterpret_cast<const uint32_t*>(at);
+        for (int e = 0; e < 4; ++e) w[e] = wsrc[e];
+      } else {
+        for (int half = 0; half < 2; ++half) {
+          float f[4];
+          load_f32x4(f, at + 4 * half);
+          w[2 * half] = pack_bf16x2(f[0], f[1]);
+          w[2 * half + 1] = pack_bf16x2(f[2], f[3]);
+        }
       }
     }
     uint32_t* dst = reinterpret_cast<uint32_t*>(tile + swz<D>(r, c));
@@ -142,10 +154,8 @@ STRATA_DEVICE float quad_sum(float v) {
 // ------------------------------------------------------------------ forward
 // Grid (query tiles, Hq, B), the heaviest (last) tiles first. out rows
 // Hq*D apart; lse [B, Hq, Tq] (natural log; may be null).
-STRATA_LAUNCH_BOUNDS(k_flash_forward, kFlashThreads);
-template <int D>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_forward) void k_flash_forward(float* out, float* lse,
-                                                                     AttnView<float> a) {
+template <int D, typename E>
+STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) {
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
   uint16_t* qs = smem;
   uint16_t* ks = qs + kFlashRows * D;
@@ -154,8 +164,8 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_forward) void k_flash_forward(float* out,
   const int g = lane / 4, t = lane % 4;
   const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
   const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
-  const float* kb = a.k + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
-  const float* vb = a.v + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
+  const E* kb = a.k + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
+  const E* vb = a.v + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
   stage_tile<D>(qs, a.q + (int64_t(b) * a.Tq + q0) * a.q_stride + int64_t(h) * D, a.q_stride,
                 kFlashRows, a.Tq - q0);
   const float scale2 = kLog2e / g_sqrt(float(D));
@@ -205,24 +215,37 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_forward) void k_flash_forward(float* out,
   for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= a.Tq) continue;
-    float* orow = out + (int64_t(b) * a.Tq + rows[r]) * (int64_t(a.Hq) * D) + int64_t(h) * D;
+    E* orow = out + (int64_t(b) * a.Tq + rows[r]) * (int64_t(a.Hq) * D) + int64_t(h) * D;
     for (int n = 0; n < D / 8; ++n)
-      for (int e = 0; e < 2; ++e) orow[8 * n + 2 * t + e] = o[n][2 * r + e] / l[r];
-    if (lse && t == 0)
-      lse[(int64_t(b) * a.Hq + h) * a.Tq + rows[r]] = (m[r] + g_log2(l[r])) * kLn2;
+      for (int e = 0; e < 2; ++e) orow[8 * n + 2 * t + e] = act_store<E>(o[n][2 * r + e] / l[r]);
+    if (lse && t == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + rows[r]] = (m[r] + g_log2(l[r])) * kLn2;
   }
+}
+STRATA_LAUNCH_BOUNDS(k_flash_forward, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_forward) void k_flash_forward(float* out, float* lse,
+                                                                     AttnView<float> a) {
+  flash_forward_body<D>(out, lse, a);
+}
+STRATA_LAUNCH_BOUNDS(k_flash_forward_bf16, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_forward_bf16) void k_flash_forward_bf16(
+    ops::bf16* out, float* lse, AttnView<ops::bf16> a) {
+  flash_forward_body<D>(out, lse, a);
 }
 
 // ----------------------------------------------------------------- backward
 // The layout of qkv (rows W = (Hq + 2 Hkv) D apart) and of dout (Hq D).
-struct FlashBwd {
-  float* dqkv;
-  const float* dout;
-  const float* qkv;
+template <typename E>
+struct FlashBwdOf {
+  E* dqkv;
+  const E* dout;
+  const E* qkv;
   const float* lse;
   const float* delta;
   int B, T, Hq, Hkv;
 };
+using FlashBwd = FlashBwdOf<float>;
 
 // Keys per tile of the dq kernel: 32 at head dim 128, where a 64-key tile's
 // scores and dP (64 registers) beside dq (64) spill on sm_90.
@@ -230,9 +253,8 @@ template <int D>
 inline constexpr int kFlashDqKeys = D >= 128 ? 32 : kFlashKeys;
 
 // dq of a tile of 64 queries of head h: grid (query tiles, Hq, B).
-STRATA_LAUNCH_BOUNDS(k_flash_backward_dq, kFlashThreads);
-template <int D>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(FlashBwd a) {
+template <int D, typename E>
+STRATA_DEVICE void flash_dq_body(const FlashBwdOf<E>& a) {
   constexpr int KT = kFlashDqKeys<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
   uint16_t* qs = smem;
@@ -244,7 +266,7 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(Fla
   const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
   const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
   const int64_t W = int64_t(a.Hq + 2 * a.Hkv) * D;
-  const float* base = a.qkv + int64_t(b) * a.T * W;
+  const E* base = a.qkv + int64_t(b) * a.T * W;
   stage_tile<D>(qs, base + int64_t(q0) * W + int64_t(h) * D, W, kFlashRows, a.T - q0);
   stage_tile<D>(dos, a.dout + (int64_t(b) * a.T + q0) * a.Hq * D + int64_t(h) * D,
                 int64_t(a.Hq) * D, kFlashRows, a.T - q0);
@@ -281,10 +303,21 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(Fla
   }
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= a.T) continue;
-    float* drow = a.dqkv + (int64_t(b) * a.T + rows[r]) * W + int64_t(h) * D;
+    E* drow = a.dqkv + (int64_t(b) * a.T + rows[r]) * W + int64_t(h) * D;
     for (int n = 0; n < D / 8; ++n)
-      for (int e = 0; e < 2; ++e) drow[8 * n + 2 * t + e] = dq[n][2 * r + e] * scale;
+      for (int e = 0; e < 2; ++e) drow[8 * n + 2 * t + e] = act_store<E>(dq[n][2 * r + e] * scale);
   }
+}
+STRATA_LAUNCH_BOUNDS(k_flash_backward_dq, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq) void k_flash_backward_dq(FlashBwd a) {
+  flash_dq_body<D>(a);
+}
+STRATA_LAUNCH_BOUNDS(k_flash_backward_dq_bf16, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dq_bf16) void k_flash_backward_dq_bf16(
+    FlashBwdOf<ops::bf16> a) {
+  flash_dq_body<D>(a);
 }
 
 // Queries per tile of the dk/dv kernel: 16 at head dim 128, where dk and dv
@@ -295,9 +328,8 @@ inline constexpr int kFlashDkvQueries = D >= 128 ? 16 : kFlashQueries;
 // dk and dv of a tile of 64 keys of kv head g: grid (key tiles, Hkv, B).
 // Sums over the queries i >= key of every query head of the group, tiles of
 // 32 queries staged with their lse and delta.
-STRATA_LAUNCH_BOUNDS(k_flash_backward_dkv, kFlashThreads);
-template <int D>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(FlashBwd a) {
+template <int D, typename E>
+STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
   constexpr int QT = kFlashDkvQueries<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
   uint16_t* ks = smem;
@@ -311,7 +343,7 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(F
   const int k0 = int(blockIdx.x) * kFlashRows;
   const int kvh = int(blockIdx.y), b = int(blockIdx.z), rep = a.Hq / a.Hkv;
   const int64_t W = int64_t(a.Hq + 2 * a.Hkv) * D;
-  const float* base = a.qkv + int64_t(b) * a.T * W;
+  const E* base = a.qkv + int64_t(b) * a.T * W;
   stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, kFlashRows, a.T - k0);
   stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, kFlashRows,
                 a.T - k0);
@@ -322,8 +354,8 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(F
   zero_acc(dk);
   zero_acc(dv);
   for (int h = kvh * rep; h < (kvh + 1) * rep; ++h) {
-    const float* qb = base + int64_t(h) * D;
-    const float* dob = a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D;
+    const E* qb = base + int64_t(h) * D;
+    const E* dob = a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D;
     const int64_t lb = (int64_t(b) * a.Hq + h) * a.T;
     for (int i0 = k0 / QT * QT; i0 < a.T; i0 += QT) {
       __syncthreads();
@@ -338,7 +370,7 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(F
       float s[QT / 8][4], dp[QT / 8][4];
       zero_acc(s);
       zero_acc(dp);
-      mma_abt<D, QT>(s, ks, 16 * warp, qs, 0, lane);   // S^T = K Q^T
+      mma_abt<D, QT>(s, ks, 16 * warp, qs, 0, lane);    // S^T = K Q^T
       mma_abt<D, QT>(dp, vs, 16 * warp, dos, 0, lane);  // dP^T = V dO^T
       for (int n = 0; n < QT / 8; ++n)
         for (int i = 0; i < 4; ++i) {
@@ -351,16 +383,28 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(F
       mma_pb<D, QT>(dk, dp, qs, 0, lane);  // dK += dS^T Q
     }
   }
+  STRATA_UNROLL
   for (int r = 0; r < 2; ++r) {
     if (keys[r] >= a.T) continue;
-    float* dkrow = a.dqkv + (int64_t(b) * a.T + keys[r]) * W + int64_t(a.Hq + kvh) * D;
-    float* dvrow = dkrow + int64_t(a.Hkv) * D;
+    E* dkrow = a.dqkv + (int64_t(b) * a.T + keys[r]) * W + int64_t(a.Hq + kvh) * D;
+    E* dvrow = dkrow + int64_t(a.Hkv) * D;
     for (int n = 0; n < D / 8; ++n)
       for (int e = 0; e < 2; ++e) {
-        dkrow[8 * n + 2 * t + e] = dk[n][2 * r + e] * scale;
-        dvrow[8 * n + 2 * t + e] = dv[n][2 * r + e];
+        dkrow[8 * n + 2 * t + e] = act_store<E>(dk[n][2 * r + e] * scale);
+        dvrow[8 * n + 2 * t + e] = act_store<E>(dv[n][2 * r + e]);
       }
   }
+}
+STRATA_LAUNCH_BOUNDS(k_flash_backward_dkv, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv) void k_flash_backward_dkv(FlashBwd a) {
+  flash_dkv_body<D>(a);
+}
+STRATA_LAUNCH_BOUNDS(k_flash_backward_dkv_bf16, kFlashThreads);
+template <int D>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv_bf16) void k_flash_backward_dkv_bf16(
+    FlashBwdOf<ops::bf16> a) {
+  flash_dkv_body<D>(a);
 }
 
 // ------------------------------------------------------------------ launchers
@@ -390,6 +434,13 @@ void flash_forward_d(void* stream, float* out, float* lse, const AttnView<float>
                 lse, v);
 }
 template <int D>
+void flash_forward_d(void* stream, ops::bf16* out, float* lse, const AttnView<ops::bf16>& v) {
+  const size_t smem = flash_forward_smem<D>();
+  gpu::allow_dynamic_shared(k_flash_forward_bf16<D>, smem);
+  STRATA_LAUNCH(k_flash_forward_bf16<D>, flash_grid(v.Tq, v.Hq, v.B), kFlashThreads, smem, stream,
+                out, lse, v);
+}
+template <int D>
 void flash_backward_d(void* stream, const FlashBwd& a) {
   gpu::allow_dynamic_shared(k_flash_backward_dq<D>, flash_dq_smem<D>());
   gpu::allow_dynamic_shared(k_flash_backward_dkv<D>, flash_dkv_smem<D>());
@@ -398,32 +449,50 @@ void flash_backward_d(void* stream, const FlashBwd& a) {
   STRATA_LAUNCH(k_flash_backward_dkv<D>, flash_grid(a.T, a.Hkv, a.B), kFlashThreads,
                 flash_dkv_smem<D>(), stream, a);
 }
+template <int D>
+void flash_backward_d(void* stream, const FlashBwdOf<ops::bf16>& a) {
+  gpu::allow_dynamic_shared(k_flash_backward_dq_bf16<D>, flash_dq_smem<D>());
+  gpu::allow_dynamic_shared(k_flash_backward_dkv_bf16<D>, flash_dkv_smem<D>());
+  STRATA_LAUNCH(k_flash_backward_dq_bf16<D>, flash_grid(a.T, a.Hq, a.B), kFlashThreads,
+                flash_dq_smem<D>(), stream, a);
+  STRATA_LAUNCH(k_flash_backward_dkv_bf16<D>, flash_grid(a.T, a.Hkv, a.B), kFlashThreads,
+                flash_dkv_smem<D>(), stream, a);
+}
 
 // Attention over the view (training: key_offset 0; a prefill over a cache:
-// its position), out and lse as k_attention_forward's. D must pass
-// flash_head_dim.
-inline void flash_attention_forward(void* stream, float* out, float* lse,
-                                    const AttnView<float>& v) {
+// its position), out and lse as k_attention_forward's; E: float or
+// ops::bf16. D must pass flash_head_dim.
+template <typename E>
+void flash_attention_forward(void* stream, E* out, float* lse, const AttnView<E>& v) {
   STRATA_CHECK(flash_head_dim(v.D), "flash attention: head_dim ", v.D, " is not 16/32/64/128");
   if (int64_t(v.B) * v.Tq * v.Hq == 0) return;
   switch (v.D) {
-    case 16: return flash_forward_d<16>(stream, out, lse, v);
-    case 32: return flash_forward_d<32>(stream, out, lse, v);
-    case 64: return flash_forward_d<64>(stream, out, lse, v);
-    default: return flash_forward_d<128>(stream, out, lse, v);
+    case 16:
+      return flash_forward_d<16>(stream, out, lse, v);
+    case 32:
+      return flash_forward_d<32>(stream, out, lse, v);
+    case 64:
+      return flash_forward_d<64>(stream, out, lse, v);
+    default:
+      return flash_forward_d<128>(stream, out, lse, v);
   }
 }
 
 // dq, dk, dv into dqkv from dout, qkv, the forward's lse and delta (rows of
 // sum(dout * out), k_attention_delta).
-inline void flash_attention_backward(void* stream, const FlashBwd& a, int D) {
+template <typename E>
+void flash_attention_backward(void* stream, const FlashBwdOf<E>& a, int D) {
   STRATA_CHECK(flash_head_dim(D), "flash attention: head_dim ", D, " is not 16/32/64/128");
   if (int64_t(a.B) * a.T * a.Hq == 0) return;
   switch (D) {
-    case 16: return flash_backward_d<16>(stream, a);
-    case 32: return flash_backward_d<32>(stream, a);
-    case 64: return flash_backward_d<64>(stream, a);
-    default: return flash_backward_d<128>(stream, a);
+    case 16:
+      return flash_backward_d<16>(stream, a);
+    case 32:
+      return flash_backward_d<32>(stream, a);
+    case 64:
+      return flash_backward_d<64>(stream, a);
+    default:
+      return flash_backward_d<128>(stream, a);
   }
 }
 
