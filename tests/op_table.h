@@ -209,19 +209,29 @@ std::vector<Host> inputs_of(const Case<T>& c) {
 
 // A backend that hands every call to another; before each op of ops/ops.def
 // it calls hook(op name) and keeps what the hook returns until the op
-// returns (a scope: a recording, a capped CPU level).
+// returns (a scope: a recording, a capped CPU level). With an args hook it
+// also reports each op's pointers, and whether each arrived as an activation
+// (ops::Act) or a plain T*, and each copy()'s two sides (as "copy").
+struct Call {
+  const char* op;
+  std::vector<std::pair<const void*, bool>> ptrs;  // (pointer, as an activation); nulls left out
+};
 template <typename T>
 class Wrapped final : public ops::Backend<T> {
  public:
   using Hook = std::function<std::shared_ptr<void>(const char* op)>;
-  Wrapped(std::unique_ptr<ops::Backend<T>> inner, Hook hook)
-      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  using ArgsHook = std::function<void(const Call&)>;
+  Wrapped(std::unique_ptr<ops::Backend<T>> inner, Hook hook, ArgsHook args = nullptr)
+      : inner_(std::move(inner)), hook_(std::move(hook)), args_(std::move(args)) {}
 
   const char* name() const override { return inner_->name(); }
   T* alloc(size_t n) override { return inner_->alloc(n); }
   void free(T* p) override { inner_->free(p); }
   void zero(ops::Act<T> p, int64_t n) override { inner_->zero(p, n); }
-  void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override { inner_->copy(dst, src, n); }
+  void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override {
+    if (args_) args_(Call{"copy", {{dst.raw(), true}, {src.raw(), true}}});
+    inner_->copy(dst, src, n);
+  }
   void to_host(T* dst, const T* src, int64_t n) override { inner_->to_host(dst, src, n); }
   void from_host(T* dst, const T* src, int64_t n) override { inner_->from_host(dst, src, n); }
   bool is_host() const override { return inner_->is_host(); }
@@ -239,94 +249,50 @@ class Wrapped final : public ops::Backend<T> {
   void freeze_weights(bool frozen) override { inner_->freeze_weights(frozen); }
 
 #define STRATA_DEFAULT(...)
-#define STRATA_OP(role, name, ret, params, args) \
-  ret name params override {                     \
-    const auto scope = hook_(#name);             \
-    return inner_->name args;                    \
+#define STRATA_OP(role, name, ret, params, args)       \
+  ret name params override {                           \
+    const auto scope = hook_ ? hook_(#name) : nullptr; \
+    if (args_) report(#name, STRATA_UNPAREN args);     \
+    return inner_->name args;                          \
   }
+#define STRATA_UNPAREN(...) __VA_ARGS__
 #include "ops/ops.def"
-#undef STRATA_OP
-#undef STRATA_DEFAULT
-
- private:
-  std::unique_ptr<ops::Backend<T>> inner_;
-  Hook hook_;
-};
-
-// A backend that hands every call to another and notes, for each op, which
-// pointers it received as activations (ops::Act) and which as plain T*, and
-// which buffers copy() moved between: how the bf16-storage check learns a
-// row's activation buffers from the op contract itself.
-template <typename T>
-class Recorder final : public ops::Backend<T> {
- public:
-  explicit Recorder(std::unique_ptr<ops::Backend<T>> inner) : inner_(std::move(inner)) {}
-  std::vector<std::pair<const void*, bool>> seen;  // (pointer, as an activation)
-  std::vector<std::pair<const void*, const void*>> copies;
-  std::set<std::string> ops;  // the ops called
-
-  const char* name() const override { return inner_->name(); }
-  T* alloc(size_t n) override { return inner_->alloc(n); }
-  void free(T* p) override { inner_->free(p); }
-  void zero(ops::Act<T> p, int64_t n) override { inner_->zero(p, n); }
-  void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override {
-    copies.push_back({dst.raw(), src.raw()});
-    inner_->copy(dst, src, n);
-  }
-  void to_host(T* dst, const T* src, int64_t n) override { inner_->to_host(dst, src, n); }
-  void from_host(T* dst, const T* src, int64_t n) override { inner_->from_host(dst, src, n); }
-  bool is_host() const override { return inner_->is_host(); }
-  void* stream() const override { return inner_->stream(); }
-  void synchronize() override { inner_->synchronize(); }
-  double* alloc_scalars(int n) override { return inner_->alloc_scalars(n); }
-  void free_scalars(double* p) override { inner_->free_scalars(p); }
-  void zero_scalars(double* p, int n) override { inner_->zero_scalars(p, n); }
-  void read_scalars(double* dst, const double* p, int n) override {
-    inner_->read_scalars(dst, p, n);
-  }
-  void set_matmul_precision(ops::MatmulPrecision p) override { inner_->set_matmul_precision(p); }
-  bool native_bf16() const override { return inner_->native_bf16(); }
-  std::string matmul_path(ops::MatmulPrecision p) const override { return inner_->matmul_path(p); }
-
-#define STRATA_DEFAULT(...)
-#define STRATA_OP(role, name, ret, params, args) \
-  ret name params override {                     \
-    ops.insert(#name);                           \
-    note args;                                   \
-    return inner_->name args;                    \
-  }
-#include "ops/ops.def"
+#undef STRATA_UNPAREN
 #undef STRATA_OP
 #undef STRATA_DEFAULT
 
  private:
   template <typename... P>
-  void note(const P&... p) {
-    (one(p), ...);
+  void report(const char* op, const P&... p) {
+    Call c{op, {}};
+    (one(c, p), ...);
+    args_(c);
   }
-  void one(const ops::Act<T>& a) {
-    if (a) seen.push_back({a.raw(), true});
+  static void one(Call& c, const ops::Act<T>& a) {
+    if (a) c.ptrs.push_back({a.raw(), true});
   }
-  void one(const ops::ActIn<T>& a) {
-    if (a) seen.push_back({a.raw(), true});
+  static void one(Call& c, const ops::ActIn<T>& a) {
+    if (a) c.ptrs.push_back({a.raw(), true});
   }
-  void one(T* p) {
-    if (p) seen.push_back({p, false});
+  static void one(Call& c, T* p) {
+    if (p) c.ptrs.push_back({p, false});
   }
-  void one(const T* p) {
-    if (p) seen.push_back({p, false});
+  static void one(Call& c, const T* p) {
+    if (p) c.ptrs.push_back({p, false});
   }
   template <typename U>
-  void one(const U&) {}  // sizes, host arrays, scalars
+  static void one(Call&, const U&) {}  // sizes, host arrays, scalars
   std::unique_ptr<ops::Backend<T>> inner_;
+  Hook hook_;
+  ArgsHook args_;
 };
 
 // Which buffers of row c are activations, by running it (forward and
-// backward) on the CPU backend under a Recorder: a buffer some op received as
-// an ops::Act is one, and so is a buffer copied to or from one. Returns the
-// storage that puts `dt` on those and T on the rest, whether any buffer is an
-// activation and the ops the row calls; throws if an op received a buffer as
-// a plain T* that another received as an activation.
+// backward) on the CPU backend under a Wrapped that reports the ops' pointers: a buffer some op
+// received as an ops::Act is one, and so is a buffer copied to or from one. Returns the storage
+// that puts `dt` on those and T on the rest, whether any buffer is an activation and the ops the
+// row calls; throws if an op received a buffer as a plain T* that another received as an
+// activation.
 struct RowStorage {
   Storage storage;
   bool any = false;
@@ -334,14 +300,22 @@ struct RowStorage {
 };
 template <typename T>
 RowStorage activation_storage(const Case<T>& c, ops::Dtype dt) {
-  auto rec = std::make_unique<Recorder<T>>(ops::make_backend<T>("cpu"));
-  Recorder<T>& r = *rec;
+  struct {
+    std::vector<std::pair<const void*, bool>> seen;
+    std::vector<std::pair<const void*, const void*>> copies;
+    std::set<std::string> ops;
+  } r;
+  Wrapped<T> rec(ops::make_backend<T>("cpu"), nullptr, [&r](const Call& c) {
+    if (std::string(c.op) == "copy") return r.copies.push_back({c.ptrs[0].first, c.ptrs[1].first});
+    r.ops.insert(c.op);
+    r.seen.insert(r.seen.end(), c.ptrs.begin(), c.ptrs.end());
+  });
   const std::vector<Host> in = inputs_of(c);
   std::vector<Host> dout, base;
   for (int64_t n : c.out) dout.push_back(Host(size_t(n), 0.5));
   for (int64_t n : c.in) base.push_back(Host(size_t(n), 0.25));
   std::vector<std::pair<const char*, size_t>> ranges;
-  run<T>(c, r, in, &dout, 0.7, &base, nullptr, &ranges);
+  run<T>(c, rec, in, &dout, 0.7, &base, nullptr, &ranges);
   auto buffer_of = [&](const void* p) -> int {
     const char* q = static_cast<const char*>(p);
     for (size_t b = 0; b < ranges.size(); ++b)

@@ -29,20 +29,19 @@ class KvEngine::Pass final : public UnitForward<float> {
   }
   void attention(int l, ops::ActIn<float> x, ops::Act<float> out) override {
     const LayerDims& d = e_.m_.dims(l);
-    const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
-                                 nullptr};
+    const AttentionActs<float> a = attention_acts();
     attention_partial<float>(
         e_.be_, d, e_.m_.layer_params(l), x, out, rows_, a,
         [&](ops::Act<float> qkv, ops::Act<float> att) { cached_core(l, qkv, att); });
     tp_.progress();  // outstanding async reductions advance between modules
   }
   void mlp(int l, ops::ActIn<float> x, ops::Act<float> out) override {
-    const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
+    const MlpActs<float> a = mlp_acts();
     mlp_partial<float>(e_.be_, e_.m_.dims(l), e_.m_.layer_params(l), x, out, rows_, a);
     tp_.progress();
   }
   void mlp_shared_norm(int l, ops::ActIn<float> x, ops::Act<float> out) override {
-    const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
+    const MlpActs<float> a = mlp_acts();
     LayerTensors<float> w = e_.m_.layer_params(l);
     w.post_norm = w.input_norm;
     mlp_partial<float>(e_.be_, e_.m_.dims(l), w, x, out, rows_, a);
@@ -50,7 +49,7 @@ class KvEngine::Pass final : public UnitForward<float> {
   }
   void mlp_mixed_norm(int l, int first, int second, double alpha, ops::ActIn<float> x,
                       ops::Act<float> out) override {
-    const MlpActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.gateup_.data(), e_.h_.data()};
+    const MlpActs<float> a = mlp_acts();
     LayerTensors<float> w = e_.m_.layer_params(l);
     e_.be_.axpby_forward(e_.mixed_norm_.data(), e_.m_.layer_params(first).post_norm,
                          e_.m_.layer_params(second).post_norm, e_.C_, alpha, 1.0 - alpha);
@@ -60,11 +59,13 @@ class KvEngine::Pass final : public UnitForward<float> {
   }
   void spd_block(int l, ops::ActIn<float> x, ops::Act<float> out) override {
     const LayerDims& d = e_.m_.dims(l);
-    const AttentionActs<float> a{e_.ln_.data(), e_.rstd_.data(), e_.qkv_.data(), e_.att_.data(),
-                                 nullptr};
+    const AttentionActs<float> a = attention_acts();
     // Generation keeps nothing for backward: every virtual rank reuses one set.
-    const SpdActs<float> s{e_.spd_h_.data(), e_.spd_ln_.data(), e_.spd_rstd_.data(),
-                           e_.gateup_.data(), e_.h_.data()};
+    const SpdActs<float> s{.h = e_.spd_h_.data(),
+                           .ln = e_.spd_ln_.data(),
+                           .rstd = e_.spd_rstd_.data(),
+                           .gateup = e_.gateup_.data(),
+                           .act = e_.h_.data()};
     spd_block_partial<float>(
         e_.be_, d, e_.m_.spd_virtual_ranks(), e_.m_.layer_params(l), x, out, rows_, a,
         [&](int) { return s; }, e_.spd_p_.data(),
@@ -103,6 +104,21 @@ class KvEngine::Pass final : public UnitForward<float> {
 
  private:
   int64_t n() const { return int64_t(rows_) * e_.C_; }
+  // The modules' scratch (designated: activations and statistics sit side by
+  // side, and a T* converts to an activation silently).
+  AttentionActs<float> attention_acts() const {
+    return {.ln = e_.ln_.data(),
+            .rstd = e_.rstd_.data(),
+            .qkv = e_.qkv_.data(),
+            .att = e_.att_.data(),
+            .lse = nullptr};
+  }
+  MlpActs<float> mlp_acts() const {
+    return {.ln = e_.ln_.data(),
+            .rstd = e_.rstd_.data(),
+            .gateup = e_.gateup_.data(),
+            .h = e_.h_.data()};
+  }
   // Rows come in spans of consecutive positions of one sequence: one RoPE
   // call and one attention call per span, after its keys and values join the
   // sequence's cache.

@@ -46,7 +46,7 @@ struct LayerTensors {
 // sequence attention, lse[B,Hq,T]. Activations are ops::Act (fp32 or bf16
 // storage, ops/dtype.h); the norm and softmax statistics stay T.
 template <typename T>
-struct AttentionActs {  // (in this order: callers initialise it positionally)
+struct AttentionActs {  // (initialise by name: an Act and a T* convert into each other)
   ops::Act<T> ln;
   T* rstd = nullptr;
   ops::Act<T> qkv, att;
@@ -54,7 +54,7 @@ struct AttentionActs {  // (in this order: callers initialise it positionally)
 };
 // The MLP's: ln[N,C], rstd[N], gateup[N,2F], h[N,F].
 template <typename T>
-struct MlpActs {  // (in this order, as AttentionActs)
+struct MlpActs {  // (by name, as AttentionActs)
   ops::Act<T> ln;
   T* rstd = nullptr;
   ops::Act<T> gateup, h;

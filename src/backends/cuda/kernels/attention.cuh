@@ -319,6 +319,25 @@ void external_attention_backward(KernelContext<T>& k, ExternalAttention& x, T* d
   }
 }
 
+// The view of q, k and v in qkv rows (W = (Hq + 2 Hkv) D apart).
+template <typename E>
+AttnView<E> qkv_view(const E* qkv, int B, int T_, int Hq, int Hkv, int D) {
+  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
+  return AttnView<E>{qkv,
+                     qkv + int64_t(Hq) * D,
+                     qkv + int64_t(Hq + Hkv) * D,
+                     W,
+                     int64_t(T_) * W,
+                     W,
+                     D,
+                     B,
+                     T_,
+                     Hq,
+                     Hkv,
+                     D,
+                     0};
+}
+
 template <typename T>
 void attention_forward_fp(KernelContext<T>& k, T* out, T* lse, const T* qkv, int B, int T_, int Hq,
                           int Hkv, int D) {
@@ -326,20 +345,7 @@ void attention_forward_fp(KernelContext<T>& k, T* out, T* lse, const T* qkv, int
   if (int64_t(B) * T_ * Hq == 0) return;
   if (ExternalAttention* x = k.external_attention())
     return external_attention_forward(k, *x, out, lse, qkv, AttentionShape{B, T_, Hq, Hkv, D});
-  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
-  AttnView<T> v{qkv,
-                qkv + int64_t(Hq) * D,
-                qkv + int64_t(Hq + Hkv) * D,
-                W,
-                int64_t(T_) * W,
-                W,
-                D,
-                B,
-                T_,
-                Hq,
-                Hkv,
-                D,
-                0};
+  const AttnView<T> v = qkv_view(qkv, B, T_, Hq, Hkv, D);
   const int64_t rows = int64_t(B) * Hq * T_;
   if (rows == 0) return;
   if constexpr (std::is_same_v<T, float>) {
@@ -396,25 +402,6 @@ void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_
 
 // The launchers: bf16 activations are staged (stage.cuh) until the kernels
 // read them directly.
-// The view of q, k and v in qkv rows (W = (Hq + 2 Hkv) D apart).
-template <typename E>
-AttnView<E> qkv_view(const E* qkv, int B, int T_, int Hq, int Hkv, int D) {
-  const int64_t W = int64_t(Hq + 2 * Hkv) * D;
-  return AttnView<E>{qkv,
-                     qkv + int64_t(Hq) * D,
-                     qkv + int64_t(Hq + Hkv) * D,
-                     W,
-                     int64_t(T_) * W,
-                     W,
-                     D,
-                     B,
-                     T_,
-                     Hq,
-                     Hkv,
-                     D,
-                     0};
-}
-
 // bf16 activations on the flash kernels, which read and write them as they
 // are: strata's attention with bf16 matmuls and a built head dimension.
 template <typename T>
