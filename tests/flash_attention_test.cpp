@@ -266,9 +266,11 @@ TEST(FlashAttentionTiles, SmallHeadsAndShortSequences) {
 // gradients, the rounding of out that delta = rowsum(dout * out) then sees:
 // within the flash bounds of the fp32 run.
 Outputs run_bf16_storage(const Shape& s, const std::vector<float>& qkv,
-                         const std::vector<float>& dout) {
+                         const std::vector<float>& dout, uint64_t launches = 4,
+                         const std::function<void(ops::Backend<float>&)>& prepare = {}) {
   auto be = ops::make_backend<float>("simt");
   be->set_matmul_precision(ops::MatmulPrecision::BF16);
+  if (prepare) prepare(*be);
   const int64_t nq = int64_t(qkv.size()), no = int64_t(dout.size()), nl = int64_t(s.B) * s.Hq * s.T;
   auto put = [&](const std::vector<float>& h) {
     ops::ActBuffer<float> b(be.get(), h.size(), ops::Dtype::BF16);
@@ -292,8 +294,8 @@ Outputs run_bf16_storage(const Shape& s, const std::vector<float>& qkv,
   be->attention_forward(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, s.Hq, s.Hkv, s.D);
   be->attention_backward(d_dqkv.data(), d_dout.data(), d_qkv.data(), d_out.data(), d_lse.data(),
                          s.B, s.T, s.Hq, s.Hkv, s.D);
-  // Forward, delta, dq, dk/dv: four launches, none of them a conversion.
-  EXPECT_EQ(simt::launch_count() - before, 4u) << name_of(s);
+  // Flash: forward, delta, dq, dk/dv, four launches, none of them a conversion.
+  EXPECT_EQ(simt::launch_count() - before, launches) << name_of(s);
   Outputs o{get(d_out), std::vector<float>(size_t(nl)), get(d_dqkv)};
   be->to_host(o.lse.data(), d_lse.data(), nl);
   return o;
@@ -486,6 +488,29 @@ TEST(FlashAttentionExternal, ALibraryGetsBf16LayoutsAndItsResultsComeBack) {
   EXPECT_LE(rel_error(got.lse, cpu.lse), 1e-6);
   for (int w = 0; w < 3; ++w)
     EXPECT_LE(rel_error(part(got.dqkv, s, w), part(cpu.dqkv, s, w)), 1e-2) << "part " << w;
+}
+
+// bf16 activations go to the library as they are: no conversion kernel at
+// all, and the same bits as the fp32-storage run, whose outputs are the
+// library's bf16 results widened.
+TEST(FlashAttentionExternal, Bf16ActivationsGoStraightToTheLibrary) {
+  const Shape s{2, 37, 4, 2, 16};
+  const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
+  const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 61, 1.5f);
+  const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 62);
+  int forwards = 0, backwards = 0;
+  auto library = [&](ops::Backend<float>& be) {
+    dynamic_cast<cuda::KernelBackend<float>&>(be).set_external_attention(
+        std::make_unique<HostAttention>(&forwards, &backwards), "");
+    be.set_attention(ops::AttentionImpl::Cudnn);
+  };
+  const Outputs fp32 = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout, library);
+  const Outputs bf16 = run_bf16_storage(s, qkv, dout, 0, library);
+  EXPECT_EQ(forwards, 2);
+  EXPECT_EQ(backwards, 2);
+  EXPECT_EQ(bf16.out, fp32.out);
+  EXPECT_EQ(bf16.lse, fp32.lse);
+  EXPECT_EQ(bf16.dqkv, fp32.dqkv);
 }
 
 TEST(FlashAttentionExternal, RefusedWhereItCannotRun) {

@@ -403,7 +403,9 @@ void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_
 // The launchers: bf16 activations are staged (stage.cuh) until the kernels
 // read them directly.
 // bf16 activations on the flash kernels, which read and write them as they
-// are: strata's attention with bf16 matmuls and a built head dimension.
+// are: strata's attention with bf16 matmuls and a built head dimension. (A
+// library's attention, ExternalAttention, takes bf16 in strata's layouts:
+// bf16 activations go to it as they are, fp32 ones through bf16 copies.)
 template <typename T>
 bool flash_on_bf16(KernelContext<T>& k, int D, const ops::Dtype storage) {
   return storage == ops::Dtype::BF16 && !k.external_attention() && use_flash(k, D);
@@ -413,7 +415,20 @@ template <typename T>
 void attention_forward(KernelContext<T>& k, ops::Act<T> out_, T* lse, ops::ActIn<T> qkv_, int B,
                        int T_, int Hq, int Hkv, int D) {
   if constexpr (std::is_same_v<T, float>) {
-    if (flash_on_bf16(k, D, ops::common_storage(ops::Dtype::F32, out_, qkv_))) {
+    const ops::Dtype storage = ops::common_storage(ops::Dtype::F32, out_, qkv_);
+    ExternalAttention* x = k.external_attention();
+    if (x && storage == ops::Dtype::BF16 && int64_t(B) * T_ * Hq > 0) {  // the library's layouts
+      check_heads(Hq, Hkv, D);
+      STRATA_CHECK(
+          k.gemm().precision() == ops::MatmulPrecision::BF16,
+          "model.attention = \"cudnn\" needs bf16 matmuls (training.precision = \"bf16\")");
+      const AttentionShape sh{B, T_, Hq, Hkv, D};
+      float* stats = lse ? lse : static_cast<float*>(k.scratch(kLse, size_t(B) * Hq * T_ * 4));
+      return x->forward(k.stream(), static_cast<uint16_t*>(out_.raw()), stats,
+                        static_cast<const uint16_t*>(qkv_.raw()), sh,
+                        k.scratch(kAttnWork, x->forward_workspace(sh)));
+    }
+    if (flash_on_bf16(k, D, storage)) {
       check_heads(Hq, Hkv, D);
       return flash_attention_forward(
           k.stream(), out_.template as<ops::bf16>(), lse,
@@ -431,7 +446,18 @@ void attention_backward(KernelContext<T>& k, ops::Act<T> dqkv_, ops::ActIn<T> do
                         ops::ActIn<T> qkv_, ops::ActIn<T> out_, const T* lse, int B, int T_, int Hq,
                         int Hkv, int D) {
   if constexpr (std::is_same_v<T, float>) {
-    if (flash_on_bf16(k, D, ops::common_storage(ops::Dtype::F32, dqkv_, dout_, qkv_, out_))) {
+    const ops::Dtype storage = ops::common_storage(ops::Dtype::F32, dqkv_, dout_, qkv_, out_);
+    ExternalAttention* x = k.external_attention();
+    if (x && storage == ops::Dtype::BF16 && int64_t(B) * T_ * Hq > 0) {  // the library's layouts
+      check_heads(Hq, Hkv, D);
+      const AttentionShape sh{B, T_, Hq, Hkv, D};
+      return x->backward(k.stream(), static_cast<uint16_t*>(dqkv_.raw()),
+                         static_cast<const uint16_t*>(dout_.raw()),
+                         static_cast<const uint16_t*>(qkv_.raw()),
+                         static_cast<const uint16_t*>(out_.raw()), lse, sh,
+                         k.scratch(kAttnWork, x->backward_workspace(sh)));
+    }
+    if (flash_on_bf16(k, D, storage)) {
       check_heads(Hq, Hkv, D);
       const int64_t rows = int64_t(B) * Hq * T_;
       if (rows == 0) return;
