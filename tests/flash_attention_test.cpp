@@ -466,18 +466,24 @@ class HostAttention final : public cuda::ExternalAttention {
   }
 };
 
+// Prepares a simt backend to run HostAttention as its library attention
+// (model.attention = "cudnn"), counting its calls.
+std::function<void(ops::Backend<float>&)> host_library(int* forwards, int* backwards) {
+  return [=](ops::Backend<float>& be) {
+    dynamic_cast<cuda::KernelBackend<float>&>(be).set_external_attention(
+        std::make_unique<HostAttention>(forwards, backwards), "");
+    be.set_attention(ops::AttentionImpl::Cudnn);
+  };
+}
+
 TEST(FlashAttentionExternal, ALibraryGetsBf16LayoutsAndItsResultsComeBack) {
   const Shape s{2, 37, 4, 2, 16};
   const int64_t W = int64_t(s.Hq + 2 * s.Hkv) * s.D;
   const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 61, 1.5f);
   const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 62);
   int forwards = 0, backwards = 0;
-  const Outputs got =
-      run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout, [&](ops::Backend<float>& be) {
-        dynamic_cast<cuda::KernelBackend<float>&>(be).set_external_attention(
-            std::make_unique<HostAttention>(&forwards, &backwards), "");
-        be.set_attention(ops::AttentionImpl::Cudnn);
-      });
+  const Outputs got = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout,
+                                    host_library(&forwards, &backwards));
   EXPECT_EQ(forwards, 1);
   EXPECT_EQ(backwards, 1);
   // Against the CPU's fp32 attention of the same (bf16-valued) inputs: the
@@ -499,11 +505,7 @@ TEST(FlashAttentionExternal, Bf16ActivationsGoStraightToTheLibrary) {
   const std::vector<float> qkv = bf16_values(size_t(s.B * s.T * W), 61, 1.5f);
   const std::vector<float> dout = bf16_values(size_t(s.B * s.T * s.Hq * s.D), 62);
   int forwards = 0, backwards = 0;
-  auto library = [&](ops::Backend<float>& be) {
-    dynamic_cast<cuda::KernelBackend<float>&>(be).set_external_attention(
-        std::make_unique<HostAttention>(&forwards, &backwards), "");
-    be.set_attention(ops::AttentionImpl::Cudnn);
-  };
+  const auto library = host_library(&forwards, &backwards);
   const Outputs fp32 = run_attention("simt", ops::MatmulPrecision::BF16, s, qkv, dout, library);
   const Outputs bf16 = run_bf16_storage(s, qkv, dout, 0, library);
   EXPECT_EQ(forwards, 2);
