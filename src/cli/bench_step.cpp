@@ -43,6 +43,7 @@ struct StepBench {
   LlamaConfig cfg;
   LayerPlan plan;
   bool bf16 = false;
+  bool bf16_acts = false;  // --activations bf16
   std::string device, recompute;
   double peak = 0;
   int steps = 1;
@@ -58,13 +59,16 @@ Args step_args(const std::string& name, bool train) {
                   : "Times whole training steps (forward + backward, fused LM head) of a randomly "
                     "initialised model and prints tokens/s, GFLOP/s and the fraction of the "
                     "device's peak.");
-  args.option("model", "NAME", "288 (6L-288), 768 (12L-768), 2048 (16L-2048), 4096 (32L-4096)", "288")
+  args.option("model", "NAME", "288 (6L-288), 768 (12L-768), 2048 (16L-2048), 4096 (32L-4096)",
+              "288")
       .option("batch", "B", "micro-batch size (0: tokens / seq)", "0")
       .option("tokens", "N", "tokens per step when --batch is 0", "4096")
       .option("seq", "T", "sequence length (0: the model's default)", "0")
       .option("vocab", "V", "vocabulary size", "32000")
       .option("steps", "S", "timed steps", "5")
       .flag("bf16", "bf16 matmuls with fp32 accumulation (training.precision = \"bf16\")")
+      .option("activations", "STORAGE",
+              "fp32 or bf16: the activations' storage, as training.activations", "fp32")
       .flag("tied", "tie the embedding and the LM head")
       .option("plan", "TEXT", "layer plan (default: all standard)", "")
       .option("recompute", "MODE",
@@ -100,6 +104,9 @@ StepBench step_options(const Args& args, const std::string& name, bool train) {
   o.bf16 = args.has("bf16");
   o.device = args.get("device");
   o.recompute = args.get("recompute");
+  STRATA_USAGE_CHECK(args.get("activations") == "fp32" || args.get("activations") == "bf16", name,
+                     ": --activations '", args.get("activations"), "' is not fp32 or bf16");
+  o.bf16_acts = args.get("activations") == "bf16";
   o.peak = args.get_double("peak");
   o.steps = std::max(1, args.get_int("steps"));
   o.kernels = args.get_int("kernels");
@@ -158,6 +165,7 @@ void print_step_setup(const StepBench& o, Model<float>& model, Recompute mode) {
               o.bf16 ? "bf16" : "fp32", o.plan.to_string().c_str(),
               o.train ? ", AdamW with clipping" : "");
   if (mode != Recompute::None) std::printf("recompute: %s\n", o.recompute.c_str());
+  if (o.bf16_acts) std::printf("activations: stored in bf16\n");
 }
 
 // The step's time, rates, peak RSS, the memory estimate a training run prints
@@ -179,6 +187,7 @@ void print_step_result(const StepBench& o, const Model<float>& model, Recompute 
   use.optimizer_share = o.train ? 1 : 0;
   use.batch = o.bm.B, use.seq = o.bm.T;
   use.recompute = mode;
+  use.bf16_activations = o.bf16_acts;
   use.runtime_bytes = runtime_rss;
   const MemoryEstimate est = estimate_memory(o.cfg, o.plan, use);
   const double est_mib = double(est.total()) / (1 << 20);
@@ -209,6 +218,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
   Model<float> model(o.cfg, o.plan, ops::make_backend<float>(o.device));
   model.init_weights(1);
   if (o.bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  if (o.bf16_acts) model.set_activation_storage(ops::Dtype::BF16);
   Recompute mode = Recompute::None;
   STRATA_USAGE_CHECK(parse_recompute(o.recompute, &mode), name, ": --recompute '", o.recompute,
                      "' is not none, selective or full");

@@ -92,15 +92,11 @@ void Scorer::run_rows(const std::vector<const Row*>& rows,
   }
   float* gathered = host ? gathered_.data() : dev_gathered_.data();
   for (size_t e = 0; e < exits_.size(); ++e) {
-    const float* x = model_.hidden_state(exits_[e] - 1);
-    for (int b = 0; b < B; ++b) {
-      const float* src = x + (int64_t(b) * T + rows[b]->first) * C;
-      const int64_t n = int64_t(rows[b]->positions) * C;
-      if (host)
-        std::copy_n(src, n, gathered + base[b] * C);
-      else
-        be.copy(gathered + base[b] * C, src, n);
-    }
+    // (The gather widens a model's bf16 activations: the head reads fp32.)
+    const ops::ActIn<float> x = model_.hidden_state(exits_[e] - 1);
+    for (int b = 0; b < B; ++b)
+      be.copy(gathered + base[b] * C, x + (int64_t(b) * T + rows[b]->first) * C,
+              int64_t(rows[b]->positions) * C);
     if (host) {
       model_.head_rows(gathered, positions, logits_.data(), xn_.data());
     } else {

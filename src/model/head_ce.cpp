@@ -8,7 +8,10 @@ namespace strata {
 
 template <typename T>
 HeadCe<T>::HeadCe(ops::Backend<T>& be, Communicator* tp, int64_t v0)
-    : be_(be), tp_(std::is_same_v<T, float> && tp && tp->size() > 1 ? tp : nullptr), v0_(v0) {}
+    : be_(be),
+      tp_(std::is_same_v<T, float> && tp && tp->size() > 1 ? tp : nullptr),
+      region_(tp_, &be),
+      v0_(v0) {}
 
 template <typename T>
 T* HeadCe<T>::device(ops::DeviceBuffer<T>& b, size_t n) {
@@ -43,10 +46,16 @@ void HeadCe<T>::backward(ops::Act<T> dx, T* dwn, T* dwout, ops::ActIn<T> x, ops:
     return;
   }
   if (N == 0) return;
-  T* dxn = dx || dwn ? device(dxn_, size_t(N) * C) : nullptr;
+  // The normed input's gradient, stored as the activations are.
+  ops::Act<T> dxn;
+  if (dx || dwn) {
+    if (dxn_.size() < size_t(N) * C || dxn_.dtype() != xn.dtype())
+      dxn_ = ops::ActBuffer<T>(&be_, size_t(N) * C, xn.dtype());
+    dxn = dxn_.data();
+  }
   be_.head_ce_shard_backward(dxn, dwout, xn, lse, wout, targets, N, C, V, v0_, dloss);
   if (!dxn) return;
-  if constexpr (std::is_same_v<T, float>) tp_->allreduce_sum(dxn, N * C);  // each rank's columns
+  region_.allreduce(dxn, N * C);  // each rank's columns
   be_.rmsnorm_backward(dx, dwn, dxn, x, wn, rstd, N, C);
 }
 

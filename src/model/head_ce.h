@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/tp_region.h"
 #include "ops/backend.h"
 #include "parallel/comm.h"
 
@@ -48,8 +49,10 @@ class HeadCe {
 
   ops::Backend<T>& be_;
   Communicator* tp_;
+  TpRegion<T> region_;  // (sums bf16 activations in fp32)
   int64_t v0_;
-  ops::DeviceBuffer<T> lse_, target_logit_, dxn_, gathered_;
+  ops::DeviceBuffer<T> lse_, target_logit_, gathered_;
+  ops::ActBuffer<T> dxn_;
   std::vector<T> host_;
 };
 

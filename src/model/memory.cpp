@@ -208,46 +208,81 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   }
 
   if (u.batch > 0 && u.seq > 0) {
-    // The activation arena (Model::ensure_acts), element for element.
+    // The two activation arenas (Model::ensure_activations), element for
+    // element: `a` in the activations' storage (fp32, or bf16 with
+    // u.bf16_activations, rounded to 64 bytes = 32 elements), `s` the
+    // statistics kept in fp32 (norm rstd, attention and head LSE, SPD's
+    // weight-gradient sums).
     const double N = double(u.batch) * u.seq;
-    double a = (2 * double(L) + 1) * round16(N * C);
+    const double af = u.bf16_activations ? 2 : f;
+    auto ra = [&](double n) { return u.bf16_activations ? std::ceil(n / 32) * 32 : round16(n); };
+    double a = (2 * double(L) + 1) * ra(N * C), s = 0;
     // The buffers the plan's kinds add (KindBuffers).
     const KindBuffers kb = have_plan ? plan.buffers() : KindBuffers();
     const bool deferring = kb.grad_slot_1, pairs = kb.grad_slot_2, par_groups = kb.output_slot_2,
                spd = kb.spd_block;
     const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
+    struct Sizes {  // one layer's: in the activations' storage, statistics
+      double a = 0, s = 0;
+    };
     auto per_layer = [&](const Dims& d, bool with_spd) {
-      double per = 2 * round16(N * C) + 2 * round16(N) + round16(N * (d.Hq + 2 * d.Hkv) * D) +
-                   round16(N * d.Hq * D) + round16(double(u.batch) * d.Hq * u.seq) +
-                   round16(N * 2 * d.F) + round16(N * d.F);
-      if (with_spd)
-        per += spd_v * (2 * round16(N * C) + round16(N) + round16(N * std::floor(2 * d.F / spd_v)) +
-                        round16(N * std::floor(d.F / spd_v)));
-      return per;
+      Sizes p;
+      p.a = 2 * ra(N * C) + ra(N * (d.Hq + 2 * d.Hkv) * D) + ra(N * d.Hq * D) + ra(N * 2 * d.F) +
+            ra(N * d.F);
+      p.s = 2 * round16(N) + round16(double(u.batch) * d.Hq * u.seq);
+      if (with_spd) {
+        p.a += spd_v * (2 * ra(N * C) + ra(N * std::floor(2 * d.F / spd_v)) +
+                        ra(N * std::floor(d.F / spd_v)));
+        p.s += spd_v * round16(N);
+      }
+      return p;
     };
     if (u.recompute == Recompute::Full) {  // one set for the widest layer, every layer's rstd
       Dims w;
       for (const Group& g : groups)
         w.Hq = std::max(w.Hq, g.d.Hq), w.Hkv = std::max(w.Hkv, g.d.Hkv), w.F = std::max(w.F, g.d.F);
-      a += per_layer(w, spd) + (double(L) - 1) * 2 * round16(N);
+      const Sizes p = per_layer(w, spd);
+      a += p.a;
+      s += p.s + (double(L) - 1) * 2 * round16(N);
     } else if (u.recompute == Recompute::Selective) {
       // One shared norm output and SwiGLU output; SPD layers keep their own.
       bool dropping = false;
       for (const Group& g : groups) dropping |= !g.spd;
-      if (dropping) a += round16(N * C) + round16(N * maxF);
-      for (const Group& g : groups)
-        a += g.count *
-             (per_layer(g.d, g.spd) - (g.spd ? 0 : 2 * round16(N * C) + round16(N * g.d.F)));
+      if (dropping) a += ra(N * C) + ra(N * maxF);
+      for (const Group& g : groups) {
+        const Sizes p = per_layer(g.d, g.spd);
+        a += g.count * (p.a - (g.spd ? 0 : 2 * ra(N * C) + ra(N * g.d.F)));
+        s += g.count * p.s;
+      }
     } else {
-      for (const Group& g : groups) a += g.count * per_layer(g.d, g.spd);
+      for (const Group& g : groups) {
+        const Sizes p = per_layer(g.d, g.spd);
+        a += g.count * p.a;
+        s += g.count * p.s;
+      }
     }
-    a += round16(N * C) + 2 * round16(N);  // final norm, its rstd, the head's LSE
-    a += 7 * round16(N * C);               // module outputs, sub-batches, backward streams
-    a += round16(N * maxQKV) + round16(N * maxQ) + round16(N * 2 * maxF) + round16(N * maxF);
-    a +=
-        (double(deferring) + double(pairs) + 2 * double(spd) + double(par_groups)) * round16(N * C);
-    if (spd) a += round16(N * C + 3 * C);
-    e.parts.push_back({"activations", bytes(a * f)});
+    a += ra(N * C);       // final norm
+    s += 2 * round16(N);  // its rstd, the head's LSE
+    a += 7 * ra(N * C);   // module outputs, sub-batches, backward streams
+    a += ra(N * maxQKV) + ra(N * maxQ) + ra(N * 2 * maxF) + ra(N * maxF);
+    a += (double(deferring) + double(pairs) + 2 * double(spd) + double(par_groups)) * ra(N * C);
+    if (spd && u.bf16_activations) {  // SPD's backward sum: [N, C] and [3C] apart
+      a += ra(N * C);
+      s += round16(3 * C);
+    } else if (spd) {
+      a += round16(N * C + 3 * C);  // one message
+    }
+    e.parts.push_back({"activations", bytes(a * af + s * f)});
+    if (u.bf16_activations) {
+      // The kernels without a bf16 path yet run on fp32 copies kept for
+      // reuse (the CPU backend's Staged buffers, per kernel and slot; the
+      // device backends' shared slots need less): the linear layers' input,
+      // output and output gradient, attention's forward and backward
+      // operands, the head's input, normed input and its gradient.
+      const double linear = std::max({C, maxF, maxQ}) + std::max({maxQKV, 2 * maxF, C}) +
+                            std::max({maxQKV, 2 * maxF, C});
+      e.parts.push_back({"bf16 staging", bytes(N * (linear + 3 * maxQ + 3 * maxQKV + 3 * C) * f)});
+    }
     // The fused head's scratch (backends/cpu/head_ce.cpp): one chunk of
     // logits (about 64 MiB, 256..4096 rows), the normed input's gradient and
     // per-token statistics.
@@ -275,7 +310,8 @@ constexpr double kZeroCost[4] = {1.0, 1.02, 1.03, 1.10};
 
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPlan& plan, int world,
                                        int seq, int64_t global_batch, int max_micro_batch,
-                                       int64_t device_bytes, double trained_share) {
+                                       int64_t device_bytes, double trained_share,
+                                       bool bf16_activations) {
   LlamaConfig c = cfg_in;
   c.finalize();
   std::vector<LayoutOption> out;
@@ -306,6 +342,7 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
           u.dp = dp, u.zero = zero;
           u.batch = int(m), u.seq = seq;
           u.recompute = rc;
+          u.bf16_activations = bf16_activations;
           o.memory = estimate_memory(c, plan, u);
           o.fits = o.memory.total() <= device_bytes;
           o.cost = (rc == Recompute::Full        ? 1.25

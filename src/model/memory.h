@@ -49,6 +49,7 @@ struct MemoryUse {
   // what Model::forward_backward and Model::forward_hidden carve.
   int batch = 0, seq = 0;
   Recompute recompute = Recompute::None;  // the activation arena under training.recompute
+  bool bf16_activations = false;          // its storage (training.activations)
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)
@@ -108,10 +109,12 @@ struct LayoutOption {
   double cost = 1;  // relative step time (1: no recompute, tp 1, no ZeRO, m >= 4)
 };
 // `trained_share`: the fraction of the weights that train (training.freeze),
-// which have AdamW moments under ZeRO 0 and 1.
+// which have AdamW moments under ZeRO 0 and 1; `bf16_activations`: the
+// activations' storage (training.activations).
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg, const LayerPlan& plan, int world,
                                        int seq, int64_t global_batch, int max_micro_batch,
-                                       int64_t device_bytes, double trained_share = 1.0);
+                                       int64_t device_bytes, double trained_share = 1.0,
+                                       bool bf16_activations = false);
 
 // Refuses, in one line, work whose estimate times `processes` (processes on
 // this machine sharing `limit`) exceeds it: "<what> needs about X per process

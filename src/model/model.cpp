@@ -34,7 +34,7 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
               plan.tp_shards(tp ? tp->size() : 1)),
       dims_(LayerDims::of(cfg_, tp ? tp->size() : 1)),
       be_(std::move(backend)),
-      tp_(tp) {
+      tp_(tp, be_.get()) {
   buckets_ = weight_buckets(layout_);
   bucket_of_.assign(layout_.tensors().size(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -292,14 +292,23 @@ void Model<T>::ensure_activations(int B, int T_) {
   const KindBuffers buffers = plan_.buffers();  // what the plan's kinds need beyond standard
   // Carves every activation tensor out of `base` (64-byte aligned) and returns
   // the elements used. Run once with base = nullptr to size the arena.
-  auto carve_all = [&](T* base) {
-    int64_t used = 0;
+  // Two arenas (model.h): activations in act_dtype_, statistics in T.
+  // Carves every tensor out of `base` and `stats` (64-byte aligned) and
+  // returns the elements used of each. Run once with null bases to size them.
+  const int64_t align = 64 / int64_t(ops::dtype_size(act_dtype_));
+  auto carve_all = [&](ops::Act<T> base, T* stats) {
+    int64_t used = 0, used_stats = 0;
     auto carve = [&](int64_t n) {
-      T* p = base ? base + used : nullptr;
-      used += (n + 15) / 16 * 16;
+      const ops::Act<T> p = base ? base + used : ops::Act<T>();
+      used += (n + align - 1) / align * align;
       return p;
     };
-    streams_.assign(2 * L + 1, nullptr);
+    auto carve_stat = [&](int64_t n) {
+      T* p = stats ? stats + used_stats : nullptr;
+      used_stats += (n + 15) / 16 * 16;
+      return p;
+    };
+    streams_.assign(2 * L + 1, ops::Act<T>());
     for (auto& s : streams_) s = carve(N * C);
     layer_acts_.resize(L);
     // With recomputation every layer shares one set (sized for the largest
@@ -325,21 +334,21 @@ void Model<T>::ensure_activations(int B, int T_) {
       auto& a = layer_acts_[size_t(l)];
       if (full && l > 0) {
         a = shared;
-        a.attn.rstd = carve(N);
-        a.mlp.rstd = carve(N);
+        a.attn.rstd = carve_stat(N);
+        a.mlp.rstd = carve_stat(N);
         continue;
       }
       const LayerDims& d = full ? widest : layer_dims_[size_t(l)];
       const bool drop = selective && !plan_.spd_block(l);
-      a.attn.ln = drop ? shared_ln_ : ops::Act<T>(carve(N * C));
-      a.attn.rstd = carve(N);
+      a.attn.ln = drop ? shared_ln_ : carve(N * C);
+      a.attn.rstd = carve_stat(N);
       a.attn.qkv = carve(N * d.QKV());
       a.attn.att = carve(N * d.Q());
-      a.attn.lse = carve(int64_t(B) * d.Hq * T_);
-      a.mlp.ln = drop ? shared_ln_ : ops::Act<T>(carve(N * C));
-      a.mlp.rstd = carve(N);
+      a.attn.lse = carve_stat(int64_t(B) * d.Hq * T_);
+      a.mlp.ln = drop ? shared_ln_ : carve(N * C);
+      a.mlp.rstd = carve_stat(N);
       a.mlp.gateup = carve(N * 2 * d.F);
-      a.mlp.h = drop ? shared_h_ : ops::Act<T>(carve(N * d.F));
+      a.mlp.h = drop ? shared_h_ : carve(N * d.F);
       a.spd.clear();
       // (Under full recomputation the one shared set serves every layer.)
       const bool spd_acts = full ? buffers.spd_block : plan_.spd_block(l);
@@ -349,7 +358,7 @@ void Model<T>::ensure_activations(int B, int T_) {
           SpdActs<T> s;
           s.h = carve(N * C);
           s.ln = carve(N * C);
-          s.rstd = carve(N);
+          s.rstd = carve_stat(N);
           s.gateup = carve(N * 2 * d.F / V);
           s.act = carve(N * d.F / V);
           a.spd.push_back(s);
@@ -358,8 +367,8 @@ void Model<T>::ensure_activations(int B, int T_) {
       if (full) shared = a;
     }
     lnf_ = carve(N * C);
-    rstdf_ = carve(N);
-    lsef_ = carve(N);
+    rstdf_ = carve_stat(N);
+    lsef_ = carve_stat(N);
     attn_out_ = carve(N * C);
     mlp_out_ = carve(N * C);
     sub_x_ = carve(N * C);
@@ -375,24 +384,48 @@ void Model<T>::ensure_activations(int B, int T_) {
     d_ln3_ = buffers.grad_slot_2 ? carve(N * C) : nullptr;
     spd_p_ = buffers.spd_block ? carve(N * C) : nullptr;
     spd_dh_ = buffers.spd_block ? carve(N * C) : nullptr;
-    spd_acc_ = buffers.spd_block ? carve(N * C + 3 * C) : nullptr;
+    spd_acc_ = spd_wacc_ = nullptr;
+    if (buffers.spd_block && act_dtype_ == ops::Act<T>::kNative) {
+      spd_acc_ = carve(N * C + 3 * C);  // one message
+      spd_wacc_ = spd_acc_ ? static_cast<T*>(spd_acc_ + N * C) : nullptr;
+    } else if (buffers.spd_block) {
+      spd_acc_ = carve(N * C);
+      spd_wacc_ = carve_stat(3 * C);
+    }
     sum_out_ = buffers.output_slot_2 ? carve(N * C) : nullptr;
-    return used;
+    return std::pair(used, used_stats);
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
-  const int64_t needed = carve_all(nullptr);
-  if (size_t(needed) > acts_.size()) {  // grow; a smaller shape reuses the arena
-    acts_ = ops::DeviceBuffer<T>();     // release the old arena first
-    acts_ = ops::DeviceBuffer<T>(be_.get(), size_t(needed));
+  const auto [needed, needed_stats] = carve_all(ops::Act<T>(), nullptr);
+  // Grow; a smaller shape reuses the arenas (the old one released first).
+  if (size_t(needed) > acts_.size() || acts_.dtype() != act_dtype_) {
+    acts_ = ops::ActBuffer<T>();
+    acts_ = ops::ActBuffer<T>(be_.get(), size_t(needed), act_dtype_);
   }
-  carve_all(acts_.data());
+  if (size_t(needed_stats) > stats_.size()) {
+    stats_ = ops::DeviceBuffer<T>();
+    stats_ = ops::DeviceBuffer<T>(be_.get(), size_t(needed_stats));
+  }
+  carve_all(acts_.data(), stats_.data());
   batch_ = B;
   seq_ = T_;
 }
 
 template <typename T>
 int64_t Model<T>::activation_bytes() const {
-  return int64_t(acts_.size() * sizeof(T));
+  return int64_t(acts_.size() * ops::dtype_size(acts_.dtype()) + stats_.size() * sizeof(T));
+}
+
+template <typename T>
+void Model<T>::set_activation_storage(ops::Dtype dt) {
+  STRATA_CHECK(dt == ops::Act<T>::kNative || (dt == ops::Dtype::BF16 && std::is_same_v<T, float>),
+               "activations of ", ops::dtype_name(dt), " on a model of ",
+               ops::dtype_name(ops::Act<T>::kNative));
+  if (dt == act_dtype_) return;
+  act_dtype_ = dt;
+  batch_ = seq_ = 0;  // carve the arenas again at the next forward
+  have_forward_ = false;
+  records_.clear();
 }
 
 template <typename T>

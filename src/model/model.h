@@ -221,6 +221,13 @@ class Model {
   void set_recompute(Recompute mode);
   Recompute recompute() const { return recompute_; }
 
+  // Storage of the activations and their gradients (training.activations):
+  // T, or bf16 for a float model. Norm statistics, log-sum-exps and SPD's
+  // weight-gradient sums stay T, and tensor-parallel sums run in fp32
+  // (tp_region.h). Takes effect at the next forward (the arena is carved again).
+  void set_activation_storage(ops::Dtype dt);
+  ops::Dtype activation_storage() const { return act_dtype_; }
+
   // Bytes held by the activation arena for the current (B, T).
   int64_t activation_bytes() const;
   // Bytes held by the gradient arena (0 until a training call needs it).
@@ -322,7 +329,11 @@ class Model {
 
   // Activations for the current (B, T).
   int batch_ = 0, seq_ = 0;
-  ops::DeviceBuffer<T> acts_;
+  // Two arenas: the activations (and their gradients) in act_dtype_, and the
+  // statistics kept beside them (rstd, LSE, SPD's weight-gradient sums) in T.
+  ops::Dtype act_dtype_ = ops::Act<T>::kNative;
+  ops::ActBuffer<T> acts_;
+  ops::DeviceBuffer<T> stats_;
   std::vector<ops::Act<T>> streams_;  // 2L + 1 pointers into acts_
   std::vector<LayerActs> layer_acts_;
   ops::Act<T> lnf_;
@@ -340,7 +351,10 @@ class Model {
   // what one reduction sums in backward: the input gradient [N, C], then the
   // MLP norm, o bias and attention norm weights' gradients [3C].
   ops::Act<T> spd_p_, spd_dh_;
-  T* spd_acc_ = nullptr;  // fp32 (it also holds weight gradients)
+  // [N, C] in the activations' storage, then [3C] of weight gradients in T
+  // (spd_wacc_): contiguous, and reduced as one message, when both are T.
+  ops::Act<T> spd_acc_;
+  T* spd_wacc_ = nullptr;
   // Deferred residuals of the forward (stream out = stream base + buf once the
   // reduction `handle` is done), in the order deferred; and deferred input
   // gradients of the backward (unit.h).

@@ -231,17 +231,26 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     }
     LayerActs& la = m_.layer_acts_[size_t(l)];
     const LayerTensors<T> w = m_.layer_params(l), g = m_.layer_grads(l);
-    // acc = [this rank's part of dL/dx | d post_norm | d o_bias | d input_norm].
+    // acc = this rank's part of dL/dx; wacc = [d post_norm | d o_bias |
+    // d input_norm] (model.h: one message when both are stored in T).
     ops::Act<T> acc = m_.spd_acc_;
-    m_.be_->zero(acc, n + 3 * C);
+    T* wacc = m_.spd_wacc_;
+    m_.be_->zero(acc, n);
+    m_.be_->zero(wacc, 3 * C);
     spd_block_partial_backward<T>(
-        *m_.be_, m_.dims(l), m_.spd_virtual_ranks(), w, g, g.post_norm ? acc + n : nullptr,
-        g.o_bias ? acc + n + C : nullptr, g_in, acc, m_.d_ln_, Bm, seq_, la.attn,
+        *m_.be_, m_.dims(l), m_.spd_virtual_ranks(), w, g, g.post_norm ? wacc : nullptr,
+        g.o_bias ? wacc + C : nullptr, g_in, acc, m_.d_ln_, Bm, seq_, la.attn,
         [&](int j) { return la.spd[size_t(j)]; }, m_.rope_cos_.data(), m_.rope_sin_.data(),
         m_.spd_p_, m_.spd_dh_, m_.d_att_, m_.d_qkv_, m_.d_h_, m_.d_gateup_);
-    m_.be_->rmsnorm_backward(acc, g.input_norm ? acc + n + 2 * C : nullptr, m_.d_ln_, x,
-                             w.input_norm, la.attn.rstd, rows_m, C);
-    m_.tp_.allreduce(acc, n + 3 * C);  // (every rank drops the same samples)
+    m_.be_->rmsnorm_backward(acc, g.input_norm ? wacc + 2 * C : nullptr, m_.d_ln_, x, w.input_norm,
+                             la.attn.rstd, rows_m, C);
+    // (Every rank drops the same samples.)
+    if (acc + n == ops::Act<T>(wacc)) {
+      m_.tp_.allreduce(acc, n + 3 * C);
+    } else {
+      m_.tp_.allreduce(acc, n);
+      m_.tp_.allreduce(wacc, 3 * C);
+    }
     if (mode_ == RunMode::Gathered) {
       m_.gather_samples(*kept_, dx, m_.sub_g_);
       m_.be_->residual_forward(m_.sub_g_, m_.sub_g_, acc, n);
@@ -249,9 +258,9 @@ class Model<T>::BackwardPass final : public UnitBackward<T> {
     } else {
       m_.be_->residual_forward(dx, dx, acc, n);
     }
-    if (g.post_norm) m_.be_->residual_forward(g.post_norm, g.post_norm, acc + n, C);
-    if (g.o_bias) m_.be_->residual_forward(g.o_bias, g.o_bias, acc + n + C, C);
-    if (g.input_norm) m_.be_->residual_forward(g.input_norm, g.input_norm, acc + n + 2 * C, C);
+    if (g.post_norm) m_.be_->residual_forward(g.post_norm, g.post_norm, wacc, C);
+    if (g.o_bias) m_.be_->residual_forward(g.o_bias, g.o_bias, wacc + C, C);
+    if (g.input_norm) m_.be_->residual_forward(g.input_norm, g.input_norm, wacc + 2 * C, C);
     m_.progress();
   }
   void add(ops::Act<T> dst, ops::ActIn<T> src) override {

@@ -47,7 +47,9 @@ class Backend {
   virtual T* alloc(size_t n) = 0;
   virtual void free(T* p) = 0;
   // zero and copy count elements of the activation's storage (T or bf16);
-  // copy's two sides share one storage.
+  // a copy between the two storages converts (widening is exact, narrowing
+  // rounds to nearest even): how a bf16 activation meets an fp32 buffer (the
+  // tensor-parallel reductions, host reads).
   virtual void zero(Act<T> p, int64_t n) = 0;
   virtual void copy(Act<T> dst, ActIn<T> src, int64_t n) = 0;
   virtual void to_host(T* host_dst, const T* src, int64_t n) = 0;

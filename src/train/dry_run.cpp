@@ -38,9 +38,10 @@ std::string train_dry_run(const Recipe& recipe, int64_t device_bytes, int world,
   STRATA_CHECK(own.tp * own_dp == world, file, ": parallelism.tp = ", own.tp,
                " x parallelism.dp = ", own_dp, " is not --world ", world);
   const int64_t global = int64_t(config.training.micro_batch) * config.training.accum * own_dp;
-  const auto layouts =
-      plan_layouts(run.planned_cfg, run.planned_plan, world, config.training.seq_len, global,
-                   std::max(config.training.micro_batch, 16), device_bytes, run.trained_share);
+  const auto layouts = plan_layouts(
+      run.planned_cfg, run.planned_plan, world, config.training.seq_len, global,
+      std::max(config.training.micro_batch, 16), device_bytes, run.trained_share,
+      bf16_activations(config.training, run.device, config.training.precision != "fp32"));
   int fit = 0;
   for (const LayoutOption& o : layouts) fit += o.fits;
   auto flags = [](const LayoutOption& o) {

@@ -62,7 +62,8 @@ struct Run {
   std::string device;                            // resolved run.device
   std::unique_ptr<ops::Backend<float>> backend;  // made before the grid's comms, moved into model
   std::unique_ptr<Model<float>> model;
-  std::string precision;  // as resolved ("auto -> bf16")
+  std::string precision;    // as resolved ("auto -> bf16")
+  std::string activations;  // their storage, as resolved
   std::unique_ptr<AdamW<float>> opt;
   std::vector<bool> trainable;  // per tensor
   std::unique_ptr<Loader> train_loader;
@@ -105,8 +106,8 @@ void setup_model(Run& run, const Source& src);    // setup_model.cpp
 void setup_optimizer(Run& run);                   // setup_state.cpp
 void setup_data(Run& run);                        // setup_data.cpp
 void restore_state(Run& run, const Source& src);  // setup_state.cpp
-void check_run_dir(Run& run, const Source& src);        // run_dir.cpp
-void archive_previous_run(const Run& run);              // run_dir.cpp
+void check_run_dir(Run& run, const Source& src);  // run_dir.cpp
+void archive_previous_run(const Run& run);        // run_dir.cpp
 
 // Reads tensors `tensors` of checkpoint group `group` into this rank's parts.
 void read_parts(const Run& run, const CheckpointReader& reader, const std::string& group,
@@ -121,6 +122,6 @@ std::string save(Run& run);
 // One JSON line of metrics.jsonl (rank 0).
 void append_metrics(const Run& run, const nlohmann::json& j);
 
-std::string human_time(double s);   // 2m05s, 1h07m
+std::string human_time(double s);  // 2m05s, 1h07m
 
 }  // namespace strata::train_internal

@@ -201,6 +201,9 @@ void log_summary(const Run& run) {
             human_count(double(cfg.num_parameters())), " parameters (",
             human_count(double(n_train)), " trainable), plan ", run.model->plan().to_string(), ", ",
             run.precision, " matmuls",
+            run.model->activation_storage() == ops::Dtype::BF16
+                ? cat(", ", run.activations, " activations")
+                : std::string(),
             run.model->recompute() == Recompute::None
                 ? ""
                 : cat(", ", recompute_name(run.model->recompute()), " activation recomputation"));

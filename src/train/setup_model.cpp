@@ -152,6 +152,8 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   u.batch = c.training.micro_batch;
   u.seq = c.training.seq_len;
   u.recompute = c.training.recompute;
+  // (Before the backend exists: precision auto counts as bf16 on cuda.)
+  u.bf16_activations = bf16_activations(c.training, run.device, c.training.precision != "fp32");
   // Without freeze patterns every tensor trains and this is the estimate;
   // with them, the weights alone first, so an absurd model is refused before
   // its layout is built to count the trainable share.
@@ -271,14 +273,19 @@ void set_precision(Run& run) {
   }
   run.model->backend().set_matmul_precision(matmul);
   run.precision = precision;
+  const bool bf16_acts =
+      bf16_activations(run.c.training, run.device, matmul == ops::MatmulPrecision::BF16);
+  run.model->set_activation_storage(bf16_acts ? ops::Dtype::BF16 : ops::Dtype::F32);
+  run.activations =
+      cat(run.c.training.activations == "auto" ? "auto -> " : "", bf16_acts ? "bf16" : "fp32");
   // model.attention (checked when the recipe was read): cuDNN's needs bf16
   // and a backend that has it.
   ops::AttentionImpl attention = ops::AttentionImpl::Strata;
   ops::parse_attention_impl(run.c.model.attention, &attention);
   if (attention == ops::AttentionImpl::Cudnn && matmul != ops::MatmulPrecision::BF16)
-    run.c.fail("model.attention",
-               cat("cudnn needs bf16 matmuls (training.precision = \"bf16\"; it is ", precision,
-                   ")"));
+    run.c.fail(
+        "model.attention",
+        cat("cudnn needs bf16 matmuls (training.precision = \"bf16\"; it is ", precision, ")"));
   try {
     run.model->backend().set_attention(attention);
   } catch (const Error& e) {

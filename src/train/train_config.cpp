@@ -122,6 +122,7 @@ TrainingSection read_training(const Recipe& r) {
   s.seq_len = int(at_least(r, "training.seq_len", 2));
   s.accum = int(at_least(r, "training.grad_accum_steps", 1));
   s.precision = r.get_string("training.precision");
+  s.activations = r.get_string("training.activations");
   s.trainable = r.get_strings("training.trainable");
   s.freeze = r.get_strings("training.freeze");
   return s;
@@ -219,9 +220,9 @@ LogSection read_log(const Recipe& r) {
   s.tensorboard = r.get_bool("log.tensorboard");
   s.sample_prompt = r.get_string("log.sample_prompt");
   s.sample_tokens = int_in(r, "log.sample_tokens", 0, 1 << 24, "in [0, 2^24]");
-  s.sample_temperature = in_range(r, "log.sample_temperature", 0,
-                                  std::numeric_limits<double>::infinity(), false, true,
-                                  "finite and >= 0 (0: greedy)");
+  s.sample_temperature =
+      in_range(r, "log.sample_temperature", 0, std::numeric_limits<double>::infinity(), false, true,
+               "finite and >= 0 (0: greedy)");
   return s;
 }
 
@@ -275,6 +276,10 @@ TrainConfig read_train_config(const Recipe& r) {
       c.training.precision != "auto")
     r.fail("training.precision",
            cat("unknown precision '", c.training.precision, "' (fp32, bf16 or auto)"));
+  if (c.training.activations != "fp32" && c.training.activations != "bf16" &&
+      c.training.activations != "auto")
+    r.fail("training.activations",
+           cat("unknown storage '", one_line(c.training.activations), "' (fp32, bf16 or auto)"));
   c.model = read_model(r);
   // cuDNN's attention needs device cuda and bf16 matmuls (the backend then
   // checks that the build has cuDNN).
@@ -290,6 +295,11 @@ TrainConfig read_train_config(const Recipe& r) {
   c.data = read_data(r);
   c.layerskip = read_layerskip(r);
   return c;
+}
+
+bool bf16_activations(const TrainingSection& t, const std::string& device, bool bf16_matmuls) {
+  if (t.activations == "auto") return device == "cuda" && bf16_matmuls;
+  return t.activations == "bf16";
 }
 
 }  // namespace strata

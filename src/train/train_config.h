@@ -60,17 +60,24 @@ struct TrainingSection {
   int64_t steps = 0;
   int micro_batch = 0, seq_len = 0, accum = 0;
   double grad_clip = 0;
-  std::string precision;  // fp32, bf16 or auto (checked)
+  std::string precision;    // fp32, bf16 or auto (checked)
+  std::string activations;  // their storage: fp32, bf16 or auto (checked)
   Recompute recompute = Recompute::None;
   std::vector<std::string> trainable, freeze;  // tensor patterns
 };
 
+// training.activations resolved: bf16 storage where asked, and under auto on
+// device cuda (resolved) with bf16 matmuls; fp32 on the CPU under auto until
+// the CPU performance work measures bf16 storage there. `bf16_matmuls`:
+// before the backend exists, precision auto counts as bf16.
+bool bf16_activations(const TrainingSection& t, const std::string& device, bool bf16_matmuls);
+
 struct ParallelSection {
   int tp = 1;
-  int dp = 0;             // 0: world size / tp
-  bool dp_given = false;  // written in the recipe (errors of the grid name it)
-  int zero = 0;           // ZeRO stage
-  double collective_timeout = 1800;  // seconds (0: none), parallel/hang_watch.h
+  int dp = 0;                             // 0: world size / tp
+  bool dp_given = false;                  // written in the recipe (errors of the grid name it)
+  int zero = 0;                           // ZeRO stage
+  double collective_timeout = 1800;       // seconds (0: none), parallel/hang_watch.h
   bool collective_timeout_given = false;  // else STRATA_COLLECTIVE_TIMEOUT may set it
 };
 

@@ -73,6 +73,10 @@ const std::vector<KeySpec>& train_recipe_schema() {
        "fp32; bf16 (matmuls in bfloat16, fp32 accumulation and master weights; emulated "
        "with the same numerics where the CPU has no native bf16); or auto (bf16 where "
        "native, else fp32)"},
+      {"training.activations", K::String, "\"auto\"",
+       "storage of the activations and their gradients: fp32; bf16 (half the activation "
+       "memory; norm statistics, losses and tensor-parallel sums stay fp32); or auto (bf16 "
+       "on device cuda when the matmuls are bf16, else fp32)"},
       {"training.recompute", K::String, "\"none\"",
        "activation recomputation: none (keep every activation), selective (drop the norm and "
        "SwiGLU outputs, recomputed elementwise before each backward) or full (keep the residual "

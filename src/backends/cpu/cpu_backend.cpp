@@ -5,6 +5,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/storage.h"
 #include "core/arena.h"
 #include "core/error.h"
 #include "ops/backend.h"
@@ -27,8 +28,15 @@ class CpuBackend final : public Backend<T> {
     fill(static_cast<char*>(p.raw()), nullptr, size_t(n) * dtype_size(p.dtype()));
   }
   void copy(Act<T> dst, ActIn<T> src, int64_t n) override {
-    STRATA_CHECK(dst.dtype() == src.dtype(), "copy from ", dtype_name(src.dtype()), " to ",
-                 dtype_name(dst.dtype()));
+    if (dst.dtype() != src.dtype()) {  // (Act allows bf16 beside float only)
+      if constexpr (std::is_same_v<T, float>) {
+        if (dst.is_bf16())
+          cpu::narrow(dst.template as<bf16>(), src.template as<const float>(), n);
+        else
+          cpu::widen(dst.template as<float>(), src.template as<const bf16>(), n);
+      }
+      return;
+    }
     fill(static_cast<char*>(dst.raw()), static_cast<const char*>(src.raw()),
          size_t(n) * dtype_size(dst.dtype()));
   }

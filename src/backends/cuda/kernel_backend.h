@@ -77,9 +77,18 @@ class KernelBackend final : public ops::Backend<T> {
     gpu::zero_async(p.raw(), size_t(n) * ops::dtype_size(p.dtype()), stream_);
   }
   void copy(ops::Act<T> dst, ops::ActIn<T> src, int64_t n) override {
-    STRATA_CHECK(dst.dtype() == src.dtype(), "copy from ", ops::dtype_name(src.dtype()), " to ",
-                 ops::dtype_name(dst.dtype()));
-    gpu::copy_async(dst.raw(), src.raw(), size_t(n) * ops::dtype_size(dst.dtype()), stream_);
+    if (dst.dtype() == src.dtype()) {
+      gpu::copy_async(dst.raw(), src.raw(), size_t(n) * ops::dtype_size(dst.dtype()), stream_);
+    } else if (n > 0) {
+      if constexpr (std::is_same_v<T, float>) {  // (Act allows bf16 beside float only)
+        if (dst.is_bf16())
+          STRATA_LAUNCH(k_to_bf16<float>, blocks_for(n, 256), 256, 0, stream_,
+                        static_cast<uint16_t*>(dst.raw()), src.template as<const float>(), n);
+        else
+          STRATA_LAUNCH(k_from_bf16<float>, blocks_for(n, 256), 256, 0, stream_,
+                        dst.template as<float>(), static_cast<const uint16_t*>(src.raw()), n);
+      }
+    }
   }
   // to_host and from_host take the caller's pageable host memory: from_host's
   // cudaMemcpyAsync has read a pageable source when it returns, and to_host
