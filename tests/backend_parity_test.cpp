@@ -53,8 +53,8 @@ void expect_bf16_roundings(const Host& got, const Host& want, const std::string&
   for (double x : want) scale = std::max(scale, std::abs(x));
   for (size_t i = 0; i < got.size(); ++i)
     if (!(std::abs(got[i] - want[i]) <= std::ldexp(std::abs(want[i]) + scale, -8))) {
-      ADD_FAILURE() << what << " element " << i << ": " << got[i] << " in bf16 storage, "
-                    << want[i] << " in fp32 (largest " << scale << ")";
+      ADD_FAILURE() << what << " element " << i << ": " << got[i] << " in bf16 storage, " << want[i]
+                    << " in fp32 (largest " << scale << ")";
       return;
     }
 }
@@ -218,11 +218,25 @@ TEST(BackendParity, ActivationsKeepTheirStorage) {
   EXPECT_THROW(ops::common_storage(ops::Dtype::F32, a, b), Error);
   auto cpu = ops::make_backend<float>("cpu");
   ops::ActBuffer<float> x(cpu.get(), 5, ops::Dtype::BF16), y(cpu.get(), 5);
-  EXPECT_THROW(cpu->copy(x.data(), y.data(), 5), Error);
   EXPECT_THROW(cpu->residual_forward(x.data(), x.data(), y.data(), 5), Error);
-  EXPECT_THROW((ops::ActBuffer<double>(ops::make_backend<double>("cpu").get(), 4,
-                                       ops::Dtype::BF16)),
-               Error);
+  // A copy between the storages converts (round to nearest even, widen
+  // exactly), on every backend: how bf16 activations meet fp32 buffers.
+  for (const char* device : {"cpu", "simt"}) {
+    auto be = ops::make_backend<float>(device);
+    optable::Device<float> dev(*be);
+    const Host values = {1.0, 1.00390625, 1.01171875, -3.1415926, 1e-3};  // ties to even, ...
+    const ops::Act<float> f32 = dev.put(values);
+    const ops::Act<float> b16 = dev.put(Host(5, 0.0), ops::Dtype::BF16);
+    const ops::Act<float> back = dev.put(Host(5, 0.0));
+    be->copy(b16, f32, 5);
+    be->copy(back, b16, 5);
+    const Host got = dev.get(back, 5);
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_EQ(got[i], double(float(ops::bf16(float(values[i]))))) << device << " " << i;
+    EXPECT_EQ(got[1], 1.0) << "a tie rounds to even";
+  }
+  EXPECT_THROW(
+      (ops::ActBuffer<double>(ops::make_backend<double>("cpu").get(), 4, ops::Dtype::BF16)), Error);
 }
 
 // The three roundings to bf16 (ops::bf16 on the host, the CPU kernels'
@@ -230,8 +244,9 @@ TEST(BackendParity, ActivationsKeepTheirStorage) {
 // ties to even, NaN quiet, infinities and signed zeros kept, subnormals
 // rounded like any other value; and widening is exact.
 TEST(BackendParity, Bf16RoundingIsTheSameInEveryKernel) {
-  std::vector<float> f = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN,
-                          std::numeric_limits<float>::denorm_min(), 1e-40f, 3.4e38f};
+  std::vector<float> f = {0.0f,     -0.0f,     1.0f, -1.0f,
+                          INFINITY, -INFINITY, NAN,  std::numeric_limits<float>::denorm_min(),
+                          1e-40f,   3.4e38f};
   // Ties: 1 + 2^-8 (halfway between 1 and the next bf16) rounds to 1 (even),
   // 1 + 3 * 2^-8 rounds up to 1 + 2^-6 (even); just above a tie rounds up.
   for (uint32_t bits : {0x3F808000u, 0x3F818000u, 0x3F808001u, 0xBF808000u, 0x7F7F8000u})
@@ -509,6 +524,69 @@ TEST(BackendParity, GemmFallbackUnderTheLinearOp) {
   }
   EXPECT_EQ(engine.fallback_gemms() - before, 1u);
   expect_close(outs[1], outs[0], 1e-5, "linear with IC 45, OC 29");
+}
+
+// The GEMM engines take activations stored in bf16 (gemm_engine.h): with
+// bf16 precision the bf16 operands as they are (no conversion: on a GPU
+// cuBLASLt reads them; only an fp32 operand is converted) and a bf16 C
+// written directly, the fp32 result rounded once; with fp32 precision, and
+// for the operands cuBLASLt is not given, on fp32 copies. Every mix of bf16
+// and fp32 A, B, C against the CPU GEMM on the same (bf16-valued) operands:
+// within 1e-5 of the largest |C| for an fp32 C, one bf16 step (2^-8 of the
+// largest |C|) for a bf16 one.
+TEST(BackendParity, GemmEngineReadsAndWritesBf16Activations) {
+  using ops::Dtype;
+  const GemmCase cases[] = {kAlignedGemms[0], kAlignedGemms[1], kOddGemms[0], kOddGemms[5]};
+  for (const GemmCase& c : cases)  // (the first two go to cuBLASLt)
+    for (auto prec : {ops::MatmulPrecision::FP32, ops::MatmulPrecision::BF16})
+      for (int mask = 1; mask < 8; ++mask) {  // bit 0: A in bf16, bit 1: B, bit 2: C
+        const bool a16 = mask & 1, b16 = mask & 2, c16 = mask & 4;
+        const std::string what =
+            cat(gemm_case_text(c, prec == ops::MatmulPrecision::BF16 ? "bf16" : "fp32"),
+                ", bf16 storage of", a16 ? " A" : "", b16 ? " B" : "", c16 ? " C" : "");
+        auto be = ops::make_backend<float>("simt");
+        auto& kb = dynamic_cast<cuda::KernelBackend<float>&>(*be);
+        const int64_t rows_a = c.ta ? c.K : c.M, cols_a = c.ta ? c.M : c.K;
+        const int64_t rows_b = c.tb ? c.N : c.K, cols_b = c.tb ? c.K : c.N;
+        const int64_t lda = cols_a + c.pad_a, ldb = cols_b + c.pad_b, ldc = c.N + c.pad_c;
+        auto as_bf16 = [](Host h) {
+          for (double& v : h) v = float(ops::bf16(float(v)));
+          return h;
+        };
+        Host a = optable::random_host(c.off_a + rows_a * lda, 31);
+        Host b = optable::random_host(c.off_b + rows_b * ldb, 32);
+        Host c0 = optable::random_host(c.off_c + c.M * ldc, 33);
+        if (a16) a = as_bf16(a);
+        if (b16) b = as_bf16(b);
+        if (c16) c0 = as_bf16(c0);
+        std::vector<float> ha(a.begin(), a.end()), hb(b.begin(), b.end()), hc(c0.begin(), c0.end());
+        const ops::MatmulPrecision saved = cpu::matmul_precision();
+        cpu::set_matmul_precision(prec);
+        cpu::gemm<float>(c.ta, c.tb, c.M, c.N, c.K, float(c.alpha), ha.data() + c.off_a, lda,
+                         hb.data() + c.off_b, ldb, float(c.beta), hc.data() + c.off_c, ldc);
+        cpu::set_matmul_precision(saved);
+        Host want(hc.begin(), hc.end());
+        if (c16) want = as_bf16(want);
+
+        optable::Device<float> dev(*be);
+        const ops::Act<float> da = dev.put(a, a16 ? Dtype::BF16 : Dtype::F32);
+        const ops::Act<float> db = dev.put(b, b16 ? Dtype::BF16 : Dtype::F32);
+        const ops::Act<float> dc = dev.put(c0, c16 ? Dtype::BF16 : Dtype::F32);
+        cuda::GemmEngine<float>& engine = kb.gemm_engine();
+        engine.set_precision(prec);
+        const uint64_t conversions = engine.bf16_conversions();
+        engine.gemm(c.ta, c.tb, c.M, c.N, c.K, float(c.alpha), da + c.off_a, lda, db + c.off_b, ldb,
+                    float(c.beta), dc + c.off_c, ldc);
+        const Host got = dev.get(dc, int64_t(c0.size()));
+        double scale = 0;
+        for (double v : want) scale = std::max(scale, std::abs(v));
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], (c16 ? 1.0 / 256 : 1e-5) * scale) << what << " at " << i;
+        // Conversions on cuBLASLt's path (the aligned cases): the fp32 operands only.
+        if (prec == ops::MatmulPrecision::BF16 && &c < cases + 2)
+          EXPECT_EQ(engine.bf16_conversions() - conversions, uint64_t(!a16) + uint64_t(!b16))
+              << what;
+      }
 }
 
 // The LM head in row chunks with bf16 matmuls: the head weight is converted

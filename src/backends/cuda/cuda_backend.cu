@@ -47,37 +47,70 @@ class LtGemm final : public GemmEngine<T> {
     for (auto& e : plans_) destroy(e.second);
     gpu::free_device(workspace_);
     for (void* b : bf16_) gpu::free_device(b);
+    for (void* b : f32_) gpu::free_device(b);
     cublasLtDestroy(handle_);
   }
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-            const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, ops::ActIn<T> A,
+            int64_t lda, ops::ActIn<T> B, int64_t ldb, T beta, ops::Act<T> C,
+            int64_t ldc) override {
     if (M == 0 || N == 0) return;
+    const bool bf16 = std::is_same_v<T, float> && precision_ == ops::MatmulPrecision::BF16;
+    const size_t c_bytes = ops::dtype_size(C.dtype());
+    const bool lt = K > 0 && lt_gemm_ok(A.raw(), lda, B.raw(), ldb, C.raw(), ldc,
+                                        bf16 ? 2 : sizeof(T), c_bytes);
+    // bf16 activations go to cuBLASLt as they are with bf16 precision; every
+    // other path reads fp32 (gemm_engine.h).
+    if ((A.is_bf16() || B.is_bf16() || C.is_bf16()) && !(bf16 && lt)) {
+      auto scratch = [&](int slot, int64_t n) { return f32(slot, n); };
+      return gemm_on_fp32_copies<T>(stream_, scratch, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc,
+                                    [&](const T* a, const T* b, T* c) {
+                                      gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+                                    });
+    }
     if (K == 0) {
-      STRATA_LAUNCH(k_scale_matrix<T>, blocks_for(M * N, 256), 256, 0, stream_, C, M, N, ldc, beta);
+      STRATA_LAUNCH(k_scale_matrix<T>, blocks_for(M * N, 256), 256, 0, stream_, static_cast<T*>(C),
+                    M, N, ldc, beta);
       return;
     }
-    const bool bf16 = std::is_same_v<T, float> && precision_ == ops::MatmulPrecision::BF16;
-    if (!lt_gemm_ok(A, lda, B, ldb, C, ldc, bf16 ? 2 : sizeof(T), sizeof(T)))
-      return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
-    const void* a = A;
-    const void* b = B;
+    if (!lt) return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+    const void* a = A.raw();
+    const void* b = B.raw();
     if constexpr (std::is_same_v<T, float>) {
-      if (bf16) {
-        a = to_bf16(0, A, (ta ? K : M), (ta ? M : K), lda);
-        b = to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
-      }
+      if (bf16 && !A.is_bf16()) a = to_bf16(0, A, (ta ? K : M), (ta ? M : K), lda);
+      if (bf16 && !B.is_bf16()) b = to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
     }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's
     // first operand is B, its second A.
-    const Key key{ta, tb, M, N, K, lda, ldb, ldc, bf16, alignment(a), alignment(b), alignment(C)};
+    const Key key{ta,
+                  tb,
+                  M,
+                  N,
+                  K,
+                  lda,
+                  ldb,
+                  ldc,
+                  bf16,
+                  alignment(a),
+                  alignment(b),
+                  alignment(C.raw()),
+                  C.is_bf16()};
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
     const Plan& p = it->second;
-    if (!p.found) return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+    if (!p.found) {
+      if (A.is_bf16() || B.is_bf16() || C.is_bf16())  // (strata's tiled kernel is fp32)
+        return gemm_on_fp32_copies<T>(
+            stream_, [&](int slot, int64_t n) { return f32(slot, n); }, ta, tb, M, N, K, A, lda, B,
+            ldb, beta, C, ldc,
+            [&](const T* a32, const T* b32, T* c32) {
+              fallback(ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32, ldc, bf16);
+            });
+      return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+    }
     gpu::LaunchTimer timer(bf16 ? "gemm (cuBLASLt, bf16 operands)" : "gemm (cuBLASLt)", stream_);
-    check_lt(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, C, p.out, C,
-                            p.out, &p.algo, workspace_, kWorkspace, stream_),
+    check_lt(cublasLtMatmul(handle_, p.desc, &alpha, b, p.first, a, p.second, &beta, C.raw(), p.out,
+                            C.raw(), p.out, &p.algo, workspace_, kWorkspace, stream_),
              "cublasLtMatmul");
   }
   void set_precision(ops::MatmulPrecision p) override { precision_ = p; }
@@ -92,8 +125,9 @@ class LtGemm final : public GemmEngine<T> {
 
  private:
   static constexpr size_t kWorkspace = size_t(32) << 20;
+  // (..., bf16 operands, alignments of A, B, C, bf16 C)
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         uint32_t, uint32_t, uint32_t>;
+                         uint32_t, uint32_t, uint32_t, bool>;
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
@@ -110,13 +144,16 @@ class LtGemm final : public GemmEngine<T> {
   }
 
   Plan make_plan(const Key& k) {
-    const auto [ta, tb, M, N, K, lda, ldb, ldc, bf16, al_a, al_b, al_c] = k;
+    const auto [ta, tb, M, N, K, lda, ldb, ldc, bf16, al_a, al_b, al_c, c_bf16] = k;
     constexpr bool dbl = std::is_same_v<T, double>;
-    const cudaDataType_t out_t = dbl ? CUDA_R_64F : CUDA_R_32F;
-    const cudaDataType_t in_t = bf16 ? CUDA_R_16BF : out_t;
+    const cudaDataType_t scale_t = dbl ? CUDA_R_64F : CUDA_R_32F;
+    const cudaDataType_t in_t = bf16 ? CUDA_R_16BF : scale_t;
+    // A bf16 C (and D): the fp32 accumulator, alpha and beta * C rounded to
+    // bf16 by cuBLASLt's epilogue.
+    const cudaDataType_t out_t = c_bf16 ? CUDA_R_16BF : scale_t;
     Plan p;
     check_lt(
-        cublasLtMatmulDescCreate(&p.desc, dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, out_t),
+        cublasLtMatmulDescCreate(&p.desc, dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, scale_t),
         "cublasLtMatmulDescCreate");
     const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -189,8 +226,21 @@ class LtGemm final : public GemmEngine<T> {
     return bf16_[slot];
   }
 
+  // n floats of fp32 staging slot `slot` (gemm_on_fp32_copies), grown like
+  // the bf16 slots.
+  float* f32(int slot, int64_t n) {
+    if (f32_n_[slot] < n) {
+      gpu::free_async(f32_[slot], stream_);
+      f32_[slot] = gpu::malloc_async(size_t(n) * sizeof(float), stream_);
+      f32_n_[slot] = n;
+    }
+    return static_cast<float*>(f32_[slot]);
+  }
+
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
+  void* f32_[3] = {nullptr, nullptr, nullptr};  // A, B, C
+  int64_t f32_n_[3] = {0, 0, 0};
   void* workspace_ = nullptr;
   void* bf16_[3] = {nullptr, nullptr, nullptr};  // A, B, the pinned operand
   int64_t bf16_n_[3] = {0, 0, 0};

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/dtype.h"
 #include "ops/types.h"
 
 namespace strata::cuda {
@@ -50,9 +51,15 @@ template <typename T>
 class GemmEngine {
  public:
   virtual ~GemmEngine() = default;
+  // A, B and C may be activations stored in bf16 (ops/dtype.h; a T* is one
+  // stored in T): with bf16 precision the engine reads bf16 operands as they
+  // are and writes a bf16 C directly (rounded to nearest even from the fp32
+  // accumulator, after alpha and beta * C); otherwise, and for the operands
+  // its library is not given, it runs on fp32 copies (gemm_on_fp32_copies,
+  // kernels/gemm.cuh): the same numbers, a copy each way.
   virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha,
-                    const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C,
-                    int64_t ldc) = 0;
+                    ops::ActIn<T> A, int64_t lda, ops::ActIn<T> B, int64_t ldb, T beta,
+                    ops::Act<T> C, int64_t ldc) = 0;
   // FP32, or BF16: operands rounded to bfloat16 (round to nearest even),
   // fp32 accumulation and result. double GEMMs are always exact.
   virtual void set_precision(ops::MatmulPrecision p) = 0;

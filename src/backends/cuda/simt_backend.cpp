@@ -20,29 +20,30 @@ namespace {
 template <typename T>
 class CpuGemm final : public GemmEngine<T> {
  public:
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-            const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, ops::ActIn<T> A,
+            int64_t lda, ops::ActIn<T> B, int64_t ldb, T beta, ops::Act<T> C,
+            int64_t ldc) override {
     if (M == 0 || N == 0) return;
     const bool bf16 = std::is_same_v<T, float> && precision_ == ops::MatmulPrecision::BF16;
-    if (K > 0 && !lt_gemm_ok(A, lda, B, ldb, C, ldc, bf16 ? 2 : sizeof(T), sizeof(T))) {
-      this->note_fallback();
-      gemm_tiled<T>(nullptr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
-      return;
+    // The CUDA engine's rule on the operands as stored (bf16 ones too), then
+    // bf16 activations widened: the CPU GEMM reads fp32 (the numbers of a
+    // bf16 cuBLASLt GEMM with a bf16 C: fp32 accumulation, rounded once).
+    const bool lt = K == 0 || lt_gemm_ok(A.raw(), lda, B.raw(), ldb, C.raw(), ldc,
+                                         bf16 ? 2 : sizeof(T), ops::dtype_size(C.dtype()));
+    if (A.is_bf16() || B.is_bf16() || C.is_bf16()) {
+      auto scratch = [&](int slot, int64_t n) {
+        f32_[slot].resize(size_t(n));
+        return f32_[slot].data();
+      };
+      // (A bf16 operand is bf16 already: as cuBLASLt, no conversion.)
+      const Exact exact{A.is_bf16(), B.is_bf16()};
+      return gemm_on_fp32_copies<T>(nullptr, scratch, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc,
+                                    [&](const T* a, const T* b, T* c) {
+                                      run(lt, exact, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta,
+                                          c, ldc);
+                                    });
     }
-    ::strata::simt::DeviceAccess access;  // the stand-in reads device memory on the host
-    const ops::MatmulPrecision saved = cpu::matmul_precision();
-    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
-    if constexpr (std::is_same_v<T, float>) {
-      if (precision_ == ops::MatmulPrecision::BF16) {
-        A = rounded(0, A, ta ? K : M, ta ? M : K, lda);
-        B = rounded(1, B, tb ? N : K, tb ? K : N, ldb);
-      }
-    }
-    {
-      gpu::LaunchTimer timer("gemm (the CPU GEMM standing in for cuBLASLt)", nullptr);
-      cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    }
-    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(saved);
+    run(lt, Exact{}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void set_precision(ops::MatmulPrecision p) override { precision_ = p; }
   ops::MatmulPrecision precision() const override { return precision_; }
@@ -56,6 +57,34 @@ class CpuGemm final : public GemmEngine<T> {
   }
 
  private:
+  // Operands that hold bf16 values already (widened bf16 activations).
+  struct Exact {
+    bool a = false, b = false;
+  };
+  // `lt`: cuBLASLt would be given these operands (else the tiled kernel).
+  void run(bool lt, Exact exact, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+           const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+    const bool bf16 = std::is_same_v<T, float> && precision_ == ops::MatmulPrecision::BF16;
+    if (!lt) {
+      this->note_fallback();
+      gemm_tiled<T>(nullptr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+      return;
+    }
+    ::strata::simt::DeviceAccess access;  // the stand-in reads device memory on the host
+    const ops::MatmulPrecision saved = cpu::matmul_precision();
+    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
+    if constexpr (std::is_same_v<T, float>) {
+      if (precision_ == ops::MatmulPrecision::BF16) {
+        if (!exact.a) A = rounded(0, A, ta ? K : M, ta ? M : K, lda);
+        if (!exact.b) B = rounded(1, B, tb ? N : K, tb ? K : N, ldb);
+      }
+    }
+    {
+      gpu::LaunchTimer timer("gemm (the CPU GEMM standing in for cuBLASLt)", nullptr);
+      cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(saved);
+  }
   const float* rounded(int slot, const float* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
     if (this->converted_already(src, n, slot)) return buf_[slot].data();  // pinned (gemm_engine.h)
@@ -67,6 +96,7 @@ class CpuGemm final : public GemmEngine<T> {
   }
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
   std::vector<float> buf_[3];  // A, B, the pinned operand
+  std::vector<float> f32_[3];  // fp32 copies of bf16 A, B, C
 };
 
 }  // namespace
@@ -74,8 +104,9 @@ class CpuGemm final : public GemmEngine<T> {
 template <typename T>
 std::unique_ptr<ops::Backend<T>> make_simt_backend() {
   auto be = std::make_unique<KernelBackend<T>>("simt", nullptr, std::make_unique<CpuGemm<T>>());
-  be->set_external_attention(nullptr, "device simt runs strata's kernels only (cuDNN's attention "
-                                      "needs device cuda)");
+  be->set_external_attention(nullptr,
+                             "device simt runs strata's kernels only (cuDNN's attention "
+                             "needs device cuda)");
   return be;
 }
 

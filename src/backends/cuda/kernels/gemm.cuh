@@ -7,6 +7,7 @@
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
+#include "ops/dtype.h"
 
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
@@ -129,6 +130,48 @@ void gemm_tiled(void* stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
   const dim3 grid(unsigned(tiles_n), unsigned(tiles_m < 65535 ? tiles_m : 65535));
   STRATA_LAUNCH(k_gemm_tiled<T>, grid, dim3(kGemmTile, kGemmTile), 0, stream, ta, tb, M, N, K,
                 alpha, A, lda, B, ldb, beta, C, ldc, bf16);
+}
+
+// Elements of a rows x cols operand stored ld apart (what a copy must span).
+inline int64_t operand_span(int64_t rows, int64_t cols, int64_t ld) {
+  return rows > 0 && cols > 0 ? (rows - 1) * ld + cols : 0;
+}
+
+// A GEMM on fp32 copies of its bf16 activations, for the engines' paths that
+// read fp32 only (an fp32-precision GEMM, strata's tiled kernel, the SIMT
+// stand-in): A and B widened (exact) into scratch(0, n) and scratch(1, n), C
+// into scratch(2, n) (read in when beta is not 0 or C is a strided view), then
+// run(a, b, c) on fp32 pointers, and C rounded back to nearest even. An
+// operand stored in T is passed as it is. `scratch(slot, n)`: n floats of the
+// engine's, on `stream`'s order.
+template <typename T, typename Scratch, typename Run>
+void gemm_on_fp32_copies(void* stream, Scratch&& scratch, bool ta, bool tb, int64_t M, int64_t N,
+                         int64_t K, ops::ActIn<T> A, int64_t lda, ops::ActIn<T> B, int64_t ldb,
+                         T beta, ops::Act<T> C, int64_t ldc, Run&& run) {
+  if constexpr (std::is_same_v<T, float>) {
+    auto widened = [&](int slot, ops::ActIn<float> x, int64_t n) -> const float* {
+      if (!x.is_bf16()) return x;
+      float* f = scratch(slot, n);
+      if (n)
+        STRATA_LAUNCH(k_from_bf16<float>, blocks_for(n, 256), 256, 0, stream, f,
+                      static_cast<const uint16_t*>(x.raw()), n);
+      return f;
+    };
+    const float* a = widened(0, A, operand_span(ta ? K : M, ta ? M : K, lda));
+    const float* b = widened(1, B, operand_span(tb ? N : K, tb ? K : N, ldb));
+    const int64_t nc = operand_span(M, N, ldc);
+    if (!C.is_bf16()) return run(a, b, static_cast<float*>(C));
+    // (The columns of a strided view past N round back to themselves.)
+    float* c = beta != 0 || ldc != N ? const_cast<float*>(widened(2, C, nc)) : scratch(2, nc);
+    run(a, b, c);
+    if (nc)
+      STRATA_LAUNCH(k_to_bf16<float>, blocks_for(nc, 256), 256, 0, stream,
+                    static_cast<uint16_t*>(C.raw()), c, nc);
+  } else {
+    (void)stream, (void)scratch, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)lda,
+        (void)ldb, (void)beta, (void)ldc;
+    run(static_cast<const T*>(A), static_cast<const T*>(B), static_cast<T*>(C));
+  }
 }
 
 }  // namespace STRATA_TARGET_NS
