@@ -270,10 +270,12 @@ TEST(Bf16StorageModel, EvaluationReadsTheBf16Streams) {
 }
 
 // The kernel backends against the CPU, both in bf16 storage with bf16
-// matmuls. Both round every stored activation the same way; their sums run in
-// different orders, and now and then that moves a value across a bf16
-// rounding boundary. Measured on simt: 1.3e-8 of the loss and 5.3e-3 of a
-// gradient tensor's scale at most (over the plans). The bounds are
+// matmuls. Both round every stored activation; their sums run in different
+// orders, which now and then moves a value across a bf16 rounding boundary,
+// and the kernel backends round two values the CPU keeps in fp32 (a linear
+// layer's output before its bias, the head's normed-input gradient). Measured
+// on simt: 1.3e-8 of the loss and 2.0e-2 of a gradient tensor's scale at most
+// (over the plans). The bounds are
 // model_device_test.cpp's for the bf16 step (1e-3 and 5e-2), which a GPU's
 // tensor cores and split-K sums must also meet.
 void device_step(const std::string& device, const char* plan) {

@@ -12,7 +12,6 @@
 #include "backends/cuda/kernels/context.cuh"
 #include "backends/cuda/kernels/reduce.cuh"
 #include "backends/cuda/kernels/rmsnorm.cuh"
-#include "backends/cuda/kernels/stage.cuh"
 #include "ops/types.h"
 
 namespace strata::cuda {
@@ -93,10 +92,14 @@ inline int64_t head_chunk_rows(int64_t N, int V, int64_t forced = 0) {
   return std::min(R, N);
 }
 
+// x, xn, dx and the normed input's gradient are activations, stored as x is
+// (T or bf16): the norm kernels and the GEMM engine read and write both
+// storages, so nothing is staged; the logits chunk and the statistics are T.
 template <typename T>
-double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse,
-               T* token_nll, int64_t* n_valid, const T* x, const T* wn, const T* wout,
-               const int32_t* targets, int64_t N, int C, int V, double eps, double dloss) {
+double head_ce(KernelContext<T>& k, HeadMode mode, ops::Act<T> dx, T* dwn, T* dwout, ops::Act<T> xn,
+               T* rstd, T* lse, T* token_nll, int64_t* n_valid, ops::ActIn<T> x, const T* wn,
+               const T* wout, const int32_t* targets, int64_t N, int C, int V, double eps,
+               double dloss) {
   if (N == 0) {
     if (n_valid) *n_valid = 0;
     return 0.0;
@@ -105,8 +108,10 @@ double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* x
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
   const PinnedOperand<T> pin(k.gemm(), wout);  // bf16: wout converted once, not per chunk
   const bool grad = mode != HeadMode::Forward;
-  T* dxn =
-      grad && (dx || dwn) ? static_cast<T*>(k.scratch(kDxn, size_t(N) * C * sizeof(T))) : nullptr;
+  const ops::Dtype st = x.dtype();
+  const ops::Act<T> dxn =
+      grad && (dx || dwn) ? ops::Act<T>(k.scratch(kDxn, size_t(N) * C * ops::dtype_size(st)), st)
+                          : ops::Act<T>();
   T* lse_buf = lse ? lse : static_cast<T*>(k.scratch(kLse, size_t(N) * sizeof(T)));
   T* nll_buf = token_nll ? token_nll : static_cast<T*>(k.scratch(kNll, size_t(N) * sizeof(T)));
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
@@ -114,7 +119,7 @@ double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* x
   const int m = mode == HeadMode::Forward ? 0 : mode == HeadMode::Backward ? 2 : 1;
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
-    const T* xr = xn + r0 * C;
+    const ops::ActIn<T> xr = xn + r0 * C;
     k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
     STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
                   dt + r0, lse_buf + r0,
@@ -133,50 +138,40 @@ double head_ce(KernelContext<T>& k, HeadMode mode, T* dx, T* dwn, T* dwout, T* x
   return device_sum(k, nll_buf, static_cast<const T*>(nullptr), N, 2);
 }
 
-// The launchers: bf16 activations (x, xn, dx, dxn) are staged (stage.cuh).
 template <typename T>
-double head_ce_forward(KernelContext<T>& k, ops::Act<T> xn_, T* rstd, T* lse, T* token_nll,
-                       int64_t* n_valid, ops::ActIn<T> x_, const T* wn, const T* wout,
+double head_ce_forward(KernelContext<T>& k, ops::Act<T> xn, T* rstd, T* lse, T* token_nll,
+                       int64_t* n_valid, ops::ActIn<T> x, const T* wn, const T* wout,
                        const int32_t* targets, int64_t N, int C, int V, double eps) {
-  const DeviceStagedIn<T> x(k, kStage0, x_, N * C);
-  const DeviceStaged<T> xn(k, kStage1, xn_, N * C, false);
-  return head_ce<T>(k, HeadMode::Forward, nullptr, nullptr, nullptr, xn.get(), rstd, lse,
-                    token_nll, n_valid, x.get(), wn, wout, targets, N, C, V, eps, 0.0);
+  return head_ce<T>(k, HeadMode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll,
+                    n_valid, x, wn, wout, targets, N, C, V, eps, 0.0);
 }
 
 template <typename T>
-void head_ce_backward(KernelContext<T>& k, ops::Act<T> dx_, T* dwn, T* dwout, ops::ActIn<T> x_,
-                      ops::ActIn<T> xn_, const T* rstd, const T* lse, const T* wn, const T* wout,
+void head_ce_backward(KernelContext<T>& k, ops::Act<T> dx, T* dwn, T* dwout, ops::ActIn<T> x,
+                      ops::ActIn<T> xn, const T* rstd, const T* lse, const T* wn, const T* wout,
                       const int32_t* targets, int64_t N, int C, int V, double dloss) {
-  const DeviceStagedIn<T> x(k, kStage0, x_, N * C), xn(k, kStage1, xn_, N * C);
-  const DeviceStaged<T> dx(k, kStage2, dx_, N * C);  // dx +=: read in
-  head_ce<T>(k, HeadMode::Backward, dx.get(), dwn, dwout, const_cast<T*>(xn.get()),
-             const_cast<T*>(rstd), const_cast<T*>(lse), nullptr, nullptr, x.get(), wn, wout,
-             targets, N, C, V, 0.0, dloss);
+  // (Backward reads xn and the statistics only.)
+  const ops::Act<T> xn_read(const_cast<void*>(xn.raw()), xn.dtype());
+  head_ce<T>(k, HeadMode::Backward, dx, dwn, dwout, xn_read, const_cast<T*>(rstd),
+             const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
 }
 
 template <typename T>
-double head_ce_forward_backward(KernelContext<T>& k, ops::Act<T> dx_, T* dwn, T* dwout,
-                                ops::Act<T> xn_, T* rstd, int64_t* n_valid, ops::ActIn<T> x_,
+double head_ce_forward_backward(KernelContext<T>& k, ops::Act<T> dx, T* dwn, T* dwout,
+                                ops::Act<T> xn, T* rstd, int64_t* n_valid, ops::ActIn<T> x,
                                 const T* wn, const T* wout, const int32_t* targets, int64_t N,
                                 int C, int V, double eps, double dloss) {
-  const DeviceStagedIn<T> x(k, kStage0, x_, N * C);
-  const DeviceStaged<T> xn(k, kStage1, xn_, N * C, false), dx(k, kStage2, dx_, N * C);
-  return head_ce<T>(k, HeadMode::ForwardBackward, dx.get(), dwn, dwout, xn.get(), rstd, nullptr,
-                    nullptr, n_valid, x.get(), wn, wout, targets, N, C, V, eps, dloss);
+  return head_ce<T>(k, HeadMode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr,
+                    n_valid, x, wn, wout, targets, N, C, V, eps, dloss);
 }
 
 // The vocabulary-parallel head (ops/ops.def): this rank's V columns, global
 // ids v0 ..; its caller combines the statistics across ranks between phases.
 template <typename T>
-void head_ce_shard_stats(KernelContext<T>& k, ops::Act<T> xn_, T* rstd, T* lse, T* target_logit,
-                         ops::ActIn<T> x_, const T* wn, const T* wout, const int32_t* targets,
+void head_ce_shard_stats(KernelContext<T>& k, ops::Act<T> xn, T* rstd, T* lse, T* target_logit,
+                         ops::ActIn<T> x, const T* wn, const T* wout, const int32_t* targets,
                          int64_t N, int C, int V, int64_t v0, double eps) {
   if (N == 0) return;
-  const DeviceStagedIn<T> xs(k, kStage0, x_, N * C);
-  const DeviceStaged<T> xns(k, kStage1, xn_, N * C, false);
-  T* xn = xns.get();
-  const T* x = xs.get();
   const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
   const PinnedOperand<T> pin(k.gemm(), wout);
@@ -209,21 +204,17 @@ double head_ce_shard_loss(KernelContext<T>& k, T* token_nll, int64_t* n_valid, c
 }
 
 template <typename T>
-void head_ce_shard_backward(KernelContext<T>& k, ops::Act<T> dxn_, T* dwout, ops::ActIn<T> xn_,
+void head_ce_shard_backward(KernelContext<T>& k, ops::Act<T> dxn, T* dwout, ops::ActIn<T> xn,
                             const T* lse, const T* wout, const int32_t* targets, int64_t N, int C,
                             int V, int64_t v0, double dloss) {
   if (N == 0) return;
-  const DeviceStagedIn<T> xns(k, kStage0, xn_, N * C);
-  const DeviceStaged<T> dxns(k, kStage1, dxn_, N * C, false);
-  T* dxn = dxns.get();
-  const T* xn = xns.get();
   const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
   T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
   const PinnedOperand<T> pin(k.gemm(), wout);
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
-    const T* xr = xn + r0 * C;
+    const ops::ActIn<T> xr = xn + r0 * C;
     k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
     STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
                   dt + r0, const_cast<T*>(lse) + r0, static_cast<T*>(nullptr),
@@ -235,13 +226,9 @@ void head_ce_shard_backward(KernelContext<T>& k, ops::Act<T> dxn_, T* dwout, ops
 }
 
 template <typename T>
-void head_logits(KernelContext<T>& k, T* logits, ops::Act<T> xn_, ops::ActIn<T> x_, const T* wn,
-                 const T* wout, int64_t N, int C, int V, double eps) {
+void head_logits(KernelContext<T>& k, T* logits, ops::Act<T> xn_scratch, ops::ActIn<T> x,
+                 const T* wn, const T* wout, int64_t N, int C, int V, double eps) {
   if (N == 0) return;
-  const DeviceStagedIn<T> xs(k, kStage0, x_, N * C);
-  const DeviceStaged<T> xns(k, kStage1, xn_, N * C, false);
-  T* xn_scratch = xns.get();
-  const T* x = xs.get();
   T* rstd = static_cast<T*>(k.scratch(kRstd, size_t(N) * sizeof(T)));
   rmsnorm_forward<T>(k, xn_scratch, rstd, x, wn, N, C, eps);
   k.gemm().gemm(false, true, N, V, C, T(1), xn_scratch, C, wout, C, T(0), logits, V);
