@@ -67,6 +67,21 @@ class CountingComm : public Communicator {
     events_.push_back({'A', h});
     return h;
   }
+  // false: report no bf16 sums (the caller's fp32 staging path runs).
+  bool bf16_wire = true;
+  bool bf16_sums() const override { return bf16_wire && inner_.bf16_sums(); }
+  void allreduce_sum_bf16(uint16_t* buf, int64_t n) override {
+    ++c_.allreduce;
+    c_.allreduce_elements += n;
+    inner_.allreduce_sum_bf16(buf, n);
+  }
+  int64_t allreduce_sum_bf16_async(uint16_t* buf, int64_t n) override {
+    ++c_.allreduce_async;
+    c_.allreduce_elements += n;
+    const int64_t h = inner_.allreduce_sum_bf16_async(buf, n);
+    events_.push_back({'A', h});
+    return h;
+  }
   void wait(int64_t handle) override {
     ++c_.wait;
     events_.push_back({'W', handle});

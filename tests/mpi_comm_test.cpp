@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "parallel/comm.h"
 #include "parallel/comm_mpi.h"
@@ -307,6 +308,50 @@ TEST(Comm, AllreduceSync) {
 
 TEST(Comm, AllreduceAsyncWithProgress) {
   for (auto [name, c] : comms()) check_allreduce_async(*c, name);
+}
+
+// bf16 sums (tensor parallelism's wire for bf16 activations): every rank's
+// value is a bf16; two ranks' sum is their exact sum rounded once (exactly
+// what fp32 staging gives); more ranks round once per addition, within one
+// bf16 step per addition of the exact sum. Blocking, asynchronous, chunked,
+// and an empty one.
+void check_bf16_sums(Communicator& c, const char* name) {
+  ASSERT_TRUE(c.bf16_sums()) << name;
+  const int64_t n = 1001;
+  auto value = [](int r, int64_t i) {
+    return bf16_widen_bits(bf16_round_bits(float(std::sin(0.37 * double(i) + r)) * 3.1f));
+  };
+  for (bool async : {false, true}) {
+    std::vector<uint16_t> buf(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = bf16_round_bits(value(c.rank(), i));
+    if (async)
+      c.wait(c.allreduce_sum_bf16_async(buf.data(), n));
+    else
+      c.allreduce_sum_bf16(buf.data(), n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double exact = 0, mag = 0;
+      for (int r = 0; r < c.size(); ++r) exact += value(r, i), mag += std::abs(value(r, i));
+      const double got = bf16_widen_bits(buf[size_t(i)]);
+      const bool ok = c.size() <= 2 ? buf[size_t(i)] == bf16_round_bits(float(exact))
+                                    : std::abs(got - exact) <= (c.size() - 1) * mag / 128;
+      if (!ok && bad++ < 3)
+        ADD_FAILURE() << name << (async ? " async" : "") << ": bf16 sum " << i << " = " << got
+                      << ", exact " << exact;
+    }
+    EXPECT_EQ(bad, 0) << name;
+  }
+  c.allreduce_sum_bf16(nullptr, 0);
+  c.wait(c.allreduce_sum_bf16_async(nullptr, 0));
+}
+
+TEST(Comm, Bf16Sums) {
+  for (auto [name, c] : comms()) check_bf16_sums(*c, name);
+  // Counts over MPI's int split into several calls.
+  const int64_t saved = MpiComm::max_chunk();
+  MpiComm::set_max_chunk(100);
+  for (auto [name, c] : comms()) check_bf16_sums(*c, name);
+  MpiComm::set_max_chunk(saved);
 }
 
 TEST(Comm, AllgatherInRankOrder) {

@@ -485,6 +485,58 @@ TEST(TensorParallelExecutor, CollectivesPerStep) {
   }
 }
 
+// bf16 activations over a communicator without bf16 sums: TpRegion widens
+// them, sums fp32 and rounds back (model/tp_region.h). At tp 2 that is the
+// bf16 wire's result bit for bit (one addition, rounded once either way); at
+// tp 4 the wire rounds per addition, so the two agree within bf16's bounds.
+// The messages are the same; the SPD block's sum goes as two of them.
+TEST(TensorParallelExecutor, Bf16ActivationsWithoutABf16WireSumFp32Copies) {
+  if (g_tp == 1) GTEST_SKIP() << "needs tp > 1";
+  const LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true}, 4);
+  for (const char* text : {"standard*4", "ladder*4", "spd*4;spd_degree=2", "lp*2,standard*2"}) {
+    SCOPED_TRACE(text);
+    const LayerPlan plan = LayerPlan::parse(text, 4);
+    try {
+      plan.check_model(cfg, g_tp);
+    } catch (const Error&) {
+      continue;
+    }
+    const int B = 2, T = 7;
+    auto tokens = testing::random_tokens(B * T, cfg.vocab_size, 61);
+    auto targets = testing::random_tokens(B * T, cfg.vocab_size, 62);
+    struct Run {
+      double loss;
+      std::vector<float> grads;
+      testing::CountingComm::Counts counts;
+    };
+    std::vector<Run> runs;
+    for (bool wire : {true, false}) {
+      testing::CountingComm counter(*g_grid->tp_comm);
+      counter.bf16_wire = wire;
+      Model<float> m(cfg, plan, ops::make_backend<float>(), &counter);
+      m.set_activation_storage(ops::Dtype::BF16);
+      m.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+      m.init_weights(5);
+      m.zero_grad();
+      const double loss = m.forward_backward(tokens.data(), targets.data(), B, T, 0.1).loss_sum;
+      runs.push_back(
+          {loss, std::vector<float>(m.grads(), m.grads() + m.num_params()), counter.counts()});
+      m.backend().set_matmul_precision(ops::MatmulPrecision::FP32);
+    }
+    EXPECT_EQ(runs[0].counts.allreduce, runs[1].counts.allreduce);
+    EXPECT_EQ(runs[0].counts.allreduce_async, runs[1].counts.allreduce_async);
+    EXPECT_EQ(runs[0].counts.allreduce_elements, runs[1].counts.allreduce_elements);
+    if (g_tp == 2) {
+      EXPECT_EQ(runs[0].loss, runs[1].loss);
+      EXPECT_EQ(std::memcmp(runs[0].grads.data(), runs[1].grads.data(),
+                            runs[0].grads.size() * sizeof(float)),
+                0);
+    } else {
+      EXPECT_NEAR(runs[0].loss, runs[1].loss, 4e-3 * std::abs(runs[1].loss));
+    }
+  }
+}
+
 // A skipped layer at this tp is the tp model without that layer, bitwise.
 TEST(TensorParallelExecutor, SkippedLayerEqualsRemovedLayerBitwise) {
   LlamaConfig cfg = config(Case{"gqa_bias", 8, 4, false, true});

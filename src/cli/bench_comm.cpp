@@ -63,7 +63,10 @@ int bench_comm(int argc, char** argv, int first) {
   args.option("sizes", "LIST", "all-reduce sizes in MiB, comma-separated", "1,4,16,28")
       .option("compute-ms", "MS", "compute per trial in milliseconds", "100")
       .option("repeat", "R", "trials per case (the median is printed)", "5")
-      .option("threads", "N", "OpenMP threads per process (0: OMP_NUM_THREADS or all cores)", "0");
+      .option("threads", "N", "OpenMP threads per process (0: OMP_NUM_THREADS or all cores)", "0")
+      .flag("bf16",
+            "send the same values as bf16 (half the bytes: the tensor-parallel sums of bf16 "
+            "activations); sizes still count fp32 MiB");
   if (!args.parse(argc, argv, first)) return 0;
   const std::vector<double> sizes = parse_sizes(args.get("sizes"));
   const double compute_target = args.get_double("compute-ms") / 1e3;
@@ -86,13 +89,14 @@ int bench_comm(int argc, char** argv, int first) {
   if (root) {
     std::printf(
         "%d processes; compute: %d GEMM kernels of %.2f ms (256x512x512) per trial; median of "
-        "%d trials; times are the mean over processes\n\n",
-        comm.size(), kernels, per_kernel * 1e3, repeat);
+        "%d trials; times are the mean over processes%s\n\n",
+        comm.size(), kernels, per_kernel * 1e3, repeat,
+        args.has("bf16") ? "; the values sent as bf16 (half the MiB of each size)" : "");
     std::printf("%10s %12s %13s %18s %18s %10s\n", "size (MiB)", "alone (ms)", "compute (ms)",
                 "exposed, no polls", "exposed, polls", "in polls");
   }
   for (double mib : sizes) {
-    const OverlapTimes t = measure_overlap(comm, mib, kernel, kernels, repeat);
+    const OverlapTimes t = measure_overlap(comm, mib, kernel, kernels, repeat, args.has("bf16"));
     if (root)
       std::printf("%10.2f %12.2f %13.1f %18.2f %18.2f %10.2f\n", mib, t.alone * 1e3,
                   t.compute * 1e3, t.exposed_without_polls * 1e3, t.exposed_with_polls * 1e3,

@@ -2,12 +2,12 @@
 // Megatron-LM (unit.h): called by the executor only, never inside a module or
 // an op. Without a tp group (or for double models) every call is a no-op.
 //
-// Activations stored in bf16 (Model::set_activation_storage) are summed in
-// fp32: widened into a staging buffer, reduced there, and rounded back once
-// the reduction is done (at once, or in wait() for an asynchronous one), so a
-// sum over the group rounds once whatever the group's size. The wire carries
-// fp32 (twice a bf16 message's bytes); a bf16 wire format is a communicator
-// change left for later (docs/architecture.md, "Activation storage").
+// Activations stored in bf16 (Model::set_activation_storage) go over the
+// wire as bf16 where the communicator sums bf16 (MPI, NCCL: half an fp32
+// message's bytes; each addition rounds to bf16, as Megatron-LM's bf16
+// all-reduces do). Otherwise they are summed in fp32: widened into a staging
+// buffer, reduced there, and rounded back once the reduction is done (at
+// once, or in wait() for an asynchronous one).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,7 @@ class TpRegion {
     if constexpr (std::is_same_v<T, float>) {
       if (!tp_ || n == 0) return;
       if (buf.native()) return tp_->allreduce_sum(buf, n);
+      if (tp_->bf16_sums()) return tp_->allreduce_sum_bf16(static_cast<uint16_t*>(buf.raw()), n);
       Staging& s = stage(buf, n);
       tp_->allreduce_sum(s.f32.data(), n);
       finish(s);
@@ -45,6 +46,8 @@ class TpRegion {
     if constexpr (std::is_same_v<T, float>) {
       if (!tp_) return -1;
       if (buf.native()) return tp_->allreduce_sum_async(buf, n);
+      if (tp_->bf16_sums())
+        return tp_->allreduce_sum_bf16_async(static_cast<uint16_t*>(buf.raw()), n);
       Staging& s = stage(buf, n);
       s.handle = tp_->allreduce_sum_async(s.f32.data(), n);
       return s.handle;

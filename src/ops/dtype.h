@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace strata::ops {
@@ -39,17 +40,13 @@ struct bf16 {
   uint16_t bits;  // trivial: value-initialisation (bf16{}, vectors) zeroes it
   bf16() = default;
   bf16(float f) : bits(round(f)) {}  // NOLINT: implicit by design (see above)
-  operator float() const { return std::bit_cast<float>(uint32_t(bits) << 16); }
+  operator float() const { return bf16_widen_bits(bits); }
   static bf16 from_bits(uint16_t b) {
     bf16 h;
     h.bits = b;
     return h;
   }
-  static uint16_t round(float f) {
-    const uint32_t x = std::bit_cast<uint32_t>(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x0040u);  // NaN
-    return uint16_t((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-  }
+  static uint16_t round(float f) { return bf16_round_bits(f); }
 };
 static_assert(sizeof(bf16) == 2);
 

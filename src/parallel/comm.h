@@ -5,7 +5,8 @@
 //   - NcclComm:  NCCL on GPU buffers on its own stream, bootstrapped over MPI
 //                (built when CUDA is found; exercised on a GPU machine).
 // Tensor-parallel and data-parallel groups are sub-communicators of the world
-// (ProcessGrid, parallel/grid.h). All buffers here are float32.
+// (ProcessGrid, parallel/grid.h). Buffers are float32 (bf16 for the bf16
+// sums).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,14 @@ class Communicator {
   virtual int64_t allreduce_sum_async(float* buf, int64_t n) = 0;
   virtual void wait(int64_t handle) = 0;
   virtual void progress() = 0;
+  // The same sums of bf16 values (the bits of core/bf16.h), half an fp32
+  // message's bytes: how tensor parallelism sums activations stored in bf16.
+  // Each addition is rounded to bf16, in the library's order (with two ranks
+  // the sum is rounded once). A communicator without them says so in
+  // bf16_sums() (the caller sums fp32 copies); calling them then fails.
+  virtual bool bf16_sums() const { return false; }
+  virtual void allreduce_sum_bf16(uint16_t* buf, int64_t n);
+  virtual int64_t allreduce_sum_bf16_async(uint16_t* buf, int64_t n);
   // out[size * n] = the concatenation of every rank's in[n], in rank order.
   // `in` may be this rank's slot of `out` (in == out + rank * n: in place).
   virtual void allgather(const float* in, float* out, int64_t n) = 0;

@@ -18,6 +18,12 @@ class LocalComm final : public Communicator {
   std::string name() const override { return "local"; }
 
   void allreduce_sum(float*, int64_t n) override { check_count(n, "allreduce_sum"); }
+  bool bf16_sums() const override { return true; }
+  void allreduce_sum_bf16(uint16_t*, int64_t n) override { check_count(n, "allreduce_sum_bf16"); }
+  int64_t allreduce_sum_bf16_async(uint16_t*, int64_t n) override {
+    check_count(n, "allreduce_sum_bf16_async");
+    return 0;
+  }
   int64_t allreduce_sum_async(float*, int64_t n) override {
     check_count(n, "allreduce_sum_async");
     return next_handle_++;
@@ -70,5 +76,13 @@ class LocalComm final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_local_comm() { return std::make_unique<LocalComm>(); }
+
+// (The base class's: a communicator without bf16 sums.)
+void Communicator::allreduce_sum_bf16(uint16_t*, int64_t) {
+  fail(cat(name(), " communicator: no bf16 sums (sum fp32 copies)"));
+}
+int64_t Communicator::allreduce_sum_bf16_async(uint16_t*, int64_t) {
+  fail(cat(name(), " communicator: no bf16 sums (sum fp32 copies)"));
+}
 
 }  // namespace strata

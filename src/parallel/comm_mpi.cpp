@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace strata {
@@ -68,18 +69,57 @@ MpiComm::~MpiComm() {
 
 void MpiComm::allreduce_sum(float* buf, int64_t n) {
   check_count(n, "allreduce_sum");
-  WaitGuard guard(group_, "all-reduce", ++seq_);
-  for_chunks(n, [&](int64_t off, int len) {
-    MPI_Allreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, MPI_SUM, comm_);
-  });
+  allreduce(buf, n, MPI_FLOAT, sizeof(float), MPI_SUM);
 }
 
 int64_t MpiComm::allreduce_sum_async(float* buf, int64_t n) {
   check_count(n, "allreduce_sum_async");
+  return allreduce_async(buf, n, MPI_FLOAT, sizeof(float), MPI_SUM);
+}
+
+namespace {
+// MPI has no bf16 type: its sum as a user operation on 16-bit words,
+// in_out[i] = in[i] + in_out[i] rounded to bf16 (commutative).
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = bf16_round_bits(bf16_widen_bits(a[i]) + bf16_widen_bits(b[i]));
+}
+MPI_Op bf16_sum_op() {
+  static const MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&sum_bf16, 1, &o);
+    return o;
+  }();
+  return op;
+}
+}  // namespace
+
+void MpiComm::allreduce_sum_bf16(uint16_t* buf, int64_t n) {
+  check_count(n, "allreduce_sum_bf16");
+  allreduce(buf, n, MPI_UINT16_T, sizeof(uint16_t), bf16_sum_op());
+}
+
+int64_t MpiComm::allreduce_sum_bf16_async(uint16_t* buf, int64_t n) {
+  check_count(n, "allreduce_sum_bf16_async");
+  return allreduce_async(buf, n, MPI_UINT16_T, sizeof(uint16_t), bf16_sum_op());
+}
+
+void MpiComm::allreduce(void* buf, int64_t n, MPI_Datatype type, size_t bytes, MPI_Op op) {
+  WaitGuard guard(group_, "all-reduce", ++seq_);
+  for_chunks(n, [&](int64_t off, int len) {
+    MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + off * int64_t(bytes), len, type, op,
+                  comm_);
+  });
+}
+
+int64_t MpiComm::allreduce_async(void* buf, int64_t n, MPI_Datatype type, size_t bytes, MPI_Op op) {
   std::vector<MPI_Request> reqs;
   for_chunks(n, [&](int64_t off, int len) {
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, MPI_SUM, comm_, &req);
+    MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + off * int64_t(bytes), len, type, op,
+                   comm_, &req);
     reqs.push_back(req);
   });
   // n == 0 starts nothing: its handle is complete from the start (an empty

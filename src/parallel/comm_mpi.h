@@ -46,6 +46,9 @@ class MpiComm final : public Communicator {
 
   void allreduce_sum(float* buf, int64_t n) override;
   int64_t allreduce_sum_async(float* buf, int64_t n) override;
+  bool bf16_sums() const override { return true; }
+  void allreduce_sum_bf16(uint16_t* buf, int64_t n) override;
+  int64_t allreduce_sum_bf16_async(uint16_t* buf, int64_t n) override;
   void wait(int64_t handle) override;
   void progress() override;
   void allgather(const float* in, float* out, int64_t n) override;
@@ -98,6 +101,9 @@ class MpiComm final : public Communicator {
   int64_t push(Pending p);
   void finish(Pending p);  // waits for its requests (a blocking call)
   void drop_completed_front();
+  // In-place sums of n elements of `bytes` each with `op`, in chunks.
+  void allreduce(void* buf, int64_t n, MPI_Datatype type, size_t bytes, MPI_Op op);
+  int64_t allreduce_async(void* buf, int64_t n, MPI_Datatype type, size_t bytes, MPI_Op op);
   // The requests of an allgather / reduce-scatter (blocking calls wait on them).
   Pending start_allgather(const float* in, float* out, int64_t n);
   Pending start_reduce_scatter(const float* in, float* out, int64_t n);

@@ -173,6 +173,19 @@ int64_t NcclComm::allreduce_sum_async(float* buf, int64_t n) {
   }));
 }
 
+// (ncclBfloat16 since NCCL 2.10, CUDA 11.)
+void NcclComm::allreduce_sum_bf16(uint16_t* buf, int64_t n) {
+  queue_and_wait(n, "allreduce_sum_bf16", "ncclAllReduce", [&] {
+    return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_, stream_);
+  });
+}
+
+int64_t NcclComm::allreduce_sum_bf16_async(uint16_t* buf, int64_t n) {
+  return push_event(queue(n, "allreduce_sum_bf16_async", "ncclAllReduce", true, [&] {
+    return ncclAllReduce(buf, buf, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_, stream_);
+  }));
+}
+
 void NcclComm::wait(int64_t handle) {
   STRATA_CHECK(handle >= 0 && handle < first_handle_ + static_cast<int64_t>(pending_.size()),
                "nccl communicator: wait on unknown handle ", handle);

@@ -90,6 +90,9 @@ class NcclComm final : public Communicator {
 
   void allreduce_sum(float* buf, int64_t n) override;
   int64_t allreduce_sum_async(float* buf, int64_t n) override;
+  bool bf16_sums() const override { return true; }
+  void allreduce_sum_bf16(uint16_t* buf, int64_t n) override;
+  int64_t allreduce_sum_bf16_async(uint16_t* buf, int64_t n) override;
   void wait(int64_t handle) override;
   void progress() override;
   void allgather(const float* in, float* out, int64_t n) override;

@@ -36,6 +36,14 @@ class OrderedComm final : public Communicator {
   int64_t allreduce_sum_async(float* buf, int64_t n) override {
     return async("allreduce_sum_async", [&] { return inner_->allreduce_sum_async(buf, n); });
   }
+  bool bf16_sums() const override { return inner_->bf16_sums(); }
+  void allreduce_sum_bf16(uint16_t* buf, int64_t n) override {
+    blocking("allreduce_sum_bf16", kQueue, [&] { inner_->allreduce_sum_bf16(buf, n); });
+  }
+  int64_t allreduce_sum_bf16_async(uint16_t* buf, int64_t n) override {
+    return async("allreduce_sum_bf16_async",
+                 [&] { return inner_->allreduce_sum_bf16_async(buf, n); });
+  }
   void wait(int64_t handle) override {
     inner_->wait(handle);
     auto it = tickets_.find(handle);

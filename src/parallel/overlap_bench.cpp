@@ -15,13 +15,27 @@ struct Trial {
 
 double mean(Communicator& comm, double v) { return comm.allreduce_sum(v) / comm.size(); }
 
+// The all-reduce under test: n fp32 values, or the same n as bf16 (half the bytes).
+struct Message {
+  std::vector<float> f32;
+  std::vector<uint16_t> b16;
+  void run(Communicator& comm) {
+    if (!b16.empty()) return comm.allreduce_sum_bf16(b16.data(), int64_t(b16.size()));
+    comm.allreduce_sum(f32.data(), int64_t(f32.size()));
+  }
+  int64_t start(Communicator& comm) {
+    if (!b16.empty()) return comm.allreduce_sum_bf16_async(b16.data(), int64_t(b16.size()));
+    return comm.allreduce_sum_async(f32.data(), int64_t(f32.size()));
+  }
+};
+
 // The async all-reduce of buf behind the kernels, with or without polls.
-Trial trial(Communicator& comm, std::vector<float>& buf, const std::function<void()>& kernel,
-            int kernels, bool polls) {
+Trial trial(Communicator& comm, Message& buf, const std::function<void()>& kernel, int kernels,
+            bool polls) {
   comm.barrier();
   Trial tr;
   Timer t;
-  const int64_t h = comm.allreduce_sum_async(buf.data(), int64_t(buf.size()));
+  const int64_t h = buf.start(comm);
   for (int k = 0; k < kernels; ++k) {
     kernel();
     if (polls) {
@@ -49,14 +63,18 @@ double time_kernel(Communicator& comm, const std::function<void()>& kernel) {
 }
 
 OverlapTimes measure_overlap(Communicator& comm, double mib, const std::function<void()>& kernel,
-                             int kernels, int repeat) {
+                             int kernels, int repeat, bool bf16) {
   const int64_t n = std::max<int64_t>(1, int64_t(mib * 1024 * 1024 / sizeof(float)));
-  std::vector<float> buf(size_t(n), 1.0f);
+  Message buf;
+  if (bf16)
+    buf.b16.assign(size_t(n), uint16_t(0x3F80));  // 1.0
+  else
+    buf.f32.assign(size_t(n), 1.0f);
   std::vector<double> alone;
   for (int r = 0; r < repeat; ++r) {
     comm.barrier();
     Timer t;
-    comm.allreduce_sum(buf.data(), n);
+    buf.run(comm);
     alone.push_back(mean(comm, t.seconds()));
   }
   std::vector<double> compute, exposed_off, exposed_on, polls;

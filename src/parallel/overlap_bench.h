@@ -24,10 +24,11 @@ struct OverlapTimes {                // seconds, medians over the trials
   double polls = 0;                  // the polls alone
 };
 
-// An all-reduce of `mib` MiB alone, then started asynchronously before
-// `kernels` calls of `kernel`, with and without comm.progress() after each;
-// `repeat` trials of each.
+// An all-reduce of `mib` MiB of fp32 values alone, then started
+// asynchronously before `kernels` calls of `kernel`, with and without
+// comm.progress() after each; `repeat` trials of each. `bf16`: the same
+// number of values as bf16 (allreduce_sum_bf16: half the bytes).
 OverlapTimes measure_overlap(Communicator& comm, double mib, const std::function<void()>& kernel,
-                             int kernels, int repeat);
+                             int kernels, int repeat, bool bf16 = false);
 
 }  // namespace strata

@@ -36,6 +36,15 @@ class TimedComm : public Communicator {
     timed([&] { h = inner_->allreduce_sum_async(buf, n); });
     return h;
   }
+  bool bf16_sums() const override { return inner_->bf16_sums(); }
+  void allreduce_sum_bf16(uint16_t* buf, int64_t n) override {
+    timed([&] { inner_->allreduce_sum_bf16(buf, n); });
+  }
+  int64_t allreduce_sum_bf16_async(uint16_t* buf, int64_t n) override {
+    int64_t h = 0;
+    timed([&] { h = inner_->allreduce_sum_bf16_async(buf, n); });
+    return h;
+  }
   void wait(int64_t handle) override {
     const double before = seconds_;
     timed([&] { inner_->wait(handle); });
