@@ -8,12 +8,14 @@
 #   3. the tests labelled gpu (ctest -L gpu) on the device
 #   4. compute-sanitizer memcheck, racecheck and synccheck on the kernel parity tests
 #   5. the kernel lab's variants at the sizes of a 1B-parameter model
-#   6. strata bench model and bench train on cuda, fp32 and bf16, 12L-768:
-#      ms/step, tokens/s, % of the GPU's peak, and the top kernels by time
+#   6. strata bench model and bench train on cuda, fp32 and bf16 (and bf16 with
+#      bf16 activations), 12L-768: ms/step, tokens/s, % of the GPU's peak, and
+#      the top kernels by time
 #   7. 20 training steps of the debug recipe on cpu and on cuda: the largest
 #      loss difference
 #   8. tensor-core attention at head dim 128 (bench ops --model 4096 --bf16,
-#      B 8 x T 2048) and a bf16 training step of the 16L-2048 shape
+#      B 8 x T 2048) and a bf16 training step of the 16L-2048 shape, with fp32
+#      and with bf16 activations
 # Its last line is `N passed, M failed` (skipped steps are listed above it).
 #
 #   tests/gpu_prepare.sh        (here, first: stages .gpu-carry/ to carry along)
@@ -181,6 +183,8 @@ step bench-model-fp32 "$strata" bench model --device "$device" "${shape[@]}" --k
 step bench-model-bf16 "$strata" bench model --device "$device" "${shape[@]}" --bf16 --kernels 12
 step bench-train-fp32 "$strata" bench train --device "$device" "${shape[@]}"
 step bench-train-bf16 "$strata" bench train --device "$device" "${shape[@]}" --bf16
+step bench-train-bf16-acts "$strata" bench train --device "$device" "${shape[@]}" --bf16 \
+  --activations bf16
 
 # --- 7. the debug recipe on cpu and on the device ----------------------------------
 losses() {
@@ -217,6 +221,8 @@ else
 fi
 step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
 step bench-train-1b-bf16 "$strata" bench train --device "$device" "${big[@]}" --bf16 --kernels 12
+step bench-train-1b-bf16-acts "$strata" bench train --device "$device" "${big[@]}" --bf16 \
+  --activations bf16 --kernels 12
 
 # --- the summary --------------------------------------------------------------------
 say ""
