@@ -48,6 +48,7 @@ int cmd_info(int argc, char** argv, int first) {
   std::printf("matmul fp32: %s\n", b.matmul_fp32.c_str());
   std::printf("matmul bf16: %s\n", b.matmul_bf16.c_str());
   std::printf("precision auto: %s\n", b.native_bf16 ? "bf16" : "fp32");
+  std::printf("activations auto: fp32 on cpu and simt, bf16 on cuda when the matmuls are bf16\n");
   std::printf("cuda:    %s\n", b.cuda.c_str());
   for (const std::string& g : b.gpus) std::printf("gpu:     %s\n", g.c_str());
   std::printf("devices: %s\n", b.devices.c_str());
