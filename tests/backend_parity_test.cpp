@@ -583,9 +583,10 @@ TEST(BackendParity, GemmEngineReadsAndWritesBf16Activations) {
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(got[i], want[i], (c16 ? 1.0 / 256 : 1e-5) * scale) << what << " at " << i;
         // Conversions on cuBLASLt's path (the aligned cases): the fp32 operands only.
-        if (prec == ops::MatmulPrecision::BF16 && &c < cases + 2)
+        if (prec == ops::MatmulPrecision::BF16 && &c < cases + 2) {
           EXPECT_EQ(engine.bf16_conversions() - conversions, uint64_t(!a16) + uint64_t(!b16))
               << what;
+        }
       }
 }
 

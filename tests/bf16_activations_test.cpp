@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/simt/simt.h"
 #include "data/tokenizer.h"
 #include "eval/engine.h"
@@ -172,8 +173,10 @@ TEST(Bf16StorageRecompute, EqualsKeepingTheActivationsBitwise) {
       const Outcome again = step("cpu", plan, ops::Dtype::BF16, nullptr, mode);
       EXPECT_EQ(again.loss.loss_sum, keep.loss.loss_sum);
       EXPECT_EQ(std::memcmp(again.grads.data(), keep.grads.data(), keep.grads.size() * 4), 0);
-      if (mode == Recompute::Full || std::string(plan).rfind("spd", 0) != 0)  // (SPD keeps its own)
+      if (mode == Recompute::Full ||
+          std::string(plan).rfind("spd", 0) != 0) {  // (SPD keeps its own)
         EXPECT_LT(again.activation_bytes, keep.activation_bytes);
+      }
     }
 }
 
@@ -304,6 +307,40 @@ INSTANTIATE_TEST_SUITE_P(Kinds, Bf16StorageOnSimt,
                          ::testing::ValuesIn(testing::every_plan_kind_cstr()), plan_name);
 INSTANTIATE_TEST_SUITE_P(Kinds, Bf16StorageOnCuda,
                          ::testing::ValuesIn(testing::every_plan_kind_cstr()), plan_name);
+
+// On the kernel backends a training step in bf16 storage stages no
+// activation through fp32 copies (stage.cuh): the GEMM engine, the flash and
+// reference attention kernels, the head and the element-wise kernels read and
+// write bf16 as it is (with fp32 matmuls the engine's own fp32 copies are
+// not staging of an op). Head dims 8 (reference kernels) and 16 (flash).
+TEST(Bf16StorageOnSimtKernels, ATrainingStepStagesNoActivation) {
+  for (int hidden : {32, 64})
+    for (auto prec : {ops::MatmulPrecision::BF16, ops::MatmulPrecision::FP32})
+      for (const char* plan : {"standard*2,ladder*2", "spd*4;spd_degree=2", "lp*2,standard*2"}) {
+        SCOPED_TRACE(cat(plan, " hidden ", hidden,
+                         prec == ops::MatmulPrecision::BF16 ? " bf16" : " fp32", " matmuls"));
+        LlamaConfig c = config();
+        c.hidden_size = hidden;
+        c.finalize();
+        Model<float> m(c, LayerPlan::parse(plan, 4), ops::make_backend<float>("simt"));
+        auto& kb = dynamic_cast<cuda::KernelBackend<float>&>(m.backend());
+        m.backend().set_matmul_precision(prec);
+        m.set_activation_storage(ops::Dtype::BF16);
+        m.init_weights(3);
+        m.zero_grad();
+        const auto tokens = testing::random_tokens(2 * 9, c.vocab_size, 7);
+        const uint64_t before = kb.staged_activations();
+        m.forward_backward(tokens.data(), tokens.data(), 2, 9, 0.1);
+        m.forward(tokens.data(), tokens.data(), 2, 9);
+        m.backward(0.1);
+        EXPECT_EQ(kb.staged_activations(), before);
+        // (The counter counts: MSE, SPD distillation's loss, still stages.)
+        ops::ActBuffer<float> a(&m.backend(), 64, ops::Dtype::BF16);
+        m.backend().mse_forward(a.data(), a.data(), 64);
+        EXPECT_EQ(kb.staged_activations(), before + 2);
+        m.backend().set_matmul_precision(ops::MatmulPrecision::FP32);
+      }
+}
 
 TEST(Bf16StorageModel, DoubleModelsRefuseBf16) {
   const LlamaConfig c = config();

@@ -121,6 +121,8 @@ class KernelBackend final : public ops::Backend<T> {
   void set_attention(ops::AttentionImpl a) override { ctx_.set_attention(a); }
   // Tests: rows per LM-head chunk (0: the rule of head_ce.cuh).
   void set_head_chunk_rows(int64_t rows) { ctx_.set_head_chunk_rows(rows); }
+  // bf16 activations staged through fp32 copies so far (KernelContext).
+  uint64_t staged_activations() const { return ctx_.staged_activations(); }
   // The library attention this backend may run (cuda_backend.cu), or why it
   // has none.
   void set_external_attention(std::unique_ptr<ExternalAttention> x, std::string why_none) {

@@ -28,10 +28,20 @@ constexpr int kAttnMaxDLane = 8;  // D / 32 elements per lane: D <= 256
 // and a larger launch is refused, on a GPU and by the SIMT executor.
 constexpr int kAttnThreads = kAttnWarps * kWarp;
 
+// The kernels below are templates on the activations' storage S (T, or
+// ops::bf16 for a float backend): they load with act_load, compute in
+// T = compute_t<S> (shared memory included) and store with act_store<S>.
 template <typename T>
 STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
   T s = 0;
   for (int d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+// The same over a row in compute type T and one in storage S.
+template <typename T, typename A, typename B>
+STRATA_DEVICE T dot_act(const A* a, const B* b, int D) {
+  T s = 0;
+  for (int d = 0; d < D; ++d) s += act_load(a[d]) * act_load(b[d]);
   return s;
 }
 
@@ -40,8 +50,8 @@ STRATA_DEVICE T dot_row(const T* a, const T* b, int D) {
 // chunk's first value row (rows v_stride apart, `cnt` of them). Updates the
 // running max m, sum l and the lane's output elements acc; `ps` is the warp's
 // 32-slot shared scratch for the probabilities.
-template <typename T>
-STRATA_DEVICE void attn_online_chunk(T s, bool valid, int cnt, const T* v, int64_t v_stride, int D,
+template <typename T, typename S>
+STRATA_DEVICE void attn_online_chunk(T s, bool valid, int cnt, const S* v, int64_t v_stride, int D,
                                      int lane, T* ps, T& m, T& l, T* acc) {
   const T mn = g_max(m, warp_max(s));
   const T p = valid ? g_exp(s - mn) : T(0);
@@ -53,7 +63,7 @@ STRATA_DEVICE void attn_online_chunk(T s, bool valid, int cnt, const T* v, int64
     const int d = lane + t * kWarp;
     if (d >= D) break;
     T o = acc[t] * alpha;
-    for (int u = 0; u < cnt; ++u) o += ps[u] * v[int64_t(u) * v_stride + d];
+    for (int u = 0; u < cnt; ++u) o += ps[u] * act_load(v[int64_t(u) * v_stride + d]);
     acc[t] = o;
   }
   __syncwarp();  // every lane has read ps before the next chunk writes it
@@ -62,22 +72,24 @@ STRATA_DEVICE void attn_online_chunk(T s, bool valid, int cnt, const T* v, int64
 
 // The end of a query row (b, i, h): out = acc / l over the lane's elements,
 // lse = m + log(l) (lane 0; lse may be null).
-template <typename T>
-STRATA_DEVICE void attn_finish_row(T* out, T* lse, const AttnView<T>& a, int b, int i, int h,
+template <typename T, typename S>
+STRATA_DEVICE void attn_finish_row(S* out, T* lse, const AttnView<S>& a, int b, int i, int h,
                                    const T* acc, T m, T l, int lane) {
-  T* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * a.D) + int64_t(h) * a.D;
+  S* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * a.D) + int64_t(h) * a.D;
   for (int t = 0; t < kAttnMaxDLane; ++t) {
     const int d = lane + t * kWarp;
-    if (d < a.D) orow[d] = acc[t] / l;
+    if (d < a.D) orow[d] = act_store<S>(acc[t] / l);
   }
   if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
 }
 
 // out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null).
 STRATA_LAUNCH_BOUNDS(k_attention_forward, kAttnThreads);
-template <typename T>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* out, T* lse,
-                                                                             AttnView<T> a) {
+template <typename S>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(S* out,
+                                                                             compute_t<S>* lse,
+                                                                             AttnView<S> a) {
+  using T = compute_t<S>;
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -87,12 +99,12 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* 
   const int g = h / (a.Hq / a.Hkv), D = a.D;
   T* qs = smem + warp * (D + kWarp);
   T* ps = qs + D;
-  const T* qrow = a.q + (int64_t(b) * a.Tq + i) * a.q_stride + int64_t(h) * D;
-  for (int d = lane; d < D; d += kWarp) qs[d] = qrow[d];
+  const S* qrow = a.q + (int64_t(b) * a.Tq + i) * a.q_stride + int64_t(h) * D;
+  for (int d = lane; d < D; d += kWarp) qs[d] = act_load(qrow[d]);
   __syncwarp();
   const T scale = T(1) / g_sqrt(T(D));
-  const T* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
-  const T* vb = a.v + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const S* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const S* vb = a.v + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
   const int nk = i + 1 + a.key_offset;
   T m = g_neg_inf<T>(), l = 0;
   T acc[kAttnMaxDLane];
@@ -100,7 +112,7 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(T* 
   for (int c = 0; c < nk; c += kWarp) {
     const int j = c + lane;
     T s = g_neg_inf<T>();
-    if (j < nk) s = dot_row(qs, kb + int64_t(j) * a.kv_stride, D) * scale;
+    if (j < nk) s = dot_act<T>(qs, kb + int64_t(j) * a.kv_stride, D) * scale;
     attn_online_chunk(s, j < nk, g_min(kWarp, nk - c), vb + int64_t(c) * a.kv_stride, a.kv_stride,
                       D, lane, ps, m, l, acc);
   }
@@ -129,10 +141,11 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_delta) void k_attention_delta(compute
 
 // dq of query row (b, i, h), written into dqkv (layout of qkv).
 STRATA_LAUNCH_BOUNDS(k_attention_backward_dq, kAttnThreads);
-template <typename T>
+template <typename S>
 STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backward_dq(
-    T* dqkv, const T* dout, const T* qkv, const T* lse, const T* delta, int B, int T_, int Hq,
-    int Hkv, int D) {
+    S* dqkv, const S* dout, const S* qkv, const compute_t<S>* lse, const compute_t<S>* delta, int B,
+    int T_, int Hq, int Hkv, int D) {
+  using T = compute_t<S>;
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -143,26 +156,26 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backwar
   T* qs = smem + warp * (2 * D + kWarp);
   T* dos = qs + D;
   T* ds_s = dos + D;
-  const T* qrow = qkv + (int64_t(b) * T_ + i) * W + int64_t(h) * D;
-  const T* dorow = dout + (int64_t(b) * T_ + i) * (int64_t(Hq) * D) + int64_t(h) * D;
+  const S* qrow = qkv + (int64_t(b) * T_ + i) * W + int64_t(h) * D;
+  const S* dorow = dout + (int64_t(b) * T_ + i) * (int64_t(Hq) * D) + int64_t(h) * D;
   for (int d = lane; d < D; d += kWarp) {
-    qs[d] = qrow[d];
-    dos[d] = dorow[d];
+    qs[d] = act_load(qrow[d]);
+    dos[d] = act_load(dorow[d]);
   }
   __syncwarp();
   const T scale = T(1) / g_sqrt(T(D));
   const int64_t lrow = (int64_t(b) * Hq + h) * T_ + i;
   const T li = lse[lrow], di = delta[lrow];
-  const T* kb = qkv + int64_t(b) * T_ * W + int64_t(Hq + g) * D;
-  const T* vb = qkv + int64_t(b) * T_ * W + int64_t(Hq + Hkv + g) * D;
+  const S* kb = qkv + int64_t(b) * T_ * W + int64_t(Hq + g) * D;
+  const S* vb = qkv + int64_t(b) * T_ * W + int64_t(Hq + Hkv + g) * D;
   T acc[kAttnMaxDLane];
   for (int t = 0; t < kAttnMaxDLane; ++t) acc[t] = 0;
   for (int c = 0; c <= i; c += kWarp) {
     const int j = c + lane;
     T ds = 0;
     if (j <= i) {
-      const T p = g_exp(dot_row(qs, kb + int64_t(j) * W, D) * scale - li);
-      ds = p * (dot_row(dos, vb + int64_t(j) * W, D) - di);
+      const T p = g_exp(dot_act<T>(qs, kb + int64_t(j) * W, D) * scale - li);
+      ds = p * (dot_act<T>(dos, vb + int64_t(j) * W, D) - di);
     }
     ds_s[lane] = ds;
     __syncwarp();
@@ -171,25 +184,26 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dq) void k_attention_backwar
       const int d = lane + t * kWarp;
       if (d >= D) break;
       T o = acc[t];
-      for (int u = 0; u < cnt; ++u) o += ds_s[u] * kb[int64_t(c + u) * W + d];
+      for (int u = 0; u < cnt; ++u) o += ds_s[u] * act_load(kb[int64_t(c + u) * W + d]);
       acc[t] = o;
     }
     __syncwarp();
   }
-  T* dq = dqkv + (int64_t(b) * T_ + i) * W + int64_t(h) * D;
+  S* dq = dqkv + (int64_t(b) * T_ + i) * W + int64_t(h) * D;
   for (int t = 0; t < kAttnMaxDLane; ++t) {
     const int d = lane + t * kWarp;
-    if (d < D) dq[d] = acc[t] * scale;
+    if (d < D) dq[d] = act_store<S>(acc[t] * scale);
   }
 }
 
 // dk and dv of key row (b, j, g): sums over the query heads of group g and
 // the queries i >= j.
 STRATA_LAUNCH_BOUNDS(k_attention_backward_dkv, kAttnThreads);
-template <typename T>
+template <typename S>
 STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backward_dkv(
-    T* dqkv, const T* dout, const T* qkv, const T* lse, const T* delta, int B, int T_, int Hq,
-    int Hkv, int D) {
+    S* dqkv, const S* dout, const S* qkv, const compute_t<S>* lse, const compute_t<S>* delta, int B,
+    int T_, int Hq, int Hkv, int D) {
+  using T = compute_t<S>;
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * kAttnWarps + warp;
@@ -201,25 +215,25 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backwa
   T* vs = ks + D;
   T* p_s = vs + D;
   T* ds_s = p_s + kWarp;
-  const T* base = qkv + int64_t(b) * T_ * W;
+  const S* base = qkv + int64_t(b) * T_ * W;
   for (int d = lane; d < D; d += kWarp) {
-    ks[d] = base[int64_t(j) * W + int64_t(Hq + g) * D + d];
-    vs[d] = base[int64_t(j) * W + int64_t(Hq + Hkv + g) * D + d];
+    ks[d] = act_load(base[int64_t(j) * W + int64_t(Hq + g) * D + d]);
+    vs[d] = act_load(base[int64_t(j) * W + int64_t(Hq + Hkv + g) * D + d]);
   }
   __syncwarp();
   const T scale = T(1) / g_sqrt(T(D));
   T dk[kAttnMaxDLane], dv[kAttnMaxDLane];
   for (int t = 0; t < kAttnMaxDLane; ++t) dk[t] = dv[t] = 0;
   for (int h = g * rep; h < (g + 1) * rep; ++h) {
-    const T* qb = base + int64_t(h) * D;
-    const T* dob = dout + int64_t(b) * T_ * (int64_t(Hq) * D) + int64_t(h) * D;
+    const S* qb = base + int64_t(h) * D;
+    const S* dob = dout + int64_t(b) * T_ * (int64_t(Hq) * D) + int64_t(h) * D;
     const int64_t lb = (int64_t(b) * Hq + h) * T_;
     for (int c = j; c < T_; c += kWarp) {
       const int i = c + lane;
       T p = 0, ds = 0;
       if (i < T_) {
-        p = g_exp(dot_row(qb + int64_t(i) * W, ks, D) * scale - lse[lb + i]);
-        ds = p * (dot_row(dob + int64_t(i) * Hq * D, vs, D) - delta[lb + i]);
+        p = g_exp(dot_act<T>(qb + int64_t(i) * W, ks, D) * scale - lse[lb + i]);
+        ds = p * (dot_act<T>(dob + int64_t(i) * Hq * D, vs, D) - delta[lb + i]);
       }
       p_s[lane] = p;
       ds_s[lane] = ds;
@@ -230,8 +244,8 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backwa
         if (d >= D) break;
         T a = dv[t], e = dk[t];
         for (int u = 0; u < cnt; ++u) {
-          a += p_s[u] * dob[int64_t(c + u) * Hq * D + d];
-          e += ds_s[u] * qb[int64_t(c + u) * W + d];
+          a += p_s[u] * act_load(dob[int64_t(c + u) * Hq * D + d]);
+          e += ds_s[u] * act_load(qb[int64_t(c + u) * W + d]);
         }
         dv[t] = a;
         dk[t] = e;
@@ -239,13 +253,13 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_backward_dkv) void k_attention_backwa
       __syncwarp();
     }
   }
-  T* dkrow = dqkv + (int64_t(b) * T_ + j) * W + int64_t(Hq + g) * D;
-  T* dvrow = dkrow + int64_t(Hkv) * D;
+  S* dkrow = dqkv + (int64_t(b) * T_ + j) * W + int64_t(Hq + g) * D;
+  S* dvrow = dkrow + int64_t(Hkv) * D;
   for (int t = 0; t < kAttnMaxDLane; ++t) {
     const int d = lane + t * kWarp;
     if (d >= D) break;
-    dkrow[d] = dk[t] * scale;
-    dvrow[d] = dv[t];
+    dkrow[d] = act_store<S>(dk[t] * scale);
+    dvrow[d] = act_store<S>(dv[t]);
   }
 }
 
@@ -400,8 +414,8 @@ void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_
                 kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
 }
 
-// The launchers: bf16 activations are staged (stage.cuh) until the kernels
-// read them directly.
+// The launchers: bf16 activations go to the flash kernels, a library's
+// attention or the reference kernels as they are (no staging).
 // bf16 activations on the flash kernels, which read and write them as they
 // are: strata's attention with bf16 matmuls and a built head dimension. (A
 // library's attention, ExternalAttention, takes bf16 in strata's layouts:
@@ -428,17 +442,21 @@ void attention_forward(KernelContext<T>& k, ops::Act<T> out_, T* lse, ops::ActIn
                         static_cast<const uint16_t*>(qkv_.raw()), sh,
                         k.scratch(kAttnWork, x->forward_workspace(sh)));
     }
-    if (flash_on_bf16(k, D, storage)) {
+    if (storage == ops::Dtype::BF16) {  // the flash or the reference kernels, on bf16 as it is
+      using E = ops::bf16;
       check_heads(Hq, Hkv, D);
-      return flash_attention_forward(
-          k.stream(), out_.template as<ops::bf16>(), lse,
-          qkv_view(qkv_.template as<const ops::bf16>(), B, T_, Hq, Hkv, D));
+      const AttnView<E> v = qkv_view(qkv_.template as<const E>(), B, T_, Hq, Hkv, D);
+      if (flash_on_bf16(k, D, storage))
+        return flash_attention_forward(k.stream(), out_.template as<E>(), lse, v);
+      const int64_t rows = int64_t(B) * Hq * T_;
+      if (rows == 0) return;
+      STRATA_LAUNCH(k_attention_forward<E>, attn_blocks(rows), kAttnThreads,
+                    kAttnWarps * (D + kWarp) * sizeof(float), k.stream(), out_.template as<E>(),
+                    lse, v);
+      return;
     }
   }
-  const int64_t N = int64_t(B) * T_;
-  const DeviceStagedIn<T> qkv(k, kStage0, qkv_, N * (Hq + 2 * Hkv) * D);
-  const DeviceStaged<T> out(k, kStage1, out_, N * Hq * D, false);
-  attention_forward_fp<T>(k, out.get(), lse, qkv.get(), B, T_, Hq, Hkv, D);
+  attention_forward_fp<T>(k, out_, lse, qkv_, B, T_, Hq, Hkv, D);
 }
 
 template <typename T>
@@ -457,38 +475,44 @@ void attention_backward(KernelContext<T>& k, ops::Act<T> dqkv_, ops::ActIn<T> do
                          static_cast<const uint16_t*>(out_.raw()), lse, sh,
                          k.scratch(kAttnWork, x->backward_workspace(sh)));
     }
-    if (flash_on_bf16(k, D, storage)) {
+    if (storage == ops::Dtype::BF16) {  // the flash or the reference kernels, on bf16 as it is
       check_heads(Hq, Hkv, D);
       const int64_t rows = int64_t(B) * Hq * T_;
       if (rows == 0) return;
       using E = ops::bf16;
       auto* delta = static_cast<float*>(k.scratch(kDelta, size_t(rows) * sizeof(float)));
+      E* dqkv = dqkv_.template as<E>();
+      const E* dout = dout_.template as<const E>();
+      const E* qkv = qkv_.template as<const E>();
       STRATA_LAUNCH(k_attention_delta<E>, attn_blocks(rows), kAttnThreads, 0, k.stream(), delta,
-                    dout_.template as<const E>(), out_.template as<const E>(), B, T_, Hq, D);
-      return flash_attention_backward(
-          k.stream(),
-          FlashBwdOf<E>{dqkv_.template as<E>(), dout_.template as<const E>(),
-                        qkv_.template as<const E>(), lse, delta, B, T_, Hq, Hkv},
-          D);
+                    dout, out_.template as<const E>(), B, T_, Hq, D);
+      if (flash_on_bf16(k, D, storage))
+        return flash_attention_backward(
+            k.stream(), FlashBwdOf<E>{dqkv, dout, qkv, lse, delta, B, T_, Hq, Hkv}, D);
+      const float* cdelta = delta;
+      STRATA_LAUNCH(k_attention_backward_dq<E>, attn_blocks(rows), kAttnThreads,
+                    kAttnWarps * (2 * D + kWarp) * sizeof(float), k.stream(), dqkv, dout, qkv, lse,
+                    cdelta, B, T_, Hq, Hkv, D);
+      STRATA_LAUNCH(k_attention_backward_dkv<E>, attn_blocks(int64_t(B) * Hkv * T_), kAttnThreads,
+                    kAttnWarps * (2 * D + 2 * kWarp) * sizeof(float), k.stream(), dqkv, dout, qkv,
+                    lse, cdelta, B, T_, Hq, Hkv, D);
+      return;
     }
   }
-  const int64_t N = int64_t(B) * T_, QKV = int64_t(Hq + 2 * Hkv) * D, Q = int64_t(Hq) * D;
-  const DeviceStagedIn<T> dout(k, kStage0, dout_, N * Q), qkv(k, kStage1, qkv_, N * QKV),
-      out(k, kStage2, out_, N * Q);
-  const DeviceStaged<T> dqkv(k, kStage3, dqkv_, N * QKV, false);
-  attention_backward_fp<T>(k, dqkv.get(), dout.get(), qkv.get(), out.get(), lse, B, T_, Hq, Hkv, D);
+  attention_backward_fp<T>(k, dqkv_, dout_, qkv_, out_, lse, B, T_, Hq, Hkv, D);
 }
 
-// The caches [Hkv, max_len, D] are staged whole: a bf16 KV cache wants the
-// kernel to read it directly.
+// bf16 storage (the queries, the caches and the output alike): the flash
+// kernel for a long prefill, else the reference kernel, on bf16 as it is.
 template <typename T>
 void attention_cached_forward(KernelContext<T>& k, ops::Act<T> out_, ops::ActIn<T> q_,
                               int64_t q_stride, ops::ActIn<T> kc_, ops::ActIn<T> vc_, int n,
                               int pos0, int Hq, int Hkv, int D, int max_len) {
   if constexpr (std::is_same_v<T, float>) {
-    if (n >= kFlashRows &&
-        flash_on_bf16(k, D, ops::common_storage(ops::Dtype::F32, out_, q_, kc_, vc_))) {
+    const ops::Dtype storage = ops::common_storage(ops::Dtype::F32, out_, q_, kc_, vc_);
+    if (storage == ops::Dtype::BF16) {
       check_heads(Hq, Hkv, D);
+      if (n == 0) return;
       using E = ops::bf16;
       const AttnView<E> v{q_.template as<const E>(),
                           kc_.template as<const E>(),
@@ -503,15 +527,15 @@ void attention_cached_forward(KernelContext<T>& k, ops::Act<T> out_, ops::ActIn<
                           Hkv,
                           D,
                           pos0};
-      return flash_attention_forward(k.stream(), out_.template as<E>(), nullptr, v);
+      if (n >= kFlashRows && flash_on_bf16(k, D, storage))
+        return flash_attention_forward(k.stream(), out_.template as<E>(), nullptr, v);
+      STRATA_LAUNCH(k_attention_forward<E>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
+                    kAttnWarps * (D + kWarp) * sizeof(float), k.stream(), out_.template as<E>(),
+                    static_cast<float*>(nullptr), v);
+      return;
     }
   }
-  const int64_t cache = int64_t(Hkv) * max_len * D;
-  const DeviceStagedIn<T> q(k, kStage0, q_, view_elements(n, q_stride, int64_t(Hq) * D)),
-      kc(k, kStage1, kc_, cache), vc(k, kStage2, vc_, cache);
-  const DeviceStaged<T> out(k, kStage3, out_, int64_t(n) * Hq * D, false);
-  attention_cached_forward_fp<T>(k, out.get(), q.get(), q_stride, kc.get(), vc.get(), n, pos0, Hq,
-                                 Hkv, D, max_len);
+  attention_cached_forward_fp<T>(k, out_, q_, q_stride, kc_, vc_, n, pos0, Hq, Hkv, D, max_len);
 }
 
 }  // namespace STRATA_TARGET_NS

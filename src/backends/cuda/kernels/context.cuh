@@ -126,14 +126,17 @@ class KernelContext {
     why_none_ = std::move(why_none);
   }
   void set_attention(ops::AttentionImpl a) {
-    if (a == ops::AttentionImpl::Cudnn && !external_)
-      fail(cat("cudnn: ", why_none_));
+    if (a == ops::AttentionImpl::Cudnn && !external_) fail(cat("cudnn: ", why_none_));
     attention_ = a;
   }
   // Rows per chunk of the LM head (head_ce.cuh), 0: its own rule. Tests
   // force small chunks with it.
   int64_t head_chunk_rows() const { return head_rows_; }
   void set_head_chunk_rows(int64_t r) { head_rows_ = r; }
+  // bf16 activations an op ran on fp32 copies of (stage.cuh), since the
+  // context was made: tests check which ops still do.
+  uint64_t staged_activations() const { return staged_; }
+  void note_staged() { ++staged_; }
   // The external attention to run, or null for strata's kernels.
   ExternalAttention* external_attention() const {
     return attention_ == ops::AttentionImpl::Cudnn ? external_.get() : nullptr;
@@ -195,6 +198,7 @@ class KernelContext {
   std::string why_none_ = "this backend has no cuDNN attention";
   ops::AttentionImpl attention_ = ops::AttentionImpl::Strata;
   int64_t head_rows_ = 0;
+  uint64_t staged_ = 0;
   PinnedStaging tokens_{"token ids"}, targets_{"targets"}, readback_{"loss read-back"};
 };
 

@@ -31,6 +31,7 @@ class DeviceStaged {
     if (!a) return;
     if constexpr (std::is_same_v<T, float>)
       if (a.is_bf16()) {
+        k.note_staged();
         auto* f = static_cast<float*>(k.scratch(slot, size_t(n) * sizeof(float)));
         if (in && n)
           STRATA_LAUNCH(k_from_bf16<float>, blocks_for(n, 256), 256, 0, k.stream(), f,
