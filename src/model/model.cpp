@@ -290,8 +290,6 @@ void Model<T>::ensure_activations(int B, int T_) {
     Q = std::max<int64_t>(Q, d.Q());
   }
   const KindBuffers buffers = plan_.buffers();  // what the plan's kinds need beyond standard
-  // Carves every activation tensor out of `base` (64-byte aligned) and returns
-  // the elements used. Run once with base = nullptr to size the arena.
   // Two arenas (model.h): activations in act_dtype_, statistics in T.
   // Carves every tensor out of `base` and `stats` (64-byte aligned) and
   // returns the elements used of each. Run once with null bases to size them.

@@ -33,7 +33,7 @@ class TpRegion {
   // reduce_from_tp forward / copy_to_tp backward: the same all-reduce.
   void allreduce(ops::Act<T> buf, int64_t n) {
     if constexpr (std::is_same_v<T, float>) {
-      if (!tp_ || n == 0) return;
+      if (!tp_) return;
       if (buf.native()) return tp_->allreduce_sum(buf, n);
       if (tp_->bf16_sums()) return tp_->allreduce_sum_bf16(static_cast<uint16_t*>(buf.raw()), n);
       Staging& s = stage(buf, n);
