@@ -7,21 +7,47 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
+// (16-byte packs where the pointers allow, then element by element: common.cuh.)
 template <typename S>
 STRATA_GLOBAL void k_axpby(S* out, const S* x, const S* y, int64_t n, compute_t<S> a,
                            compute_t<S> b) {
-  STRATA_GRID_LOOP(i, n) out[i] = act_store<S>(a * act_load(x[i]) + b * act_load(y[i]));
+  constexpr int P = kPack<S>;
+  const int64_t np = packs_aligned(out, x, y) ? n / P : 0;
+  STRATA_GRID_LOOP(i, np) {
+    const Pack<S> u = load_pack(x + i * P), v = load_pack(y + i * P);
+    Pack<S> o;
+    for (int j = 0; j < P; ++j) o.v[j] = act_store<S>(a * act_load(u.v[j]) + b * act_load(v.v[j]));
+    store_pack(out + i * P, o);
+  }
+  STRATA_GRID_LOOP(t, n - np * P) {
+    const int64_t i = np * P + t;
+    out[i] = act_store<S>(a * act_load(x[i]) + b * act_load(y[i]));
+  }
+}
+
+// g += c dout.
+template <typename S>
+STRATA_DEVICE void axpby_add_grad(S* g, const S* dout, int64_t n, compute_t<S> c) {
+  constexpr int P = kPack<S>;
+  const int64_t np = packs_aligned(g, dout) ? n / P : 0;
+  STRATA_GRID_LOOP(i, np) {
+    const Pack<S> d = load_pack(dout + i * P);
+    Pack<S> x = load_pack(g + i * P);
+    for (int j = 0; j < P; ++j) x.v[j] = act_store<S>(act_load(x.v[j]) + c * act_load(d.v[j]));
+    store_pack(g + i * P, x);
+  }
+  STRATA_GRID_LOOP(t, n - np * P) {
+    const int64_t i = np * P + t;
+    g[i] = act_store<S>(act_load(g[i]) + c * act_load(dout[i]));
+  }
 }
 
 // dx += a dout, dy += b dout (either may be null).
 template <typename S>
 STRATA_GLOBAL void k_axpby_backward(S* dx, S* dy, const S* dout, int64_t n, compute_t<S> a,
                                     compute_t<S> b) {
-  STRATA_GRID_LOOP(i, n) {
-    const compute_t<S> g = act_load(dout[i]);
-    if (dx) dx[i] = act_store<S>(act_load(dx[i]) + a * g);
-    if (dy) dy[i] = act_store<S>(act_load(dy[i]) + b * g);
-  }
+  if (dx) axpby_add_grad(dx, dout, n, a);
+  if (dy) axpby_add_grad(dy, dout, n, b);
 }
 
 // ------------------------------------------------------------------ launchers
@@ -33,8 +59,9 @@ void axpby_forward(KernelContext<T>& k, ops::Act<T> out, ops::ActIn<T> x, ops::A
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_axpby<S>, blocks_for(n, 256), 256, 0, k.stream(), out.template as<S>(),
-                      x.template as<const S>(), y.template as<const S>(), n, T(a), T(b));
+        STRATA_LAUNCH(k_axpby<S>, blocks_for(pack_threads<S>(n), 256), 256, 0, k.stream(),
+                      out.template as<S>(), x.template as<const S>(), y.template as<const S>(), n,
+                      T(a), T(b));
       },
       out, x, y);
 }
@@ -46,7 +73,7 @@ void axpby_backward(KernelContext<T>& k, ops::Act<T> dx, ops::Act<T> dy, ops::Ac
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_axpby_backward<S>, blocks_for(n, 256), 256, 0, k.stream(),
+        STRATA_LAUNCH(k_axpby_backward<S>, blocks_for(pack_threads<S>(n), 256), 256, 0, k.stream(),
                       dx.template as<S>(), dy.template as<S>(), dout.template as<const S>(), n,
                       T(a), T(b));
       },

@@ -132,6 +132,35 @@ STRATA_DEVICE S act_store(T v) {
   }
 }
 
+// 16-byte packs of storage S (4 floats, 8 bf16, 2 doubles): the element-wise
+// kernels move 16 bytes per access where all their pointers are 16-byte
+// aligned (128-bit loads and stores on a GPU: 2-byte bf16 accesses would
+// leave most of the memory bandwidth unused), and the tail, or an unaligned
+// view, element by element. The same values either way.
+template <typename S>
+inline constexpr int kPack = int(16 / sizeof(S));
+template <typename S>
+struct alignas(16) Pack {
+  S v[kPack<S>];
+};
+template <typename... P>
+STRATA_DEVICE bool packs_aligned(const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+template <typename S>
+STRATA_DEVICE Pack<S> load_pack(const S* p) {
+  return *reinterpret_cast<const Pack<S>*>(p);
+}
+template <typename S>
+STRATA_DEVICE void store_pack(S* p, const Pack<S>& v) {
+  *reinterpret_cast<Pack<S>*>(p) = v;
+}
+// Threads for n elements in packs of S (the launchers' grid).
+template <typename S>
+inline int64_t pack_threads(int64_t n) {
+  return (n + kPack<S> - 1) / kPack<S>;
+}
+
 // Grid-stride loop over n elements (an element-wise kernel gives the same
 // result on any grid).
 #define STRATA_GRID_LOOP(i, n)                                              \

@@ -7,18 +7,44 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
+// (16-byte packs where the pointers allow, then element by element: common.cuh.)
 template <typename S>
 STRATA_GLOBAL void k_residual(S* out, const S* a, const S* b, int64_t n) {
-  STRATA_GRID_LOOP(i, n) out[i] = act_store<S>(act_load(a[i]) + act_load(b[i]));
+  constexpr int P = kPack<S>;
+  const int64_t np = packs_aligned(out, a, b) ? n / P : 0;
+  STRATA_GRID_LOOP(i, np) {
+    const Pack<S> x = load_pack(a + i * P), y = load_pack(b + i * P);
+    Pack<S> o;
+    for (int j = 0; j < P; ++j) o.v[j] = act_store<S>(act_load(x.v[j]) + act_load(y.v[j]));
+    store_pack(out + i * P, o);
+  }
+  STRATA_GRID_LOOP(t, n - np * P) {
+    const int64_t i = np * P + t;
+    out[i] = act_store<S>(act_load(a[i]) + act_load(b[i]));
+  }
+}
+
+// g += dout for g in {da, db} (either may be null).
+template <typename S>
+STRATA_DEVICE void residual_add_grad(S* g, const S* dout, int64_t n) {
+  constexpr int P = kPack<S>;
+  const int64_t np = packs_aligned(g, dout) ? n / P : 0;
+  STRATA_GRID_LOOP(i, np) {
+    const Pack<S> d = load_pack(dout + i * P);
+    Pack<S> x = load_pack(g + i * P);
+    for (int j = 0; j < P; ++j) x.v[j] = act_store<S>(act_load(x.v[j]) + act_load(d.v[j]));
+    store_pack(g + i * P, x);
+  }
+  STRATA_GRID_LOOP(t, n - np * P) {
+    const int64_t i = np * P + t;
+    g[i] = act_store<S>(act_load(g[i]) + act_load(dout[i]));
+  }
 }
 
 template <typename S>
 STRATA_GLOBAL void k_residual_backward(S* da, S* db, const S* dout, int64_t n) {
-  STRATA_GRID_LOOP(i, n) {
-    const compute_t<S> g = act_load(dout[i]);
-    if (da) da[i] = act_store<S>(act_load(da[i]) + g);
-    if (db) db[i] = act_store<S>(act_load(db[i]) + g);
-  }
+  if (da) residual_add_grad(da, dout, n);
+  if (db) residual_add_grad(db, dout, n);
 }
 
 // ------------------------------------------------------------------ launchers
@@ -30,8 +56,8 @@ void residual_forward(KernelContext<T>& k, ops::Act<T> out, ops::ActIn<T> a, ops
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_residual<S>, blocks_for(n, 256), 256, 0, k.stream(), out.template as<S>(),
-                      a.template as<const S>(), b.template as<const S>(), n);
+        STRATA_LAUNCH(k_residual<S>, blocks_for(pack_threads<S>(n), 256), 256, 0, k.stream(),
+                      out.template as<S>(), a.template as<const S>(), b.template as<const S>(), n);
       },
       out, a, b);
 }
@@ -43,8 +69,9 @@ void residual_backward(KernelContext<T>& k, ops::Act<T> da, ops::Act<T> db, ops:
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_residual_backward<S>, blocks_for(n, 256), 256, 0, k.stream(),
-                      da.template as<S>(), db.template as<S>(), dout.template as<const S>(), n);
+        STRATA_LAUNCH(k_residual_backward<S>, blocks_for(pack_threads<S>(n), 256), 256, 0,
+                      k.stream(), da.template as<S>(), db.template as<S>(),
+                      dout.template as<const S>(), n);
       },
       da, db, dout);
 }
