@@ -113,11 +113,21 @@ void lab_rmsnorm(const LabSize& z, int repeat) {
   double ms = time_ms(
       [&] {
         STRATA_LAUNCH(cu::k_rmsnorm<float>, cu::blocks_for(N, 1, 8192), 256, 0, nullptr, out, r, dx,
-                      dw, N, C, 1e-5f);
+                      dw, N, C, 1e-5f, false);
       },
       repeat);
-  report("rmsnorm", 1, "block per row (production)", shape, max_rel_err(d.get(out, x.size()), want),
-         ms, 1e-5);
+  report("rmsnorm", 3, "block per row, element by element", shape,
+         max_rel_err(d.get(out, x.size()), want), ms, 1e-5);
+  const bool packs = cu::rows_in_packs<float>(C, out, dx);
+  ms = time_ms(
+      [&] {
+        STRATA_LAUNCH(cu::k_rmsnorm<float>, cu::blocks_for(N, 1, 8192),
+                      cu::row_threads(packs ? C / 4 : C), 0, nullptr, out, r, dx, dw, N, C, 1e-5f,
+                      packs);
+      },
+      repeat);
+  report("rmsnorm", 1, "block per row, 16-byte packs (production)", shape,
+         max_rel_err(d.get(out, x.size()), want), ms, 1e-5);
   ms = time_ms(
       [&] {
         STRATA_LAUNCH(lab::rmsnorm_v2<float>, unsigned((N + 3) / 4), 128, 0, nullptr, out, r, dx,
