@@ -61,8 +61,9 @@ class LtGemm final : public GemmEngine<T> {
                                         bf16 ? 2 : sizeof(T), c_bytes);
     // bf16 activations go to cuBLASLt as they are with bf16 precision; every
     // other path reads fp32 (gemm_engine.h).
-    if ((A.is_bf16() || B.is_bf16() || C.is_bf16()) && !(bf16 && lt)) {
-      auto scratch = [&](int slot, int64_t n) { return f32(slot, n); };
+    const bool any_bf16 = A.is_bf16() || B.is_bf16() || C.is_bf16();
+    auto scratch = [&](int slot, int64_t n) { return f32(slot, n); };
+    if (any_bf16 && !(bf16 && lt)) {
       return gemm_on_fp32_copies<T>(stream_, scratch, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc,
                                     [&](const T* a, const T* b, T* c) {
                                       gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -99,13 +100,12 @@ class LtGemm final : public GemmEngine<T> {
     if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
     const Plan& p = it->second;
     if (!p.found) {
-      if (A.is_bf16() || B.is_bf16() || C.is_bf16())  // (strata's tiled kernel is fp32)
-        return gemm_on_fp32_copies<T>(
-            stream_, [&](int slot, int64_t n) { return f32(slot, n); }, ta, tb, M, N, K, A, lda, B,
-            ldb, beta, C, ldc,
-            [&](const T* a32, const T* b32, T* c32) {
-              fallback(ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32, ldc, bf16);
-            });
+      if (any_bf16)  // (strata's tiled kernel is fp32)
+        return gemm_on_fp32_copies<T>(stream_, scratch, ta, tb, M, N, K, A, lda, B, ldb, beta, C,
+                                      ldc, [&](const T* a32, const T* b32, T* c32) {
+                                        fallback(ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta,
+                                                 c32, ldc, bf16);
+                                      });
       return fallback(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
     }
     gpu::LaunchTimer timer(bf16 ? "gemm (cuBLASLt, bf16 operands)" : "gemm (cuBLASLt)", stream_);

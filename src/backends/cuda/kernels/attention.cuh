@@ -14,7 +14,6 @@
 #include "backends/cuda/kernels/context.cuh"
 #include "backends/cuda/kernels/flash_attention.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
-#include "backends/cuda/kernels/stage.cuh"
 #include "core/error.h"
 
 namespace strata::cuda {

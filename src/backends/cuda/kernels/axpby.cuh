@@ -25,29 +25,12 @@ STRATA_GLOBAL void k_axpby(S* out, const S* x, const S* y, int64_t n, compute_t<
   }
 }
 
-// g += c dout.
-template <typename S>
-STRATA_DEVICE void axpby_add_grad(S* g, const S* dout, int64_t n, compute_t<S> c) {
-  constexpr int P = kPack<S>;
-  const int64_t np = packs_aligned(g, dout) ? n / P : 0;
-  STRATA_GRID_LOOP(i, np) {
-    const Pack<S> d = load_pack(dout + i * P);
-    Pack<S> x = load_pack(g + i * P);
-    for (int j = 0; j < P; ++j) x.v[j] = act_store<S>(act_load(x.v[j]) + c * act_load(d.v[j]));
-    store_pack(g + i * P, x);
-  }
-  STRATA_GRID_LOOP(t, n - np * P) {
-    const int64_t i = np * P + t;
-    g[i] = act_store<S>(act_load(g[i]) + c * act_load(dout[i]));
-  }
-}
-
 // dx += a dout, dy += b dout (either may be null).
 template <typename S>
 STRATA_GLOBAL void k_axpby_backward(S* dx, S* dy, const S* dout, int64_t n, compute_t<S> a,
                                     compute_t<S> b) {
-  if (dx) axpby_add_grad(dx, dout, n, a);
-  if (dy) axpby_add_grad(dy, dout, n, b);
+  if (dx) add_scaled(dx, dout, n, a);
+  if (dy) add_scaled(dy, dout, n, b);
 }
 
 // ------------------------------------------------------------------ launchers

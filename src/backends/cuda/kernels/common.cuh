@@ -167,6 +167,24 @@ inline int64_t pack_threads(int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
+// g[i] += c * dout[i] over n elements, in packs where aligned (the backward
+// of residual, c = 1, exact as a plain sum, and of axpby).
+template <typename S>
+STRATA_DEVICE void add_scaled(S* g, const S* dout, int64_t n, compute_t<S> c) {
+  constexpr int P = kPack<S>;
+  const int64_t np = packs_aligned(g, dout) ? n / P : 0;
+  STRATA_GRID_LOOP(i, np) {
+    const Pack<S> d = load_pack(dout + i * P);
+    Pack<S> x = load_pack(g + i * P);
+    for (int j = 0; j < P; ++j) x.v[j] = act_store<S>(act_load(x.v[j]) + c * act_load(d.v[j]));
+    store_pack(g + i * P, x);
+  }
+  STRATA_GRID_LOOP(t, n - np * P) {
+    const int64_t i = np * P + t;
+    g[i] = act_store<S>(act_load(g[i]) + c * act_load(dout[i]));
+  }
+}
+
 // Grid-stride loop shapes for n elements.
 inline unsigned blocks_for(int64_t n, int threads, unsigned cap = 4096) {
   const int64_t b = (n + threads - 1) / threads;

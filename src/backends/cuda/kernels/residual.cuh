@@ -24,27 +24,10 @@ STRATA_GLOBAL void k_residual(S* out, const S* a, const S* b, int64_t n) {
   }
 }
 
-// g += dout for g in {da, db} (either may be null).
-template <typename S>
-STRATA_DEVICE void residual_add_grad(S* g, const S* dout, int64_t n) {
-  constexpr int P = kPack<S>;
-  const int64_t np = packs_aligned(g, dout) ? n / P : 0;
-  STRATA_GRID_LOOP(i, np) {
-    const Pack<S> d = load_pack(dout + i * P);
-    Pack<S> x = load_pack(g + i * P);
-    for (int j = 0; j < P; ++j) x.v[j] = act_store<S>(act_load(x.v[j]) + act_load(d.v[j]));
-    store_pack(g + i * P, x);
-  }
-  STRATA_GRID_LOOP(t, n - np * P) {
-    const int64_t i = np * P + t;
-    g[i] = act_store<S>(act_load(g[i]) + act_load(dout[i]));
-  }
-}
-
 template <typename S>
 STRATA_GLOBAL void k_residual_backward(S* da, S* db, const S* dout, int64_t n) {
-  if (da) residual_add_grad(da, dout, n);
-  if (db) residual_add_grad(db, dout, n);
+  if (da) add_scaled(da, dout, n, compute_t<S>(1));
+  if (db) add_scaled(db, dout, n, compute_t<S>(1));
 }
 
 // ------------------------------------------------------------------ launchers
