@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/kernels.h"
 #include "backends/cpu/storage.h"
 #include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/simt/simt.h"
 #include "core/error.h"
 #include "op_table.h"
 #include "ops/backend.h"
+#include "reference.h"
 
 using namespace strata;
 using optable::Case;
@@ -590,9 +592,10 @@ TEST(BackendParity, GemmEngineReadsAndWritesBf16Activations) {
       }
 }
 
-// The element-wise kernels of the kernel backends (and RMSNorm's rows) move
-// 16-byte packs where every pointer is 16-byte aligned and finish element by
-// element (kernels/common.cuh): lengths around a pack (1, 7, 8, 9, 37, 1003), views
+// The element-wise kernels of the kernel backends (residual, axpby, SwiGLU,
+// RoPE, bias, embedding, AdamW, and RMSNorm's rows) move 16-byte packs where
+// every pointer is 16-byte aligned and finish element by element
+// (kernels/common.cuh): lengths around a pack (1, 7, 8, 9, 37, 64, 1003), views
 // one element off (no packs), in fp32 and bf16 storage, against the CPU
 // backend: within 1e-6 of the value in fp32 (another compiler may contract
 // the same formula differently), two bf16 steps in bf16 (that ulp may cross
@@ -602,7 +605,7 @@ TEST(BackendParity, ElementwiseKernelsInPacksAndTails) {
   auto cpu = ops::make_backend<float>("cpu");
   auto simt = ops::make_backend<float>("simt");
   for (ops::Dtype dt : {ops::Dtype::F32, ops::Dtype::BF16})
-    for (int64_t n : {1, 7, 8, 9, 37, 1003})
+    for (int64_t n : {1, 7, 8, 9, 37, 64, 1003})
       for (int64_t off : {0, 1}) {
         const std::string what = cat(ops::dtype_name(dt), " n ", n, " offset ", off);
         std::vector<Host> got;
@@ -639,6 +642,38 @@ TEST(BackendParity, ElementwiseKernelsInPacksAndTails) {
           take(o, 2 * n);
           be->rmsnorm_backward(g, dw, b, a, w, rstd, 2, int(n));
           take(g, 2 * n);
+          // RoPE on one row of one head of D = 2n (runs of a pack when half
+          // a head is whole packs), at position 3 of made-up tables.
+          const float* cs = dev.put(optable::random_host(4 * n, 44));
+          const float* sn = dev.put(optable::random_host(4 * n, 45));
+          be->rope_forward(a, cs, sn, 1, 1, 1, int(2 * n), 2 * n, 3);
+          take(a, 2 * n);
+          be->rope_backward(b, cs, sn, 1, 1, 1, int(2 * n), 2 * n, 3);
+          take(b, 2 * n);
+          // Bias over two rows of n; the embedding of two tokens of width n
+          // (the same row twice, so the backward sums) and its gradient.
+          be->bias_add_forward(o, w, 2, int(n));
+          take(o, 2 * n);
+          const int32_t tokens[2] = {2, 2};
+          const float* wte = dev.put(optable::random_host(3 * n, 46));
+          be->embedding_forward(o, tokens, wte, 2, int(n), 3);
+          take(o, 2 * n);
+          float* dwte = dev.put(Host(size_t(3 * n), 0.25));
+          be->embedding_backward(dwte, tokens, b, 2, int(n));
+          take(dwte, 3 * n);
+          // AdamW (fp32 state) one element off when `off`, clipped by a factor.
+          float* p = dev.put(optable::random_host(off + n, 47)) + off;
+          float* m = dev.put(optable::random_host(off + n, 48)) + off;
+          float* v = dev.put(Host(size_t(off + n), 0.01)) + off;
+          const float* gr = dev.put(optable::random_host(off + n, 49)) + off;
+          ops::AdamWStep st;
+          st.lr = 1e-2;
+          st.weight_decay = 0.1;
+          st.clip = 0.5;
+          be->adamw_update(p, gr, m, v, n, st);
+          take(p, n);
+          take(m, n);
+          take(v, n);
           got.push_back(r);
         }
         ASSERT_EQ(got[0].size(), got[1].size());
@@ -687,4 +722,96 @@ TEST(BackendParity, Bf16HeadConvertsItsWeightOncePerCall) {
   }
   EXPECT_NEAR(losses[1], losses[0], 1e-6 * std::abs(losses[0]));
   expect_close(grads[1], grads[0], 1e-5, "head gradients, 4 chunks vs 1");
+}
+
+// Generation freezes the weights (Backend::freeze_weights): the GEMM engine
+// then converts a weight to bf16 once and reads that copy on every later
+// call (a decode step would otherwise convert every weight for every token),
+// with the same results; the activations are still converted every call, and
+// thawing drops the copies. Proof that the copy is what is read: a weight
+// changed while frozen (which generation never does) is not seen until the thaw.
+TEST(BackendParity, FrozenWeightsAreConvertedToBf16Once) {
+  const int N = 4, IC = 32, OC = 24;  // operands cuBLASLt is given
+  auto simt = ops::make_backend<float>("simt");
+  auto& kb = dynamic_cast<cuda::KernelBackend<float>&>(*simt);
+  kb.set_matmul_precision(ops::MatmulPrecision::BF16);
+  const cuda::GemmEngine<float>& engine = kb.gemm_engine();
+  optable::Device<float> dev(*simt);
+  const Host w0 = optable::random_host(OC * IC, 31), x0 = optable::random_host(N * IC, 32),
+             x1 = optable::random_host(N * IC, 33);
+  float* w = dev.put(w0);
+  const float* xa = dev.put(x0);
+  const float* xb = dev.put(x1);
+  float* out = dev.put(Host(size_t(N * OC), 0.0));
+  auto run = [&](const float* x) {
+    simt->linear_forward(out, x, w, nullptr, N, IC, OC);
+    return dev.get(out, N * OC);
+  };
+  const Host plain_a = run(xa), plain_b = run(xb);
+  uint64_t before = engine.bf16_conversions();
+  simt->freeze_weights(true);
+  EXPECT_EQ(run(xa), plain_a);
+  EXPECT_EQ(engine.bf16_conversions() - before, 2u) << "x and the weight";
+  before = engine.bf16_conversions();
+  EXPECT_EQ(run(xb), plain_b);
+  EXPECT_EQ(engine.bf16_conversions() - before, 1u) << "x only: the weight's copy is kept";
+  Host w1 = w0;
+  for (double& e : w1) e = -e;
+  simt->from_host(w, std::vector<float>(w1.begin(), w1.end()).data(), OC * IC);
+  EXPECT_EQ(run(xa), plain_a) << "frozen: the copy made before the change is read";
+  simt->freeze_weights(false);
+  Host negated = plain_a;
+  for (double& e : negated) e = -e;
+  EXPECT_EQ(run(xa), negated) << "thawed: the changed weight is converted again";
+}
+
+// The fused classifier in bf16 storage keeps its logits chunk in bf16 (the
+// GEMM writes bf16, the softmax reads it and writes the bf16 gradient, the
+// backward GEMMs read that as it is): on simt the head converts only its
+// weight, once, whatever the chunking. The CPU rounds its logits rows the
+// same way, so the two agree closely (a side without the rounding is off by
+// ~1e-4 of the loss here), and both equal the unfused head (the full logits
+// in double) within bf16 tolerance.
+TEST(BackendParity, FusedHeadInBf16StorageKeepsItsLogitsInBf16) {
+  const int N = 50, C = 32, V = 64;
+  const Host x = optable::random_host(N * C, 21), wn = optable::random_host(C, 22),
+             w = optable::random_host(V * C, 23);
+  std::vector<int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[size_t(i)] = i % 9 == 4 ? ops::kIgnoreIndex : (i * 7) % V;
+  Host xr = x;  // the input as bf16 storage holds it
+  for (double& e : xr) e = double(float(ops::bf16(float(e))));
+  const auto ref = reference::head_ce(xr, wn, w, targets, N, C, V, 1e-5, ops::kIgnoreIndex);
+  std::vector<double> losses;
+  std::vector<Host> grads;
+  for (const char* name : {"cpu", "simt"}) {
+    SCOPED_TRACE(name);
+    auto be = ops::make_backend<float>(name);
+    be->set_matmul_precision(ops::MatmulPrecision::BF16);
+    auto* kb = dynamic_cast<cuda::KernelBackend<float>*>(be.get());
+    if (kb) kb->set_head_chunk_rows(16);
+    cpu::set_head_ce_chunk_rows(16);
+    optable::Device<float> dev(*be);
+    const ops::Act<float> dx = dev.put(Host(size_t(N * C), 0.0), ops::Dtype::BF16);
+    const ops::Act<float> xn = dev.put(Host(size_t(N * C), 0.0), ops::Dtype::BF16);
+    float* dwn = dev.put(Host(size_t(C), 0.0));
+    float* dw = dev.put(Host(size_t(V * C), 0.0));
+    float* rstd = dev.put(Host(size_t(N), 0.0));
+    const uint64_t before = kb ? kb->gemm_engine().bf16_conversions() : 0;
+    int64_t n_valid = 0;
+    losses.push_back(be->head_ce_forward_backward(
+        dx, dwn, dw, xn, rstd, &n_valid, dev.put(x, ops::Dtype::BF16), dev.put(wn), dev.put(w),
+        targets.data(), N, C, V, 1e-5, 1.0 / N));
+    if (kb) {
+      EXPECT_EQ(kb->gemm_engine().bf16_conversions() - before, 1u) << "the weight only";
+    }
+    EXPECT_EQ(n_valid, ref.n_valid);
+    Host g = dev.get(dx, N * C);
+    const Host gw = dev.get(dw, V * C);
+    g.insert(g.end(), gw.begin(), gw.end());
+    grads.push_back(g);
+  }
+  cpu::set_head_ce_chunk_rows(0);
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * std::abs(losses[0]));
+  expect_close(grads[1], grads[0], 2e-2, "head gradients, simt vs cpu");
+  for (double l : losses) EXPECT_NEAR(l, ref.loss_sum, 3e-3 * std::abs(ref.loss_sum));
 }

@@ -424,10 +424,14 @@ INSTANTIATE_TEST_SUITE_P(Kinds, FlashAttentionStepOnSimt,
 INSTANTIATE_TEST_SUITE_P(Kinds, FlashAttentionStepOnCuda,
                          ::testing::ValuesIn(testing::every_plan_kind_cstr()), plan_name);
 
-STRATA_ON_EACH_DEVICE(GreedyGenerationEqualsTheCpuBackend) {
+// Greedy and self-speculative decoding on `device` equal the CPU's token for
+// token, with matmuls in precision p on both.
+void greedy_generation_matches_the_cpu(const std::string& device, ops::MatmulPrecision p) {
   const LlamaConfig c = tiny(2, true, 2, false);
   Model<float> cpu(c, ops::make_backend<float>("cpu"));
   Model<float> dev(c, ops::make_backend<float>(device));
+  cpu.backend().set_matmul_precision(p);  // (process-wide on the CPU: restored below)
+  dev.backend().set_matmul_precision(p);
   cpu.init_weights(11);
   dev.init_weights(11);
   GenerateOptions o;
@@ -442,6 +446,18 @@ STRATA_ON_EACH_DEVICE(GreedyGenerationEqualsTheCpuBackend) {
   o.exit_layer = 1;
   o.speculations = 3;
   EXPECT_EQ(generate(dev, prompt, o), a);
+  cpu.backend().set_matmul_precision(ops::MatmulPrecision::FP32);
+}
+
+STRATA_ON_EACH_DEVICE(GreedyGenerationEqualsTheCpuBackend) {
+  greedy_generation_matches_the_cpu(device, ops::MatmulPrecision::FP32);
+}
+
+// With bf16 matmuls generation freezes the weights, and the kernel backends'
+// GEMM engine then reads one bf16 copy of each (GemmEngine::freeze): still
+// the CPU's bf16 decoding (whose few-row GEMMs keep bf16 copies of their own).
+STRATA_ON_EACH_DEVICE(Bf16GreedyGenerationEqualsTheCpuBackend) {
+  greedy_generation_matches_the_cpu(device, ops::MatmulPrecision::BF16);
 }
 
 }  // namespace

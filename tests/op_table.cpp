@@ -5,6 +5,7 @@
 #include "op_table.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -688,38 +689,100 @@ void optimizer_rows(std::vector<Case<T>>& t) {
                      },
                  .ref_tol = 10});
   }
-  // Gradient-norm helpers: sum of squares into a scalar accumulator (twice,
-  // so it accumulates), then scaling in place.
-  for (int64_t n : {5, 300000})
-    t.push_back({.name = cat("sum_squares+scale n", n),
-                 .in = {n},
-                 .diff = {false},
-                 .out = {n},
-                 .in_loss = {true},
-                 .fwd =
-                     [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
-                       double* acc = be.alloc_scalars(2);
-                       be.sum_squares(acc, in[0], n);
-                       be.sum_squares(acc + 1, in[0], n);
-                       be.sum_squares(acc + 1, in[0], n);
-                       double h[2];
-                       be.read_scalars(h, acc, 2);
-                       be.free_scalars(acc);
-                       be.copy(out[0], in[0], n);
-                       be.scale_inplace(out[0], n, 0.37);
-                       return std::vector<double>{h[0], h[1]};
-                     },
-                 .ref =
-                     [=](const Ins& in) {
-                       double ss = 0;
-                       Host out(in[0].size());
-                       for (size_t i = 0; i < out.size(); ++i) {
-                         ss += in[0][i] * in[0][i];
-                         out[i] = in[0][i] * 0.37;
-                       }
-                       return Expected{{out}, {ss, 2 * ss}};
-                     },
-                 .ref_tol = 10});
+  // Clipping inside the update (ops::AdamWStep): a factor from the host, and
+  // the factor computed where the update runs from sums of squares left in
+  // backend scalars (the gradient's squares split over the two accumulators,
+  // as the optimizer splits split and replicated tensors), the norm above
+  // the limit (clipped) and below it; the gradient itself is left as it was.
+  // The sums are also returned, so the accumulators are checked too.
+  struct Clip {
+    const char* name;
+    double host_factor, max_norm;  // max_norm > 0: from the device sums
+  };
+  for (int64_t n : {5, 3001})
+    for (const Clip& c : {Clip{"host factor", 0.37, 0}, Clip{"device factor", 1, 0.5},
+                          Clip{"device, under the limit", 1, 1e9}})
+      t.push_back({.name = cat("adamw+clip ", c.name, " n", n),
+                   .in = {n, n, n, n},
+                   .diff = {false, false, false, false},
+                   .out = {n, n, n, n},
+                   .in_loss = {true, true, true, false},
+                   .init =
+                       [](Ins& in) {
+                         for (double& x : in[3]) x = std::abs(x) * 0.01;
+                       },
+                   .fwd =
+                       [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
+                         be.copy(out[0], in[0], n);
+                         be.copy(out[1], in[2], n);
+                         be.copy(out[2], in[3], n);
+                         be.copy(out[3], in[1], n);
+                         double* acc = be.alloc_scalars(2);
+                         be.sum_squares(acc, in[1], n / 2);
+                         be.sum_squares(acc + 1, in[1] + n / 2, n - n / 2);
+                         ops::AdamWStep st;
+                         st.lr = 3e-3;
+                         st.weight_decay = 0.1;
+                         st.step = 2;
+                         st.clip = c.host_factor;
+                         if (c.max_norm > 0) {
+                           st.squares = acc;
+                           st.max_norm = c.max_norm;
+                         }
+                         be.adamw_update(out[0], out[3], out[1], out[2], n, st);
+                         double h[2];
+                         be.read_scalars(h, acc, 2);
+                         be.free_scalars(acc);
+                         return std::vector<double>{h[0], h[1]};
+                       },
+                   .ref =
+                       [=](const Ins& in) {
+                         double s0 = 0, s1 = 0;
+                         for (int64_t i = 0; i < n; ++i)
+                           (i < n / 2 ? s0 : s1) += in[1][i] * in[1][i];
+                         const double k =
+                             c.max_norm > 0 ? ops::clip_coefficient(std::sqrt(s0 + s1), c.max_norm)
+                                            : c.host_factor;
+                         Host p = in[0], m = in[2], v = in[3], g = in[1];
+                         for (double& x : g) x *= k;
+                         ref::adamw(p, g, m, v, 2, 3e-3, 0.9, 0.95, 1e-8, 0.1);
+                         return Expected{{p, m, v, in[1]}, {s0, s1}};
+                       },
+                   .ref_tol = 10});
+  // A non-finite norm (an inf among the gradients) updates nothing.
+  t.push_back({.name = "adamw+clip non-finite norm",
+               .in = {6, 6, 6, 6},
+               .diff = {false, false, false, false},
+               .out = {6, 6, 6},
+               .in_loss = {true, true, true},
+               .init =
+                   [](Ins& in) {
+                     for (double& x : in[3]) x = std::abs(x) * 0.01;
+                   },
+               .fwd =
+                   [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
+                     be.copy(out[0], in[0], 6);
+                     be.copy(out[1], in[2], 6);
+                     be.copy(out[2], in[3], 6);
+                     std::vector<T> g(6, T(0.5));
+                     g[3] = std::numeric_limits<T>::infinity();
+                     ops::DeviceBuffer<T> dg(&be, 6);
+                     be.from_host(dg.data(), g.data(), 6);
+                     double* acc = be.alloc_scalars(2);
+                     be.sum_squares(acc + 1, dg.data(), 6);
+                     ops::AdamWStep st;
+                     st.squares = acc;
+                     st.max_norm = 1.0;
+                     be.adamw_update(out[0], dg.data(), out[1], out[2], 6, st);
+                     be.synchronize();
+                     be.free_scalars(acc);
+                     return none();
+                   },
+               .ref =
+                   [](const Ins& in) {
+                     return Expected{{in[0], in[2], in[3]}, {}};
+                   },
+               .ref_tol = 0});
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "backends/cpu/gemm.h"
@@ -715,9 +716,24 @@ TEST(Ops, GlobalNormClipping) {
   EXPECT_DOUBLE_EQ(cpu::clip_coefficient(norm, 10.0), 1.0);  // under the limit: untouched
   const double k = cpu::clip_coefficient(norm, 1.0);
   EXPECT_NEAR(k, 1.0 / (5.0 + 1e-6), 1e-12);
-  cpu::scale_inplace<float>(g.data(), 2, k);
-  EXPECT_NEAR(std::sqrt(sum_squares()), 1.0, 1e-6);
   EXPECT_DOUBLE_EQ(cpu::clip_coefficient(norm, 0.0), 1.0);  // disabled
+  // The factor an AdamW step applies: the host's, or from the sums of squares.
+  cpu::AdamWStep s;
+  double f = 0;
+  s.clip = 0.25;
+  ASSERT_TRUE(ops::adamw_clip_factor(s, &f));
+  EXPECT_EQ(f, 0.25);
+  const double squares[2] = {9.0, 16.0};
+  s.squares = squares;
+  s.max_norm = 1.0;
+  ASSERT_TRUE(ops::adamw_clip_factor(s, &f));
+  EXPECT_EQ(f, k);
+  const double bad[2] = {9.0, std::numeric_limits<double>::quiet_NaN()};
+  s.squares = bad;
+  EXPECT_FALSE(ops::adamw_clip_factor(s, &f));
+  const double inf[2] = {std::numeric_limits<double>::infinity(), 0.0};
+  s.squares = inf;
+  EXPECT_FALSE(ops::adamw_clip_factor(s, &f));
 }
 
 // The backend's scalar accumulators: sums of squares add up on the backend and

@@ -81,7 +81,9 @@ class Backend {
   // Generation brackets its passes with freeze_weights(true) ... (false): the
   // weights do not change in between, so a backend may keep converted copies
   // of them (the CPU keeps bf16 copies for few-row bf16 matmuls, halving the
-  // bytes a decode step reads). Both calls drop any such copies.
+  // bytes a decode step reads; the kernel backends' GEMM engines keep one bf16
+  // copy of each weight instead of converting it on every call). Both calls
+  // drop any such copies.
   virtual void freeze_weights(bool frozen) { (void)frozen; }
   // Which attention kernels run (AttentionImpl). Throws strata::Error where
   // this backend cannot run them: cuDNN's on device cuda only, in a build

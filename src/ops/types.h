@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -52,16 +53,37 @@ inline bool parse_attention_impl(const std::string& name, AttentionImpl* out) {
   return true;
 }
 
-// One AdamW step's hyperparameters.
-struct AdamWStep {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
-  int64_t step = 1;  // 1-based step number, for bias correction
-};
-
 // Clip factor as torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)).
 inline double clip_coefficient(double total_norm, double max_norm) {
   if (max_norm <= 0) return 1.0;
   return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+// One AdamW step's hyperparameters, and its global-norm clipping: the update
+// reads the gradient times a factor, either `clip` (computed by the caller) or,
+// when `squares` is set, clip_coefficient(sqrt(squares[0] + squares[1]),
+// max_norm) with the two partial sums of squares read where the update runs
+// (backend memory, filled by sum_squares on the same stream): no host read
+// between the norm and the update, and a non-finite norm updates nothing.
+struct AdamWStep {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based step number, for bias correction
+  double clip = 1.0;
+  const double* squares = nullptr;
+  double max_norm = 0.0;
+};
+
+// The factor a step applies to its gradient (`squares` read from host memory:
+// the CPU backend); false when the norm is not finite (nothing is updated).
+inline bool adamw_clip_factor(const AdamWStep& s, double* factor) {
+  if (!s.squares) {
+    *factor = s.clip;
+    return true;
+  }
+  const double norm = std::sqrt(s.squares[0] + s.squares[1]);
+  if (!(norm <= 1.7976931348623157e308)) return false;  // NaN or inf
+  *factor = clip_coefficient(norm, s.max_norm);
+  return true;
 }
 
 // Leading dimensions of a linear layer's operands, for views into larger

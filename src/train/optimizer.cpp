@@ -57,38 +57,51 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
   for (const Piece& p : pieces_)
     be_.sum_squares(acc + (layout_[p.tensor].split_dim >= 0 ? 0 : 1), grads + p.grad_offset,
                     p.numel);
-  double squares[2];
-  be_.read_scalars(squares, acc, 2);  // the step's one host read of the norm
-  double split = squares[0];
-  double replicated = squares[1];
-  if (dp_) {  // ZeRO-2/3: each rank holds a slice of every gradient
-    split = dp_->allreduce_sum(split);
-    replicated = dp_->allreduce_sum(replicated);
-  }
-  if (tp_) split = tp_->allreduce_sum(split);
-  const double norm = std::sqrt(split + replicated);
-  if (!std::isfinite(norm)) return norm;
-  const double clip = cfg_.grad_clip > 0 ? ops::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
-  ++step_;
   ops::AdamWStep s;
   s.lr = lr;
   s.beta1 = cfg_.beta1;
   s.beta2 = cfg_.beta2;
   s.eps = cfg_.eps;
-  s.step = step_;
+  s.step = step_ + 1;
+  const bool local = !dp_ && !tp_;
+  double norm = 0;
+  if (local) {
+    // The update computes the clipping factor from the sums where it runs,
+    // queued right behind them; the norm is read once everything is queued.
+    s.squares = acc;
+    s.max_norm = cfg_.grad_clip;
+  } else {
+    // The sums of squares cross ranks on the host first.
+    double squares[2];
+    be_.read_scalars(squares, acc, 2);
+    double split = squares[0];
+    double replicated = squares[1];
+    if (dp_) {  // ZeRO-2/3: each rank holds a slice of every gradient
+      split = dp_->allreduce_sum(split);
+      replicated = dp_->allreduce_sum(replicated);
+    }
+    if (tp_) split = tp_->allreduce_sum(split);
+    norm = std::sqrt(split + replicated);
+    if (!std::isfinite(norm)) return norm;
+    s.clip = cfg_.grad_clip > 0 ? ops::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
+  }
   for (const Piece& p : pieces_) {
     if (p.moment_offset < 0) continue;  // owned by another data-parallel rank
-    T* g = grads + p.grad_offset;
-    if (clip < 1.0) be_.scale_inplace(g, p.numel, clip);
     s.weight_decay = layout_[p.tensor].is_matrix ? cfg_.weight_decay : 0.0;
-    be_.adamw_update(params + p.param_offset, g, m_.data() + p.moment_offset,
+    be_.adamw_update(params + p.param_offset, grads + p.grad_offset, m_.data() + p.moment_offset,
                      v_.data() + p.moment_offset, p.numel, s);
   }
+  if (local) {
+    double squares[2];
+    be_.read_scalars(squares, acc, 2);  // the step's one host read, after the update is queued
+    norm = std::sqrt(squares[0] + squares[1]);
+    if (!std::isfinite(norm)) return norm;  // the update skipped itself
+  }
+  ++step_;
   return norm;
 }
 
-std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
-                                                 const ParamLayout& layout,
+std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be, const ParamLayout& layout,
                                                  const AdamWConfig& cfg, ZeroShards& store,
                                                  const std::vector<bool>& trainable) {
   std::vector<AdamW<float>::Piece> pieces;
@@ -100,14 +113,14 @@ std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
     p.numel = q.numel;
     pieces.push_back(p);
   }
-  return std::make_unique<AdamW<float>>(be, layout, cfg, std::move(pieces),
-                                        store.shard_elements(), &store.dp());
+  return std::make_unique<AdamW<float>>(be, layout, cfg, std::move(pieces), store.shard_elements(),
+                                        &store.dp());
 }
 
 double sharded_step(AdamW<float>& opt, ZeroShards& store, float* arena, double lr) {
   store.finish_gradients();
-  const double norm = opt.step(store.stage() == 3 ? store.weight_shard() : arena,
-                               store.gradient_shard(), lr);
+  const double norm =
+      opt.step(store.stage() == 3 ? store.weight_shard() : arena, store.gradient_shard(), lr);
   store.publish_weights(arena);
   return norm;
 }

@@ -54,8 +54,12 @@ class AdamW {
   // split tensors over the tp group (replicated tensors count once).
   void set_tp_comm(Communicator* tp) { tp_ = tp; }
 
-  // Clips the trainable gradients to the global norm (if configured), then
-  // updates the owned trainable parameters with learning rate `lr`. Returns
+  // Updates the owned trainable parameters with learning rate `lr` from the
+  // trainable gradients clipped to the global norm (if configured; the
+  // factor is applied as the update reads them, the gradient buffers are left
+  // as they are). Without data or tensor parallelism the factor is computed
+  // where the update runs, so the host does not wait between the norm and the
+  // update (one read of the norm once all is queued). Returns
   // the gradient norm before clipping. A non-finite norm (NaN or inf in a
   // gradient) updates nothing: weights, moments and the step count stay as
   // they were, and the caller decides (training stops). `params` and `grads`
@@ -96,8 +100,7 @@ class AdamW {
 // clipping norm summed over the store's data-parallel group). Its step takes
 // the weights' base (the model's arena at stage 2, store.weight_shard() at
 // stage 3) and store.gradient_shard().
-std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be,
-                                                 const ParamLayout& layout,
+std::unique_ptr<AdamW<float>> make_sharded_adamw(ops::Backend<float>& be, const ParamLayout& layout,
                                                  const AdamWConfig& cfg, ZeroShards& store,
                                                  const std::vector<bool>& trainable);
 // The step of such an optimizer: every reduce-scatter waited for, AdamW on

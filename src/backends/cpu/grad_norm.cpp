@@ -1,4 +1,4 @@
-// Global-norm gradient clipping helpers.
+// The sum of squares behind global-norm gradient clipping.
 #include <algorithm>
 
 #include "backends/cpu/kernels.h"
@@ -29,16 +29,7 @@ void sum_squares(double* acc, const T* x, int64_t n) {
   *acc += total;
 }
 
-template <typename T>
-void scale_inplace(T* x, int64_t n, double s) {
-  const T k = T(s);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] *= k;
-}
-
 template void sum_squares<float>(double*, const float*, int64_t);
 template void sum_squares<double>(double*, const double*, int64_t);
-template void scale_inplace<float>(float*, int64_t, double);
-template void scale_inplace<double>(double*, int64_t, double);
 
 }  // namespace strata::cpu

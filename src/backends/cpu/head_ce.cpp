@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
@@ -35,16 +36,26 @@ int64_t chunk_rows(int64_t N, int V) {
 
 enum class Mode { Forward, Backward, ForwardBackward };
 
+// In bf16 storage the logits are bf16, as on the kernel backends
+// (cuda/kernels/head_ce.cuh): each row is rounded to bf16 after the logits
+// GEMM and again once it holds the gradient, while it is in cache.
+template <typename T>
+void round_row(T* l, int V, bool bf16) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) round_to_bf16_serial(l, l, V);
+}
+
 // Processes `rows` rows of logits in place. Forward: writes lse and nll.
 // Backward (lse given) and ForwardBackward: leaves dlogits in `logits`.
 template <typename T>
 void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* targets, T* lse,
-                   T* nll, double dloss) {
+                   T* nll, double dloss, bool bf16) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     T* l = logits + r * V;
     const int32_t y = targets[r];
     const bool valid = y != kIgnoreIndex;
+    round_row(l, V, bf16);
     if (mode == Mode::Backward) {
       if (!valid) {
         std::memset(l, 0, sizeof(T) * V);
@@ -53,6 +64,7 @@ void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* tar
       const T k = T(dloss);
       scaled_exp_shift(l, l, V, lse[r], k);
       l[y] -= k;
+      round_row(l, V, bf16);
       continue;
     }
     const T m = row_max(l, V);
@@ -71,13 +83,14 @@ void chunk_softmax(Mode mode, T* logits, int64_t rows, int V, const int32_t* tar
 #pragma omp simd
     for (int j = 0; j < V; ++j) l[j] *= k;
     l[y] -= T(dloss);
+    round_row(l, V, bf16);
   }
 }
 
 template <typename T>
 double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_nll,
            int64_t* n_valid, const T* x, const T* wn, const T* wout, const int32_t* targets,
-           int64_t N, int C, int V, double eps, double dloss) {
+           int64_t N, int C, int V, double eps, double dloss, bool bf16) {
   if (N == 0) {
     if (n_valid) *n_valid = 0;
     return 0.0;
@@ -95,7 +108,7 @@ double run(Mode mode, T* dx, T* dwn, T* dwout, T* xn, T* rstd, T* lse, T* token_
     const int64_t rows = std::min(R, N - r0);
     const T* xr = xn + r0 * C;
     gemm<T>(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
-    chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss);
+    chunk_softmax<T>(mode, logits, rows, V, targets + r0, lse_buf + r0, nll_buf + r0, dloss, bf16);
     if (!grad) continue;
     const Bf16OperandReuse reuse;  // bf16: the gradient chunk is converted once for both GEMMs
     if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
@@ -123,25 +136,26 @@ namespace {
 
 template <typename T>
 double ce_forward(T* xn, T* rstd, T* lse, T* token_nll, int64_t* n_valid, const T* x, const T* wn,
-                  const T* wout, const int32_t* targets, int64_t N, int C, int V, double eps) {
+                  const T* wout, const int32_t* targets, int64_t N, int C, int V, double eps,
+                  bool bf16) {
   return run<T>(Mode::Forward, nullptr, nullptr, nullptr, xn, rstd, lse, token_nll, n_valid, x, wn,
-                wout, targets, N, C, V, eps, 0.0);
+                wout, targets, N, C, V, eps, 0.0, bf16);
 }
 
 template <typename T>
 void ce_backward(T* dx, T* dwn, T* dwout, const T* x, const T* xn, const T* rstd, const T* lse,
                  const T* wn, const T* wout, const int32_t* targets, int64_t N, int C, int V,
-                 double dloss) {
+                 double dloss, bool bf16) {
   run<T>(Mode::Backward, dx, dwn, dwout, const_cast<T*>(xn), const_cast<T*>(rstd),
-         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss);
+         const_cast<T*>(lse), nullptr, nullptr, x, wn, wout, targets, N, C, V, 0.0, dloss, bf16);
 }
 
 template <typename T>
 double ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_valid, const T* x,
                            const T* wn, const T* wout, const int32_t* targets, int64_t N, int C,
-                           int V, double eps, double dloss) {
+                           int V, double eps, double dloss, bool bf16) {
   return run<T>(Mode::ForwardBackward, dx, dwn, dwout, xn, rstd, nullptr, nullptr, n_valid, x, wn,
-                wout, targets, N, C, V, eps, dloss);
+                wout, targets, N, C, V, eps, dloss, bf16);
 }
 
 // The vocabulary-parallel head (ops/ops.def): this rank's V columns, global
@@ -149,7 +163,8 @@ double ce_forward_backward(T* dx, T* dwn, T* dwout, T* xn, T* rstd, int64_t* n_v
 // phases.
 template <typename T>
 void shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, const T* wn, const T* wout,
-                 const int32_t* targets, int64_t N, int C, int V, int64_t v0, double eps) {
+                 const int32_t* targets, int64_t N, int C, int V, int64_t v0, double eps,
+                 bool bf16) {
   if (N == 0) return;
   const int64_t R = chunk_rows(N, V);
   T* logits = workspace<T, 0, Tag>(size_t(R) * V);
@@ -159,7 +174,8 @@ void shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, const T* w
     gemm<T>(false, true, rows, V, C, T(1), xn + r0 * C, C, wout, C, T(0), logits, V);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* l = logits + r * V;
+      T* l = logits + r * V;
+      round_row(l, V, bf16);
       const int32_t y = targets[r0 + r];
       const T m = row_max(l, V);
       lse[r0 + r] = m + std::log(exp_shift_sum<T>(nullptr, l, V, m));
@@ -171,7 +187,8 @@ void shard_stats(T* xn, T* rstd, T* lse, T* target_logit, const T* x, const T* w
 
 template <typename T>
 void shard_backward(T* dxn, T* dwout, const T* xn, const T* lse, const T* wout,
-                    const int32_t* targets, int64_t N, int C, int V, int64_t v0, double dloss) {
+                    const int32_t* targets, int64_t N, int C, int V, int64_t v0, double dloss,
+                    bool bf16) {
   if (N == 0) return;
   const int64_t R = chunk_rows(N, V);
   T* logits = workspace<T, 0, Tag>(size_t(R) * V);
@@ -187,9 +204,11 @@ void shard_backward(T* dxn, T* dwout, const T* xn, const T* lse, const T* wout,
         std::memset(l, 0, sizeof(T) * V);
         continue;
       }
+      round_row(l, V, bf16);
       const T k = T(dloss);
       scaled_exp_shift(l, l, V, lse[r0 + r], k);
       if (y >= v0 && y < v0 + V) l[y - v0] -= k;
+      round_row(l, V, bf16);
     }
     const Bf16OperandReuse reuse;  // bf16: the gradient chunk is converted once for both GEMMs
     if (dxn) gemm<T>(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
@@ -220,7 +239,7 @@ double head_ce_forward(Act<T> xn, T* rstd, T* lse, T* token_nll, int64_t* n_vali
   const StagedIn<T, 0, StageTag> xs(x, N * C);
   const Staged<T, 1, StageTag> xns(xn, N * C, false);
   return ce_forward(xns.get(), rstd, lse, token_nll, n_valid, xs.get(), wn, wout, targets, N, C, V,
-                    eps);
+                    eps, x.dtype() == ops::Dtype::BF16);
 }
 
 template <typename T>
@@ -231,7 +250,7 @@ void head_ce_backward(Act<T> dx, T* dwn, T* dwout, ActIn<T> x, ActIn<T> xn, cons
   const StagedIn<T, 1, StageTag> xns(xn, N * C);
   const Staged<T, 2, StageTag> dxs(dx, N * C);  // dx +=: read in, rounded back
   ce_backward(dxs.get(), dwn, dwout, xs.get(), xns.get(), rstd, lse, wn, wout, targets, N, C, V,
-              dloss);
+              dloss, x.dtype() == ops::Dtype::BF16);
 }
 
 template <typename T>
@@ -242,7 +261,7 @@ double head_ce_forward_backward(Act<T> dx, T* dwn, T* dwout, Act<T> xn, T* rstd,
   const Staged<T, 1, StageTag> xns(xn, N * C, false);
   const Staged<T, 2, StageTag> dxs(dx, N * C);
   return ce_forward_backward(dxs.get(), dwn, dwout, xns.get(), rstd, n_valid, xs.get(), wn, wout,
-                             targets, N, C, V, eps, dloss);
+                             targets, N, C, V, eps, dloss, x.dtype() == ops::Dtype::BF16);
 }
 
 template <typename T>
@@ -251,7 +270,8 @@ void head_ce_shard_stats(Act<T> xn, T* rstd, T* lse, T* target_logit, ActIn<T> x
                          double eps) {
   const StagedIn<T, 0, StageTag> xs(x, N * C);
   const Staged<T, 1, StageTag> xns(xn, N * C, false);
-  shard_stats(xns.get(), rstd, lse, target_logit, xs.get(), wn, wout, targets, N, C, V, v0, eps);
+  shard_stats(xns.get(), rstd, lse, target_logit, xs.get(), wn, wout, targets, N, C, V, v0, eps,
+              x.dtype() == ops::Dtype::BF16);
 }
 
 template <typename T>
@@ -260,7 +280,8 @@ void head_ce_shard_backward(Act<T> dxn, T* dwout, ActIn<T> xn, const T* lse, con
                             double dloss) {
   const StagedIn<T, 1, StageTag> xns(xn, N * C);
   const Staged<T, 2, StageTag> dxns(dxn, N * C, false);
-  shard_backward(dxns.get(), dwout, xns.get(), lse, wout, targets, N, C, V, v0, dloss);
+  shard_backward(dxns.get(), dwout, xns.get(), lse, wout, targets, N, C, V, v0, dloss,
+                 xn.dtype() == ops::Dtype::BF16);
 }
 
 template <typename T>

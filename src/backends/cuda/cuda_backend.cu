@@ -48,6 +48,7 @@ class LtGemm final : public GemmEngine<T> {
     gpu::free_device(workspace_);
     for (void* b : bf16_) gpu::free_device(b);
     for (void* b : f32_) gpu::free_device(b);
+    for (auto& e : frozen_copies_) gpu::free_device(e.second);
     cublasLtDestroy(handle_);
   }
 
@@ -79,7 +80,9 @@ class LtGemm final : public GemmEngine<T> {
     const void* b = B.raw();
     if constexpr (std::is_same_v<T, float>) {
       if (bf16 && !A.is_bf16()) a = to_bf16(0, A, (ta ? K : M), (ta ? M : K), lda);
-      if (bf16 && !B.is_bf16()) b = to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
+      if (bf16 && !B.is_bf16())
+        b = this->frozen_ ? frozen_bf16(B, (tb ? N : K), (tb ? K : N), ldb)
+                          : to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
     }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's
     // first operand is B, its second A.
@@ -226,6 +229,24 @@ class LtGemm final : public GemmEngine<T> {
     return bf16_[slot];
   }
 
+  // A frozen weight's bf16 copy (GemmEngine::freeze), made on first use in
+  // a block of its own (the backend's stream orders its use after the copy).
+  const void* frozen_bf16(const T* src, int64_t rows, int64_t cols, int64_t ld) {
+    void*& copy = frozen_copies_[{src, rows, cols, ld}];
+    if (!copy) {
+      const int64_t n = (rows - 1) * ld + cols;
+      this->note_conversion();
+      copy = gpu::malloc_async(size_t(n) * 2, stream_);
+      STRATA_LAUNCH(k_to_bf16<float>, blocks_for(n, 256), 256, 0, stream_,
+                    static_cast<uint16_t*>(copy), reinterpret_cast<const float*>(src), n);
+    }
+    return copy;
+  }
+  void release_frozen() override {
+    for (auto& e : frozen_copies_) gpu::free_async(e.second, stream_);
+    frozen_copies_.clear();
+  }
+
   // n floats of fp32 staging slot `slot` (gemm_on_fp32_copies), grown like
   // the bf16 slots.
   float* f32(int slot, int64_t n) {
@@ -247,6 +268,7 @@ class LtGemm final : public GemmEngine<T> {
   bool native_bf16_ = false;
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
   std::map<Key, Plan> plans_;
+  std::map<typename GemmEngine<T>::FrozenKey, void*> frozen_copies_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "ops/dtype.h"
 #include "ops/types.h"
@@ -86,7 +87,27 @@ class GemmEngine {
   // Operands converted to bf16 since the engine was made (tests count them).
   uint64_t bf16_conversions() const { return conversions_; }
 
+  // Generation (ops::Backend::freeze_weights): the weights cannot change
+  // until thawed, so bf16 GEMMs convert each B operand (every linear layer's
+  // weight and the head's, as the CPU's few-row GEMMs key theirs) once, keep
+  // the copy, and read it on every later call with the same operand. A decode
+  // step reads every weight once per token: converting it each time moves 8
+  // bytes an element (read 4, write 2, read 2) where the copy reads 2. Both
+  // calls drop the copies.
+  void freeze(bool on) {
+    frozen_ = on;
+    release_frozen();
+  }
+  bool frozen() const { return frozen_; }
+
  protected:
+  // Frees the frozen copies (an engine keeps them as it keeps its buffers).
+  virtual void release_frozen() = 0;
+  // Key of a frozen copy: the operand as the GEMM reads it.
+  using FrozenKey = std::tuple<const T*, int64_t, int64_t, int64_t>;  // (src, rows, cols, ld)
+  // Counts a conversion made for a frozen copy (the copy is made once).
+  void note_conversion() { ++conversions_; }
+  bool frozen_ = false;
   void note_fallback() { ++fallbacks_; }
   // Before an engine converts operand src (n elements from src) into its
   // staging slot: true when src is the pinned operand and slot kPinnedSlot

@@ -4,6 +4,9 @@
 // false, so the model, trainer and generation take their device paths.
 #include "backends/cuda/kernel_backend.h"
 
+#include <map>
+#include <vector>
+
 #include "backends/cpu/gemm.h"
 #include "backends/cuda/backends.h"
 #include "backends/cuda/kernels/gemm.cuh"
@@ -76,7 +79,9 @@ class CpuGemm final : public GemmEngine<T> {
     if constexpr (std::is_same_v<T, float>) {
       if (precision_ == ops::MatmulPrecision::BF16) {
         if (!exact.a) A = rounded(0, A, ta ? K : M, ta ? M : K, lda);
-        if (!exact.b) B = rounded(1, B, tb ? N : K, tb ? K : N, ldb);
+        if (!exact.b)
+          B = this->frozen_ ? frozen_rounded(B, tb ? N : K, tb ? K : N, ldb)
+                            : rounded(1, B, tb ? N : K, tb ? K : N, ldb);
       }
     }
     {
@@ -94,7 +99,21 @@ class CpuGemm final : public GemmEngine<T> {
       STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, buf.data(), src, n);
     return buf.data();
   }
+  // A frozen weight's bf16 copy (GemmEngine::freeze), made on first use.
+  const float* frozen_rounded(const float* src, int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
+    std::vector<float>& copy = frozen_copies_[{src, rows, cols, ld}];
+    if (copy.empty() && n) {
+      this->note_conversion();
+      copy.resize(size_t(n));
+      STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, copy.data(), src, n);
+    }
+    return copy.data();
+  }
+  void release_frozen() override { frozen_copies_.clear(); }
+
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
+  std::map<typename GemmEngine<T>::FrozenKey, std::vector<float>> frozen_copies_;
   std::vector<float> buf_[3];  // A, B, the pinned operand
   std::vector<float> f32_[3];  // fp32 copies of bf16 A, B, C
 };

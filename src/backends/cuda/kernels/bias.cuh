@@ -10,9 +10,25 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
-// out[r * ld + j] += bias[j].
+// out[r * ld + j] += bias[j]; with `packs` (OC and ld whole packs, out and
+// bias aligned) a thread adds a 16-byte pack of a row.
 template <typename S>
-STRATA_GLOBAL void k_bias_add(S* out, const compute_t<S>* bias, int64_t N, int OC, int64_t ld) {
+STRATA_GLOBAL void k_bias_add(S* out, const compute_t<S>* bias, int64_t N, int OC, int64_t ld,
+                              bool packs) {
+  constexpr int P = kPack<S>;
+  if (packs) {
+    const int runs = OC / P;
+    STRATA_GRID_LOOP(i, N * runs) {
+      const int64_t r = i / runs;
+      const int j = int(i % runs) * P;
+      compute_t<S> o[P], b[P];
+      load_run(o, out + r * ld + j);
+      load_run(b, bias + j);
+      for (int q = 0; q < P; ++q) o[q] += b[q];
+      store_run(out + r * ld + j, o);
+    }
+    return;
+  }
   STRATA_GRID_LOOP(i, N * OC) {
     const int64_t r = i / OC;
     const int j = int(i % OC);
@@ -42,8 +58,11 @@ void bias_add_forward(KernelContext<T>& k, ops::Act<T> out, const T* bias, int64
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_bias_add<S>, blocks_for(N * OC, 256), 256, 0, k.stream(),
-                      out.template as<S>(), bias, N, OC, ld ? ld : OC);
+        constexpr int P = kPack<S>;
+        const int64_t L = ld ? ld : OC;
+        const bool packs = OC % P == 0 && L % P == 0 && packs_aligned(out.template as<S>(), bias);
+        STRATA_LAUNCH(k_bias_add<S>, blocks_for(packs ? N * OC / P : N * OC, 256), 256, 0,
+                      k.stream(), out.template as<S>(), bias, N, OC, L, packs);
       },
       out);
 }

@@ -143,8 +143,9 @@ template <typename S>
 struct alignas(16) Pack {
   S v[kPack<S>];
 };
+// (Host and device: the launchers choose packed kernels with it too.)
 template <typename... P>
-STRATA_DEVICE bool packs_aligned(const P*... p) {
+__host__ __device__ inline bool packs_aligned(const P*... p) {
   return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
 }
 template <typename S>
@@ -155,6 +156,27 @@ template <typename S>
 STRATA_DEVICE void store_pack(S* p, const Pack<S>& v) {
   *reinterpret_cast<Pack<S>*>(p) = v;
 }
+// N consecutive elements of a T array (p 16-byte aligned, N a multiple of
+// T's pack): the fp32 weights beside a pack of bf16 activations, 16 bytes a
+// load, read as the compute type of storage T.
+template <int N, typename T>
+STRATA_DEVICE void load_run(compute_t<T> (&dst)[N], const T* p) {
+  static_assert(N % kPack<T> == 0, "a run is whole packs");
+  for (int q = 0; q < N / kPack<T>; ++q) {
+    const Pack<T> x = load_pack(p + q * kPack<T>);
+    for (int j = 0; j < kPack<T>; ++j) dst[q * kPack<T> + j] = act_load(x.v[j]);
+  }
+}
+template <int N, typename T>
+STRATA_DEVICE void store_run(T* p, const compute_t<T> (&src)[N]) {
+  static_assert(N % kPack<T> == 0, "a run is whole packs");
+  for (int q = 0; q < N / kPack<T>; ++q) {
+    Pack<T> x;
+    for (int j = 0; j < kPack<T>; ++j) x.v[j] = act_store<T>(src[q * kPack<T> + j]);
+    store_pack(p + q * kPack<T>, x);
+  }
+}
+
 // Threads for n elements in packs of S (the launchers' grid).
 template <typename S>
 inline int64_t pack_threads(int64_t n) {

@@ -13,31 +13,81 @@
 namespace strata::cuda {
 inline namespace STRATA_TARGET_NS {
 
+// Both kernels move W consecutive columns a thread: W = kPack<S> (16-byte
+// loads and stores) when the launcher found C whole packs and the arrays
+// aligned (embedding_packs), else 1.
+template <typename S, typename T>
+bool embedding_packs(int C, const void* acts, const T* weights) {
+  return C % kPack<S> == 0 && C % kPack<T> == 0 && packs_aligned(acts, weights);
+}
+
 // out[n] = wte[tokens[n] - v0] (zero when another shard owns the token).
-template <typename S>
-STRATA_GLOBAL void k_embedding(S* out, const int32_t* tokens, const compute_t<S>* wte, int64_t N,
-                               int C, int64_t v0, int V_local) {
+template <typename S, int W>
+STRATA_DEVICE void embedding_rows(S* out, const int32_t* tokens, const compute_t<S>* wte, int64_t N,
+                                  int C, int64_t v0, int V_local) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t row = int64_t(tokens[n]) - v0;
     const bool mine = row >= 0 && row < V_local;
-    for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))
-      out[n * C + c] = act_store<S>(mine ? wte[row * C + c] : compute_t<S>(0));
+    for (int c = int(threadIdx.x) * W; c < C; c += int(blockDim.x) * W) {
+      compute_t<S> v[W] = {};
+      if constexpr (W > 1) {
+        if (mine) load_run(v, wte + row * C + c);
+        store_run(out + n * C + c, v);
+      } else {
+        out[n * C + c] = act_store<S>(mine ? wte[row * C + c] : compute_t<S>(0));
+      }
+    }
   }
 }
+template <typename S>
+STRATA_GLOBAL void k_embedding(S* out, const int32_t* tokens, const compute_t<S>* wte, int64_t N,
+                               int C, int64_t v0, int V_local, bool packs) {
+  if (packs)
+    embedding_rows<S, kPack<S>>(out, tokens, wte, N, C, v0, V_local);
+  else
+    embedding_rows<S, 1>(out, tokens, wte, N, C, v0, V_local);
+}
 
-// dwte[rows[u]] += sum of dout[pos[k]] for k in [start[u], start[u + 1]).
+// dwte[rows[u]] += sum of dout[pos[k]] for k in [start[u], start[u + 1]),
+// added in that order.
+template <typename S, int W>
+STRATA_DEVICE void embedding_grad_rows(compute_t<S>* dwte, const int32_t* rows,
+                                       const int32_t* start, const int32_t* pos, const S* dout,
+                                       int unique, int C) {
+  for (int u = int(blockIdx.x); u < unique; u += int(gridDim.x)) {
+    compute_t<S>* d = dwte + int64_t(rows[u]) * C;
+    for (int c = int(threadIdx.x) * W; c < C; c += int(blockDim.x) * W) {
+      compute_t<S> s[W], x[W];
+      if constexpr (W > 1) {
+        load_run(s, d + c);
+      } else {
+        s[0] = d[c];
+      }
+      for (int k = start[u]; k < start[u + 1]; ++k) {
+        const S* g = dout + int64_t(pos[k]) * C + c;
+        if constexpr (W > 1) {
+          load_run(x, g);
+        } else {
+          x[0] = act_load(*g);
+        }
+        for (int j = 0; j < W; ++j) s[j] += x[j];
+      }
+      if constexpr (W > 1) {
+        store_run(d + c, s);
+      } else {
+        d[c] = s[0];
+      }
+    }
+  }
+}
 template <typename S>
 STRATA_GLOBAL void k_embedding_backward(compute_t<S>* dwte, const int32_t* rows,
                                         const int32_t* start, const int32_t* pos, const S* dout,
-                                        int unique, int C) {
-  for (int u = int(blockIdx.x); u < unique; u += int(gridDim.x)) {
-    compute_t<S>* d = dwte + int64_t(rows[u]) * C;
-    for (int c = int(threadIdx.x); c < C; c += int(blockDim.x)) {
-      compute_t<S> s = d[c];
-      for (int k = start[u]; k < start[u + 1]; ++k) s += act_load(dout[int64_t(pos[k]) * C + c]);
-      d[c] = s;
-    }
-  }
+                                        int unique, int C, bool packs) {
+  if (packs)
+    embedding_grad_rows<S, kPack<S>>(dwte, rows, start, pos, dout, unique, C);
+  else
+    embedding_grad_rows<S, 1>(dwte, rows, start, pos, dout, unique, C);
 }
 
 // ------------------------------------------------------------------ launchers
@@ -53,8 +103,10 @@ void embedding_forward(KernelContext<T>& k, ops::Act<T> out, const int32_t* toke
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_embedding<S>, blocks_for(N, 1, 8192), row_threads(C), 0, k.stream(),
-                      out.template as<S>(), dt, wte, N, C, v0, V_local < 0 ? V : V_local);
+        const bool packs = embedding_packs<S>(C, out.raw(), wte);
+        STRATA_LAUNCH(k_embedding<S>, blocks_for(N, 1, 8192), row_threads(packs ? C / kPack<S> : C),
+                      0, k.stream(), out.template as<S>(), dt, wte, N, C, v0,
+                      V_local < 0 ? V : V_local, packs);
       },
       out);
 }
@@ -90,9 +142,10 @@ void embedding_backward(KernelContext<T>& k, T* dwte, const int32_t* tokens, ops
   ops::with_storage<T>(
       [&](auto s) {
         using S = decltype(s);
-        STRATA_LAUNCH(k_embedding_backward<S>, blocks_for(unique, 1, 8192), row_threads(C), 0,
-                      k.stream(), dwte, d, d + unique, d + 2 * unique + 1,
-                      dout.template as<const S>(), unique, C);
+        const bool packs = embedding_packs<S>(C, dout.raw(), dwte);
+        STRATA_LAUNCH(k_embedding_backward<S>, blocks_for(unique, 1, 8192),
+                      row_threads(packs ? C / kPack<S> : C), 0, k.stream(), dwte, d, d + unique,
+                      d + 2 * unique + 1, dout.template as<const S>(), unique, C, packs);
       },
       dout);
 }

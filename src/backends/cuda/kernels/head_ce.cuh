@@ -4,6 +4,11 @@
 // one for the gradient in place) and two GEMMs for dxn and dwout; with bf16
 // matmuls the head weight is converted once per call (PinnedOperand), not
 // per chunk; the vocabulary-parallel head in phases over the same chunks.
+// The logits chunk is stored as the activations are: in bf16 storage the
+// logits GEMM writes bf16, the softmax reads it and writes the bf16 gradient
+// in place, and the two backward GEMMs read that as it is (half the bytes of
+// the head's largest buffer, and no conversion of it per GEMM); the
+// log-sum-exp, the losses and the softmax arithmetic stay in T.
 // Kernels on top, launchers below.
 #pragma once
 
@@ -22,11 +27,14 @@ inline namespace STRATA_TARGET_NS {
 // (softmax - onehot) * dloss; mode 2: gradient only, from a given lse. Ignored
 // targets get nll 0 and a zero gradient row. With `local` (vocab shards), mode
 // 0 writes the local lse and the owned target logit instead of nll.
-template <typename T>
-STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targets, T* lse, T* nll,
-                             T* target_logit, int mode, T dloss, int64_t v0, int ignore) {
+// L: the logits' storage; T = compute_t<L> everything else.
+template <typename L>
+STRATA_GLOBAL void k_ce_rows(L* logits, int64_t rows, int V, const int32_t* targets,
+                             compute_t<L>* lse, compute_t<L>* nll, compute_t<L>* target_logit,
+                             int mode, compute_t<L> dloss, int64_t v0, int ignore) {
+  using T = compute_t<L>;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    T* l = logits + r * V;
+    L* l = logits + r * V;
     const int32_t y = targets[r];
     const bool valid = y != ignore;
     const int64_t yl = int64_t(y) - v0;
@@ -39,7 +47,7 @@ STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targ
       // its sum scaled to it (online softmax), then the block combines them.
       T m = g_neg_inf<T>(), s = 0;
       for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) {
-        const T x = l[j];
+        const T x = act_load(l[j]);
         if (x > m) {
           s = s * g_exp(m - x) + T(1);
           m = x;
@@ -50,7 +58,7 @@ STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targ
       const T mb = block_max(m);
       s = block_sum(m == g_neg_inf<T>() ? T(0) : s * g_exp(m - mb));
       lr = mb + g_log(s);
-      const T ly = owned ? l[yl] : T(0);
+      const T ly = owned ? T(act_load(l[yl])) : T(0);
       __syncthreads();  // every thread has read l[yl] before the gradient overwrites it
       if (threadIdx.x == 0) {
         lse[r] = lr;
@@ -60,9 +68,9 @@ STRATA_GLOBAL void k_ce_rows(T* logits, int64_t rows, int V, const int32_t* targ
       if (mode == 0) continue;
     }
     for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) {
-      T g = valid ? g_exp(l[j] - lr) * dloss : T(0);
+      T g = valid ? g_exp(T(act_load(l[j])) - lr) * dloss : T(0);
       if (owned && j == yl) g -= dloss;
-      l[j] = g;
+      l[j] = act_store<L>(g);
     }
   }
 }
@@ -77,6 +85,26 @@ STRATA_GLOBAL void k_ce_nll(T* nll, const T* lse, const T* target_logit, const i
 }
 
 // ------------------------------------------------------------------ launchers
+
+// A logits chunk of `elements` in storage st (scratch kLogits).
+template <typename T>
+ops::Act<T> logits_chunk(KernelContext<T>& k, int64_t elements, ops::Dtype st) {
+  return ops::Act<T>(k.scratch(kLogits, size_t(elements) * ops::dtype_size(st)), st);
+}
+
+// k_ce_rows over `rows` rows of a chunk, in the chunk's storage.
+template <typename T>
+void ce_rows(KernelContext<T>& k, ops::Act<T> logits, int64_t rows, int V, const int32_t* targets,
+             T* lse, T* nll, T* target_logit, int mode, double dloss, int64_t v0) {
+  ops::with_storage<T>(
+      [&](auto s) {
+        using L = decltype(s);
+        STRATA_LAUNCH(k_ce_rows<L>, blocks_for(rows, 1, 8192), 256, 0, k.stream(),
+                      logits.template as<L>(), rows, V, targets, lse, nll, target_logit, mode,
+                      T(dloss), v0, int(ops::kIgnoreIndex));
+      },
+      logits);
+}
 
 enum class HeadMode { Forward, Backward, ForwardBackward };
 
@@ -105,10 +133,10 @@ double head_ce(KernelContext<T>& k, HeadMode mode, ops::Act<T> dx, T* dwn, T* dw
     return 0.0;
   }
   const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
-  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const ops::Dtype st = x.dtype();
+  const ops::Act<T> logits = logits_chunk(k, R * V, st);
   const PinnedOperand<T> pin(k.gemm(), wout);  // bf16: wout converted once, not per chunk
   const bool grad = mode != HeadMode::Forward;
-  const ops::Dtype st = x.dtype();
   const ops::Act<T> dxn =
       grad && (dx || dwn) ? ops::Act<T>(k.scratch(kDxn, size_t(N) * C * ops::dtype_size(st)), st)
                           : ops::Act<T>();
@@ -121,10 +149,9 @@ double head_ce(KernelContext<T>& k, HeadMode mode, ops::Act<T> dx, T* dwn, T* dw
     const int64_t rows = std::min(R, N - r0);
     const ops::ActIn<T> xr = xn + r0 * C;
     k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
-    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
-                  dt + r0, lse_buf + r0,
-                  mode == HeadMode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
-                  static_cast<T*>(nullptr), m, T(dloss), int64_t(0), int(ops::kIgnoreIndex));
+    ce_rows(k, logits, rows, V, dt + r0, lse_buf + r0,
+            mode == HeadMode::Backward ? static_cast<T*>(nullptr) : nll_buf + r0,
+            static_cast<T*>(nullptr), m, dloss, 0);
     if (!grad) continue;
     if (dxn)
       k.gemm().gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
@@ -173,16 +200,15 @@ void head_ce_shard_stats(KernelContext<T>& k, ops::Act<T> xn, T* rstd, T* lse, T
                          int64_t N, int C, int V, int64_t v0, double eps) {
   if (N == 0) return;
   const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
-  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const ops::Act<T> logits = logits_chunk(k, R * V, x.dtype());
   const PinnedOperand<T> pin(k.gemm(), wout);
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
   rmsnorm_forward<T>(k, xn, rstd, x, wn, N, C, eps);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
     k.gemm().gemm(false, true, rows, V, C, T(1), xn + r0 * C, C, wout, C, T(0), logits, V);
-    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
-                  dt + r0, lse + r0, static_cast<T*>(nullptr), target_logit + r0, 0, T(0), v0,
-                  int(ops::kIgnoreIndex));
+    ce_rows(k, logits, rows, V, dt + r0, lse + r0, static_cast<T*>(nullptr), target_logit + r0, 0,
+            0.0, v0);
   }
 }
 
@@ -209,16 +235,15 @@ void head_ce_shard_backward(KernelContext<T>& k, ops::Act<T> dxn, T* dwout, ops:
                             int V, int64_t v0, double dloss) {
   if (N == 0) return;
   const int64_t R = head_chunk_rows(N, V, k.head_chunk_rows());
-  T* logits = static_cast<T*>(k.scratch(kLogits, size_t(R) * V * sizeof(T)));
+  const ops::Act<T> logits = logits_chunk(k, R * V, xn.dtype());
   const PinnedOperand<T> pin(k.gemm(), wout);
   const int32_t* dt = k.upload_ints(kTargets, targets, N);
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t rows = std::min(R, N - r0);
     const ops::ActIn<T> xr = xn + r0 * C;
     k.gemm().gemm(false, true, rows, V, C, T(1), xr, C, wout, C, T(0), logits, V);
-    STRATA_LAUNCH(k_ce_rows<T>, blocks_for(rows, 1, 8192), 256, 0, k.stream(), logits, rows, V,
-                  dt + r0, const_cast<T*>(lse) + r0, static_cast<T*>(nullptr),
-                  static_cast<T*>(nullptr), 2, T(dloss), v0, int(ops::kIgnoreIndex));
+    ce_rows(k, logits, rows, V, dt + r0, const_cast<T*>(lse) + r0, static_cast<T*>(nullptr),
+            static_cast<T*>(nullptr), 2, dloss, v0);
     if (dxn)
       k.gemm().gemm(false, false, rows, C, V, T(1), logits, V, wout, C, T(0), dxn + r0 * C, C);
     if (dwout) k.gemm().gemm(true, false, V, C, rows, T(1), logits, V, xr, C, T(1), dwout, C);
