@@ -724,7 +724,8 @@ TEST(BackendParity, Bf16HeadConvertsItsWeightOncePerCall) {
   expect_close(grads[1], grads[0], 1e-5, "head gradients, 4 chunks vs 1");
 }
 
-// Generation freezes the weights (Backend::freeze_weights): the GEMM engine
+// Generation freezes the weights (Backend::freeze_weights), a training step
+// holds them (hold_weights): the GEMM engine
 // then converts a weight to bf16 once and reads that copy on every later
 // call (a decode step would otherwise convert every weight for every token),
 // with the same results; the activations are still converted every call, and
@@ -763,6 +764,19 @@ TEST(BackendParity, FrozenWeightsAreConvertedToBf16Once) {
   Host negated = plain_a;
   for (double& e : negated) e = -e;
   EXPECT_EQ(run(xa), negated) << "thawed: the changed weight is converted again";
+  // A training step's hold (Backend::hold_weights): operands inside the held
+  // range keep a copy; one reaching past it is converted every time.
+  simt->hold_weights(w, OC * IC);
+  before = engine.bf16_conversions();
+  EXPECT_EQ(run(xa), negated);
+  run(xb);
+  EXPECT_EQ(engine.bf16_conversions() - before, 3u) << "the weight once, x twice";
+  simt->hold_weights(w, OC * IC - 1);
+  before = engine.bf16_conversions();
+  run(xa);
+  run(xb);
+  EXPECT_EQ(engine.bf16_conversions() - before, 4u) << "a weight past the held range";
+  simt->hold_weights(nullptr, 0);
 }
 
 // The fused classifier in bf16 storage keeps its logits chunk in bf16 (the

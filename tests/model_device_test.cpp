@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cuda/device_pool.h"
+#include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/simt/simt.h"
 #include "every_plan_kind.h"
 #include "infer/generate.h"
@@ -423,6 +424,43 @@ INSTANTIATE_TEST_SUITE_P(Kinds, FlashAttentionStepOnSimt,
                          ::testing::ValuesIn(testing::every_plan_kind_cstr()), plan_name);
 INSTANTIATE_TEST_SUITE_P(Kinds, FlashAttentionStepOnCuda,
                          ::testing::ValuesIn(testing::every_plan_kind_cstr()), plan_name);
+
+// A training step holds the weights (ops::HeldWeights, train/step.cpp): the
+// GEMM engine converts each weight to bf16 once for all its micro-batches
+// (forward, input gradients and the head's chunks), with bitwise the same
+// gradients. Counted on simt: with the weights held, each further
+// micro-batch converts only its activations, fewer than without.
+TEST(ModelOnSimt, HeldWeightsAreConvertedOncePerStepWithTheSameGradients) {
+  const LlamaConfig c = tiny(3, false, 2, false);
+  Model<float> m(c, LayerPlan::parse("standard,ladder*2", 3), ops::make_backend<float>("simt"));
+  m.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
+  m.init_weights(7);
+  auto& kb = dynamic_cast<cuda::KernelBackend<float>&>(m.backend());
+  const int B = 2, T = 8;
+  // Conversions of a step of `micro` micro-batches, and its gradients.
+  auto step = [&](bool hold, int micro, std::vector<float>* grads) {
+    m.zero_grad();
+    const uint64_t before = kb.gemm_engine().bf16_conversions();
+    {
+      const ops::HeldWeights<float> held(m.backend(), hold ? m.params() : nullptr, m.num_params());
+      for (int i = 0; i < micro; ++i) {
+        const auto tokens = testing::random_tokens(B * T, c.vocab_size, 30 + i);
+        const auto targets = testing::random_tokens(B * T, c.vocab_size, 50 + i);
+        m.forward_backward(tokens.data(), targets.data(), B, T, 1.0 / (B * T * micro));
+      }
+    }
+    if (grads) *grads = host_params(m, true);
+    return kb.gemm_engine().bf16_conversions() - before;
+  };
+  std::vector<float> plain, held;
+  const uint64_t plain2 = step(false, 2, &plain), held2 = step(true, 2, &held);
+  EXPECT_EQ(held, plain) << "gradients with the weights held";
+  const uint64_t plain1 = step(false, 1, nullptr), held1 = step(true, 1, nullptr);
+  const uint64_t held3 = step(true, 3, nullptr);
+  EXPECT_LT(held2 - held1, plain2 - plain1) << "a held step converts its weights once";
+  EXPECT_EQ(held3 - held2, held2 - held1) << "each further micro-batch: its activations only";
+  EXPECT_LT(held1, plain1) << "the forward and input-gradient GEMMs share a weight's copy";
+}
 
 // Greedy and self-speculative decoding on `device` equal the CPU's token for
 // token, with matmuls in precision p on both.

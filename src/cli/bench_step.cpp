@@ -188,6 +188,7 @@ void print_step_result(const StepBench& o, const Model<float>& model, Recompute 
   use.batch = o.bm.B, use.seq = o.bm.T;
   use.recompute = mode;
   use.bf16_activations = o.bf16_acts;
+  use.bf16_weight_copies = o.bf16 && ops::resolve_device(o.device) != "cpu";
   use.runtime_bytes = runtime_rss;
   const MemoryEstimate est = estimate_memory(o.cfg, o.plan, use);
   const double est_mib = double(est.total()) / (1 << 20);
@@ -234,7 +235,10 @@ int bench_step(int argc, char** argv, int first, bool train) {
   print_step_setup(o, model, mode);
   auto step = [&] {
     model.zero_grad();
-    model.forward_backward(tokens.data(), targets.data(), o.bm.B, o.bm.T, 1.0 / double(N));
+    {  // (as a training step: each weight converted once, train/step.cpp)
+      const ops::HeldWeights<float> held(model.backend(), model.params(), model.num_params());
+      model.forward_backward(tokens.data(), targets.data(), o.bm.B, o.bm.T, 1.0 / double(N));
+    }
     if (opt) opt->step(model.params(), model.grads(), 1e-5);
     model.backend().synchronize();
   };

@@ -103,16 +103,13 @@ MemoryPlan generate_memory(const Args& args) {
   memory.use = [&args](const CheckpointInfo& info) {
     MemoryUse u;
     const int ctx = info.config.max_position_embeddings;
-    if (args.has("no-cache")) {  // the whole model over the whole sequence, per token
+    u.bf16_weight_copies = args.has("bf16");  // generation's frozen weights: 2 bytes a parameter
+    if (args.has("no-cache")) {               // the whole model over the whole sequence, per token
       u.batch = 1, u.seq = ctx, u.logits_rows = ctx;
       return u;
     }
     const int prompts = args.get("prompts").empty() ? 1 : prompt_count(args.get("prompts"));
     u.kv_batch = prompts, u.kv_len = ctx, u.logits_rows = prompts;
-    if (args.has("bf16")) {  // the decode weights' bf16 copies: 2 bytes per parameter
-      u.other_bytes = info.config.num_parameters() * 2;
-      u.other_name = "bf16 weight copies";
-    }
     return u;
   };
   return memory;

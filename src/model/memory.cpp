@@ -197,6 +197,9 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     if (u.optimizer_share > 0)
       e.parts.push_back({"AdamW moments", bytes(2 * P * u.optimizer_share * f)});
   }
+  // The GEMM engines' bf16 copies of the weights, kept for a training step
+  // or a generation (GemmEngine::hold, freeze): two bytes an element.
+  if (u.bf16_weight_copies && u.zero != 3) e.parts.push_back({"bf16 weight copies", bytes(P * 2)});
   if (u.gradients && u.dp > 1) {
     // The data-parallel collectives in flight keep a temporary copy of their
     // message in the library (Open MPI's nonblocking all-reduce and
@@ -311,7 +314,7 @@ constexpr double kZeroCost[4] = {1.0, 1.02, 1.03, 1.10};
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPlan& plan, int world,
                                        int seq, int64_t global_batch, int max_micro_batch,
                                        int64_t device_bytes, double trained_share,
-                                       bool bf16_activations) {
+                                       bool bf16_activations, bool bf16_weight_copies) {
   LlamaConfig c = cfg_in;
   c.finalize();
   std::vector<LayoutOption> out;
@@ -343,6 +346,7 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
           u.batch = int(m), u.seq = seq;
           u.recompute = rc;
           u.bf16_activations = bf16_activations;
+          u.bf16_weight_copies = bf16_weight_copies;
           o.memory = estimate_memory(c, plan, u);
           o.fits = o.memory.total() <= device_bytes;
           o.cost = (rc == Recompute::Full        ? 1.25

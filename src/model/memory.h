@@ -50,6 +50,9 @@ struct MemoryUse {
   int batch = 0, seq = 0;
   Recompute recompute = Recompute::None;  // the activation arena under training.recompute
   bool bf16_activations = false;          // its storage (training.activations)
+  // The kernel backends' bf16 copies of the weights (bf16 matmuls on cuda or
+  // simt: GemmEngine::hold, freeze; none under ZeRO-3).
+  bool bf16_weight_copies = false;
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)
@@ -110,11 +113,13 @@ struct LayoutOption {
 };
 // `trained_share`: the fraction of the weights that train (training.freeze),
 // which have AdamW moments under ZeRO 0 and 1; `bf16_activations`: the
-// activations' storage (training.activations).
+// activations' storage (training.activations); `bf16_weight_copies`: the
+// kernel backends' bf16 copies of the weights (MemoryUse).
 std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg, const LayerPlan& plan, int world,
                                        int seq, int64_t global_batch, int max_micro_batch,
                                        int64_t device_bytes, double trained_share = 1.0,
-                                       bool bf16_activations = false);
+                                       bool bf16_activations = false,
+                                       bool bf16_weight_copies = false);
 
 // Refuses, in one line, work whose estimate times `processes` (processes on
 // this machine sharing `limit`) exceeds it: "<what> needs about X per process

@@ -85,6 +85,15 @@ class Backend {
   // copy of each weight instead of converting it on every call). Both calls
   // drop any such copies.
   virtual void freeze_weights(bool frozen) { (void)frozen; }
+  // The same for a training step: the weights in [base, base + n) do not
+  // change until hold_weights(nullptr, 0) (the optimizer runs after), so a
+  // backend may keep converted copies of operands it reads from that range
+  // (the kernel backends' GEMM engines convert each weight to bf16 once per
+  // step instead of in every GEMM that reads it). Each call drops any copies.
+  virtual void hold_weights(const T* base, int64_t n) {
+    (void)base;
+    (void)n;
+  }
   // Which attention kernels run (AttentionImpl). Throws strata::Error where
   // this backend cannot run them: cuDNN's on device cuda only, in a build
   // with cuDNN (the kernel backends override this).
@@ -158,6 +167,25 @@ struct AcceleratorPeak {
   std::string what;  // "NVIDIA H100 80GB HBM3 (known chip: H100 SXM5 datasheet)"
 };
 AcceleratorPeak accelerator_peak(const std::string& device);
+
+// Holds a backend's weights for a scope (Backend::hold_weights); a null base
+// holds nothing.
+template <typename T>
+class HeldWeights {
+ public:
+  HeldWeights(Backend<T>& be, const T* base, int64_t n) : be_(be), held_(base != nullptr) {
+    if (held_) be_.hold_weights(base, n);
+  }
+  ~HeldWeights() {
+    if (held_) be_.hold_weights(nullptr, 0);
+  }
+  HeldWeights(const HeldWeights&) = delete;
+  HeldWeights& operator=(const HeldWeights&) = delete;
+
+ private:
+  Backend<T>& be_;
+  bool held_;
+};
 
 // RAII allocation in a backend's memory space.
 template <typename T>

@@ -41,7 +41,8 @@ std::string train_dry_run(const Recipe& recipe, int64_t device_bytes, int world,
   const auto layouts = plan_layouts(
       run.planned_cfg, run.planned_plan, world, config.training.seq_len, global,
       std::max(config.training.micro_batch, 16), device_bytes, run.trained_share,
-      bf16_activations(config.training, run.device, config.training.precision != "fp32"));
+      bf16_activations(config.training, run.device, config.training.precision != "fp32"),
+      bf16_weight_copies(config.training, run.device));
   int fit = 0;
   for (const LayoutOption& o : layouts) fit += o.fits;
   auto flags = [](const LayoutOption& o) {

@@ -154,6 +154,7 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   u.recompute = c.training.recompute;
   // (Before the backend exists: precision auto counts as bf16 on cuda.)
   u.bf16_activations = bf16_activations(c.training, run.device, c.training.precision != "fp32");
+  u.bf16_weight_copies = bf16_weight_copies(c.training, run.device);
   // Without freeze patterns every tensor trains and this is the estimate;
   // with them, the weights alone first, so an absurd model is refused before
   // its layout is built to count the trainable share.

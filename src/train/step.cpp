@@ -191,6 +191,12 @@ StepResult StepRunner::run_step(double lr) {
   // The step's exit weights (the same for all its micro-batches).
   const std::vector<double> exit_weight =
       ls.enabled() ? layerskip_exit_weights(ls, L, run.step, t.steps) : std::vector<double>();
+  // The weights stay as they are until the optimizer step: the backend may
+  // convert each once for all the micro-batches (not under ZeRO-3, whose
+  // weights pass through reused buffers).
+  const bool resident = !run.zero_store || run.zero() == 2;
+  const ops::HeldWeights<float> held(run.model->backend(), resident ? run.model->params() : nullptr,
+                                     run.model->num_params());
   for (size_t i = 0; i < micro_.size(); ++i) {
     dp_->before_micro_batch(i, micro_.size());
     const Batch& b = micro_[i];

@@ -302,4 +302,9 @@ bool bf16_activations(const TrainingSection& t, const std::string& device, bool 
   return t.activations == "bf16";
 }
 
+bool bf16_weight_copies(const TrainingSection& t, const std::string& device) {
+  if (device == "cuda") return t.precision != "fp32";
+  return device == "simt" && t.precision == "bf16";
+}
+
 }  // namespace strata

@@ -71,6 +71,10 @@ struct TrainingSection {
 // the CPU performance work measures bf16 storage there. `bf16_matmuls`:
 // before the backend exists, precision auto counts as bf16.
 bool bf16_activations(const TrainingSection& t, const std::string& device, bool bf16_matmuls);
+// Whether a run's GEMM engines keep bf16 copies of the weights (MemoryUse):
+// bf16 matmuls on a kernel backend (precision auto counts as bf16 on cuda,
+// before the backend exists, as for the activations).
+bool bf16_weight_copies(const TrainingSection& t, const std::string& device);
 
 struct ParallelSection {
   int tp = 1;

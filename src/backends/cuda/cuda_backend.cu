@@ -79,10 +79,8 @@ class LtGemm final : public GemmEngine<T> {
     const void* a = A.raw();
     const void* b = B.raw();
     if constexpr (std::is_same_v<T, float>) {
-      if (bf16 && !A.is_bf16()) a = to_bf16(0, A, (ta ? K : M), (ta ? M : K), lda);
-      if (bf16 && !B.is_bf16())
-        b = this->frozen_ ? frozen_bf16(B, (tb ? N : K), (tb ? K : N), ldb)
-                          : to_bf16(1, B, (tb ? N : K), (tb ? K : N), ldb);
+      if (bf16 && !A.is_bf16()) a = operand(0, A, (ta ? K : M), (ta ? M : K), lda);
+      if (bf16 && !B.is_bf16()) b = operand(1, B, (tb ? N : K), (tb ? K : N), ldb);
     }
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's
     // first operand is B, its second A.
@@ -229,8 +227,15 @@ class LtGemm final : public GemmEngine<T> {
     return bf16_[slot];
   }
 
-  // A frozen weight's bf16 copy (GemmEngine::freeze), made on first use in
-  // a block of its own (the backend's stream orders its use after the copy).
+  // Operand `slot` (0: A, 1: B) as bf16: a kept copy for frozen or held
+  // weights (GemmEngine::freeze, hold), else converted into the slot's buffer.
+  const void* operand(int slot, const T* src, int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t n = (rows - 1) * ld + cols;
+    return this->keeps_copy(src, n, slot == 1) ? frozen_bf16(src, rows, cols, ld)
+                                               : to_bf16(slot, src, rows, cols, ld);
+  }
+  // A frozen or held weight's bf16 copy, made on first use in a block of its
+  // own (the backend's stream orders its use after the copy).
   const void* frozen_bf16(const T* src, int64_t rows, int64_t cols, int64_t ld) {
     void*& copy = frozen_copies_[{src, rows, cols, ld}];
     if (!copy) {

@@ -99,8 +99,23 @@ class GemmEngine {
     release_frozen();
   }
   bool frozen() const { return frozen_; }
+  // A training step (ops::Backend::hold_weights): the operands, A or B, that
+  // lie inside [base, base + n) (the weight arena) are kept converted the
+  // same way until the next call (n = 0: none), so each weight is converted
+  // once per step, not in each of its forward, input-gradient and
+  // recomputation GEMMs of every micro-batch.
+  void hold(const T* base, int64_t n) {
+    held_lo_ = n > 0 ? base : nullptr;
+    held_hi_ = n > 0 ? base + n : nullptr;
+    release_frozen();
+  }
 
  protected:
+  // Whether the operand src (n elements, B or not) has a kept copy.
+  bool keeps_copy(const T* src, int64_t n, bool is_b) const {
+    if (frozen_ && is_b) return true;
+    return held_lo_ && src >= held_lo_ && src + n <= held_hi_;
+  }
   // Frees the frozen copies (an engine keeps them as it keeps its buffers).
   virtual void release_frozen() = 0;
   // Key of a frozen copy: the operand as the GEMM reads it.
@@ -108,6 +123,7 @@ class GemmEngine {
   // Counts a conversion made for a frozen copy (the copy is made once).
   void note_conversion() { ++conversions_; }
   bool frozen_ = false;
+  const T *held_lo_ = nullptr, *held_hi_ = nullptr;
   void note_fallback() { ++fallbacks_; }
   // Before an engine converts operand src (n elements from src) into its
   // staging slot: true when src is the pinned operand and slot kPinnedSlot

@@ -118,6 +118,8 @@ class KernelBackend final : public ops::Backend<T> {
   void set_matmul_precision(ops::MatmulPrecision p) override { gemm_->set_precision(p); }
   // Generation: bf16 GEMMs keep each weight converted once (GemmEngine::freeze).
   void freeze_weights(bool frozen) override { gemm_->freeze(frozen); }
+  // A training step: each weight converted once (GemmEngine::hold).
+  void hold_weights(const T* base, int64_t n) override { gemm_->hold(base, n); }
   bool native_bf16() const override { return gemm_->native_bf16(); }
   std::string matmul_path(ops::MatmulPrecision p) const override { return gemm_->path(p); }
   void set_attention(ops::AttentionImpl a) override { ctx_.set_attention(a); }

@@ -78,10 +78,8 @@ class CpuGemm final : public GemmEngine<T> {
     if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
     if constexpr (std::is_same_v<T, float>) {
       if (precision_ == ops::MatmulPrecision::BF16) {
-        if (!exact.a) A = rounded(0, A, ta ? K : M, ta ? M : K, lda);
-        if (!exact.b)
-          B = this->frozen_ ? frozen_rounded(B, tb ? N : K, tb ? K : N, ldb)
-                            : rounded(1, B, tb ? N : K, tb ? K : N, ldb);
+        if (!exact.a) A = operand(0, A, ta ? K : M, ta ? M : K, lda);
+        if (!exact.b) B = operand(1, B, tb ? N : K, tb ? K : N, ldb);
       }
     }
     {
@@ -99,7 +97,14 @@ class CpuGemm final : public GemmEngine<T> {
       STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, buf.data(), src, n);
     return buf.data();
   }
-  // A frozen weight's bf16 copy (GemmEngine::freeze), made on first use.
+  // Operand `slot` (0: A, 1: B) rounded to bf16: a kept copy for frozen or
+  // held weights (GemmEngine::freeze, hold), else into the slot's buffer.
+  const float* operand(int slot, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
+    return this->keeps_copy(src, n, slot == 1) ? frozen_rounded(src, rows, cols, ld)
+                                               : rounded(slot, src, rows, cols, ld);
+  }
+  // A frozen or held weight's bf16 copy, made on first use.
   const float* frozen_rounded(const float* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
     std::vector<float>& copy = frozen_copies_[{src, rows, cols, ld}];
