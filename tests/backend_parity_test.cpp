@@ -779,6 +779,32 @@ TEST(BackendParity, FrozenWeightsAreConvertedToBf16Once) {
   simt->hold_weights(nullptr, 0);
 }
 
+// Under the SIMT executor's strict mode an op given host memory for a buffer
+// (which the executor could read, but a GPU could not) stops in one line
+// naming the op; device buffers, and host token ids, pass.
+TEST(BackendParity, StrictSimtRefusesHostBuffersGivenToOps) {
+  const bool was = simt::strict();
+  simt::set_strict(true);
+  {
+    auto be = ops::make_backend<float>("simt");
+    ops::DeviceBuffer<float> a(be.get(), 64), b(be.get(), 64), out(be.get(), 64);
+    std::vector<float> host(64);
+    be->residual_forward(out.data(), a.data(), b.data(), 64);  // all device: fine
+    try {
+      be->residual_forward(host.data(), a.data(), b.data(), 64);
+      ADD_FAILURE() << "a host output was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("op residual_forward was given"), std::string::npos)
+          << e.what();
+    }
+    const int32_t tokens[2] = {1, 2};  // host by contract
+    ops::DeviceBuffer<float> wte(be.get(), 4 * 8), x(be.get(), 2 * 8);
+    be->embedding_forward(x.data(), tokens, wte.data(), 2, 8, 4);
+    be->synchronize();
+  }
+  simt::set_strict(was);
+}
+
 // The fused classifier in bf16 storage keeps its logits chunk in bf16 (the
 // GEMM writes bf16, the softmax reads it and writes the bf16 gradient, the
 // backward GEMMs read that as it is): on simt the head converts only its

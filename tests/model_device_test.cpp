@@ -468,7 +468,11 @@ void greedy_generation_matches_the_cpu(const std::string& device, ops::MatmulPre
   const LlamaConfig c = tiny(2, true, 2, false);
   Model<float> cpu(c, ops::make_backend<float>("cpu"));
   Model<float> dev(c, ops::make_backend<float>(device));
-  cpu.backend().set_matmul_precision(p);  // (process-wide on the CPU: restored below)
+  struct Restore {  // the CPU's precision is process-wide: fp32 again on any exit
+    Model<float>& m;
+    ~Restore() { m.backend().set_matmul_precision(ops::MatmulPrecision::FP32); }
+  } restore{cpu};
+  cpu.backend().set_matmul_precision(p);
   dev.backend().set_matmul_precision(p);
   cpu.init_weights(11);
   dev.init_weights(11);
@@ -484,7 +488,6 @@ void greedy_generation_matches_the_cpu(const std::string& device, ops::MatmulPre
   o.exit_layer = 1;
   o.speculations = 3;
   EXPECT_EQ(generate(dev, prompt, o), a);
-  cpu.backend().set_matmul_precision(ops::MatmulPrecision::FP32);
 }
 
 STRATA_ON_EACH_DEVICE(GreedyGenerationEqualsTheCpuBackend) {

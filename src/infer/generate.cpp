@@ -20,12 +20,14 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
   std::vector<int32_t> seq(prompt.end() - std::min<ptrdiff_t>(ptrdiff_t(prompt.size()), window - 1),
                            prompt.end());
   std::vector<int32_t> out;
-  std::vector<float> logits;
+  std::vector<float> logits(static_cast<size_t>(V));
+  ops::DeviceBuffer<float> dev;  // the logits in backend memory
   for (int i = 0; i < o.max_new_tokens && int(seq.size()) <= window; ++i) {
     const int T = int(seq.size());
-    logits.resize(size_t(T) * V);
-    model.forward_logits(seq.data(), 1, T, logits.data());
-    const int32_t next = sample_token(logits.data() + size_t(T - 1) * V, V, o.sampling, seq.size());
+    if (dev.size() < size_t(T) * V) dev = ops::DeviceBuffer<float>(&model.backend(), size_t(T) * V);
+    model.forward_logits(seq.data(), 1, T, dev.data());
+    model.backend().to_host(logits.data(), dev.data() + size_t(T - 1) * V, V);
+    const int32_t next = sample_token(logits.data(), V, o.sampling, seq.size());
     seq.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
@@ -53,6 +55,34 @@ class FrozenWeights {
 
  private:
   ops::Backend<float>& be_;
+};
+
+// Generation's buffers: the residual-stream rows the engine works on live in
+// backend memory (device memory on a GPU), and the logits are computed there
+// and read back for sampling.
+class Rows {
+ public:
+  Rows(KvEngine& eng, ops::Backend<float>& be, int C, int V) : eng_(eng), be_(be), C_(C), V_(V) {}
+  // Room for n rows of the stream (contents kept only when no larger).
+  float* stream(ops::DeviceBuffer<float>& b, int n) {
+    if (b.size() < size_t(n) * C_) b = ops::DeviceBuffer<float>(&be_, size_t(n) * C_);
+    return b.data();
+  }
+  // The logits of n rows of x, on the host.
+  const float* logits(const float* x, int n) {
+    if (dev_.size() < size_t(n) * V_) dev_ = ops::DeviceBuffer<float>(&be_, size_t(n) * V_);
+    host_.resize(size_t(n) * V_);
+    eng_.logits(x, n, dev_.data());
+    be_.to_host(host_.data(), dev_.data(), int64_t(n) * V_);
+    return host_.data();
+  }
+
+ private:
+  KvEngine& eng_;
+  ops::Backend<float>& be_;
+  int C_, V_;
+  ops::DeviceBuffer<float> dev_;
+  std::vector<float> host_;
 };
 
 }  // namespace
@@ -83,8 +113,10 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
                            prompt_in.end());
   st.prompt_tokens = int(seq.size());
   KvEngine eng(model, ctx, L);
+  Rows rows(eng, model.backend(), C, V);
   std::vector<int32_t> out;
-  std::vector<float> x, logits(static_cast<size_t>(V));
+  ops::DeviceBuffer<float> xb;
+  const float* logits = nullptr;
   Timer timer;
   auto emit = [&](int32_t t) {
     seq.push_back(t);
@@ -97,22 +129,26 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
 
   // Prefill: every prompt token through every layer, logits of the last position.
   const int n0 = int(seq.size());
-  x.resize(size_t(n0) * C);
-  eng.embed(seq.data(), n0, x.data());
-  eng.run_layers(x.data(), n0, 0, L);
-  eng.logits(x.data() + size_t(n0 - 1) * C, 1, logits.data());
+  float* x = rows.stream(xb, n0);
+  eng.embed(seq.data(), n0, x);
+  eng.run_layers(x, n0, 0, L);
+  logits = rows.logits(x + size_t(n0 - 1) * C, 1);
   st.prefill_s = timer.seconds();
   timer.reset();
-  bool done = emit(sample_token(logits.data(), V, o.sampling, seq.size()));
+  bool done = emit(sample_token(logits, V, o.sampling, seq.size()));
 
   {
     // Invariant at the start of a round: every layer caches all committed
     // tokens but the last, which no layer has seen yet.
     const int d_max = o.speculations;
-    std::vector<float> hidden;  // exit-layer states of this round's tokens (the KVQ cache)
-    std::vector<float> mids;    // and the streams inside layer E - 1 (a ladder layer E reads them)
+    ops::DeviceBuffer<float> hb;  // exit-layer states of this round's tokens (the KVQ cache)
+    ops::DeviceBuffer<float>
+        mb;  // and the streams inside layer E - 1 (a ladder layer E reads them)
+    float* hidden = rows.stream(hb, d_max + 1);
+    float* mids = rows.stream(mb, d_max + 1);
+    x = rows.stream(xb, 1);
     std::vector<int32_t> drafts;
-    std::vector<float> full_logits;
+    const float* full_logits = nullptr;
     const bool sampled = o.sampling.temperature > 0;
     std::vector<std::vector<double>> q(static_cast<size_t>(d_max));  // draft distributions
     // Random numbers keyed by (position of the token decided, use).
@@ -130,22 +166,20 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
       // Draft d tokens greedily with layers [0, E), keeping each processed
       // token's state at the exit layer.
       drafts.clear();
-      hidden.assign(size_t(d + 1) * C, 0.f);
-      mids.assign(size_t(d + 1) * C, 0.f);
       int32_t cur = seq.back();
       Timer phase;
       for (int i = 0; i <= d; ++i) {
-        float* h = hidden.data() + size_t(i) * C;
+        float* h = hidden + size_t(i) * C;
         eng.embed(&cur, 1, h);
-        eng.run_layers(h, 1, 0, E, 0, mids.data() + size_t(i) * C);
+        eng.run_layers(h, 1, 0, E, 0, mids + size_t(i) * C);
         if (i == d) break;  // the last draft only needs its exit state
-        x.assign(h, h + C);
-        eng.logits(x.data(), 1, logits.data());
+        model.backend().copy(x, h, C);
+        logits = rows.logits(x, 1);
         if (sampled) {  // draft from q, the early exit's (filtered) distribution
-          q[size_t(i)] = token_distribution(logits.data(), V, o.sampling);
+          q[size_t(i)] = token_distribution(logits, V, o.sampling);
           cur = sample_from(q[size_t(i)], rng.uniform(draw(n + i, 0)));
         } else {
-          cur = argmax(logits.data(), V);
+          cur = argmax(logits, V);
         }
         drafts.push_back(cur);
       }
@@ -153,17 +187,16 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
       phase.reset();
       // Verify: the upper layers over the d + 1 exit states in one pass give
       // the full model's prediction after the last token and after each draft.
-      eng.run_layers(hidden.data(), d + 1, E, L, 0, mids.data());
-      full_logits.resize(size_t(d + 1) * V);
-      eng.logits(hidden.data(), d + 1, full_logits.data());
+      eng.run_layers(hidden, d + 1, E, L, 0, mids);
+      full_logits = rows.logits(hidden, d + 1);
       st.verify_s += phase.seconds();
       ++st.rounds;
       st.drafted += d;
       int k = 0;
       int32_t next = 0;
       if (!sampled) {
-        while (k < d && argmax(full_logits.data() + size_t(k) * V, V) == drafts[size_t(k)]) ++k;
-        next = argmax(full_logits.data() + size_t(k) * V, V);
+        while (k < d && argmax(full_logits + size_t(k) * V, V) == drafts[size_t(k)]) ++k;
+        next = argmax(full_logits + size_t(k) * V, V);
       } else {
         // Rejection rule (speculative sampling): accept draft x with
         // probability min(1, p(x) / q(x)); at the first rejection draw from
@@ -171,7 +204,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
         // result is distributed as sampling from the full model.
         bool rejected = false;
         for (; k < d; ++k) {
-          const auto p = token_distribution(full_logits.data() + size_t(k) * V, V, o.sampling);
+          const auto p = token_distribution(full_logits + size_t(k) * V, V, o.sampling);
           const int32_t t = drafts[size_t(k)];
           const double ratio =
               q[size_t(k)][size_t(t)] > 0 ? p[size_t(t)] / q[size_t(k)][size_t(t)] : 1.0;
@@ -186,7 +219,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
           break;
         }
         if (!rejected)
-          next = sample_from(token_distribution(full_logits.data() + size_t(d) * V, V, o.sampling),
+          next = sample_from(token_distribution(full_logits + size_t(d) * V, V, o.sampling),
                              rng.uniform(draw(n + d, 3)));
       }
       st.accepted += k;
@@ -258,9 +291,10 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
   const int E = o.exit_layer > 0 ? o.exit_layer : L;
   model.plan().check_exit(E, "exit layer");
   KvEngine eng(model, ctx, E, B);
+  Rows stage(eng, model.backend(), C, V);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
   std::vector<bool> done(static_cast<size_t>(B), o.max_new_tokens <= 0);
-  std::vector<float> x, logits;
+  ops::DeviceBuffer<float> xb;
   auto emit = [&](int i, int32_t t) {
     seqs[size_t(i)].push_back(t);
     outs[size_t(i)].push_back(t);
@@ -270,7 +304,6 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
       done[size_t(i)] = true;
   };
   Timer timer;
-  logits.resize(size_t(V));
   for (int i = 0; i < B; ++i) {
     const auto& p = prompts[size_t(i)];
     STRATA_CHECK(!p.empty(), "generate: prompt ", i + 1, " is empty (it needs at least BOS)");
@@ -278,11 +311,11 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
     const int n = int(seqs[size_t(i)].size());
     total.prompt_tokens += n;
     if (done[size_t(i)]) continue;
-    x.resize(size_t(n) * C);
-    eng.embed(seqs[size_t(i)].data(), n, x.data());
-    eng.run_layers(x.data(), n, 0, E, i);
-    eng.logits(x.data() + size_t(n - 1) * C, 1, logits.data());
-    emit(i, sample_token(logits.data(), V, o.sampling, seqs[size_t(i)].size()));
+    float* x = stage.stream(xb, n);
+    eng.embed(seqs[size_t(i)].data(), n, x);
+    eng.run_layers(x, n, 0, E, i);
+    const float* logits = stage.logits(x + size_t(n - 1) * C, 1);
+    emit(i, sample_token(logits, V, o.sampling, seqs[size_t(i)].size()));
   }
   total.prefill_s = timer.seconds();
   timer.reset();
@@ -303,14 +336,13 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
     }
     if (rows.empty()) break;
     const int R = int(rows.size());
-    x.resize(size_t(R) * C);
-    eng.embed(last.data(), R, x.data());
-    eng.decode_rows(x.data(), rows, 0, E);
-    logits.resize(size_t(R) * V);
-    eng.logits(x.data(), R, logits.data());
+    float* x = stage.stream(xb, R);
+    eng.embed(last.data(), R, x);
+    eng.decode_rows(x, rows, 0, E);
+    const float* logits = stage.logits(x, R);
     for (int r = 0; r < R; ++r) {
       const int i = rows[size_t(r)];
-      emit(i, sample_token(logits.data() + size_t(r) * V, V, o.sampling, seqs[size_t(i)].size()));
+      emit(i, sample_token(logits + size_t(r) * V, V, o.sampling, seqs[size_t(i)].size()));
     }
   }
   total.decode_s = timer.seconds();

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "backends/cuda/device_pool.h"
@@ -134,11 +135,32 @@ class KernelBackend final : public ops::Backend<T> {
   }
 
   // --------------------------------------------------------------------- ops
+  // The buffers an op is given (T* and activations; token ids, targets,
+  // counts and RoPE's frequencies are host memory by contract) must be device
+  // memory: checked under the SIMT executor's strict mode, where host memory
+  // would work unnoticed (float models: a double model's T* cannot be told
+  // from RoPE's host frequencies by type).
+  template <typename... A>
+  static void check_operands(const char* op, const A&... a) {
+    if constexpr (gpu::kSimulated && std::is_same_v<T, float>) (check_operand(op, a), ...);
+  }
+  template <typename X>
+  static void check_operand(const char* op, const X& x) {
+    if constexpr (std::is_pointer_v<X> &&
+                  std::is_same_v<std::remove_cv_t<std::remove_pointer_t<X>>, T>)
+      gpu::check_operand(x, op);
+    else if constexpr (std::is_same_v<X, ops::Act<T>> || std::is_same_v<X, ops::ActIn<T>>)
+      gpu::check_operand(x.raw(), op);
+  }
+
   // Every op of ops/ops.def: the launcher of the same name (kernels/<op>.cuh).
 #define STRATA_DEFAULT(...)
 #define STRATA_UNPAREN(...) __VA_ARGS__
-#define STRATA_OP(role, name, ret, params, args) \
-  ret name params override { return cuda::name<T>(ctx_, STRATA_UNPAREN args); }
+#define STRATA_OP(role, name, ret, params, args)     \
+  ret name params override {                         \
+    check_operands(#name, STRATA_UNPAREN args);      \
+    return cuda::name<T>(ctx_, STRATA_UNPAREN args); \
+  }
 #include "ops/ops.def"
 #undef STRATA_OP
 #undef STRATA_UNPAREN

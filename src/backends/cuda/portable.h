@@ -128,6 +128,8 @@ inline void* malloc_device(size_t bytes) {
 inline void free_device(void* p) {
   if (p) check(cudaFree(p), "cudaFree");
 }
+// (Checked under the SIMT executor's strict mode; a GPU faults by itself.)
+inline void check_operand(const void*, const char*) {}
 // nullptr when the device is out of memory (the pool then trims and retries).
 inline void* try_malloc_device(size_t bytes) {
   void* p = nullptr;
@@ -244,7 +246,7 @@ using dim3 = ::strata::simt::Dim3;
 #define gridDim (::strata::simt::current().grid_dim)
 #define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                              \
   do {                                                                                     \
-    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                     \
+    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                    \
     ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel),   \
                            dim3(grid), dim3(block), (smem), [&] { kernel(__VA_ARGS__); }); \
   } while (0)
@@ -342,6 +344,10 @@ inline namespace STRATA_TARGET_NS {
 inline constexpr bool kSimulated = true;
 inline void* malloc_device(size_t bytes) { return ::strata::simt::device_alloc(bytes); }
 inline void free_device(void* p) { ::strata::simt::device_free(p); }
+// An op's operand must be device memory (strict SIMT mode checks it).
+inline void check_operand(const void* p, const char* op) {
+  ::strata::simt::check_device_operand(p, op);
+}
 inline void* malloc_async(size_t bytes, void*) { return malloc_device(bytes); }
 inline void free_async(void* p, void*) { free_device(p); }
 inline void* try_malloc_device(size_t bytes) { return malloc_device(bytes); }

@@ -419,6 +419,17 @@ void device_free(void* p) {
   std::free(p);
 }
 
+void check_device_operand(const void* p, const char* op) {
+  if (!p || !strict()) return;
+  bool device;
+  {
+    std::lock_guard<std::mutex> lock(g_mem_mutex);
+    device = in_region(reinterpret_cast<uintptr_t>(p));
+  }
+  STRATA_CHECK(device, "SIMT strict mode: op ", op, " was given ", p,
+               ", which is not device memory (host memory works here, a GPU would fault)");
+}
+
 DeviceAccess::DeviceAccess() {
   if (!strict()) return;
   std::lock_guard<std::mutex> lock(g_mem_mutex);

@@ -105,6 +105,10 @@ bool strict();
 // blocks (backends/cuda/device_pool.h) instead of allocating.
 uint64_t device_alloc_count();
 uint64_t device_free_count();
+// Strict mode: throws strata::Error naming `op` unless p lies in device
+// memory (an op given a host pointer for an activation or a weight runs here,
+// host memory either way, but fails on a GPU). No check outside strict mode.
+void check_device_operand(const void* p, const char* op);
 // While alive, device memory is accessible (nests).
 class DeviceAccess {
  public:
