@@ -215,14 +215,19 @@ step train-cpu-vs-$device compare_losses
 if [ $dry -eq 1 ]; then
   attn=(--model 768 --tokens 1024 --repeat 1)
   big=(--model 288 --tokens 256 --steps 1 --vocab 512)
+  gen=(--model 288 --vocab 512 --max-new-tokens 4 --repeat 1)
 else
   attn=(--model 4096 --tokens 16384 --repeat 5)
   big=(--model 2048 --tokens 8192 --steps 3)
+  gen=(--model 2048 --max-new-tokens 64 --repeat 2)
 fi
 step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
 step bench-train-1b-bf16 "$strata" bench train --device "$device" "${big[@]}" --bf16 --kernels 12
 step bench-train-1b-bf16-acts "$strata" bench train --device "$device" "${big[@]}" --bf16 \
   --activations bf16 --kernels 12
+# Decode of the 1B shape at batch 1 against the GPU's DRAM bound (the frozen
+# bf16 weight copies: 2 bytes a parameter a token).
+step bench-generate-1b-bf16 "$strata" bench generate --device "$device" "${gen[@]}" --bf16
 
 # --- the summary --------------------------------------------------------------------
 say ""

@@ -13,6 +13,7 @@
 #include "cli/model_args.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "infer/generate_bench.h"
@@ -170,23 +171,34 @@ int bench_generate(int argc, char** argv, int first) {
   std::vector<GenerateBenchMode> modes = generate_bench_modes(o);
   std::fprintf(stderr, "bench generate: %s: %zu prompts x %d repeats, %d new tokens each\n",
                b.source.c_str(), prompts.size(), o.repeat, o.max_new_tokens);
-  // The bandwidth before and after decoding (a shared host's varies from
-  // minute to minute); the higher counts, so the fraction is not flattered.
-  const BandwidthPeak peak_before = measure_read_bandwidth(int64_t(1) << 30, 3);
+  // The bound's bandwidth: on a GPU its DRAM's peak (datasheet or computed,
+  // ops::accelerator_peak); on the host the read bandwidth measured before
+  // and after decoding (a shared host's varies from minute to minute), the
+  // higher of the two, so the fraction is not flattered.
+  const std::string device = ops::resolve_device(args.get("device"));
+  const ops::AcceleratorPeak gpu =
+      device == "cuda" ? ops::accelerator_peak(device) : ops::AcceleratorPeak{};
+  const bool on_gpu = gpu.dram_gbs > 0;
+  const BandwidthPeak peak_before =
+      on_gpu ? BandwidthPeak{} : measure_read_bandwidth(int64_t(1) << 30, 3);
   run_generate_bench(*b.model, prompts, modes, o.repeat);
   const LlamaConfig& c = b.model->config();
   const double bytes = decode_weight_bytes(c, bf16);
   const double bw_before = peak_before.read_gbs;
-  const double bw_after = measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
-  const double bw = std::max(bw_before, bw_after), bound = bw * 1e9 / bytes;
+  const double bw_after = on_gpu ? 0.0 : measure_read_bandwidth(int64_t(1) << 30, 3).read_gbs;
+  const double bw = on_gpu ? gpu.dram_gbs : std::max(bw_before, bw_after);
+  const double bound = bw * 1e9 / bytes;
   print_bench_machine();
   std::fputs(generate_bench_table(modes).c_str(), stdout);
+  const std::string source = on_gpu ? cat("the GPU's DRAM peak: ", gpu.what)
+                                    : cat("measured before decoding ", fixed(bw_before, 1),
+                                          ", after ", fixed(bw_after, 1));
   std::printf(
-      "\nweights read per token: %.1f MB (%s); memory read bandwidth: %.1f GB/s (before "
-      "decoding %.1f, after %.1f); bound: %.0f tokens/s; plain decode reaches %.0f%% of it\n",
-      bytes / 1e6, bf16 ? "bf16" : "fp32", bw, bw_before, bw_after, bound,
+      "\nweights read per token: %.1f MB (%s); memory read bandwidth: %.1f GB/s (%s); bound: "
+      "%.0f tokens/s; plain decode reaches %.0f%% of it\n",
+      bytes / 1e6, bf16 ? "bf16" : "fp32", bw, source.c_str(), bound,
       100.0 * median(modes.front().decode) / bound);
-  if (bytes < double(peak_before.llc_bytes))
+  if (!on_gpu && bytes < double(peak_before.llc_bytes))
     std::printf(
         "(the weights fit in the %.0f MiB last-level cache, so DRAM bandwidth does not "
         "bound this model's decode)\n",

@@ -140,6 +140,10 @@ std::vector<std::vector<LlResult>> Scorer::run_all(
     return rows[a].tokens.size() > rows[b].tokens.size();
   });
   std::vector<std::vector<LlResult>> results(exits_.size(), std::vector<LlResult>(slots));
+  // The weights stay as they are for the whole evaluation: a kernel backend
+  // converts each to bf16 once, not once a batch.
+  const ops::HeldWeights<float> held(
+      model_.backend(), model_.weights_resident() ? model_.params() : nullptr, model_.num_params());
   int64_t done = 0;
   for (size_t start = 0; start < order.size(); start += size_t(batch_size_)) {
     const size_t end = std::min(order.size(), start + size_t(batch_size_));

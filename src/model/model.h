@@ -98,6 +98,10 @@ class Model {
   // store; under ZeRO-3 there is no parameter arena, under ZeRO-2/3 no
   // gradient arena (asking for one is an error).
   T* params();
+  // Whether the weights stay in the parameter arena (not under ZeRO-3, whose
+  // weights pass through reused buffers): a pass may then hold them
+  // (ops::HeldWeights) and a backend keep converted copies.
+  bool weights_resident() const { return !store_weights_; }
   // The gradient arena is allocated on first use (training): evaluation,
   // generation and conversion hold the weights only.
   T* grads() {

@@ -194,9 +194,9 @@ StepResult StepRunner::run_step(double lr) {
   // The weights stay as they are until the optimizer step: the backend may
   // convert each once for all the micro-batches (not under ZeRO-3, whose
   // weights pass through reused buffers).
-  const bool resident = !run.zero_store || run.zero() == 2;
-  const ops::HeldWeights<float> held(run.model->backend(), resident ? run.model->params() : nullptr,
-                                     run.model->num_params());
+  Model<float>& m = *run.model;
+  const ops::HeldWeights<float> held(m.backend(), m.weights_resident() ? m.params() : nullptr,
+                                     m.num_params());
   for (size_t i = 0; i < micro_.size(); ++i) {
     dp_->before_micro_batch(i, micro_.size());
     const Batch& b = micro_[i];
