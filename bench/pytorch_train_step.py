@@ -5,11 +5,18 @@ tied or untied head), the same batch shape, one training step (forward,
 backward, clip_grad_norm 1.0, AdamW) timed the same way (median of N after at
 least 0.2 s of warm-up). Used only to compare speed; strata does not need Python.
 
+On a GPU (--device cuda) the step runs under CUDA bf16 autocast with --bf16
+(fp32 master weights, as strata's training.precision = "bf16"), each timed
+step ends with torch.cuda.synchronize, and --peak divides the FLOP rate into
+an MFU; the GPU shapes 2048 (16L-2048) and 4096 (32L-4096) match `strata bench
+train --model 2048|4096` at the same --vocab (strata's default 32000).
+
 Runs on Debian bookworm's python3-torch (1.13) and on torch 2.x. Attention uses
 F.scaled_dot_product_attention where it exists (k/v repeated for GQA when the
 installed version has no enable_gqa), otherwise an explicit causal softmax.
 
   python3 bench/pytorch_train_step.py --model 288 [--vocab 32000] [--bf16] [--threads 2]
+  python3 bench/pytorch_train_step.py --device cuda --model 2048 --tokens 8192 --bf16 --peak 989400
 
 The last line printed is machine-readable:
   result: tokens_per_s=... step_ms=... gflops=... peak_rss_mib=... params=... torch=... threads=...
@@ -25,7 +32,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 MODELS = {"288": dict(layers=6, C=288, F=768, H=6, KV=6, T=256),
-          "768": dict(layers=12, C=768, F=2048, H=12, KV=12, T=1024)}
+          "768": dict(layers=12, C=768, F=2048, H=12, KV=12, T=1024),
+          "2048": dict(layers=16, C=2048, F=8192, H=32, KV=8, T=2048),
+          "4096": dict(layers=32, C=4096, F=14336, H=32, KV=8, T=2048)}
 
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
@@ -184,7 +193,10 @@ def main():
     p.add_argument("--tokens", type=int, default=4096, help="tokens per step (B = tokens / T)")
     p.add_argument("--steps", type=int, default=5, help="timed steps (the median is reported)")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast on the CPU (fp32 master weights)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 master weights)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the step runs")
+    p.add_argument("--peak", type=float, default=0.0,
+                   help="GFLOP/s to divide by for the fraction of peak (0: none printed)")
     p.add_argument("--tied", action="store_true", help="tie the embedding and the LM head")
     p.add_argument("--attention", default="auto", choices=("auto", "sdpa", "explicit"),
                    help="auto: scaled_dot_product_attention where this torch has it, else explicit")
@@ -199,24 +211,34 @@ def main():
         p.error(f"torch {torch.__version__} has no scaled_dot_product_attention")
     if a.compile and not hasattr(torch, "compile"):
         p.error(f"torch {torch.__version__} has no torch.compile")
-    print(f"cpu: {cpu_summary()}; torch CPU capability: {cpu_capability()}", flush=True)
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        p.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
+    if cuda:
+        print(f"gpu: {torch.cuda.get_device_name(0)}; torch {torch.__version__}, CUDA {torch.version.cuda}",
+              flush=True)
+    else:
+        print(f"cpu: {cpu_summary()}; torch CPU capability: {cpu_capability()}", flush=True)
     m = MODELS[a.model]
     B = max(1, a.tokens // m["T"])
     torch.manual_seed(0)
     model = Llama(m["layers"], m["C"], m["F"], m["H"], m["KV"], m["T"], a.vocab, a.tied, impl)
+    model = model.to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95))
     fwd = torch.compile(model) if a.compile else model
-    idx = torch.randint(0, a.vocab, (B, m["T"]))
-    tgt = torch.randint(0, a.vocab, (B, m["T"]))
+    idx = torch.randint(0, a.vocab, (B, m["T"]), device=a.device)
+    tgt = torch.randint(0, a.vocab, (B, m["T"]), device=a.device)
     nparam = sum(p.numel() for p in model.parameters())
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16):
             loss = fwd(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         return loss
 
     # Warm-up: at least one step and 0.2 s (allocator, thread pools, oneDNN).
@@ -234,12 +256,16 @@ def main():
     tokens_per_s = B * m["T"] / med
     gflops = model_flops(m, a.vocab, B) / med * 1e-9
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # ru_maxrss: KiB on Linux
+    where = "cuda" if cuda else f"{threads} threads"
+    mfu = f", {100 * gflops / a.peak:.1f}% of {a.peak:.0f} GFLOP/s" if a.peak > 0 else ""
     print(f"pytorch {torch.__version__} {'bf16-autocast' if a.bf16 else 'fp32'}: {a.model} "
-          f"{nparam / 1e6:.2f}M parameters, B={B} T={m['T']}, vocab {a.vocab}, {threads} threads, "
+          f"{nparam / 1e6:.2f}M parameters, B={B} T={m['T']}, vocab {a.vocab}, {where}, "
           f"attention {impl}: step {med * 1e3:.1f} ms (median of {len(times)}), "
-          f"{tokens_per_s:.0f} tokens/s, {gflops:.1f} GFLOP/s, loss {loss.item():.4f}")
+          f"{tokens_per_s:.0f} tokens/s, {gflops:.1f} GFLOP/s{mfu}, loss {loss.item():.4f}")
+    gpu_mem = f" gpu_peak_mib={torch.cuda.max_memory_allocated() / 2**20:.1f}" if cuda else ""
     print(f"result: tokens_per_s={tokens_per_s:.1f} step_ms={med * 1e3:.1f} gflops={gflops:.1f} "
-          f"peak_rss_mib={rss_mib:.1f} params={nparam} torch={torch.__version__} threads={threads}",
+          f"peak_rss_mib={rss_mib:.1f}{gpu_mem} params={nparam} torch={torch.__version__} "
+          f"threads={threads} device={a.device}",
           flush=True)
 
 

@@ -2,24 +2,31 @@
 # The GPU check: one command on a GPU machine (an H100 or H200 lent for a few
 # minutes, with nvcc, cmake, ninja, compute-sanitizer and a Python, but none of
 # strata's Debian libraries) that builds strata for sm_90 and validates it on
-# the device in about eight minutes:
+# the device in about eight minutes. The tests that decide whether a figure
+# means anything come first, then the headline figures, then the sanitizers
+# and the rest:
 #   1. the machine: GPU, driver, CUDA runtime, compiler
 #   2. the build (build-gpu/, only the targets below) and `strata info`
 #   3. the tests labelled gpu (ctest -L gpu) on the device
-#   4. compute-sanitizer memcheck, racecheck and synccheck on the kernel parity tests
-#   5. the kernel lab's variants at the sizes of a 1B-parameter model
+#   4. tensor-core attention at head dim 128 (bench ops --model 4096 --bf16,
+#      B 8 x T 2048), a bf16 training step of the 16L-2048 shape with fp32 and
+#      with bf16 activations, PyTorch's step of the same shape beside it
+#      (bench/pytorch_train_step.py), and batch-1 decode of that shape
+#   5. compute-sanitizer memcheck on the kernel parity tests
 #   6. strata bench model and bench train on cuda, fp32 and bf16 (and bf16 with
 #      bf16 activations), 12L-768: ms/step, tokens/s, % of the GPU's peak, and
-#      the top kernels by time
+#      the top kernels by time; PyTorch's bf16 step of 12L-768
 #   7. 20 training steps of the debug recipe on cpu and on cuda: the largest
 #      loss difference
-#   8. tensor-core attention at head dim 128 (bench ops --model 4096 --bf16,
-#      B 8 x T 2048) and a bf16 training step of the 16L-2048 shape, with fp32
-#      and with bf16 activations
+#   8. the kernel lab's variants at the sizes of a 1B-parameter model
+#   9. compute-sanitizer racecheck and synccheck
 # Its last line is `N passed, M failed` (skipped steps are listed above it).
 #
 #   tests/gpu_prepare.sh        (here, first: stages .gpu-carry/ to carry along)
-#   tests/gpu.sh                (there: the check on the GPU)
+#   tests/gpu.sh [--budget S]   (there: the check on the GPU; with --budget,
+#                                a step that would start S seconds or more
+#                                after the check began is skipped, so a slot
+#                                that runs short still ends with its summary)
 #   tests/gpu.sh --dry-run      (here: every step on the SIMT device, a CPU
 #                                build with the GPU machine's dependencies,
 #                                skipping only the tools that need a GPU)
@@ -27,18 +34,21 @@
 # Everything it prints also goes to $OUT/gpu/ (one log per step, summary.txt),
 # or to build-gpu/gpu-out/ when OUT is not set. Environment: BUILD_DIR
 # (default build-gpu), JOBS (build jobs, default: all cores), STRATA_CARRY
-# (default .gpu-carry). Exit status: 0 when every step passed, 1 otherwise,
-# 2 for a usage error.
+# (default .gpu-carry), PYTHON (default python3, for the PyTorch steps).
+# Exit status: 0 when every step passed, 1 otherwise, 2 for a usage error.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-dry=0
-for a in "$@"; do
-  case $a in
-    --dry-run) dry=1 ;;
-    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "tests/gpu.sh: unknown argument '$a' (--dry-run, --help)" >&2; exit 2 ;;
+dry=0 budget=0
+while (($#)); do
+  case $1 in
+    --dry-run) dry=1; shift ;;
+    --budget)
+      [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "tests/gpu.sh: --budget needs a whole number of seconds" >&2; exit 2; }
+      budget=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "tests/gpu.sh: unknown argument '$1' (--dry-run, --budget S, --help)" >&2; exit 2 ;;
   esac
 done
 
@@ -54,12 +64,20 @@ passed=0 failed=0 skipped=0 n=0
 results=()
 say() { echo "$@" | tee -a "$summary"; }
 # step NAME COMMAND...: runs COMMAND, its output to the screen and to
-# $out/NN-NAME.log; exit 0 passes, 77 skips, anything else fails.
+# $out/NN-NAME.log; exit 0 passes, 77 skips, anything else fails. Past the
+# --budget the step is skipped without running.
 step() {
   local name=$1; shift
   n=$((n + 1))
   local log; log=$(printf '%s/%02d-%s.log' "$out" "$n" "$name")
   local t0=$SECONDS
+  if ((budget > 0 && SECONDS >= budget)); then
+    echo "skipped: past the budget of $budget s" > "$log"
+    skipped=$((skipped + 1)); results+=("skip  $name: past the budget of $budget s")
+    return
+  fi
+  # A program (not a function of this script) gets at most 300 s.
+  [ "$(type -t "$1")" = file ] && set -- timeout 300 "$@"
   say ""
   say "=== [$n] $name"
   ( "$@" ) 2>&1 | tee "$log"
@@ -144,36 +162,56 @@ fi
 cores=$(nproc)
 ctest_jobs=$(( cores >= 8 ? cores / 4 : 1 ))
 step tests-gpu env OMP_NUM_THREADS=$(( cores / ctest_jobs )) \
-  ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 -j "$ctest_jobs"
+  ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120 -j "$ctest_jobs"
 
-# --- 4. compute-sanitizer on the kernel parity tests ---------------------------
+# --- 4. the GPU shapes: tensor-core attention, a 1B-shaped bf16 step, decode -----
+# PyTorch's eager step of the same shape (bf16 autocast, SDPA) is the yardstick
+# (needs a Python with torch and a GPU; skipped otherwise).
+pytorch() {
+  local py=${PYTHON:-python3}
+  gpu_only true > /dev/null || { echo "skipped: needs a GPU (PyTorch on cuda)"; return 77; }
+  "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null ||
+    { echo "skipped: $py has no torch with CUDA"; return 77; }
+  PYTHONUNBUFFERED=1 "$py" bench/pytorch_train_step.py --device cuda "$@"
+}
+if [ $dry -eq 1 ]; then
+  attn=(--model 768 --tokens 1024 --repeat 1)
+  big=(--model 288 --tokens 256 --steps 1 --vocab 512)
+  gen=(--model 288 --vocab 512 --max-new-tokens 4 --repeat 1)
+else
+  attn=(--model 4096 --tokens 16384 --repeat 5)
+  big=(--model 2048 --tokens 8192 --steps 3)
+  gen=(--model 2048 --max-new-tokens 64 --repeat 2)
+fi
+step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
+step bench-train-1b-bf16 "$strata" bench train --device "$device" "${big[@]}" --bf16 --kernels 12
+step bench-train-1b-bf16-acts "$strata" bench train --device "$device" "${big[@]}" --bf16 \
+  --activations bf16 --kernels 12
+# 989.4 TFLOP/s: the H100 SXM's (and H200's) dense bf16 datasheet rate, as strata prints.
+step pytorch-train-1b-bf16 pytorch --model 2048 --tokens 8192 --steps 3 --bf16 --peak 989400
+# Decode of the 1B shape at batch 1 against the GPU's DRAM bound (the frozen
+# bf16 weight copies: 2 bytes a parameter a token).
+step bench-generate-1b-bf16 "$strata" bench generate --device "$device" "${gen[@]}" --bf16
+
+# --- 5. compute-sanitizer memcheck on the kernel parity tests -----------------
 sanitize() {
   # Every op in fp32 on each backend (cuda included) and the GEMM paths;
   # racecheck, the slowest, on the op table against the CPU only. Then the
   # tensor-core attention (flash kernels and cuDNN's) on its tile shapes.
   local tool=$1 filter='BackendParity.EveryOpFloatMatchesTheCpuBackend:BackendParity.Gemm*'
   [ "$tool" = racecheck ] && filter='BackendParity.EveryOpFloatMatchesTheCpuBackend'
-  timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+  timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
     "$build/tests/test_backend_parity" --gtest_filter="$filter" --gtest_brief=1 2>&1 | tail -15
   local rc=${PIPESTATUS[0]}
-  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+  timeout 45 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
     "$build/tests/test_flash_attention" --gtest_filter='FlashAttentionTiles.*:FlashAttentionCudnn.*' \
     --gtest_brief=1 2>&1 | tail -15
   [ "$rc" -eq 0 ] && rc=${PIPESTATUS[0]}
   return "$rc"
 }
-for tool in memcheck racecheck synccheck; do
-  step "sanitizer-$tool" gpu_only sanitize "$tool"
-done
+step sanitizer-memcheck gpu_only sanitize memcheck
 
-# --- 5. the kernel lab at 1B-model sizes ----------------------------------------
-if [ $dry -eq 1 ]; then
-  step kernel-lab "$build/bench/strata-kernel-lab" --size small
-else
-  step kernel-lab "$build/bench/strata-kernel-lab-cuda" --size 1b --repeat 10
-fi
-
-# --- 6. bench model and bench train ----------------------------------------------
+# --- 6. bench model and bench train at 12L-768 --------------------------------------
 if [ $dry -eq 1 ]; then
   shape=(--model 288 --tokens 128 --steps 1 --vocab 512)
 else
@@ -185,6 +223,7 @@ step bench-train-fp32 "$strata" bench train --device "$device" "${shape[@]}"
 step bench-train-bf16 "$strata" bench train --device "$device" "${shape[@]}" --bf16
 step bench-train-bf16-acts "$strata" bench train --device "$device" "${shape[@]}" --bf16 \
   --activations bf16
+step pytorch-train-bf16 pytorch --model 768 --tokens 8192 --steps 5 --bf16 --peak 989400
 
 # --- 7. the debug recipe on cpu and on the device ----------------------------------
 losses() {
@@ -210,24 +249,17 @@ compare_losses() {
 }
 step train-cpu-vs-$device compare_losses
 
-# --- 8. the GPU shapes: tensor-core attention and a 1B-shaped bf16 step ------------
-# Last, so a slot that runs short loses figures, not checks.
+# --- 8. the kernel lab at 1B-model sizes ----------------------------------------
 if [ $dry -eq 1 ]; then
-  attn=(--model 768 --tokens 1024 --repeat 1)
-  big=(--model 288 --tokens 256 --steps 1 --vocab 512)
-  gen=(--model 288 --vocab 512 --max-new-tokens 4 --repeat 1)
+  step kernel-lab "$build/bench/strata-kernel-lab" --size small
 else
-  attn=(--model 4096 --tokens 16384 --repeat 5)
-  big=(--model 2048 --tokens 8192 --steps 3)
-  gen=(--model 2048 --max-new-tokens 64 --repeat 2)
+  step kernel-lab "$build/bench/strata-kernel-lab-cuda" --size 1b --repeat 10
 fi
-step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
-step bench-train-1b-bf16 "$strata" bench train --device "$device" "${big[@]}" --bf16 --kernels 12
-step bench-train-1b-bf16-acts "$strata" bench train --device "$device" "${big[@]}" --bf16 \
-  --activations bf16 --kernels 12
-# Decode of the 1B shape at batch 1 against the GPU's DRAM bound (the frozen
-# bf16 weight copies: 2 bytes a parameter a token).
-step bench-generate-1b-bf16 "$strata" bench generate --device "$device" "${gen[@]}" --bf16
+
+# --- 9. the slower sanitizers -----------------------------------------------------
+for tool in racecheck synccheck; do
+  step "sanitizer-$tool" gpu_only sanitize "$tool"
+done
 
 # --- the summary --------------------------------------------------------------------
 say ""
