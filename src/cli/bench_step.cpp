@@ -45,6 +45,7 @@ struct StepBench {
   bool bf16 = false;
   bool bf16_acts = false;  // --activations bf16
   std::string device, recompute;
+  ops::AttentionImpl attention = ops::AttentionImpl::Strata;  // --attention
   double peak = 0;
   int steps = 1;
   int kernels = 0;  // rows of the top-kernels table (0: no profiled step)
@@ -70,6 +71,9 @@ Args step_args(const std::string& name, bool train) {
       .option("activations", "STORAGE",
               "fp32 or bf16: the activations' storage, as training.activations", "fp32")
       .flag("tied", "tie the embedding and the LM head")
+      .option("attention", "IMPL",
+              "strata or cudnn (cuDNN's fused attention: device cuda, --bf16), as model.attention",
+              "strata")
       .option("plan", "TEXT", "layer plan (default: all standard)", "")
       .option("recompute", "MODE",
               "activation recomputation, as training.recompute: none, selective or full (the "
@@ -107,6 +111,10 @@ StepBench step_options(const Args& args, const std::string& name, bool train) {
   STRATA_USAGE_CHECK(args.get("activations") == "fp32" || args.get("activations") == "bf16", name,
                      ": --activations '", args.get("activations"), "' is not fp32 or bf16");
   o.bf16_acts = args.get("activations") == "bf16";
+  STRATA_USAGE_CHECK(ops::parse_attention_impl(args.get("attention"), &o.attention), name,
+                     ": --attention '", args.get("attention"), "' is not strata or cudnn");
+  STRATA_USAGE_CHECK(o.attention == ops::AttentionImpl::Strata || o.bf16, name,
+                     ": --attention cudnn needs --bf16");
   o.peak = args.get_double("peak");
   o.steps = std::max(1, args.get_int("steps"));
   o.kernels = args.get_int("kernels");
@@ -166,6 +174,7 @@ void print_step_setup(const StepBench& o, Model<float>& model, Recompute mode) {
               o.train ? ", AdamW with clipping" : "");
   if (mode != Recompute::None) std::printf("recompute: %s\n", o.recompute.c_str());
   if (o.bf16_acts) std::printf("activations: stored in bf16\n");
+  if (o.attention == ops::AttentionImpl::Cudnn) std::printf("attention: cuDNN's fused attention\n");
 }
 
 // The step's time, rates, peak RSS, the memory estimate a training run prints
@@ -220,6 +229,7 @@ int bench_step(int argc, char** argv, int first, bool train) {
   model.init_weights(1);
   if (o.bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   if (o.bf16_acts) model.set_activation_storage(ops::Dtype::BF16);
+  model.backend().set_attention(o.attention);
   Recompute mode = Recompute::None;
   STRATA_USAGE_CHECK(parse_recompute(o.recompute, &mode), name, ": --recompute '", o.recompute,
                      "' is not none, selective or full");
