@@ -9,7 +9,7 @@
 #   2. the build (build-gpu/, only the targets below) and `strata info`
 #   3. the tests labelled gpu (ctest -L gpu) on the device
 #   4. tensor-core attention at head dim 128 (bench ops --model 4096 --bf16,
-#      B 8 x T 2048), a bf16 training step of the 16L-2048 shape with fp32 and
+#      B 8 x T 2048), a bf16 training step of the 16L-2048 shape at batch 8 with fp32 and
 #      with bf16 activations, PyTorch's step of the same shape beside it
 #      (bench/pytorch_train_step.py), and batch-1 decode of that shape
 #   5. compute-sanitizer memcheck on the kernel parity tests
@@ -190,7 +190,7 @@ if [ $dry -eq 1 ]; then
   gen=(--model 288 --vocab 512 --max-new-tokens 4 --repeat 1)
 else
   attn=(--model 4096 --tokens 16384 --repeat 5)
-  big=(--model 2048 --tokens 8192 --steps 3)
+  big=(--model 2048 --tokens 16384 --steps 3)  # batch 8, the issue's shape
   gen=(--model 2048 --max-new-tokens 64 --repeat 2)
 fi
 step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
@@ -209,8 +209,8 @@ step bench-train-1b-bf16-acts "$strata" bench train --device "$device" "${big[@]
 # 989.4 TFLOP/s: the H100 SXM's (and H200's) dense bf16 datasheet rate, as strata prints.
 step bench-train-1b-bf16-cudnn gpu_only "$strata" bench train --device "$device" "${big[@]}" --bf16 \
   --activations bf16 --attention cudnn --kernels 12
-step pytorch-train-1b-bf16 pytorch --model 2048 --tokens 8192 --steps 3 --bf16 --peak 989400
-step pytorch-compile-1b-bf16 pytorch --model 2048 --tokens 8192 --steps 3 --bf16 --peak 989400 --compile
+step pytorch-train-1b-bf16 pytorch --model 2048 --tokens 16384 --steps 3 --bf16 --peak 989400
+step pytorch-compile-1b-bf16 pytorch --model 2048 --tokens 16384 --steps 3 --bf16 --peak 989400 --compile
 # Decode of the 1B shape at batch 1 against the GPU's DRAM bound (the frozen
 # bf16 weight copies: 2 bytes a parameter a token).
 step bench-generate-1b-bf16 "$strata" bench generate --device "$device" "${gen[@]}" --bf16

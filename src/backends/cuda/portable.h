@@ -11,7 +11,8 @@
 // blockIdx / blockDim / gridDim, __syncthreads, __syncwarp, __shfl_*_sync,
 // __ballot_sync / __any_sync / __all_sync, atomicAdd, the tensor-core
 // instructions mma_bf16_16816 and ldmatrix_x4(_trans), pack_bf16x2 and
-// load_f32x4 (a 128-bit load where aligned), and the math helpers of
+// load_f32x4 (a 128-bit load where aligned), the asynchronous copies
+// cp_async16 / cp_async_commit / cp_async_wait<N>, and the math helpers of
 // kernels/common.cuh (never CUDA's fast-math intrinsics directly). Callers
 // launch with STRATA_LAUNCH(kernel, grid, block, shared_bytes, stream, args...).
 //
@@ -103,6 +104,23 @@ STRATA_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+// Asynchronous copies into shared memory (cp.async, sm_80 and later): 16
+// bytes from global memory (16-byte aligned at both ends) that do not pass
+// through registers; with read false nothing is read and the 16 bytes become
+// zeros. Copies issued since the last commit form a group; wait<N> returns
+// once at most N groups are still in flight (the caller's own copies: a
+// barrier must follow before other threads read them).
+STRATA_DEVICE void cp_async16(void* smem, const void* gmem, bool read) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
+               "r"(read ? 16 : 0)
+               : "memory");
+}
+STRATA_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+STRATA_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // Four consecutive floats: one 128-bit load where p is 16-byte aligned.
 STRATA_DEVICE void load_f32x4(float (&v)[4], const float* p) {
@@ -338,6 +356,20 @@ inline uint32_t pack_bf16x2(float lo, float hi) {
   return bits(lo) | (bits(hi) << 16);
 }
 inline void load_f32x4(float (&v)[4], const float* p) { std::memcpy(v, p, sizeof v); }
+// The copy happens at once (an order a GPU may also produce); the alignment
+// a GPU needs is checked.
+inline void cp_async16(void* smem, const void* gmem, bool read) {
+  STRATA_CHECK((reinterpret_cast<uintptr_t>(smem) & 15u) == 0 &&
+                   (!read || (reinterpret_cast<uintptr_t>(gmem) & 15u) == 0),
+               "cp_async16: an address is not 16-byte aligned");
+  if (read)
+    std::memcpy(smem, gmem, 16);
+  else
+    std::memset(smem, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
 
 namespace strata::gpu {
 inline namespace STRATA_TARGET_NS {

@@ -22,6 +22,13 @@
 // 128 (a compile-time D); anything else runs the reference kernels (attention.cuh), which stay as
 // the fp32 path and the reference the tests compare with.
 //
+// The tiles a loop walks (K/V in the forward and dq kernels, Q/dO in the
+// dk/dv kernel) are double-buffered: the next tile is staged while the warps
+// multiply the current one, with cp.async where the storage is bf16 (the
+// copies bypass registers and overlap the tensor-core work), by plain loads
+// and rounding where it is fp32. Two barriers a tile, as before: one before
+// a buffer is overwritten, one before it is read.
+//
 // Shared memory rows are D bf16; their 16-byte chunks are swizzled (chunk c
 // of row r at c ^ (r % 8), fewer bits when a row has fewer than 8 chunks) so
 // the 8 rows one ldmatrix phase reads sit in different banks.
@@ -79,6 +86,33 @@ STRATA_DEVICE void stage_tile(uint16_t* tile, const E* src, int64_t stride, int 
     }
     uint32_t* dst = reinterpret_cast<uint32_t*>(tile + swz<D>(r, c));
     for (int e = 0; e < 4; ++e) dst[e] = w[e];
+  }
+}
+
+// As stage_tile, asynchronously where E is bf16: each 16-byte chunk by
+// cp.async (zeros past `valid`, a plain copy where a source chunk is not
+// 16-byte aligned), to be waited for with cp_async_wait and a barrier. fp32
+// is rounded through registers (stage_tile), at once.
+template <int D, typename E>
+STRATA_DEVICE void stage_tile_async(uint16_t* tile, const E* src, int64_t stride, int rows,
+                                    int valid) {
+  if constexpr (std::is_same_v<E, ops::bf16>) {
+    constexpr int chunks = D / 8;
+    for (int ci = int(threadIdx.x); ci < rows * chunks; ci += int(blockDim.x)) {
+      const int r = ci / chunks, c = ci % chunks;
+      uint16_t* dst = tile + swz<D>(r, c);
+      const bool ok = r < valid;
+      const E* at = ok ? src + int64_t(r) * stride + c * 8 : src;
+      if (!ok || (reinterpret_cast<uintptr_t>(at) & 15u) == 0) {
+        cp_async16(dst, at, ok);
+      } else {
+        const uint32_t* wsrc = reinterpret_cast<const uint32_t*>(at);
+        uint32_t* wdst = reinterpret_cast<uint32_t*>(dst);
+        for (int e = 0; e < 4; ++e) wdst[e] = wsrc[e];
+      }
+    }
+  } else {
+    stage_tile<D>(tile, src, stride, rows, valid);
   }
 }
 
@@ -157,17 +191,17 @@ STRATA_DEVICE float quad_sum(float v) {
 template <int D, typename E>
 STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) {
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
+  constexpr int kTile = kFlashKeys * D;
   uint16_t* qs = smem;
-  uint16_t* ks = qs + kFlashRows * D;
-  uint16_t* vs = ks + kFlashKeys * D;
+  uint16_t* kv = qs + kFlashRows * D;  // two stages of a K tile and a V tile
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / 4, t = lane % 4;
   const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
   const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
   const E* kb = a.k + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
   const E* vb = a.v + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
-  stage_tile<D>(qs, a.q + (int64_t(b) * a.Tq + q0) * a.q_stride + int64_t(h) * D, a.q_stride,
-                kFlashRows, a.Tq - q0);
+  stage_tile_async<D>(qs, a.q + (int64_t(b) * a.Tq + q0) * a.q_stride + int64_t(h) * D,
+                      a.q_stride, kFlashRows, a.Tq - q0);
   const float scale2 = kLog2e / g_sqrt(float(D));
   const int last_row = g_min(q0 + kFlashRows, a.Tq) - 1;
   const int nk = last_row + a.key_offset + 1;  // keys the block's rows see, at most
@@ -181,11 +215,27 @@ STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) 
   }
   float o[D / 8][4];
   zero_acc(o);
-  for (int k0 = 0; k0 < nk; k0 += kFlashKeys) {
-    __syncthreads();  // the previous tile's readers are done
-    stage_tile<D>(ks, kb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys, nk - k0);
-    stage_tile<D>(vs, vb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys, nk - k0);
+  const auto stage_kv = [&](int k0, int buf) {
+    uint16_t* at = kv + 2 * buf * kTile;
+    stage_tile_async<D>(at, kb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys, nk - k0);
+    stage_tile_async<D>(at + kTile, vb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys,
+                        nk - k0);
+  };
+  stage_kv(0, 0);
+  cp_async_commit();
+  int buf = 0;
+  for (int k0 = 0; k0 < nk; k0 += kFlashKeys, buf ^= 1) {
+    if (k0 + kFlashKeys < nk) {
+      __syncthreads();  // the other buffer's readers (the previous tile) are done
+      stage_kv(k0 + kFlashKeys, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile's copies (and Q's) have landed
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
+    const uint16_t* ks = kv + 2 * buf * kTile;
+    const uint16_t* vs = ks + kTile;
     float s[kFlashKeys / 8][4];
     zero_acc(s);
     mma_abt<D, kFlashKeys>(s, qs, 16 * warp, ks, 0, lane);
@@ -257,19 +307,19 @@ template <int D, typename E>
 STRATA_DEVICE void flash_dq_body(const FlashBwdOf<E>& a) {
   constexpr int KT = kFlashDqKeys<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
+  constexpr int kTile = KT * D;
   uint16_t* qs = smem;
   uint16_t* dos = qs + kFlashRows * D;
-  uint16_t* ks = dos + kFlashRows * D;
-  uint16_t* vs = ks + KT * D;
+  uint16_t* kv = dos + kFlashRows * D;  // two stages of a K tile and a V tile
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / 4, t = lane % 4;
   const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kFlashRows;
   const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
   const int64_t W = int64_t(a.Hq + 2 * a.Hkv) * D;
   const E* base = a.qkv + int64_t(b) * a.T * W;
-  stage_tile<D>(qs, base + int64_t(q0) * W + int64_t(h) * D, W, kFlashRows, a.T - q0);
-  stage_tile<D>(dos, a.dout + (int64_t(b) * a.T + q0) * a.Hq * D + int64_t(h) * D,
-                int64_t(a.Hq) * D, kFlashRows, a.T - q0);
+  stage_tile_async<D>(qs, base + int64_t(q0) * W + int64_t(h) * D, W, kFlashRows, a.T - q0);
+  stage_tile_async<D>(dos, a.dout + (int64_t(b) * a.T + q0) * a.Hq * D + int64_t(h) * D,
+                      int64_t(a.Hq) * D, kFlashRows, a.T - q0);
   const float scale = 1.f / g_sqrt(float(D)), scale2 = scale * kLog2e;
   int rows[2];
   float lse2[2], delta[2];
@@ -283,11 +333,27 @@ STRATA_DEVICE void flash_dq_body(const FlashBwdOf<E>& a) {
   const int nk = g_min(q0 + kFlashRows, a.T);
   float dq[D / 8][4];
   zero_acc(dq);
-  for (int k0 = 0; k0 < nk; k0 += KT) {
+  const auto stage_kv = [&](int k0, int buf) {
+    uint16_t* at = kv + 2 * buf * kTile;
+    stage_tile_async<D>(at, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, KT, nk - k0);
+    stage_tile_async<D>(at + kTile, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W,
+                        KT, nk - k0);
+  };
+  stage_kv(0, 0);
+  cp_async_commit();
+  int buf = 0;
+  for (int k0 = 0; k0 < nk; k0 += KT, buf ^= 1) {
+    if (k0 + KT < nk) {
+      __syncthreads();  // the other buffer's readers are done
+      stage_kv(k0 + KT, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
-    stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, KT, nk - k0);
-    stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, KT, nk - k0);
-    __syncthreads();
+    const uint16_t* ks = kv + 2 * buf * kTile;
+    const uint16_t* vs = ks + kTile;
     float s[KT / 8][4], dp[KT / 8][4];
     zero_acc(s);
     zero_acc(dp);
@@ -332,56 +398,78 @@ template <int D, typename E>
 STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
   constexpr int QT = kFlashDkvQueries<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
+  constexpr int kTile = QT * D;
   uint16_t* ks = smem;
   uint16_t* vs = ks + kFlashRows * D;
-  uint16_t* qs = vs + kFlashRows * D;
-  uint16_t* dos = qs + QT * D;
-  float* lse2_s = reinterpret_cast<float*>(dos + QT * D);
-  float* delta_s = lse2_s + QT;
+  uint16_t* qd = vs + kFlashRows * D;  // two stages of a Q tile and a dO tile
+  float* lse2_st = reinterpret_cast<float*>(qd + 4 * kTile);  // two stages of QT
+  float* delta_st = lse2_st + 2 * QT;
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / 4, t = lane % 4;
   const int k0 = int(blockIdx.x) * kFlashRows;
   const int kvh = int(blockIdx.y), b = int(blockIdx.z), rep = a.Hq / a.Hkv;
   const int64_t W = int64_t(a.Hq + 2 * a.Hkv) * D;
   const E* base = a.qkv + int64_t(b) * a.T * W;
-  stage_tile<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, kFlashRows, a.T - k0);
-  stage_tile<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, kFlashRows,
-                a.T - k0);
+  stage_tile_async<D>(ks, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, kFlashRows,
+                      a.T - k0);
+  stage_tile_async<D>(vs, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, kFlashRows,
+                      a.T - k0);
   const float scale = 1.f / g_sqrt(float(D)), scale2 = scale * kLog2e;
   int keys[2];
   for (int r = 0; r < 2; ++r) keys[r] = k0 + 16 * warp + g + 8 * r;
   float dk[D / 8][4], dv[D / 8][4];
   zero_acc(dk);
   zero_acc(dv);
-  for (int h = kvh * rep; h < (kvh + 1) * rep; ++h) {
-    const E* qb = base + int64_t(h) * D;
-    const E* dob = a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D;
+  // The query tiles at or after the block's first key, of each head of the
+  // group in turn: tile j is head kvh * rep + j / nq, queries i_first + (j % nq) QT.
+  const int i_first = k0 / QT * QT, nq = (a.T - i_first + QT - 1) / QT;
+  const auto stage_q = [&](int j, int buf) {
+    const int h = kvh * rep + j / nq, i0 = i_first + j % nq * QT;
+    uint16_t* at = qd + 2 * buf * kTile;
+    stage_tile_async<D>(at, base + int64_t(h) * D + int64_t(i0) * W, W, QT, a.T - i0);
+    stage_tile_async<D>(at + kTile,
+                        a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D +
+                            int64_t(i0) * a.Hq * D,
+                        int64_t(a.Hq) * D, QT, a.T - i0);
     const int64_t lb = (int64_t(b) * a.Hq + h) * a.T;
-    for (int i0 = k0 / QT * QT; i0 < a.T; i0 += QT) {
-      __syncthreads();
-      stage_tile<D>(qs, qb + int64_t(i0) * W, W, QT, a.T - i0);
-      stage_tile<D>(dos, dob + int64_t(i0) * a.Hq * D, int64_t(a.Hq) * D, QT, a.T - i0);
-      for (int i = int(threadIdx.x); i < QT; i += int(blockDim.x)) {
-        const bool ok = i0 + i < a.T;
-        lse2_s[i] = ok ? a.lse[lb + i0 + i] * kLog2e : 0.f;
-        delta_s[i] = ok ? a.delta[lb + i0 + i] : 0.f;
-      }
-      __syncthreads();
-      float s[QT / 8][4], dp[QT / 8][4];
-      zero_acc(s);
-      zero_acc(dp);
-      mma_abt<D, QT>(s, ks, 16 * warp, qs, 0, lane);    // S^T = K Q^T
-      mma_abt<D, QT>(dp, vs, 16 * warp, dos, 0, lane);  // dP^T = V dO^T
-      for (int n = 0; n < QT / 8; ++n)
-        for (int i = 0; i < 4; ++i) {
-          const int qi = 8 * n + 2 * t + (i & 1), q = i0 + qi, key = keys[i >> 1];
-          const float p = q >= key && q < a.T ? g_exp2(s[n][i] * scale2 - lse2_s[qi]) : 0.f;
-          s[n][i] = p;                              // P^T
-          dp[n][i] = p * (dp[n][i] - delta_s[qi]);  // dS^T
-        }
-      mma_pb<D, QT>(dv, s, dos, 0, lane);  // dV += P^T dO
-      mma_pb<D, QT>(dk, dp, qs, 0, lane);  // dK += dS^T Q
+    for (int i = int(threadIdx.x); i < QT; i += int(blockDim.x)) {
+      const bool ok = i0 + i < a.T;
+      lse2_st[buf * QT + i] = ok ? a.lse[lb + i0 + i] * kLog2e : 0.f;
+      delta_st[buf * QT + i] = ok ? a.delta[lb + i0 + i] : 0.f;
     }
+  };
+  stage_q(0, 0);
+  cp_async_commit();
+  int buf = 0;
+  for (int j = 0; j < rep * nq; ++j, buf ^= 1) {
+    if (j + 1 < rep * nq) {
+      __syncthreads();  // the other buffer's readers are done
+      stage_q(j + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int i0 = i_first + j % nq * QT;
+    const uint16_t* qs = qd + 2 * buf * kTile;
+    const uint16_t* dos = qs + kTile;
+    const float* lse2_s = lse2_st + buf * QT;
+    const float* delta_s = delta_st + buf * QT;
+    float s[QT / 8][4], dp[QT / 8][4];
+    zero_acc(s);
+    zero_acc(dp);
+    mma_abt<D, QT>(s, ks, 16 * warp, qs, 0, lane);    // S^T = K Q^T
+    mma_abt<D, QT>(dp, vs, 16 * warp, dos, 0, lane);  // dP^T = V dO^T
+    for (int n = 0; n < QT / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        const int qi = 8 * n + 2 * t + (i & 1), q = i0 + qi, key = keys[i >> 1];
+        const float p = q >= key && q < a.T ? g_exp2(s[n][i] * scale2 - lse2_s[qi]) : 0.f;
+        s[n][i] = p;                              // P^T
+        dp[n][i] = p * (dp[n][i] - delta_s[qi]);  // dS^T
+      }
+    mma_pb<D, QT>(dv, s, dos, 0, lane);  // dV += P^T dO
+    mma_pb<D, QT>(dk, dp, qs, 0, lane);  // dK += dS^T Q
   }
   STRATA_UNROLL
   for (int r = 0; r < 2; ++r) {
@@ -410,16 +498,16 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_flash_backward_dkv_bf16) void k_flash_backward_
 // ------------------------------------------------------------------ launchers
 template <int D>
 size_t flash_forward_smem() {
-  return size_t(kFlashRows + 2 * kFlashKeys) * D * 2;
+  return size_t(kFlashRows + 4 * kFlashKeys) * D * 2;
 }
 template <int D>
 size_t flash_dq_smem() {
-  return size_t(2 * kFlashRows + 2 * kFlashDqKeys<D>) * D * 2;
+  return size_t(2 * kFlashRows + 4 * kFlashDqKeys<D>) * D * 2;
 }
 template <int D>
 size_t flash_dkv_smem() {
-  return size_t(2 * kFlashRows + 2 * kFlashDkvQueries<D>) * D * 2 +
-         2 * kFlashDkvQueries<D> * sizeof(float);
+  return size_t(2 * kFlashRows + 4 * kFlashDkvQueries<D>) * D * 2 +
+         4 * kFlashDkvQueries<D> * sizeof(float);
 }
 
 inline dim3 flash_grid(int rows, int heads, int B) {
