@@ -129,6 +129,34 @@ TEST(MmaLdmatrix, X4AndTransGiveTheDocumentedElements) {
   }
 }
 
+// cp.async, as the flash kernels stage their tiles: 16 bytes a lane (even
+// lanes copy, odd lanes zero-fill), then commit, wait and a barrier, after
+// which each lane reads its neighbour's chunk.
+STRATA_GLOBAL void k_cp_async(uint32_t* out, const uint32_t* src, int misalign) {
+  alignas(16) __shared__ uint32_t m[32 * 4];
+  const int l = int(threadIdx.x);
+  for (int e = 0; e < 4; ++e) m[4 * l + e] = 0xDEADBEEFu;
+  cp_async16(m + 4 * l, src + 4 * l + misalign, l % 2 == 0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  const int n = (l + 1) % 32;
+  for (int e = 0; e < 4; ++e) out[4 * l + e] = m[4 * n + e];
+}
+
+TEST(MmaCpAsync, CopiesOrZeroFillsSixteenBytesAndRefusesMisalignment) {
+  alignas(16) uint32_t src[32 * 4 + 4];
+  for (int i = 0; i < 32 * 4 + 4; ++i) src[i] = uint32_t(100 + i);
+  std::vector<uint32_t> out(128);
+  STRATA_LAUNCH(k_cp_async, 1, 32, 0, nullptr, out.data(), src, 0);
+  for (int l = 0; l < 32; ++l) {
+    const int n = (l + 1) % 32;
+    for (int e = 0; e < 4; ++e)
+      ASSERT_EQ(out[4 * l + e], n % 2 == 0 ? src[4 * n + e] : 0u) << "lane " << l << " word " << e;
+  }
+  EXPECT_THROW(STRATA_LAUNCH(k_cp_async, 1, 32, 0, nullptr, out.data(), src, 1), Error);
+}
+
 TEST(MmaLdmatrix, AMisalignedRowAndAPartialWarpAreRefused) {
   std::vector<uint32_t> out(128);
   EXPECT_THROW(STRATA_LAUNCH(k_ldmatrix, 1, 32, 0, nullptr, out.data(), false, 1), Error);

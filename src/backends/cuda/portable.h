@@ -359,9 +359,9 @@ inline void load_f32x4(float (&v)[4], const float* p) { std::memcpy(v, p, sizeof
 // The copy happens at once (an order a GPU may also produce); the alignment
 // a GPU needs is checked.
 inline void cp_async16(void* smem, const void* gmem, bool read) {
-  STRATA_CHECK((reinterpret_cast<uintptr_t>(smem) & 15u) == 0 &&
-                   (!read || (reinterpret_cast<uintptr_t>(gmem) & 15u) == 0),
-               "cp_async16: an address is not 16-byte aligned");
+  if ((reinterpret_cast<uintptr_t>(smem) & 15u) != 0 ||
+      (read && (reinterpret_cast<uintptr_t>(gmem) & 15u) != 0))
+    ::strata::simt::thread_fail("cp.async: an address is not 16-byte aligned");
   if (read)
     std::memcpy(smem, gmem, 16);
   else

@@ -116,6 +116,23 @@ STRATA_DEVICE void stage_tile_async(uint16_t* tile, const E* src, int64_t stride
   }
 }
 
+// The head of a double-buffered loop's iteration: when there is a next tile,
+// waits for the other buffer's readers (the previous tile), stages the next
+// tile into it (`stage`) and waits for the current tile's copies; then a
+// barrier makes the current tile visible to every warp.
+template <typename Stage>
+STRATA_DEVICE void next_tile(bool more, const Stage& stage) {
+  if (more) {
+    __syncthreads();
+    stage();
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // An A operand (16 rows from r0, k columns k0 .. k0+15) with ldmatrix; the
 // same addresses with .trans give the B operands of two n8 tiles (columns n0
 // and n0 + 8) from a tile stored as rows of k (B[k][n] = tile[k][n]).
@@ -200,8 +217,8 @@ STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) 
   const int h = int(blockIdx.y), b = int(blockIdx.z), kvh = h / (a.Hq / a.Hkv);
   const E* kb = a.k + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
   const E* vb = a.v + int64_t(b) * a.kv_batch + int64_t(kvh) * a.kv_head;
-  stage_tile_async<D>(qs, a.q + (int64_t(b) * a.Tq + q0) * a.q_stride + int64_t(h) * D,
-                      a.q_stride, kFlashRows, a.Tq - q0);
+  stage_tile_async<D>(qs, a.q + (int64_t(b) * a.Tq + q0) * a.q_stride + int64_t(h) * D, a.q_stride,
+                      kFlashRows, a.Tq - q0);
   const float scale2 = kLog2e / g_sqrt(float(D));
   const int last_row = g_min(q0 + kFlashRows, a.Tq) - 1;
   const int nk = last_row + a.key_offset + 1;  // keys the block's rows see, at most
@@ -225,15 +242,7 @@ STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) 
   cp_async_commit();
   int buf = 0;
   for (int k0 = 0; k0 < nk; k0 += kFlashKeys, buf ^= 1) {
-    if (k0 + kFlashKeys < nk) {
-      __syncthreads();  // the other buffer's readers (the previous tile) are done
-      stage_kv(k0 + kFlashKeys, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();  // this tile's copies (and Q's) have landed
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(k0 + kFlashKeys < nk, [&] { stage_kv(k0 + kFlashKeys, buf ^ 1); });
     const uint16_t* ks = kv + 2 * buf * kTile;
     const uint16_t* vs = ks + kTile;
     float s[kFlashKeys / 8][4];
@@ -336,22 +345,14 @@ STRATA_DEVICE void flash_dq_body(const FlashBwdOf<E>& a) {
   const auto stage_kv = [&](int k0, int buf) {
     uint16_t* at = kv + 2 * buf * kTile;
     stage_tile_async<D>(at, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, KT, nk - k0);
-    stage_tile_async<D>(at + kTile, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W,
-                        KT, nk - k0);
+    stage_tile_async<D>(at + kTile, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, KT,
+                        nk - k0);
   };
   stage_kv(0, 0);
   cp_async_commit();
   int buf = 0;
   for (int k0 = 0; k0 < nk; k0 += KT, buf ^= 1) {
-    if (k0 + KT < nk) {
-      __syncthreads();  // the other buffer's readers are done
-      stage_kv(k0 + KT, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(k0 + KT < nk, [&] { stage_kv(k0 + KT, buf ^ 1); });
     const uint16_t* ks = kv + 2 * buf * kTile;
     const uint16_t* vs = ks + kTile;
     float s[KT / 8][4], dp[KT / 8][4];
@@ -427,10 +428,9 @@ STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
     const int h = kvh * rep + j / nq, i0 = i_first + j % nq * QT;
     uint16_t* at = qd + 2 * buf * kTile;
     stage_tile_async<D>(at, base + int64_t(h) * D + int64_t(i0) * W, W, QT, a.T - i0);
-    stage_tile_async<D>(at + kTile,
-                        a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D +
-                            int64_t(i0) * a.Hq * D,
-                        int64_t(a.Hq) * D, QT, a.T - i0);
+    stage_tile_async<D>(
+        at + kTile, a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D + int64_t(i0) * a.Hq * D,
+        int64_t(a.Hq) * D, QT, a.T - i0);
     const int64_t lb = (int64_t(b) * a.Hq + h) * a.T;
     for (int i = int(threadIdx.x); i < QT; i += int(blockDim.x)) {
       const bool ok = i0 + i < a.T;
@@ -442,15 +442,7 @@ STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
   cp_async_commit();
   int buf = 0;
   for (int j = 0; j < rep * nq; ++j, buf ^= 1) {
-    if (j + 1 < rep * nq) {
-      __syncthreads();  // the other buffer's readers are done
-      stage_q(j + 1, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_tile(j + 1 < rep * nq, [&] { stage_q(j + 1, buf ^ 1); });
     const int i0 = i_first + j % nq * QT;
     const uint16_t* qs = qd + 2 * buf * kTile;
     const uint16_t* dos = qs + kTile;
