@@ -22,6 +22,7 @@
 #include "backends/cuda/kernel_backend.h"
 #include "backends/cuda/simt/simt.h"
 #include "every_plan_kind.h"
+#include "infer/engine.h"
 #include "infer/generate.h"
 #include "model/model.h"
 #include "plan_reference.h"
@@ -499,6 +500,34 @@ STRATA_ON_EACH_DEVICE(GreedyGenerationEqualsTheCpuBackend) {
 // the CPU's bf16 decoding (whose few-row GEMMs keep bf16 copies of their own).
 STRATA_ON_EACH_DEVICE(Bf16GreedyGenerationEqualsTheCpuBackend) {
   greedy_generation_matches_the_cpu(device, ops::MatmulPrecision::BF16);
+}
+
+// Decoding a token queues the same commands whatever the number of KV heads:
+// each layer's keys and values join the cache in one launch
+// (kv_cache_append; it was two copies a head, 16 launches a layer at the 1B
+// shape's 8 KV heads, more than half of a decode step's launches).
+TEST(ModelOnSimt, ADecodedTokenQueuesTheSameCommandsWhateverTheKvHeads) {
+  const auto launches = [](int layers, int kv_heads) {
+    const LlamaConfig c = tiny(layers, false, kv_heads, false);
+    Model<float> m(c, ops::make_backend<float>("simt"));
+    m.init_weights(3);
+    KvEngine e(m, 16);
+    ops::DeviceBuffer<float> x(&m.backend(), size_t(3) * c.hidden_size);
+    const int32_t tokens[3] = {1, 2, 3};
+    e.embed(tokens, 3, x.data());
+    e.run_layers(x.data(), 3, 0, layers);  // the prompt
+    e.embed(tokens, 1, x.data());
+    // Commands a GPU would queue: kernel launches, copies and fills.
+    const auto commands = [] { return simt::launch_count() + simt::copy_count(); };
+    const uint64_t before = commands();
+    e.run_layers(x.data(), 1, 0, layers);  // one decoded token
+    EXPECT_EQ(e.length(layers - 1), 4);
+    return commands() - before;
+  };
+  const uint64_t one = launches(2, 1), four = launches(2, 4), deeper = launches(4, 4);
+  EXPECT_EQ(one, four) << "a decoded token's commands grow with the KV heads";
+  EXPECT_GT(deeper, four);
+  EXPECT_LE((deeper - four) / 2, 12u) << "commands a layer of a decoded token";
 }
 
 }  // namespace

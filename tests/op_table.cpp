@@ -452,6 +452,27 @@ void attention_rows(std::vector<Case<T>>& t) {
                      },
                  .ref_tol = 5});
   }
+  for (const C& s : {C{3, 5, 4, 2, 8, 12}, C{1, 37, 2, 2, 16, 40}, C{4, 0, 8, 1, 64, 4}}) {
+    const int64_t qs = int64_t(s.Hq + 2 * s.Hkv) * s.D + 3, kv = int64_t(s.Hkv) * s.max_len * s.D;
+    t.push_back({.name = cat("kv_cache_append n", s.n, " pos0 ", s.pos0, " Hkv ", s.Hkv),
+                 .in = {s.n * qs},
+                 .diff = {false},
+                 .out = {kv, kv},
+                 .in_loss = {true, true},
+                 .fwd =
+                     [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
+                       be.kv_cache_append(out[0], out[1], in[0], qs, s.n, s.pos0, s.Hq, s.Hkv, s.D,
+                                          s.max_len);
+                       return none();
+                     },
+                 .ref =
+                     [=](const Ins& in) {
+                       auto [kc, vc] = ref::kv_cache_append(in[0], qs, s.n, s.pos0, s.Hq, s.Hkv,
+                                                            s.D, s.max_len);
+                       return Expected{{kc, vc}, {}};
+                     },
+                 .ref_tol = 0});
+  }
 }
 
 // --------------------------------------------------------------------- SwiGLU

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace strata::reference {
@@ -110,6 +111,21 @@ inline void attention(const Vec& qkv, int B, int T, int Hq, int Hkv, int D, Vec&
         }
       }
     }
+}
+
+// Generation's cache append: k and v of rows i < n (qkv rows q_stride apart)
+// at positions pos0 + i of caches of Hkv x max_len x D that start as zeros.
+inline std::pair<Vec, Vec> kv_cache_append(const Vec& qkv, int64_t q_stride, int n, int pos0,
+                                           int Hq, int Hkv, int D, int max_len) {
+  Vec kc(size_t(Hkv) * max_len * D, 0.0), vc(kc.size(), 0.0);
+  for (int i = 0; i < n; ++i)
+    for (int h = 0; h < Hkv; ++h)
+      for (int c = 0; c < D; ++c) {
+        const size_t at = (size_t(h) * max_len + size_t(pos0 + i)) * D + size_t(c);
+        kc[at] = qkv[size_t(i * q_stride + (Hq + h) * D + c)];
+        vc[at] = qkv[size_t(i * q_stride + (Hq + Hkv + h) * D + c)];
+      }
+  return {kc, vc};
 }
 
 // Generation's attention: n queries at positions pos0 .. pos0+n-1 (query i,

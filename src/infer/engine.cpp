@@ -136,14 +136,7 @@ class KvEngine::Pass final : public UnitForward<float> {
                           p0);
       ops::Act<float> K = e_.k_cache(l, s);
       ops::Act<float> V = e_.v_cache(l, s);
-      for (int i = 0; i < span; ++i) {
-        ops::ActIn<float> row = rows + int64_t(i) * QKV;
-        for (int h = 0; h < d.Hkv; ++h) {
-          const int64_t at = (int64_t(h) * e_.max_len_ + p0 + i) * d.D;
-          e_.be_.copy(K + at, row + Q + int64_t(h) * d.D, d.D);
-          e_.be_.copy(V + at, row + Q + int64_t(d.Hkv + h) * d.D, d.D);
-        }
-      }
+      e_.be_.kv_cache_append(K, V, rows, QKV, span, p0, d.Hq, d.Hkv, d.D, e_.max_len_);
       e_.be_.attention_cached_forward(att + int64_t(r0) * Q, rows, QKV, K, V, span, p0, d.Hq, d.Hkv,
                                       d.D, e_.max_len_);
       r0 = r1;

@@ -1,5 +1,5 @@
-// Attention of new queries over a KV cache (generation). Inference only: no
-// backward (nothing is trained through the cache).
+// Attention of new queries over a KV cache, and appending to it (generation).
+// Inference only: no backward (nothing is trained through the cache).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -66,5 +66,29 @@ void attention_cached_forward(Act<T> out, ActIn<T> q, int64_t q_stride, ActIn<T>
 }
 
 STRATA_CPU_INSTANTIATE(attention_cached_forward)
+
+template <typename T>
+void kv_cache_append(Act<T> kc, Act<T> vc, ActIn<T> qkv, int64_t q_stride, int n, int pos0, int Hq,
+                     int Hkv, int D, int max_len) {
+  STRATA_CHECK(n >= 0 && pos0 >= 0 && pos0 + n <= max_len, "kv_cache_append: positions ", pos0,
+               " .. ", pos0 + n - 1, " outside a cache of ", max_len);
+  with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        S* K = kc.template as<S>();
+        S* V = vc.template as<S>();
+        const S* rows = qkv.template as<const S>();
+        for (int i = 0; i < n; ++i)
+          for (int h = 0; h < Hkv; ++h) {
+            const S* k = rows + int64_t(i) * q_stride + int64_t(Hq + h) * D;
+            const int64_t at = (int64_t(h) * max_len + pos0 + i) * D;
+            std::copy(k, k + D, K + at);
+            std::copy(k + int64_t(Hkv) * D, k + int64_t(Hkv + 1) * D, V + at);
+          }
+      },
+      kc, vc, qkv);
+}
+
+STRATA_CPU_INSTANTIATE(kv_cache_append)
 
 }  // namespace strata::cpu

@@ -401,13 +401,16 @@ inline void event_wait(Event e) { ::strata::simt::wait_event(e); }
 inline void copy_async(void* dst, const void* src, size_t bytes, void*) {
   ::strata::simt::DeviceAccess access;
   if (!bytes) return;
+  ::strata::simt::note_copy();
   std::memmove(dst, src, bytes);
   ::strata::simt::note_async_copy(dst, bytes);
   ::strata::simt::note_async_copy(src, bytes);
 }
 inline void zero_async(void* p, size_t bytes, void*) {
   ::strata::simt::DeviceAccess access;
-  if (bytes) std::memset(p, 0, bytes);
+  if (!bytes) return;
+  ::strata::simt::note_copy();
+  std::memset(p, 0, bytes);
 }
 inline void sync(void*) { ::strata::simt::note_sync(); }
 // While kernel timing is on (kernel_times.h): the host time of one launch.

@@ -537,5 +537,36 @@ void attention_cached_forward(KernelContext<T>& k, ops::Act<T> out_, ops::ActIn<
   attention_cached_forward_fp<T>(k, out_, q_, q_stride, kc_, vc_, n, pos0, Hq, Hkv, D, max_len);
 }
 
+// A thread per element of the appended keys and values (n rows of Hkv heads
+// of D, a few thousand in decode): one launch for the whole span.
+template <typename S>
+STRATA_GLOBAL void k_kv_append(S* kc, S* vc, const S* qkv, int64_t q_stride, int n, int pos0,
+                               int Hq, int Hkv, int D, int max_len) {
+  STRATA_GRID_LOOP(e, int64_t(n) * Hkv * D) {
+    const int d = int(e % D), h = int(e / D % Hkv), i = int(e / (int64_t(D) * Hkv));
+    const S* k = qkv + int64_t(i) * q_stride + int64_t(Hq + h) * D + d;
+    const int64_t at = (int64_t(h) * max_len + pos0 + i) * D + d;
+    kc[at] = k[0];
+    vc[at] = k[int64_t(Hkv) * D];
+  }
+}
+
+template <typename T>
+void kv_cache_append(KernelContext<T>& k, ops::Act<T> kc, ops::Act<T> vc, ops::ActIn<T> qkv,
+                     int64_t q_stride, int n, int pos0, int Hq, int Hkv, int D, int max_len) {
+  STRATA_CHECK(n >= 0 && pos0 >= 0 && pos0 + n <= max_len, "kv_cache_append: positions ", pos0,
+               " .. ", pos0 + n - 1, " outside a cache of ", max_len);
+  const int64_t total = int64_t(n) * Hkv * D;
+  if (total == 0) return;
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_kv_append<S>, blocks_for(total, 256), 256, 0, k.stream(),
+                      kc.template as<S>(), vc.template as<S>(), qkv.template as<const S>(),
+                      q_stride, n, pos0, Hq, Hkv, D, max_len);
+      },
+      kc, vc, qkv);
+}
+
 }  // namespace STRATA_TARGET_NS
 }  // namespace strata::cuda

@@ -70,6 +70,7 @@ constexpr size_t kGuardBytes = 4096;
 std::atomic<int> g_schedule{int(Schedule::Forward)};
 std::atomic<uint64_t> g_seed{1};
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_copies{0};
 std::atomic<uint64_t> g_device_allocs{0};
 std::atomic<uint64_t> g_device_frees{0};
 
@@ -448,6 +449,8 @@ void set_schedule(Schedule s, uint64_t seed) {
 }
 Schedule schedule() { return Schedule(g_schedule.load()); }
 uint64_t launch_count() { return g_launches.load(); }
+uint64_t copy_count() { return g_copies.load(); }
+void note_copy() { ++g_copies; }
 uint64_t device_alloc_count() { return g_device_allocs.load(); }
 uint64_t device_free_count() { return g_device_frees.load(); }
 

@@ -82,9 +82,13 @@ int max_threads(const char* name);
 void check_launch(const char* name, KernelId id, Dim3 grid, Dim3 block, size_t dynamic_shared);
 
 // Launches since the process started (tests check a path ran its kernels),
-// and host synchronisations of the SIMT backend's stream (gpu::sync: where a
-// GPU would stall the host; tests count them per training step).
+// copies and fills queued on a stream (gpu::copy_async, zero_async: each a
+// GPU command like a launch), and host synchronisations of the SIMT
+// backend's stream (gpu::sync: where a GPU would stall the host; tests count
+// them per training step).
 uint64_t launch_count();
+uint64_t copy_count();
+void note_copy();
 uint64_t sync_count();
 void note_sync();
 
