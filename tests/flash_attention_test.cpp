@@ -433,6 +433,7 @@ class HostAttention final : public cuda::ExternalAttention {
   size_t backward_workspace(const cuda::AttentionShape&) override { return 128; }
   void forward(void*, uint16_t* o, float* lse, const uint16_t* qkv, const cuda::AttentionShape& s,
                void* ws) override {
+    const simt::DeviceAccess access;  // the stand-in plays a library's device code
     EXPECT_NE(ws, nullptr);
     reference::Vec out, l;
     reference::attention(widen(qkv, s.B * s.T * W(s)), s.B, s.T, s.Hq, s.Hkv, s.D, out, l);
@@ -444,6 +445,7 @@ class HostAttention final : public cuda::ExternalAttention {
   // dv = P^T dO, with P from the lse it is given.
   void backward(void*, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const uint16_t* o,
                 const float* lse, const cuda::AttentionShape& s, void*) override {
+    const simt::DeviceAccess access;
     const reference::Vec x = widen(qkv, s.B * s.T * W(s)), d = widen(dout, s.B * s.T * s.Hq * s.D),
                          ov = widen(o, s.B * s.T * s.Hq * s.D);
     reference::Vec g(size_t(s.B) * s.T * W(s), 0.0);
