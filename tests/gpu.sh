@@ -9,7 +9,7 @@
 #   2. the build (build-gpu/, only the targets below) and `strata info`
 #   3. the tests labelled gpu (ctest -L gpu) on the device
 #   4. tensor-core attention at head dim 128 (bench ops --model 4096 --bf16,
-#      B 8 x T 2048), a bf16 training step of the 16L-2048 shape at batch 8 with fp32 and
+#      B 8 x T 2048, fp32 and bf16 activations), a bf16 training step of the 16L-2048 shape at batch 8 with fp32 and
 #      with bf16 activations, PyTorch's step of the same shape beside it
 #      (bench/pytorch_train_step.py), and batch-1 decode of that shape
 #   5. compute-sanitizer memcheck on the kernel parity tests
@@ -194,6 +194,10 @@ else
   gen=(--model 2048 --max-new-tokens 64 --repeat 2)
 fi
 step bench-attention "$strata" bench ops --device "$device" --bf16 --filter attention "${attn[@]}"
+# The same with bf16 activations: what a step with training.activations = "bf16"
+# hands attention (no conversion in the timing: the issue's attention target).
+step bench-attention-bf16 "$strata" bench ops --device "$device" --bf16 --activations bf16 \
+  --filter attention "${attn[@]}"
 # The flash kernels' own view at head dim 64 (16L-2048): speed of light,
 # occupancy and launch shape of the forward and both backward kernels.
 profile_flash() {

@@ -32,7 +32,6 @@ void fill(ops::Backend<float>& be, float* p, int64_t n, uint32_t stream, float s
   be.from_host(p, host.data(), n);
 }
 
-
 struct Row {
   std::string op, pass, shape;
   double seconds, amount;  // amount: FLOP or bytes
@@ -98,6 +97,7 @@ struct OpBench {
   ops::Backend<float>& be;
   const int repeat;
   const std::string filter;
+  bool bf16_acts = false;  // --activations bf16: the attention rows read and write bf16
   const int64_t N, C, F, V, D, QKV, Q, big;
   static constexpr float sz = sizeof(float);
   Buf x, y, w, dw, dx, dy, aux;
@@ -161,7 +161,24 @@ void attention_rows(OpBench& b) {
   const double pairs = double(m.B) * m.H * (double(m.T) * (m.T + 1) / 2);
   b.lse = Buf(&b.be, int64_t(m.B) * m.H * m.T);
   fill(b.be, b.x.data(), b.N * b.QKV, 4, 0.5f);
-  const std::string shape = dims({m.B, m.T, m.H, b.D}) + " kv" + std::to_string(m.Hkv);
+  const std::string shape =
+      dims({m.B, m.T, m.H, b.D}) + " kv" + std::to_string(m.Hkv) + (b.bf16_acts ? " bf16" : "");
+  // The activations in their storage: the fp32 buffers, or bf16 copies of
+  // them (what a step with training.activations = "bf16" hands attention).
+  struct Io {
+    ops::Act<float> qkv, out, dqkv, dout;
+  } io{b.x.data(), b.y.data(), b.dx.data(), b.dy.data()};
+  ops::ActBuffer<float> qkv16, out16, dqkv16, dout16;
+  if (b.bf16_acts) {
+    const int64_t nq = b.N * b.QKV, no = b.N * b.Q;
+    qkv16 = ops::ActBuffer<float>(&b.be, size_t(nq), ops::Dtype::BF16);
+    out16 = ops::ActBuffer<float>(&b.be, size_t(no), ops::Dtype::BF16);
+    dqkv16 = ops::ActBuffer<float>(&b.be, size_t(nq), ops::Dtype::BF16);
+    dout16 = ops::ActBuffer<float>(&b.be, size_t(no), ops::Dtype::BF16);
+    b.be.copy(qkv16.data(), b.x.data(), nq);
+    b.be.copy(dout16.data(), b.dy.data(), no);
+    io = {qkv16.data(), out16.data(), dqkv16.data(), dout16.data()};
+  }
   // strata's kernels, then cuDNN's fused attention beside them on device cuda
   // where it can run (a build with cuDNN, bf16 matmuls; otherwise a line says
   // why not).
@@ -178,12 +195,11 @@ void attention_rows(OpBench& b) {
       break;
     }
     b.run(op, "fwd", shape, 4.0 * pairs * b.D, true, [&] {
-      b.be.attention_forward(b.y.data(), b.lse.data(), b.x.data(), m.B, m.T, m.H, m.Hkv,
-                             int(b.D));
+      b.be.attention_forward(io.out, b.lse.data(), io.qkv, m.B, m.T, m.H, m.Hkv, int(b.D));
     });
     b.run(op, "bwd", shape, 10.0 * pairs * b.D, true, [&] {
-      b.be.attention_backward(b.dx.data(), b.dy.data(), b.x.data(), b.y.data(), b.lse.data(),
-                              m.B, m.T, m.H, m.Hkv, int(b.D));
+      b.be.attention_backward(io.dqkv, io.dout, io.qkv, io.out, b.lse.data(), m.B, m.T, m.H, m.Hkv,
+                              int(b.D));
     });
   }
   b.be.set_attention(ops::AttentionImpl::Strata);
@@ -251,7 +267,7 @@ constexpr void (*kOpRows[])(OpBench&) = {linear_rows,    norm_rope_rows,      at
                                          pointwise_rows, embedding_head_rows, adamw_rows};
 
 void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
-                   const std::string& device, bool bf16) {
+                   const std::string& device, bool bf16, bool bf16_acts) {
   const int64_t N = int64_t(m.B) * m.T;
   std::printf("\n%s: C=%d F=%d heads=%d/%d D=%ld V=%d, B=%d T=%d (N=%ld tokens), %d threads\n",
               m.name.c_str(), m.C, m.F, m.H, m.Hkv, long(m.D()), m.V, m.B, m.T, long(N),
@@ -260,11 +276,11 @@ void bench_ops_for(const BenchModel& m, int repeat, const std::string& filter,
   const auto backend = ops::make_backend<float>(device);
   if (bf16) backend->set_matmul_precision(ops::MatmulPrecision::BF16);
   OpBench b(m, *backend, repeat, filter);
+  b.bf16_acts = bf16_acts;
   for (auto rows : kOpRows) rows(b);
 }
 
 }  // namespace
-
 
 std::vector<BenchModel> bench_models(const std::string& which, int tokens) {
   // The GPU shapes (by name only, not in "all"): Llama-3.2-1B's (head dim
@@ -353,18 +369,28 @@ int cmd_bench(int argc, char** argv, int first) {
       .option("repeat", "R", "timed repetitions per op (the median is printed)", "5")
       .option("filter", "TEXT", "only ops whose name contains TEXT")
       .option("device", "NAME", "cpu, cuda, simt or auto", "auto")
-      .flag("bf16", "bf16 matmuls with fp32 accumulation (linear, head and, on cuda/simt, attention)")
+      .flag("bf16",
+            "bf16 matmuls with fp32 accumulation (linear, head and, on cuda/simt, attention)")
+      .option("activations", "STORAGE",
+              "fp32 or bf16: the attention rows' activations (bf16: as training.activations = "
+              "\"bf16\" hands them over, no conversion in the timing)",
+              "fp32")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first + 1)) return 0;
+  STRATA_USAGE_CHECK(args.get("activations") == "fp32" || args.get("activations") == "bf16",
+                     "strata bench ops: --activations '", args.get("activations"),
+                     "' is not fp32 or bf16");
   apply_threads(args.get_int("threads"));
   print_bench_machine();
   const std::string device = args.get("device");
   const bool bf16 = args.has("bf16");
+  const bool bf16_acts = args.get("activations") == "bf16";
   const auto precision = bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
   std::printf("%s\nmatmuls: %s, %s\n", ops::device_choice(device).c_str(), bf16 ? "bf16" : "fp32",
               ops::make_backend<float>(device)->matmul_path(precision).c_str());
   for (const auto& m : bench_models(args.get("model"), args.get_int("tokens")))
-    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"), device, bf16);
+    bench_ops_for(m, std::max(1, args.get_int("repeat")), args.get("filter"), device, bf16,
+                  bf16_acts);
   return 0;
 }
 
