@@ -82,13 +82,9 @@ void Scorer::run_rows(const std::vector<const Row*>& rows,
   ops::Backend<float>& be = model_.backend();
   const bool host = be.is_host();
   if (!host) {  // a device backend: gather and run the head there, read the logits back
-    auto grow = [&](ops::DeviceBuffer<float>& buf, size_t n) {
-      if (buf.size() < n) buf = ops::DeviceBuffer<float>(&be, n);
-      return buf.data();
-    };
-    grow(dev_gathered_, size_t(positions) * C);
-    grow(dev_xn_, size_t(positions) * C);
-    grow(dev_logits_, size_t(positions) * V);
+    dev_gathered_.reserve(&be, size_t(positions) * C);
+    dev_xn_.reserve(&be, size_t(positions) * C);
+    dev_logits_.reserve(&be, size_t(positions) * V);
   }
   float* gathered = host ? gathered_.data() : dev_gathered_.data();
   for (size_t e = 0; e < exits_.size(); ++e) {

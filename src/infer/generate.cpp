@@ -9,14 +9,6 @@
 
 namespace strata {
 
-namespace {
-// b holds at least n elements of backend memory (reallocated only to grow).
-float* grow(ops::DeviceBuffer<float>& b, ops::Backend<float>& be, size_t n) {
-  if (b.size() < n) b = ops::DeviceBuffer<float>(&be, n);
-  return b.data();
-}
-}  // namespace
-
 std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int32_t>& prompt,
                                      const GenerateOptions& o,
                                      const std::function<void(int32_t)>& on_token) {
@@ -32,7 +24,7 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
   ops::DeviceBuffer<float> dev;  // the logits in backend memory
   for (int i = 0; i < o.max_new_tokens && int(seq.size()) <= window; ++i) {
     const int T = int(seq.size());
-    grow(dev, model.backend(), size_t(T) * V);
+    dev.reserve(&model.backend(), size_t(T) * V);
     model.forward_logits(seq.data(), 1, T, dev.data());
     model.backend().to_host(logits.data(), dev.data() + size_t(T - 1) * V, V);
     const int32_t next = sample_token(logits.data(), V, o.sampling, seq.size());
@@ -72,10 +64,10 @@ class Rows {
  public:
   Rows(KvEngine& eng, ops::Backend<float>& be, int C, int V) : eng_(eng), be_(be), C_(C), V_(V) {}
   // Room for n rows of the stream (contents kept only when no larger).
-  float* stream(ops::DeviceBuffer<float>& b, int n) { return grow(b, be_, size_t(n) * C_); }
+  float* stream(ops::DeviceBuffer<float>& b, int n) { return b.reserve(&be_, size_t(n) * C_); }
   // The logits of n rows of x, on the host.
   const float* logits(const float* x, int n) {
-    grow(dev_, be_, size_t(n) * V_);
+    dev_.reserve(&be_, size_t(n) * V_);
     host_.resize(size_t(n) * V_);
     eng_.logits(x, n, dev_.data());
     be_.to_host(host_.data(), dev_.data(), int64_t(n) * V_);

@@ -212,6 +212,12 @@ class DeviceBuffer {
   T* data() { return p_; }
   const T* data() const { return p_; }
   size_t size() const { return n_; }
+  // At least n elements of be's memory: reallocated only to grow, and then
+  // without the old contents (scratch that a caller sizes per call).
+  T* reserve(Backend<T>* be, size_t n) {
+    if (n_ < n) *this = DeviceBuffer(be, n);
+    return p_;
+  }
 
  private:
   void release() {
