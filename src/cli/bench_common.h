@@ -29,6 +29,10 @@ LlamaConfig bench_config(const BenchModel& bm, int vocab, bool tied);
 // burst can run several times slower).
 double median_seconds(const std::function<void()>& fn, int repeat);
 
+// The value of an --activations option: true for "bf16", false for "fp32";
+// anything else is a usage error naming the command.
+bool bf16_activations_option(const std::string& value, const std::string& command);
+
 // `strata bench model` (train = false) and `strata bench train`.
 int bench_step(int argc, char** argv, int first, bool train);
 

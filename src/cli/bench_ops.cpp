@@ -314,6 +314,12 @@ LlamaConfig bench_config(const BenchModel& bm, int vocab, bool tied) {
   return cfg;
 }
 
+bool bf16_activations_option(const std::string& value, const std::string& command) {
+  STRATA_USAGE_CHECK(value == "fp32" || value == "bf16", command, ": --activations '", value,
+                     "' is not fp32 or bf16");
+  return value == "bf16";
+}
+
 double median_seconds(const std::function<void()>& fn, int repeat) {
   // Warm-up (workspaces, caches, JIT) for at least 0.2 s: on a shared VM the
   // first milliseconds of a parallel burst can run several times slower.
@@ -377,14 +383,11 @@ int cmd_bench(int argc, char** argv, int first) {
               "fp32")
       .option("threads", "N", "OpenMP threads (0: OMP_NUM_THREADS or all cores)", "0");
   if (!args.parse(argc, argv, first + 1)) return 0;
-  STRATA_USAGE_CHECK(args.get("activations") == "fp32" || args.get("activations") == "bf16",
-                     "strata bench ops: --activations '", args.get("activations"),
-                     "' is not fp32 or bf16");
+  const bool bf16_acts = bf16_activations_option(args.get("activations"), "strata bench ops");
   apply_threads(args.get_int("threads"));
   print_bench_machine();
   const std::string device = args.get("device");
   const bool bf16 = args.has("bf16");
-  const bool bf16_acts = args.get("activations") == "bf16";
   const auto precision = bf16 ? ops::MatmulPrecision::BF16 : ops::MatmulPrecision::FP32;
   std::printf("%s\nmatmuls: %s, %s\n", ops::device_choice(device).c_str(), bf16 ? "bf16" : "fp32",
               ops::make_backend<float>(device)->matmul_path(precision).c_str());

@@ -108,9 +108,7 @@ StepBench step_options(const Args& args, const std::string& name, bool train) {
   o.bf16 = args.has("bf16");
   o.device = args.get("device");
   o.recompute = args.get("recompute");
-  STRATA_USAGE_CHECK(args.get("activations") == "fp32" || args.get("activations") == "bf16", name,
-                     ": --activations '", args.get("activations"), "' is not fp32 or bf16");
-  o.bf16_acts = args.get("activations") == "bf16";
+  o.bf16_acts = bf16_activations_option(args.get("activations"), name);
   STRATA_USAGE_CHECK(ops::parse_attention_impl(args.get("attention"), &o.attention), name,
                      ": --attention '", args.get("attention"), "' is not strata or cudnn");
   STRATA_USAGE_CHECK(o.attention == ops::AttentionImpl::Strata || o.bf16, name,

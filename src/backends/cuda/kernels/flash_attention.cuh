@@ -116,6 +116,22 @@ STRATA_DEVICE void stage_tile_async(uint16_t* tile, const E* src, int64_t stride
   }
 }
 
+// A two-stage buffer of tile pairs (K and V, or Q and dO), `rows` rows of D
+// each: stage `buf`'s first tile, its second `rows` * D further on.
+template <int D>
+STRATA_DEVICE uint16_t* pair_stage(uint16_t* stages, int rows, int buf) {
+  return stages + 2 * buf * rows * D;
+}
+// Stages `rows` rows of `first` and of `second` (strides apart; rows at or
+// past `valid` are zeros) into stage `buf` (stage_tile_async).
+template <int D, typename E>
+STRATA_DEVICE void stage_pair(uint16_t* stages, int rows, int buf, int valid, const E* first,
+                              int64_t first_stride, const E* second, int64_t second_stride) {
+  uint16_t* at = pair_stage<D>(stages, rows, buf);
+  stage_tile_async<D>(at, first, first_stride, rows, valid);
+  stage_tile_async<D>(at + rows * D, second, second_stride, rows, valid);
+}
+
 // The head of a double-buffered loop's iteration: when there is a next tile,
 // waits for the other buffer's readers (the previous tile), stages the next
 // tile into it (`stage`) and waits for the current tile's copies; then a
@@ -208,7 +224,6 @@ STRATA_DEVICE float quad_sum(float v) {
 template <int D, typename E>
 STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) {
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
-  constexpr int kTile = kFlashKeys * D;
   uint16_t* qs = smem;
   uint16_t* kv = qs + kFlashRows * D;  // two stages of a K tile and a V tile
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
@@ -233,18 +248,16 @@ STRATA_DEVICE void flash_forward_body(E* out, float* lse, const AttnView<E>& a) 
   float o[D / 8][4];
   zero_acc(o);
   const auto stage_kv = [&](int k0, int buf) {
-    uint16_t* at = kv + 2 * buf * kTile;
-    stage_tile_async<D>(at, kb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys, nk - k0);
-    stage_tile_async<D>(at + kTile, vb + int64_t(k0) * a.kv_stride, a.kv_stride, kFlashKeys,
-                        nk - k0);
+    stage_pair<D>(kv, kFlashKeys, buf, nk - k0, kb + int64_t(k0) * a.kv_stride, a.kv_stride,
+                  vb + int64_t(k0) * a.kv_stride, a.kv_stride);
   };
   stage_kv(0, 0);
   cp_async_commit();
   int buf = 0;
   for (int k0 = 0; k0 < nk; k0 += kFlashKeys, buf ^= 1) {
     next_tile(k0 + kFlashKeys < nk, [&] { stage_kv(k0 + kFlashKeys, buf ^ 1); });
-    const uint16_t* ks = kv + 2 * buf * kTile;
-    const uint16_t* vs = ks + kTile;
+    const uint16_t* ks = pair_stage<D>(kv, kFlashKeys, buf);
+    const uint16_t* vs = ks + kFlashKeys * D;
     float s[kFlashKeys / 8][4];
     zero_acc(s);
     mma_abt<D, kFlashKeys>(s, qs, 16 * warp, ks, 0, lane);
@@ -316,7 +329,6 @@ template <int D, typename E>
 STRATA_DEVICE void flash_dq_body(const FlashBwdOf<E>& a) {
   constexpr int KT = kFlashDqKeys<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
-  constexpr int kTile = KT * D;
   uint16_t* qs = smem;
   uint16_t* dos = qs + kFlashRows * D;
   uint16_t* kv = dos + kFlashRows * D;  // two stages of a K tile and a V tile
@@ -343,18 +355,17 @@ STRATA_DEVICE void flash_dq_body(const FlashBwdOf<E>& a) {
   float dq[D / 8][4];
   zero_acc(dq);
   const auto stage_kv = [&](int k0, int buf) {
-    uint16_t* at = kv + 2 * buf * kTile;
-    stage_tile_async<D>(at, base + int64_t(k0) * W + int64_t(a.Hq + kvh) * D, W, KT, nk - k0);
-    stage_tile_async<D>(at + kTile, base + int64_t(k0) * W + int64_t(a.Hq + a.Hkv + kvh) * D, W, KT,
-                        nk - k0);
+    const E* row = base + int64_t(k0) * W;
+    stage_pair<D>(kv, KT, buf, nk - k0, row + int64_t(a.Hq + kvh) * D, W,
+                  row + int64_t(a.Hq + a.Hkv + kvh) * D, W);
   };
   stage_kv(0, 0);
   cp_async_commit();
   int buf = 0;
   for (int k0 = 0; k0 < nk; k0 += KT, buf ^= 1) {
     next_tile(k0 + KT < nk, [&] { stage_kv(k0 + KT, buf ^ 1); });
-    const uint16_t* ks = kv + 2 * buf * kTile;
-    const uint16_t* vs = ks + kTile;
+    const uint16_t* ks = pair_stage<D>(kv, KT, buf);
+    const uint16_t* vs = ks + KT * D;
     float s[KT / 8][4], dp[KT / 8][4];
     zero_acc(s);
     zero_acc(dp);
@@ -399,11 +410,10 @@ template <int D, typename E>
 STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
   constexpr int QT = kFlashDkvQueries<D>;
   STRATA_DYNAMIC_SHARED(uint16_t, smem);
-  constexpr int kTile = QT * D;
   uint16_t* ks = smem;
   uint16_t* vs = ks + kFlashRows * D;
   uint16_t* qd = vs + kFlashRows * D;  // two stages of a Q tile and a dO tile
-  float* lse2_st = reinterpret_cast<float*>(qd + 4 * kTile);  // two stages of QT
+  float* lse2_st = reinterpret_cast<float*>(pair_stage<D>(qd, QT, 2));  // two stages of QT
   float* delta_st = lse2_st + 2 * QT;
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / 4, t = lane % 4;
@@ -426,11 +436,8 @@ STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
   const int i_first = k0 / QT * QT, nq = (a.T - i_first + QT - 1) / QT;
   const auto stage_q = [&](int j, int buf) {
     const int h = kvh * rep + j / nq, i0 = i_first + j % nq * QT;
-    uint16_t* at = qd + 2 * buf * kTile;
-    stage_tile_async<D>(at, base + int64_t(h) * D + int64_t(i0) * W, W, QT, a.T - i0);
-    stage_tile_async<D>(
-        at + kTile, a.dout + int64_t(b) * a.T * a.Hq * D + int64_t(h) * D + int64_t(i0) * a.Hq * D,
-        int64_t(a.Hq) * D, QT, a.T - i0);
+    stage_pair<D>(qd, QT, buf, a.T - i0, base + int64_t(h) * D + int64_t(i0) * W, W,
+                  a.dout + (int64_t(b) * a.T + i0) * a.Hq * D + int64_t(h) * D, int64_t(a.Hq) * D);
     const int64_t lb = (int64_t(b) * a.Hq + h) * a.T;
     for (int i = int(threadIdx.x); i < QT; i += int(blockDim.x)) {
       const bool ok = i0 + i < a.T;
@@ -444,8 +451,8 @@ STRATA_DEVICE void flash_dkv_body(const FlashBwdOf<E>& a) {
   for (int j = 0; j < rep * nq; ++j, buf ^= 1) {
     next_tile(j + 1 < rep * nq, [&] { stage_q(j + 1, buf ^ 1); });
     const int i0 = i_first + j % nq * QT;
-    const uint16_t* qs = qd + 2 * buf * kTile;
-    const uint16_t* dos = qs + kTile;
+    const uint16_t* qs = pair_stage<D>(qd, QT, buf);
+    const uint16_t* dos = qs + QT * D;
     const float* lse2_s = lse2_st + buf * QT;
     const float* delta_s = delta_st + buf * QT;
     float s[QT / 8][4], dp[QT / 8][4];
