@@ -4,7 +4,7 @@
 # backend (the CUDA kernels on the CPU SIMT executor, run.device = "simt"),
 # and checks the two runs print the same losses, validation and sample; then
 # evaluates and generates with --device simt from the SIMT run's checkpoint,
-# against --device cpu. The SIMT runs are strict (STRATA_SIMT_STRICT=1): host
+# against --device cpu (and on simt with and without decode graphs). The SIMT runs are strict (STRATA_SIMT_STRICT=1): host
 # code that touches device memory directly stops them with an error, as it
 # would fail on a GPU. Resuming from the checkpoints (steps 6 -> 8) checks
 # saving and loading device tensors.
@@ -44,5 +44,10 @@ done
 cols() { awk 'NR > 1 { printf "%s %.6g %.6g %s %.6g\n", $1, $2, $3, $4, $6 }' "$1"; }
 diff <(cols "$out/eval_cpu.txt") <(cols "$out/eval_simt.txt") || { echo "eval differs"; exit 1; }
 diff "$out/gen_cpu.txt" "$out/gen_simt.txt" || { echo "generation differs"; exit 1; }
+# Decode steps replayed as recorded graphs (the default on simt) or launched
+# one kernel at a time: the same text.
+STRATA_SIMT_STRICT=1 "$strata" generate --checkpoint "$ckpt" --prompt "ROMEO:" --max-new-tokens 12 \
+  --ignore-eos --device simt --no-graphs 2> /dev/null | head -n 1 > "$out/gen_simt_eager.txt"
+diff "$out/gen_simt.txt" "$out/gen_simt_eager.txt" || { echo "generation without graphs differs"; exit 1; }
 grep -qE "^ *[0-9]+ +[0-9.]+ " "$out/eval_simt.txt" || { cat "$out/eval_simt.txt"; exit 1; }
 echo "cpu and simt agree: $(grep '^done' "$out/simt.log")"

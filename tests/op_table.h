@@ -240,6 +240,11 @@ class Wrapped final : public ops::Backend<T> {
   double* alloc_scalars(int n) override { return inner_->alloc_scalars(n); }
   void free_scalars(double* p) override { inner_->free_scalars(p); }
   void zero_scalars(double* p, int n) override { inner_->zero_scalars(p, n); }
+  int32_t* alloc_ints(size_t n) override { return inner_->alloc_ints(n); }
+  void free_ints(int32_t* p) override { inner_->free_ints(p); }
+  void ints_from_host(int32_t* dst, const int32_t* src, size_t n) override {
+    inner_->ints_from_host(dst, src, n);
+  }
   void read_scalars(double* dst, const double* p, int n) override {
     inner_->read_scalars(dst, p, n);
   }

@@ -300,3 +300,71 @@ TEST(Simt, LaunchBoundsRefuseLargerBlocks) {
   EXPECT_EQ(simt::max_threads("k_attention_forward<T>"), 128);
   EXPECT_EQ(simt::max_threads("k_tree_sum"), 0);
 }
+
+STRATA_GLOBAL void k_add_at(float* x, const int* where, float v) {
+  if (threadIdx.x == 0) x[*where] += v;
+}
+
+// The model of a CUDA graph (stream capture): commands queued while
+// capturing are recorded with the arguments they had when queued, and not
+// run; each replay runs them in order and reads memory as it is then (how a
+// decode step's positions reach a replayed graph).
+TEST(SimtGraph, CapturedCommandsRunOnlyWhenReplayedWithTheirQueuedArguments) {
+  auto* x = static_cast<float*>(gpu::malloc_device(4 * sizeof(float)));
+  auto* where = static_cast<int*>(gpu::malloc_device(sizeof(int)));
+  const int zero = 0, two = 2;
+  const float seven = 7;
+  gpu::copy_async(where, &zero, sizeof(int), nullptr);
+  gpu::copy_async(x + 3, &seven, sizeof(float), nullptr);
+  const uint64_t launches = simt::launch_count(), copies = simt::copy_count();
+  simt::begin_capture();
+  float v = 1;
+  STRATA_LAUNCH(k_add_at, 1, 32, 0, nullptr, x, static_cast<const int*>(where), v);
+  v = 100;  // too late: the launch copied its arguments
+  gpu::zero_async(x + 3, sizeof(float), nullptr);
+  const auto rec = simt::end_capture();
+  EXPECT_EQ(simt::launch_count(), launches) << "a captured launch ran";
+  EXPECT_EQ(simt::copy_count(), copies) << "a captured fill ran";
+  ASSERT_EQ(rec->commands.size(), 2u);
+  EXPECT_EQ(rec->names[0], "k_add_at");
+  EXPECT_EQ(rec->names[1], "cudaMemsetAsync");
+  auto host = [&] {
+    std::vector<float> h(4);
+    gpu::copy_async(h.data(), x, 4 * sizeof(float), nullptr);
+    return h;
+  };
+  EXPECT_EQ(host(), (std::vector<float>{0, 0, 0, 7}));
+  simt::replay(*rec);
+  EXPECT_EQ(host(), (std::vector<float>{1, 0, 0, 0}));
+  gpu::copy_async(where, &two, sizeof(int), nullptr);  // read by the next replay
+  simt::replay(*rec);
+  EXPECT_EQ(host(), (std::vector<float>{1, 0, 1, 0}));
+  EXPECT_EQ(simt::launch_count(), launches + 2);
+  gpu::free_device(x);
+  gpu::free_device(where);
+}
+
+// What a GPU refuses while a stream captures is refused here: a host
+// synchronisation and a device allocation; and captures do not nest.
+TEST(SimtGraph, SynchronisingOrAllocatingWhileCapturingIsRefused) {
+  simt::begin_capture();
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message([] { gpu::sync(nullptr); }).find("a host synchronisation while a stream "
+                                                      "captures"),
+            std::string::npos);
+  EXPECT_NE(message([] { gpu::malloc_device(64); }).find("a device allocation"),
+            std::string::npos);
+  EXPECT_NE(message([] { simt::begin_capture(); }).find("already under way"), std::string::npos);
+  const auto rec = simt::end_capture();
+  EXPECT_TRUE(rec->commands.empty());
+  EXPECT_THROW(simt::end_capture(), Error);
+  gpu::sync(nullptr);  // allowed again
+  gpu::free_device(gpu::malloc_device(64));
+}

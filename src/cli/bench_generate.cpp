@@ -62,7 +62,10 @@ Args bench_generate_args() {
               "US microseconds after it starts (an async one overlaps it with compute)",
               "0")
       .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)")
-      .flag("bf16", "bf16 matmuls; decoding reads bf16 copies of the weights (half the bytes)");
+      .flag("bf16", "bf16 matmuls; decoding reads bf16 copies of the weights (half the bytes)")
+      .flag("no-graphs",
+            "decode every step eagerly (by default a device that records graphs, cuda or simt, "
+            "replays each decode step as one graph and plain decoding is also measured without)");
   return args;
 }
 
@@ -148,6 +151,8 @@ GenerateBenchOptions bench_options(const Args& args, const Model<float>& model) 
   o.repeat = std::max(1, args.get_int("repeat"));
   o.max_new_tokens = args.get_int("max-new-tokens");
   if (o.self_speculative) o.speculations = args.get_int("speculations");
+  o.graphs = !args.has("no-graphs");
+  o.eager_too = o.graphs && model.backend().graphs();
   return o;
 }
 
@@ -203,7 +208,7 @@ int bench_generate(int argc, char** argv, int first) {
         "(the weights fit in the %.0f MiB last-level cache, so DRAM bandwidth does not "
         "bound this model's decode)\n",
         double(peak_before.llc_bytes) / (1 << 20));
-  if (modes.size() == 3)
+  if (o.self_speculative)
     std::fputs(spec_cost_report(modes[0], modes[1], modes[2], c, bytes, bf16 ? 2.0 : 4.0, bw * 1e9,
                                 args.get_double("tokens-per-round"))
                    .c_str(),

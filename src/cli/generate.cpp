@@ -49,6 +49,9 @@ Args generate_args() {
       .flag("bf16",
             "bf16 matmuls (operands rounded to bf16, fp32 sums): decoding reads bf16 copies of "
             "the weights, half the bytes of fp32, at the cost of half again the weights' memory")
+      .flag("no-graphs",
+            "on cuda (and simt): decode every step with a launch per kernel instead of "
+            "replaying it as one recorded graph (the same tokens; for profiling and debugging)")
       .flag("json", "print the text and timings as one JSON object instead");
   return args;
 }
@@ -62,6 +65,7 @@ GenerateOptions options_from(const Args& args, const Tokenizer& tok) {
   g.sampling.seed = uint64_t(args.get_int("seed"));
   g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
   g.exit_layer = args.get_int("exit-layer");
+  g.graphs = !args.has("no-graphs");
   if (args.has("self-speculative")) {
     STRATA_CHECK(g.exit_layer > 0, "strata generate: --self-speculative needs --exit-layer E");
     g.speculations = args.get_int("speculations");

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/unit.h"
 
 namespace strata {
@@ -13,9 +14,17 @@ namespace strata {
 // KV-cache attention of each row's sequence.
 class KvEngine::Pass final : public UnitForward<float> {
  public:
+  // decode: one position per row, of distinct sequences, whose positions and
+  // cache slots are in the engine's decode_ints_ (decode_rows).
   Pass(KvEngine& e, ops::Act<float> x, int rows, const std::vector<int>& seqs,
-       const std::vector<int>& pos)
-      : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), tp_(e.m_.tp_comm()) {}
+       const std::vector<int>& pos, bool decode = false)
+      : e_(e),
+        x_(x),
+        rows_(rows),
+        seqs_(seqs),
+        pos_(pos),
+        decode_(decode),
+        tp_(e.m_.tp_comm()) {}
 
   const LayerPlan& plan() const override { return e_.m_.plan(); }
   uint64_t pass() const override { return 0; }
@@ -125,6 +134,18 @@ class KvEngine::Pass final : public UnitForward<float> {
   void cached_core(int l, ops::Act<float> qkv, ops::Act<float> att) {
     const LayerDims& d = e_.m_.dims(l);
     const int QKV = d.QKV(), Q = d.Q();
+    if (decode_) {  // every row at once, positions and slots from backend memory
+      const int32_t* pos = e_.decode_ints_.get();
+      const int32_t* slot = pos + e_.scratch_rows_;
+      ops::Act<float> K = e_.k_cache(l, 0);
+      ops::Act<float> V = e_.v_cache(l, 0);
+      e_.be_.decode_rope_append(qkv, QKV, e_.m_.rope_cos(), e_.m_.rope_sin(), K, V,
+                                e_.seq_stride(), rows_, slot, pos, d.Hq, d.Hkv, d.D,
+                                e_.max_len_);
+      e_.be_.attention_decode(att, qkv, QKV, K, V, e_.seq_stride(), rows_, slot, pos, d.Hq, d.Hkv,
+                              d.D, e_.max_len_);
+      return;
+    }
     for (int r0 = 0; r0 < rows_;) {
       int r1 = r0 + 1;
       while (r1 < rows_ && seqs_[size_t(r1)] == seqs_[size_t(r0)] &&
@@ -155,6 +176,7 @@ class KvEngine::Pass final : public UnitForward<float> {
   int rows_;
   const std::vector<int>& seqs_;
   const std::vector<int>& pos_;
+  bool decode_;
   TpRegion<float> tp_;
 };
 
@@ -203,7 +225,10 @@ void KvEngine::crop(int l0, int l1, int len, int seq) {
 
 void KvEngine::ensure_scratch(int n) {
   if (n <= scratch_rows_) return;
+  graphs_.clear();  // they refer to the buffers replaced here
   scratch_rows_ = std::max(n, 16);
+  decode_ints_ = {be_.alloc_ints(2 * size_t(scratch_rows_)),
+                  [be = &be_](int32_t* p) { be->free_ints(p); }};
   const size_t N = size_t(scratch_rows_), C = size_t(C_);
   ln_ = ops::DeviceBuffer<float>(&be_, N * C);
   rstd_ = ops::DeviceBuffer<float>(&be_, N);
@@ -292,9 +317,85 @@ void KvEngine::decode_rows(float* x, const std::vector<int>& seqs, int l0, int l
       STRATA_CHECK(length(l, s) == pos[size_t(r)], "layer ", l, " of sequence ", s, " holds ",
                    length(l, s), " positions");
   }
-  run_units(x, rows, l0, l1, seqs, pos);
+  decode_step(x, rows, l0, l1, seqs, pos);
   for (int r = 0; r < rows; ++r)
     for (int l = l0; l < l1; ++l) ++len_[size_t(seqs[size_t(r)] * layers_ + l)];
+}
+
+bool KvEngine::graphs_enabled() const {
+  // A recorded step cannot hold the host's part of a tensor-parallel reduction.
+  return graphs_on_ && be_.graphs() && (!m_.tp_comm() || m_.tp_comm()->size() == 1);
+}
+
+namespace {
+
+// Ends a capture that an exception interrupted (the stream must not stay in
+// capture mode); the recording is dropped.
+class CaptureScope {
+ public:
+  explicit CaptureScope(ops::Backend<float>& be) : be_(be) { be_.begin_capture(); }
+  ~CaptureScope() {
+    if (!ended_) try {
+        be_.end_capture();
+      } catch (...) {  // the first error is the one that is reported
+      }
+  }
+  std::unique_ptr<ops::Backend<float>::Graph> end() {
+    ended_ = true;
+    return be_.end_capture();
+  }
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+ private:
+  ops::Backend<float>& be_;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+void KvEngine::decode_step(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
+                           const std::vector<int>& pos) {
+  ensure_scratch(rows);
+  host_ints_.assign(2 * size_t(scratch_rows_), 0);
+  for (int r = 0; r < rows; ++r) {
+    host_ints_[size_t(r)] = pos[size_t(r)];
+    host_ints_[size_t(scratch_rows_ + r)] = seqs[size_t(r)];
+  }
+  be_.ints_from_host(decode_ints_.get(), host_ints_.data(), host_ints_.size());
+  auto eager = [&] {
+    Pass pass(*this, x, rows, seqs, pos, /*decode=*/true);
+    for (const PlanUnit& u : m_.plan().units())
+      if (u.first >= l0 && u.end() <= l1) unit_forward<float>(pass, u);
+    pass.materialize(2 * l1);
+  };
+  if (!graphs_enabled()) return eager();
+  Captured& g = graphs_[{x, rows, l0, l1}];
+  const uint64_t epoch = be_.graph_epoch();
+  if (!(g.graph && g.epoch == epoch)) {
+    g.graph.reset();
+    if (g.warm != epoch) {  // first at this epoch: eager, which makes what it needs
+      eager();
+      g.warm = be_.graph_epoch();
+      return;
+    }
+    try {
+      CaptureScope capture(be_);
+      eager();
+      g.graph = capture.end();
+    } catch (const Error& err) {
+      // A step that cannot be recorded still decodes: eagerly from now on.
+      log::warn("generation: a decode step could not be recorded as a graph (", err.what(),
+                "); decoding without graphs");
+      graphs_on_ = false;
+      graphs_.clear();
+      return eager();
+    }
+    g.epoch = epoch;
+    ++captures_;
+  }
+  be_.replay(*g.graph);
+  ++replays_;
 }
 
 void KvEngine::logits(const float* x, int n, float* out) {

@@ -12,6 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "model/model.h"
@@ -55,9 +59,27 @@ class KvEngine {
   // logits[n, V] = head(final_norm(x[n, C])).
   void logits(const float* x, int n, float* out);
 
+  // Graphs for decode_rows: on a backend that records them (ops::Backend::
+  // graphs(): cuda, simt) and without tensor parallelism, a decode step of a
+  // given shape (rows, layer range, stream buffer) runs eagerly once, is
+  // captured the next time, and is then replayed as one graph, the rows'
+  // positions and cache slots read from backend memory. The same numbers as
+  // eager decoding, bit for bit. On by default; off runs every step eagerly.
+  void set_graphs(bool on) { graphs_on_ = on; }
+  bool graphs_enabled() const;
+  // Decode steps replayed from a graph, and graphs captured, so far.
+  int64_t graph_replays() const { return replays_; }
+  int64_t graph_captures() const { return captures_; }
+
  private:
   class Pass;  // UnitForward over the KV cache (engine.cpp)
   void ensure_scratch(int n);
+  // decode_rows' steps, eager or replayed.
+  void decode_step(float* x, int rows, int l0, int l1, const std::vector<int>& seqs,
+                   const std::vector<int>& pos);
+  // Sequence s's cache block of layer l starts at k_cache(l, 0) + s *
+  // seq_stride() (v alike).
+  int64_t seq_stride() const { return int64_t(kv_heads_[size_t(layers_)]) * max_len_ * D_; }
   float* k_cache(int l, int seq) { return k_.data() + cache_offset(l, seq); }
   float* v_cache(int l, int seq) { return v_.data() + cache_offset(l, seq); }
   // Sequence seq's block, then layer l's heads in it (a rank holding none of
@@ -85,6 +107,20 @@ class KvEngine {
   ops::DeviceBuffer<float> mixed_norm_;  // a Layer-Parallel pair's MLP norm weights
   ops::DeviceBuffer<float> sum_out_;     // a par group's running sum
   ops::DeviceBuffer<float> spd_h_, spd_ln_, spd_rstd_, spd_p_;  // an SPD block's virtual rank
+  // decode_rows' rows: positions [0, rows) then cache slots [rows, 2 rows),
+  // in backend memory (scratch_rows_ of each).
+  std::unique_ptr<int32_t, std::function<void(int32_t*)>> decode_ints_;
+  std::vector<int32_t> host_ints_;
+  // Graphs of decode steps by (stream buffer, rows, l0, l1): `warm` is the
+  // backend's graph epoch after the last eager step of that shape, `epoch`
+  // the one the graph was captured at.
+  struct Captured {
+    std::unique_ptr<ops::Backend<float>::Graph> graph;
+    uint64_t epoch = 0, warm = ~uint64_t(0);
+  };
+  std::map<std::tuple<const float*, int, int, int>, Captured> graphs_;
+  bool graphs_on_ = true;
+  int64_t replays_ = 0, captures_ = 0;
 };
 
 }  // namespace strata

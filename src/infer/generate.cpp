@@ -252,6 +252,7 @@ GenerateStats& GenerateStats::operator+=(const GenerateStats& o) {
   draft_s += o.draft_s;
   verify_s += o.verify_s;
   hit_context |= o.hit_context;
+  graph_steps += o.graph_steps;
   return *this;
 }
 
@@ -288,6 +289,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
   const int E = o.exit_layer > 0 ? o.exit_layer : L;
   model.plan().check_exit(E, "exit layer");
   KvEngine eng(model, ctx, E, B);
+  eng.set_graphs(o.graphs);
   Rows stage(eng, model.backend(), C, V);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));
   std::vector<bool> done(static_cast<size_t>(B), o.max_new_tokens <= 0);
@@ -343,6 +345,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
     }
   }
   total.decode_s = timer.seconds();
+  total.graph_steps = eng.graph_replays();
   for (const auto& out : outs) total.new_tokens += int(out.size());
   if (stats_out) *stats_out = total;
   return outs;

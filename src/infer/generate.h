@@ -25,6 +25,9 @@ struct GenerateOptions {
   int speculations = 0;
   // Checked after each token (after on_token): true ends generation (stop strings).
   std::function<bool()> stop_requested;
+  // Decode steps as recorded graphs where the backend has them (cuda, simt:
+  // KvEngine::set_graphs); the same tokens either way.
+  bool graphs = true;
 };
 
 struct GenerateStats {
@@ -38,6 +41,7 @@ struct GenerateStats {
   // round's d + 1 states); the rest is sampling and bookkeeping.
   double draft_s = 0, verify_s = 0;
   bool hit_context = false;  // stopped at the model's context length
+  int64_t graph_steps = 0;   // decode steps replayed from a recorded graph
   // Sums the counts and times of another run (prompts generated one after
   // another); hit_context if either hit it.
   GenerateStats& operator+=(const GenerateStats& o);

@@ -28,6 +28,7 @@ std::vector<GenerateBenchMode> generate_bench_modes(const GenerateBenchOptions& 
   GenerateOptions base;
   base.max_new_tokens = options.max_new_tokens;
   base.eos_id = -1;  // fixed lengths: every mode generates the same number of tokens
+  base.graphs = options.graphs;
   modes.push_back(mode("plain", base));
   const int E = options.exit_layer;
   if (E > 0) {
@@ -40,6 +41,11 @@ std::vector<GenerateBenchMode> generate_bench_modes(const GenerateBenchOptions& 
       modes.push_back(mode(
           "self-speculative E=" + std::to_string(E) + " d=" + std::to_string(s.speculations), s));
     }
+  }
+  if (options.graphs && options.eager_too) {  // last: the speed-ups stay against "plain"
+    GenerateOptions eager = base;
+    eager.graphs = false;
+    modes.push_back(mode("plain, eager (no graphs)", eager));
   }
   return modes;
 }
@@ -78,6 +84,12 @@ std::string generate_bench_table(const std::vector<GenerateBenchMode>& modes) {
     if (m.options.speculations)
       out += strprintf("%-28s greedy output identical to plain decoding: %s\n", "",
                        m.outputs == plain.outputs ? "yes" : "NO");
+    if (!m.options.graphs && plain.options.graphs)
+      out += strprintf("%-28s output identical to plain decoding with graphs: %s (%lld of its %lld "
+                       "decode steps replayed from graphs)\n",
+                       "", m.outputs == plain.outputs ? "yes" : "NO",
+                       static_cast<long long>(plain.total.graph_steps),
+                       static_cast<long long>(plain.total.new_tokens - int64_t(plain.decode.size())));
   }
   return out;
 }

@@ -20,6 +20,9 @@ struct GenerateBenchOptions {
   bool self_speculative = false;  // and self-speculative decoding (needs exit_layer)
   int speculations = 4;           // drafts per self-speculative round
   int repeat = 3;                 // runs per prompt and mode
+  // Decode steps as recorded graphs (GenerateOptions::graphs); with
+  // eager_too, plain decoding is measured a second time without them.
+  bool graphs = true, eager_too = false;
 };
 
 struct GenerateBenchMode {

@@ -93,6 +93,7 @@ class Model {
   void set_plan(const LayerPlan& plan);
   const ParamLayout& layout() const { return layout_; }
   ops::Backend<T>& backend() { return *be_; }
+  const ops::Backend<T>& backend() const { return *be_; }
 
   // Arenas (backend memory) and the tensors in them. Without a weight
   // store; under ZeRO-3 there is no parameter arena, under ZeRO-2/3 no

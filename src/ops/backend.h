@@ -69,6 +69,43 @@ class Backend {
   virtual void free_scalars(double* p) = 0;
   virtual void zero_scalars(double* p, int n) = 0;
   virtual void read_scalars(double* host_dst, const double* p, int n) = 0;
+  // Small int32 arrays in backend memory (zeroed) that ops read when they run
+  // (decoding's positions and cache slots); ints_from_host copies n values
+  // in on the stream (the host array may be reused when it returns).
+  virtual int32_t* alloc_ints(size_t n) = 0;
+  virtual void free_ints(int32_t* p) = 0;
+  virtual void ints_from_host(int32_t* dst, const int32_t* host_src, size_t n) = 0;
+
+  // ------------------------------------------------------------------- graphs
+  // Recorded op sequences (CUDA graphs; the SIMT executor's model of them):
+  // the ops queued between begin_capture() and end_capture() are recorded
+  // with their arguments, not run, and replay() runs them again in one go,
+  // without a launch per op. A number an op takes as an argument is the one
+  // of the capture; what it reads from backend memory (the positions of
+  // decode_rope_append, attention_decode) is read at each replay. A host
+  // synchronisation or a host read while capturing is an error. A recording
+  // refers to the backend's own staging and scratch as they were: replay it
+  // only while graph_epoch() is what it was at the capture (the epoch moves
+  // whenever such memory does, e.g. when frozen weight copies are dropped),
+  // and capture only after the same ops ran once outside a capture at this
+  // epoch (what they allocate on first use must exist: capture allocates
+  // nothing). generation (infer/engine.cpp) keeps these rules.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+  };
+  // Whether this backend records graphs now (not the CPU; not while kernel
+  // timing is on, which needs a launch per kernel).
+  virtual bool graphs() const { return false; }
+  virtual void begin_capture() { throw Error(std::string("backend ") + name() + " has no graphs"); }
+  virtual std::unique_ptr<Graph> end_capture() {
+    throw Error(std::string("backend ") + name() + " has no graphs");
+  }
+  virtual void replay(const Graph& g) {
+    (void)g;
+    throw Error(std::string("backend ") + name() + " has no graphs");
+  }
+  virtual uint64_t graph_epoch() const { return 0; }
 
   // ------------------------------------------------------------------ matmuls
   // Matmul precision of the linear layers and the LM head (FP32, or BF16 with

@@ -91,4 +91,43 @@ void kv_cache_append(Act<T> kc, Act<T> vc, ActIn<T> qkv, int64_t q_stride, int n
 
 STRATA_CPU_INSTANTIATE(kv_cache_append)
 
+// Decoding with positions and slots in (host) backend memory: row by row,
+// the ops above at pos0 = pos[r] (the same numbers as the span path).
+template <typename T>
+void decode_rope_append(Act<T> qkv, int64_t q_stride, const T* cos, const T* sin, Act<T> kc,
+                        Act<T> vc, int64_t cache_stride, int rows, const int32_t* slot,
+                        const int32_t* pos, int Hq, int Hkv, int D, int max_len) {
+  for (int r = 0; r < rows; ++r) {
+    const int p = pos[r];
+    if (p < 0 || p >= max_len) continue;
+    const Act<T> row = qkv + int64_t(r) * q_stride;
+    rope_forward<T>(row, cos, sin, 1, 1, Hq + Hkv, D, q_stride, p);
+    const int64_t at = int64_t(slot[r]) * cache_stride;
+    kv_cache_append<T>(kc + at, vc + at, row, q_stride, 1, p, Hq, Hkv, D, max_len);
+  }
+}
+
+STRATA_CPU_INSTANTIATE(decode_rope_append)
+
+template <typename T>
+void attention_decode(Act<T> out, ActIn<T> q, int64_t q_stride, ActIn<T> kc, ActIn<T> vc,
+                      int64_t cache_stride, int rows, const int32_t* slot, const int32_t* pos,
+                      int Hq, int Hkv, int D, int max_len) {
+  const int64_t width = int64_t(Hq) * D;
+  for (int r = 0; r < rows; ++r) {
+    const int p = pos[r];
+    const Act<T> o = out + int64_t(r) * width;
+    if (p < 0 || p >= max_len) {
+      with_storage<T>([&](auto s) { std::fill_n(o.template as<decltype(s)>(), width, decltype(s){}); },
+                      o);
+      continue;
+    }
+    const int64_t at = int64_t(slot[r]) * cache_stride;
+    attention_cached_forward<T>(o, q + int64_t(r) * q_stride, q_stride, kc + at, vc + at, 1, p, Hq,
+                                Hkv, D, max_len);
+  }
+}
+
+STRATA_CPU_INSTANTIATE(attention_decode)
+
 }  // namespace strata::cpu

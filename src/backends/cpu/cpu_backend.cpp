@@ -51,6 +51,11 @@ class CpuBackend final : public Backend<T> {
   void free_scalars(double* p) override { aligned_free(p); }
   void zero_scalars(double* p, int n) override { std::fill(p, p + n, 0.0); }
   void read_scalars(double* dst, const double* p, int n) override { std::copy(p, p + n, dst); }
+  int32_t* alloc_ints(size_t n) override { return new int32_t[n ? n : 1](); }
+  void free_ints(int32_t* p) override { delete[] p; }
+  void ints_from_host(int32_t* dst, const int32_t* src, size_t n) override {
+    std::copy(src, src + n, dst);
+  }
 
   void set_matmul_precision(MatmulPrecision p) override { cpu::set_matmul_precision(p); }
   bool native_bf16() const override { return cpu::native_bf16_available(); }

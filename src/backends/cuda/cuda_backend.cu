@@ -218,6 +218,7 @@ class LtGemm final : public GemmEngine<T> {
     const int64_t n = (rows - 1) * ld + cols;
     if (this->converted_already(src, n, slot)) return bf16_[slot];  // pinned (gemm_engine.h)
     if (bf16_n_[slot] < n) {
+      this->note_memory_moved();
       gpu::free_async(bf16_[slot], stream_);
       bf16_[slot] = gpu::malloc_async(size_t(n) * 2, stream_);
       bf16_n_[slot] = n;
@@ -241,6 +242,7 @@ class LtGemm final : public GemmEngine<T> {
     if (!copy) {
       const int64_t n = (rows - 1) * ld + cols;
       this->note_conversion();
+      this->note_memory_moved();
       copy = gpu::malloc_async(size_t(n) * 2, stream_);
       STRATA_LAUNCH(k_to_bf16<float>, blocks_for(n, 256), 256, 0, stream_,
                     static_cast<uint16_t*>(copy), reinterpret_cast<const float*>(src), n);
@@ -248,6 +250,7 @@ class LtGemm final : public GemmEngine<T> {
     return copy;
   }
   void release_frozen() override {
+    this->note_memory_moved();
     for (auto& e : frozen_copies_) gpu::free_async(e.second, stream_);
     frozen_copies_.clear();
   }
@@ -256,6 +259,7 @@ class LtGemm final : public GemmEngine<T> {
   // the bf16 slots.
   float* f32(int slot, int64_t n) {
     if (f32_n_[slot] < n) {
+      this->note_memory_moved();
       gpu::free_async(f32_[slot], stream_);
       f32_[slot] = gpu::malloc_async(size_t(n) * sizeof(float), stream_);
       f32_n_[slot] = n;

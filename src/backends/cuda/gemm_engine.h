@@ -86,6 +86,10 @@ class GemmEngine {
   }
   // Operands converted to bf16 since the engine was made (tests count them).
   uint64_t bf16_conversions() const { return conversions_; }
+  // Moves whenever a buffer the engine's GEMMs read or write on the device
+  // (staging, kept weight copies) is made, grown or dropped: a recorded
+  // graph refers to them (ops::Backend::graph_epoch).
+  uint64_t memory_epoch() const { return memory_epoch_; }
 
   // Generation (ops::Backend::freeze_weights): the weights cannot change
   // until thawed, so bf16 GEMMs convert each B operand (every linear layer's
@@ -125,6 +129,7 @@ class GemmEngine {
   bool frozen_ = false;
   const T *held_lo_ = nullptr, *held_hi_ = nullptr;
   void note_fallback() { ++fallbacks_; }
+  void note_memory_moved() { ++memory_epoch_; }
   // Before an engine converts operand src (n elements from src) into its
   // staging slot: true when src is the pinned operand and slot kPinnedSlot
   // already holds its conversion (nothing to do); otherwise counts the
@@ -147,6 +152,7 @@ class GemmEngine {
 
  private:
   uint64_t fallbacks_ = 0, conversions_ = 0, pin_epoch_ = 0, pinned_ready_ = ~uint64_t(0);
+  uint64_t memory_epoch_ = 0;
   const T* pinned_ = nullptr;
   int64_t pinned_n_ = 0;
 };

@@ -114,6 +114,43 @@ class KernelBackend final : public ops::Backend<T> {
     gpu::zero_async(p, size_t(n) * sizeof(double), stream_);
   }
   void read_scalars(double* dst, const double* p, int n) override { ctx_.read_doubles(dst, p, n); }
+  int32_t* alloc_ints(size_t n) override {
+    auto* p = static_cast<int32_t*>(pool_.take((n ? n : 1) * sizeof(int32_t)));
+    gpu::zero_async(p, (n ? n : 1) * sizeof(int32_t), stream_);
+    return p;
+  }
+  void free_ints(int32_t* p) override { pool_.give(p); }
+  // A pageable source, as from_host: read before cudaMemcpyAsync returns.
+  void ints_from_host(int32_t* dst, const int32_t* src, size_t n) override {
+    gpu::copy_async(dst, src, n * sizeof(int32_t), stream_);
+  }
+
+  // ------------------------------------------------------------------ graphs
+  // CUDA graphs by stream capture; under SIMT the executor's recording
+  // (portable.h). Not while kernel timing is on (events around each launch).
+  bool graphs() const override { return !gpu::kernel_timing(); }
+  void begin_capture() override {
+    STRATA_CHECK(!capturing_, "begin_capture: a capture is already under way");
+    capture_epoch_ = graph_epoch();
+    gpu::begin_capture(stream_);
+    capturing_ = true;
+  }
+  std::unique_ptr<typename ops::Backend<T>::Graph> end_capture() override {
+    STRATA_CHECK(capturing_, "end_capture without begin_capture");
+    capturing_ = false;
+    auto g = std::make_unique<Graph>();
+    g->exec = gpu::end_capture(stream_);
+    // An op that made or moved the backend's memory while capturing has put
+    // a pointer into the recording that its next use may not match.
+    STRATA_CHECK(graph_epoch() == capture_epoch_,
+                 "a graph capture moved the backend's staging or scratch memory: run the same "
+                 "ops once outside a capture first");
+    return g;
+  }
+  void replay(const typename ops::Backend<T>::Graph& g) override {
+    gpu::replay(*static_cast<const Graph&>(g).exec, stream_);
+  }
+  uint64_t graph_epoch() const override { return ctx_.memory_epoch() + gemm_->memory_epoch(); }
 
   // ----------------------------------------------------------------- matmuls
   void set_matmul_precision(ops::MatmulPrecision p) override { gemm_->set_precision(p); }
@@ -167,6 +204,11 @@ class KernelBackend final : public ops::Backend<T> {
 #undef STRATA_DEFAULT
 
  private:
+  struct Graph final : ops::Backend<T>::Graph {
+    std::unique_ptr<gpu::GraphExec> exec;
+  };
+  bool capturing_ = false;
+  uint64_t capture_epoch_ = 0;
   std::shared_ptr<void> owner_;
   std::string name_;
   void* stream_;

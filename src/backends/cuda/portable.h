@@ -51,6 +51,8 @@
 // ==================================================================== CUDA
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #define STRATA_TARGET_NS device
 
 #define STRATA_GLOBAL __global__
@@ -204,6 +206,35 @@ inline void zero_async(void* p, size_t bytes, void* s) {
 inline void sync(void* s) {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
 }
+// Graphs by stream capture: the commands queued on `s` between begin_capture
+// and end_capture become one executable graph, launched by replay. Thread-
+// local capture mode: a call from this thread that may synchronise (cudaMalloc,
+// cudaStreamSynchronize, a pageable copy) fails while capturing.
+struct GraphExec {
+  cudaGraphExec_t exec = nullptr;
+  GraphExec() = default;
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  ~GraphExec() {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+inline void begin_capture(void* s) {
+  check(cudaStreamBeginCapture(static_cast<cudaStream_t>(s), cudaStreamCaptureModeThreadLocal),
+        "cudaStreamBeginCapture");
+}
+inline std::unique_ptr<GraphExec> end_capture(void* s) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(static_cast<cudaStream_t>(s), &graph), "cudaStreamEndCapture");
+  auto g = std::make_unique<GraphExec>();
+  const cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(e, "cudaGraphInstantiate");
+  return g;
+}
+inline void replay(const GraphExec& g, void* s) {
+  check(cudaGraphLaunch(g.exec, static_cast<cudaStream_t>(s)), "cudaGraphLaunch");
+}
 // Records a CUDA event on `stream` (kernel_times.h); resolved later.
 void* record_timing_event(void* stream);
 void add_pending_time(const char* name, void* start, void* stop);
@@ -241,6 +272,8 @@ inline void allow_dynamic_shared(void (*kernel)(A...), size_t bytes) {
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <tuple>
 
 #include "backends/cuda/simt/simt.h"
 
@@ -262,11 +295,15 @@ using dim3 = ::strata::simt::Dim3;
 #define blockIdx (::strata::simt::current().block_idx)
 #define blockDim (::strata::simt::current().block_dim)
 #define gridDim (::strata::simt::current().grid_dim)
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                              \
-  do {                                                                                     \
-    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                    \
-    ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel),   \
-                           dim3(grid), dim3(block), (smem), [&] { kernel(__VA_ARGS__); }); \
+// The arguments are evaluated and copied when the launch is queued, as CUDA
+// copies a kernel's parameters (a captured launch replays with these).
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                            \
+  do {                                                                                   \
+    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                  \
+    auto strata_launch_args_ = std::make_tuple(__VA_ARGS__);                             \
+    ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel), \
+                           dim3(grid), dim3(block), (smem),                              \
+                           [strata_launch_args_] { std::apply(kernel, strata_launch_args_); }); \
   } while (0)
 // The executor looks the bound up by the kernel's name (what STRATA_LAUNCH
 // passes, less namespaces and template arguments).
@@ -398,20 +435,36 @@ inline void event_record(Event& e, void*) { e = ::strata::simt::record_event(); 
 inline void event_wait(Event e) { ::strata::simt::wait_event(e); }
 // The copy happens now, but a pinned end of it counts as in use until the
 // stream is synchronised or an event after it waited on (simt.h).
+// (Captured: recorded, and run at each replay.)
 inline void copy_async(void* dst, const void* src, size_t bytes, void*) {
-  ::strata::simt::DeviceAccess access;
   if (!bytes) return;
-  ::strata::simt::note_copy();
-  std::memmove(dst, src, bytes);
-  ::strata::simt::note_async_copy(dst, bytes);
-  ::strata::simt::note_async_copy(src, bytes);
+  const auto run = [=] {
+    ::strata::simt::DeviceAccess access;
+    ::strata::simt::note_copy();
+    std::memmove(dst, src, bytes);
+    ::strata::simt::note_async_copy(dst, bytes);
+    ::strata::simt::note_async_copy(src, bytes);
+  };
+  if (!::strata::simt::record("cudaMemcpyAsync", run)) run();
 }
 inline void zero_async(void* p, size_t bytes, void*) {
-  ::strata::simt::DeviceAccess access;
   if (!bytes) return;
-  ::strata::simt::note_copy();
-  std::memset(p, 0, bytes);
+  const auto run = [=] {
+    ::strata::simt::DeviceAccess access;
+    ::strata::simt::note_copy();
+    std::memset(p, 0, bytes);
+  };
+  if (!::strata::simt::record("cudaMemsetAsync", run)) run();
 }
+// Graphs (stream capture; simt.h).
+struct GraphExec {
+  std::shared_ptr<const ::strata::simt::Recording> recording;
+};
+inline void begin_capture(void*) { ::strata::simt::begin_capture(); }
+inline std::unique_ptr<GraphExec> end_capture(void*) {
+  return std::make_unique<GraphExec>(GraphExec{::strata::simt::end_capture()});
+}
+inline void replay(const GraphExec& g, void*) { ::strata::simt::replay(*g.recording); }
 inline void sync(void*) { ::strata::simt::note_sync(); }
 // While kernel timing is on (kernel_times.h): the host time of one launch.
 class LaunchTimer {

@@ -34,10 +34,7 @@ class CpuGemm final : public GemmEngine<T> {
     const bool lt = K == 0 || lt_gemm_ok(A.raw(), lda, B.raw(), ldb, C.raw(), ldc,
                                          bf16 ? 2 : sizeof(T), ops::dtype_size(C.dtype()));
     if (A.is_bf16() || B.is_bf16() || C.is_bf16()) {
-      auto scratch = [&](int slot, int64_t n) {
-        f32_[slot].resize(size_t(n));
-        return f32_[slot].data();
-      };
+      auto scratch = [&](int slot, int64_t n) { return grown(f32_[slot], n); };
       // (A bf16 operand is bf16 already: as cuBLASLt, no conversion.)
       const Exact exact{A.is_bf16(), B.is_bf16()};
       return gemm_on_fp32_copies<T>(nullptr, scratch, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc,
@@ -73,29 +70,41 @@ class CpuGemm final : public GemmEngine<T> {
       gemm_tiled<T>(nullptr, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16);
       return;
     }
-    ::strata::simt::DeviceAccess access;  // the stand-in reads device memory on the host
-    const ops::MatmulPrecision saved = cpu::matmul_precision();
-    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
     if constexpr (std::is_same_v<T, float>) {
       if (precision_ == ops::MatmulPrecision::BF16) {
         if (!exact.a) A = operand(0, A, ta ? K : M, ta ? M : K, lda);
         if (!exact.b) B = operand(1, B, tb ? N : K, tb ? K : N, ldb);
       }
     }
-    {
-      gpu::LaunchTimer timer("gemm (the CPU GEMM standing in for cuBLASLt)", nullptr);
-      cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    }
-    if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(saved);
+    // The product is a command on the stream: recorded while a graph is
+    // captured (the rounding launches above are recorded too).
+    const auto product = [=] {
+      ::strata::simt::DeviceAccess access;  // the stand-in reads device memory on the host
+      const ops::MatmulPrecision saved = cpu::matmul_precision();
+      if (saved != ops::MatmulPrecision::FP32)
+        cpu::set_matmul_precision(ops::MatmulPrecision::FP32);
+      {
+        gpu::LaunchTimer timer("gemm (the CPU GEMM standing in for cuBLASLt)", nullptr);
+        cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      }
+      if (saved != ops::MatmulPrecision::FP32) cpu::set_matmul_precision(saved);
+    };
+    if (!::strata::simt::record("gemm (the CPU GEMM standing in for cuBLASLt)", product)) product();
+  }
+  // v with room for n values; a move of its storage is a move of the
+  // engine's memory (GemmEngine::memory_epoch).
+  float* grown(std::vector<float>& v, int64_t n) {
+    const float* before = v.data();
+    v.resize(size_t(n));
+    if (v.data() != before) this->note_memory_moved();
+    return v.data();
   }
   const float* rounded(int slot, const float* src, int64_t rows, int64_t cols, int64_t ld) {
     const int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
     if (this->converted_already(src, n, slot)) return buf_[slot].data();  // pinned (gemm_engine.h)
-    std::vector<float>& buf = buf_[slot];
-    buf.resize(size_t(n));
-    if (n)
-      STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, buf.data(), src, n);
-    return buf.data();
+    float* buf = grown(buf_[slot], n);
+    if (n) STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, buf, src, n);
+    return buf;
   }
   // Operand `slot` (0: A, 1: B) rounded to bf16: a kept copy for frozen or
   // held weights (GemmEngine::freeze, hold), else into the slot's buffer.
@@ -110,12 +119,16 @@ class CpuGemm final : public GemmEngine<T> {
     std::vector<float>& copy = frozen_copies_[{src, rows, cols, ld}];
     if (copy.empty() && n) {
       this->note_conversion();
+      this->note_memory_moved();
       copy.resize(size_t(n));
       STRATA_LAUNCH(k_round_bf16<float>, blocks_for(n, 256), 256, 0, nullptr, copy.data(), src, n);
     }
     return copy.data();
   }
-  void release_frozen() override { frozen_copies_.clear(); }
+  void release_frozen() override {
+    this->note_memory_moved();
+    frozen_copies_.clear();
+  }
 
   ops::MatmulPrecision precision_ = ops::MatmulPrecision::FP32;
   std::map<typename GemmEngine<T>::FrozenKey, std::vector<float>> frozen_copies_;

@@ -96,15 +96,25 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(S* 
   const int i = int(row % a.Tq), h = int((row / a.Tq) % a.Hq),
             b = int(row / (int64_t(a.Tq) * a.Hq));
   const int g = h / (a.Hq / a.Hkv), D = a.D;
+  int offset = a.key_offset, kv_b = b;
+  if (a.key_pos) {  // decoding: the position and the cache block from memory
+    offset = a.key_pos[b];
+    kv_b = a.kv_slot[b];
+    if (offset < 0 || offset >= a.key_limit) {
+      S* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * D) + int64_t(h) * D;
+      for (int d = lane; d < D; d += kWarp) orow[d] = act_store<S>(T(0));
+      return;  // (the whole warp: one row)
+    }
+  }
   T* qs = smem + warp * (D + kWarp);
   T* ps = qs + D;
   const S* qrow = a.q + (int64_t(b) * a.Tq + i) * a.q_stride + int64_t(h) * D;
   for (int d = lane; d < D; d += kWarp) qs[d] = act_load(qrow[d]);
   __syncwarp();
   const T scale = T(1) / g_sqrt(T(D));
-  const S* kb = a.k + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
-  const S* vb = a.v + int64_t(b) * a.kv_batch + int64_t(g) * a.kv_head;
-  const int nk = i + 1 + a.key_offset;
+  const S* kb = a.k + int64_t(kv_b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const S* vb = a.v + int64_t(kv_b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const int nk = i + 1 + offset;
   T m = g_neg_inf<T>(), l = 0;
   T acc[kAttnMaxDLane];
   for (int t = 0; t < kAttnMaxDLane; ++t) acc[t] = 0;
@@ -566,6 +576,92 @@ void kv_cache_append(KernelContext<T>& k, ops::Act<T> kc, ops::Act<T> vc, ops::A
                       q_stride, n, pos0, Hq, Hkv, D, max_len);
       },
       kc, vc, qkv);
+}
+
+// Decoding (ops.def: decode_rope_append): a thread per pair (i, i + D/2) of
+// a head of a row; the rotation is rope_run's arithmetic, and the threads of
+// key heads also store the rotated pair and the value pair into the cache.
+template <typename S>
+STRATA_GLOBAL void k_decode_rope_append(S* qkv, int64_t q_stride, const compute_t<S>* cos_t,
+                                        const compute_t<S>* sin_t, S* kc, S* vc,
+                                        int64_t cache_stride, int rows, const int32_t* slot,
+                                        const int32_t* pos, int Hq, int Hkv, int D, int max_len) {
+  using T = compute_t<S>;
+  const int half = D / 2, H = Hq + Hkv;
+  STRATA_GRID_LOOP(e, int64_t(rows) * H * half) {
+    const int i = int(e % half), h = int(e / half % H), r = int(e / (int64_t(half) * H));
+    const int p = pos[r];
+    if (p < 0 || p >= max_len) continue;
+    S* lo = qkv + int64_t(r) * q_stride + int64_t(h) * D + i;
+    S* hi = lo + half;
+    const int64_t tab = int64_t(p) * half + i;
+    const T a = act_load(*lo), b = act_load(*hi), c = cos_t[tab], sj = T(1) * sin_t[tab];
+    const S ra = act_store<S>(a * c - b * sj), rb = act_store<S>(b * c + a * sj);
+    *lo = ra;
+    *hi = rb;
+    if (h >= Hq) {
+      const int64_t at =
+          int64_t(slot[r]) * cache_stride + (int64_t(h - Hq) * max_len + p) * D + i;
+      const S* v = lo + int64_t(Hkv) * D;
+      kc[at] = ra;
+      kc[at + half] = rb;
+      vc[at] = v[0];
+      vc[at + half] = v[half];
+    }
+  }
+}
+
+template <typename T>
+void decode_rope_append(KernelContext<T>& k, ops::Act<T> qkv, int64_t q_stride, const T* cos,
+                        const T* sin, ops::Act<T> kc, ops::Act<T> vc, int64_t cache_stride,
+                        int rows, const int32_t* slot, const int32_t* pos, int Hq, int Hkv, int D,
+                        int max_len) {
+  STRATA_CHECK(D % 2 == 0, "RoPE needs an even head dimension, got ", D);
+  const int64_t total = int64_t(rows) * (Hq + Hkv) * (D / 2);
+  if (total == 0) return;
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        STRATA_LAUNCH(k_decode_rope_append<S>, blocks_for(total, 256), 256, 0, k.stream(),
+                      qkv.template as<S>(), q_stride, cos, sin, kc.template as<S>(),
+                      vc.template as<S>(), cache_stride, rows, slot, pos, Hq, Hkv, D, max_len);
+      },
+      qkv, kc, vc);
+}
+
+// One launch for every row: k_attention_forward with a query a row and the
+// rows' positions and cache blocks read from memory.
+template <typename T>
+void attention_decode(KernelContext<T>& k, ops::Act<T> out, ops::ActIn<T> q, int64_t q_stride,
+                      ops::ActIn<T> kc, ops::ActIn<T> vc, int64_t cache_stride, int rows,
+                      const int32_t* slot, const int32_t* pos, int Hq, int Hkv, int D,
+                      int max_len) {
+  check_heads(Hq, Hkv, D);
+  if (int64_t(rows) * Hq == 0) return;
+  ops::with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        AttnView<S> v{q.template as<const S>(),
+                      kc.template as<const S>(),
+                      vc.template as<const S>(),
+                      q_stride,
+                      cache_stride,
+                      D,
+                      int64_t(max_len) * D,
+                      rows,
+                      1,
+                      Hq,
+                      Hkv,
+                      D,
+                      0};
+        v.key_pos = pos;
+        v.kv_slot = slot;
+        v.key_limit = max_len;
+        STRATA_LAUNCH(k_attention_forward<S>, attn_blocks(int64_t(Hq) * rows), kAttnThreads,
+                      kAttnWarps * (D + kWarp) * sizeof(compute_t<S>), k.stream(),
+                      out.template as<S>(), static_cast<compute_t<S>*>(nullptr), v);
+      },
+      out, q, kc, vc);
 }
 
 }  // namespace STRATA_TARGET_NS

@@ -147,6 +147,7 @@ class KernelContext {
   void* scratch(Slot s, size_t bytes) {
     Buffer& b = scratch_[s];
     if (b.bytes < bytes) {
+      ++memory_epoch_;
       pool_->give(b.p);
       b.bytes = std::max(bytes, b.bytes * 3 / 2);
       b.p = pool_->take(b.bytes);
@@ -176,9 +177,12 @@ class KernelContext {
     gpu::host_touch(pinned, "reading the");
     if (bytes) std::memcpy(host, pinned, bytes);
   }
+  // Moves whenever a scratch slot does (ops::Backend::graph_epoch).
+  uint64_t memory_epoch() const { return memory_epoch_; }
   // Returns every slot to the pool in stream order (the backend does before
   // it goes).
   void free_scratch() {
+    ++memory_epoch_;
     for (Buffer& b : scratch_) {
       pool_->give(b.p);
       b = Buffer{};
@@ -194,6 +198,7 @@ class KernelContext {
   GemmEngine<T>* gemm_;
   DevicePool* pool_;
   Buffer scratch_[kSlots];
+  uint64_t memory_epoch_ = 0;
   std::unique_ptr<ExternalAttention> external_;
   std::string why_none_ = "this backend has no cuDNN attention";
   ops::AttentionImpl attention_ = ops::AttentionImpl::Strata;

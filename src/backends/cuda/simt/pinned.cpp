@@ -92,6 +92,7 @@ void wait_event(uint64_t event) {
 }
 
 void note_sync() {
+  refuse_while_capturing("a host synchronisation");
   ++g_syncs;
   std::lock_guard<std::mutex> lock(g_pin_mutex);
   g_completed = g_copy_seq;

@@ -389,6 +389,7 @@ void set_strict(bool on) {
 
 void* device_alloc(size_t bytes) {
   if (!bytes) return nullptr;
+  refuse_while_capturing("a device allocation");
   ++g_device_allocs;
   if (!strict()) {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -460,6 +461,9 @@ unsigned char* dynamic_shared() { return runner().smem.data(); }
 void launch(const char* name, KernelId id, Dim3 grid, Dim3 block, size_t dynamic_shared_bytes,
             const std::function<void()>& body) {
   check_launch(name, id, grid, block, dynamic_shared_bytes);
+  // Captured: the launch runs when the recording is replayed (its arguments
+  // are in body, copied when it was queued: STRATA_LAUNCH).
+  if (record(name, [=] { launch(name, id, grid, block, dynamic_shared_bytes, body); })) return;
   ++g_launches;
   const int64_t nblocks = int64_t(grid.x) * grid.y * grid.z;
   if (nblocks == 0) return;

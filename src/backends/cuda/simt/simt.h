@@ -35,8 +35,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace strata::simt {
 
@@ -141,6 +143,32 @@ void check_pinned_idle(const void* p, const char* what);
 // (tests count staged copies with it); waiting on it completes them.
 uint64_t record_event();
 void wait_event(uint64_t event);
+
+// ------------------------------------------------------------ graph capture
+// The model of a CUDA graph made by stream capture (graph.cpp): between
+// begin_capture() and end_capture(), every command queued on the SIMT stream
+// (a launch, a copy or fill, the GEMM stand-in's product) is recorded with
+// its arguments as they were when queued, and not run; replay() runs the
+// recording in order (a launch is then counted, checked and run as any
+// other). As a GPU refuses them while a stream captures, a host
+// synchronisation (note_sync) and a device allocation throw, naming what was
+// attempted. Process-wide, like the SIMT backend's one stream.
+struct Recording {
+  std::vector<std::string> names;  // what each command is (tests, messages)
+  std::vector<std::function<void()>> commands;
+};
+void begin_capture();
+// The commands recorded since begin_capture (throws when none is under way).
+std::shared_ptr<const Recording> end_capture();
+bool capturing();
+// While capturing: records `command` and returns true (the caller must not
+// run it); otherwise returns false.
+bool record(const char* what, const std::function<void()>& command);
+// Runs a recording's commands (not while capturing).
+void replay(const Recording& r);
+// Throws if a capture is under way: `what` (a host synchronisation, an
+// allocation) is not allowed then.
+void refuse_while_capturing(const char* what);
 
 // ---------------------------------------------------------------- per thread
 struct ThreadState {
