@@ -855,3 +855,105 @@ TEST(BackendParity, FusedHeadInBf16StorageKeepsItsLogitsInBf16) {
   expect_close(grads[1], grads[0], 2e-2, "head gradients, simt vs cpu");
   for (double l : losses) EXPECT_NEAR(l, ref.loss_sum, 3e-3 * std::abs(ref.loss_sum));
 }
+
+// ------------------------------------------------------- bf16 KV cache
+// The generation ops with fp32 rows and a bf16 KV cache (ops.def): on every
+// backend, what the same op gives with an fp32 cache holding the
+// bf16-rounded values (the cache widens exactly when read; the compiled sums
+// may run in another order: within 2e-6 of the largest output), and an
+// append writes exactly the values rounded to bf16 (to nearest even).
+// Another storage mix (bf16 rows, fp32 cache) is refused in one line.
+TEST(BackendParity, Bf16KvCacheHoldsRoundedValuesAndReadsThemAsFp32Would) {
+  const int Hq = 4, Hkv = 2, D = 16, max_len = 10, blocks = 2, rows = 2;
+  const int64_t qs = int64_t(Hq + 2 * Hkv) * D, block = int64_t(Hkv) * max_len * D;
+  const int64_t nkv = blocks * block;
+  const Host q = optable::random_host(size_t(rows) * qs, 31);
+  Host cache_k = optable::random_host(size_t(nkv), 32),
+       cache_v = optable::random_host(size_t(nkv), 33);
+  for (double& x : cache_k) x = double(float(ops::bf16(float(x))));
+  for (double& x : cache_v) x = double(float(ops::bf16(float(x))));
+  const std::vector<int32_t> ints = {6, 3, 1, 0};  // positions, then slots
+  for (const std::string& name : optable::backends()) {
+    SCOPED_TRACE(name);
+    auto be = ops::make_backend<float>(name);
+    auto upload = [&](const Host& h) {
+      std::vector<float> f(h.begin(), h.end());
+      ops::DeviceBuffer<float> d(be.get(), f.size());
+      be->from_host(d.data(), f.data(), int64_t(f.size()));
+      return d;
+    };
+    auto download = [&](ops::ActIn<float> a, int64_t n) {
+      ops::ActBuffer<float> f(be.get(), size_t(n));
+      be->copy(f.data(), a, n);
+      std::vector<float> h(static_cast<size_t>(n));
+      be->to_host(h.data(), static_cast<const float*>(f.data().raw()), n);
+      return h;
+    };
+    int32_t* dev_ints = be->alloc_ints(ints.size());
+    be->ints_from_host(dev_ints, ints.data(), ints.size());
+    const int32_t* pos = dev_ints;
+    const int32_t* slot = dev_ints + rows;
+    // Two caches with the same values: fp32, and bf16 (exact: the values are bf16's).
+    ops::DeviceBuffer<float> k32 = upload(cache_k), v32 = upload(cache_v);
+    ops::ActBuffer<float> k16(be.get(), size_t(nkv), ops::Dtype::BF16),
+        v16(be.get(), size_t(nkv), ops::Dtype::BF16);
+    be->copy(k16.data(), k32.data(), nkv);
+    be->copy(v16.data(), v32.data(), nkv);
+    // Reading: the cached and the decoding attention.
+    ops::DeviceBuffer<float> qd = upload(q), o32(be.get(), size_t(rows) * Hq * D),
+                             o16(be.get(), size_t(rows) * Hq * D);
+    be->attention_cached_forward(o32.data(), qd.data(), qs, k32.data(), v32.data(), rows, 3, Hq,
+                                 Hkv, D, max_len);
+    be->attention_cached_forward(o16.data(), qd.data(), qs, k16.data(), v16.data(), rows, 3, Hq,
+                                 Hkv, D, max_len);
+    const auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double scale = 0, worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, double(std::abs(b[i])));
+        worst = std::max(worst, double(std::abs(a[i] - b[i])));
+      }
+      return a.size() == b.size() && worst <= 2e-6 * scale;
+    };
+    EXPECT_TRUE(close(download(o16.data(), rows * Hq * D), download(o32.data(), rows * Hq * D)))
+        << "attention_cached_forward";
+    be->attention_decode(o32.data(), qd.data(), qs, k32.data(), v32.data(), block, rows, slot, pos,
+                         Hq, Hkv, D, max_len);
+    be->attention_decode(o16.data(), qd.data(), qs, k16.data(), v16.data(), block, rows, slot, pos,
+                         Hq, Hkv, D, max_len);
+    EXPECT_TRUE(close(download(o16.data(), rows * Hq * D), download(o32.data(), rows * Hq * D)))
+        << "attention_decode";
+    // Writing: the same rows appended to both caches; the bf16 one holds the
+    // fp32 one's values rounded.
+    ops::DeviceBuffer<float> q32 = upload(q), q16 = upload(q);
+    be->kv_cache_append(k32.data(), v32.data(), q32.data(), qs, rows, 4, Hq, Hkv, D, max_len);
+    be->kv_cache_append(k16.data(), v16.data(), q16.data(), qs, rows, 4, Hq, Hkv, D, max_len);
+    std::vector<double> table_freq(size_t(D / 2));
+    for (int i = 0; i < D / 2; ++i) table_freq[size_t(i)] = std::pow(1e4, -2.0 * i / D);
+    ops::DeviceBuffer<float> cs(be.get(), size_t(max_len) * D / 2),
+        sn(be.get(), size_t(max_len) * D / 2);
+    be->rope_table(cs.data(), sn.data(), max_len, D, table_freq.data());
+    be->decode_rope_append(q32.data(), qs, cs.data(), sn.data(), k32.data(), v32.data(), block,
+                           rows, slot, pos, Hq, Hkv, D, max_len);
+    be->decode_rope_append(q16.data(), qs, cs.data(), sn.data(), k16.data(), v16.data(), block,
+                           rows, slot, pos, Hq, Hkv, D, max_len);
+    EXPECT_EQ(download(q16.data(), rows * qs), download(q32.data(), rows * qs))
+        << "decode_rope_append rotates the rows alike";
+    for (auto [c16, c32] : {std::pair{k16.data(), k32.data()}, std::pair{v16.data(), v32.data()}}) {
+      const std::vector<float> got = download(c16, nkv), wide = download(c32, nkv);
+      for (int64_t i = 0; i < nkv; ++i)
+        ASSERT_EQ(got[size_t(i)], float(ops::bf16(wide[size_t(i)]))) << "cache element " << i;
+    }
+    // bf16 rows beside an fp32 cache: refused.
+    ops::ActBuffer<float> q_bf16(be.get(), size_t(rows) * qs, ops::Dtype::BF16);
+    try {
+      be->kv_cache_append(k32.data(), v32.data(), q_bf16.data(), qs, rows, 4, Hq, Hkv, D, max_len);
+      ADD_FAILURE() << "bf16 rows beside an fp32 cache were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a KV cache stored in fp32 beside activations in bf16"),
+                std::string::npos)
+          << e.what();
+    }
+    be->synchronize();
+    be->free_ints(dev_ints);
+  }
+}

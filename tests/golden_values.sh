@@ -172,7 +172,8 @@ awk -v fp="$fp" -v rtol="$rtol" -v record="$record" -v got="$out" '
       v = have[k]
       if (exact) { if (v != w) { print "golden: " k ": " v " (recorded " w ")"; bad++ } continue }
       if (w ~ /^-?[0-9][0-9.eE+-]*$/) {
-        d = abs(v - w); s = abs(w) > 1e-12 ? d / abs(w) : d
+        # (w and v are strings: "+ 0" makes them numbers, else awk compares text)
+        d = abs(v - w); aw = abs(w + 0); s = aw > 1e-12 ? d / aw : d
         if (s > rtol) { print "golden: " k ": " v " (recorded " w ", relative difference " s ")"; bad++ }
       }
     }

@@ -552,7 +552,8 @@ DecodeRun decode_steps(Model<float>& m, bool graphs) {
   KvEngine e(m, 24, -1, 3);
   e.set_graphs(graphs);
   ops::DeviceBuffer<float> x(&m.backend(), size_t(8) * C), out(&m.backend(), size_t(3) * V);
-  const std::vector<std::vector<int32_t>> prompts = {{1, 4, 6, 2, 9}, {3, 8}, {5, 7, 1, 1, 2, 6, 4}};
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 4, 6, 2, 9}, {3, 8}, {5, 7, 1, 1, 2, 6, 4}};
   for (int s = 0; s < 3; ++s) {
     const int n = int(prompts[size_t(s)].size());
     e.embed(prompts[size_t(s)].data(), n, x.data());
@@ -661,6 +662,32 @@ TEST(ModelOnSimt, ACaptureThatAllocatesIsRefusedAndAWarmOneReplays) {
   be->replay(*g);
   be->to_host(replayed.data(), y.data(), int64_t(eager.size()));
   EXPECT_EQ(replayed, eager);
+}
+
+// A bf16 KV cache (GenerateOptions::kv_cache, --kv-cache bf16): greedy,
+// self-speculative and batched decoding on `device` equal the CPU's with the
+// same cache token for token (keys and values rounded alike on both), and
+// the cache takes half the bytes.
+STRATA_ON_EACH_DEVICE(Bf16KvCacheGenerationEqualsTheCpuBackend) {
+  const LlamaConfig c = tiny(2, true, 2, false);
+  Model<float> cpu(c, ops::make_backend<float>("cpu"));
+  Model<float> dev(c, ops::make_backend<float>(device));
+  cpu.init_weights(11);
+  dev.init_weights(11);
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.sampling.temperature = 0;
+  o.kv_cache = ops::Dtype::BF16;
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  const auto a = generate(cpu, prompt, o);
+  EXPECT_EQ(generate(dev, prompt, o), a);
+  EXPECT_EQ(generate_batch(dev, {prompt, {3, 3}}, o)[0], a);
+  o.exit_layer = 1;
+  o.speculations = 3;
+  EXPECT_EQ(generate(dev, prompt, o), a);
+  const KvEngine fp32(dev, 16), bf16(dev, 16, -1, 1, ops::Dtype::BF16);
+  EXPECT_EQ(bf16.cache_bytes() * 2, fp32.cache_bytes());
+  EXPECT_EQ(bf16.cache_dtype(), ops::Dtype::BF16);
 }
 
 }  // namespace

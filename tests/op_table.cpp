@@ -486,10 +486,9 @@ struct DecodeRows {
   int64_t block() const { return int64_t(Hkv) * max_len * D; }
 };
 const std::vector<DecodeRows>& decode_rows_cases() {
-  static const std::vector<DecodeRows> c = {
-      {4, 2, 8, 12, 3, {5, 0, 11, 12}, {2, 0, 1, 0}},
-      {2, 2, 16, 40, 2, {37, 3}, {1, 0}},
-      {8, 1, 64, 6, 4, {2, -1, 5}, {3, 0, 1}}};
+  static const std::vector<DecodeRows> c = {{4, 2, 8, 12, 3, {5, 0, 11, 12}, {2, 0, 1, 0}},
+                                            {2, 2, 16, 40, 2, {37, 3}, {1, 0}},
+                                            {8, 1, 64, 6, 4, {2, -1, 5}, {3, 0, 1}}};
   return c;
 }
 // The rows' positions then slots in backend memory, for one call.
@@ -516,77 +515,76 @@ void decode_rows_ops(std::vector<Case<T>>& t) {
     const int64_t qs = s.qs(), kv = s.block() * s.blocks, nq = s.rows() * qs;
     const int64_t table = int64_t(s.max_len) * s.D / 2;
     const double theta = 1e4;
-    t.push_back(
-        {.name = cat("decode_rope_append rows ", s.rows(), " D", s.D, " Hkv ", s.Hkv),
-         .in = {nq, kv, kv},
-         .diff = {false, false, false},
-         .out = {nq, kv, kv},
-         .in_loss = {true, true, true},
-         .fwd =
-             [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
-               std::vector<double> inv(size_t(s.D / 2));
-               for (int i = 0; i < s.D / 2; ++i) inv[size_t(i)] = std::pow(theta, -2.0 * i / s.D);
-               ops::DeviceBuffer<T> c(&be, size_t(table)), sn(&be, size_t(table));
-               be.rope_table(c.data(), sn.data(), s.max_len, s.D, inv.data());
-               for (int i = 0; i < 3; ++i) be.copy(out[i], in[i], i == 0 ? nq : kv);
-               const DecodeInts<T> ints(be, s);
-               be.decode_rope_append(out[0], qs, c.data(), sn.data(), out[1], out[2], s.block(),
-                                     s.rows(), ints.slot(s), ints.pos(), s.Hq, s.Hkv, s.D,
-                                     s.max_len);
-               return none();
-             },
-         .ref =
-             [=](const Ins& in) {
-               Expected e{{in[0], in[1], in[2]}, {}};
-               for (int r = 0; r < s.rows(); ++r) {
-                 const int p = s.pos[size_t(r)];
-                 if (p < 0 || p >= s.max_len) continue;
-                 const auto row0 = in[0].begin() + r * qs;
-                 const ref::Vec rotated = ref::rope(ref::Vec(row0, row0 + qs), 1, 1, s.Hq + s.Hkv, s.D, qs,
-                                               theta, p);
-                 std::copy(rotated.begin(), rotated.end(), e.out[0].begin() + r * qs);
-                 const auto [kc, vc] =
-                     ref::kv_cache_append(rotated, qs, 1, p, s.Hq, s.Hkv, s.D, s.max_len);
-                 const int64_t at = s.slot[size_t(r)] * s.block();
-                 for (int h = 0; h < s.Hkv; ++h)
-                   for (int c = 0; c < s.D; ++c) {
-                     const int64_t i = (int64_t(h) * s.max_len + p) * s.D + c;
-                     e.out[1][size_t(at + i)] = kc[size_t(i)];
-                     e.out[2][size_t(at + i)] = vc[size_t(i)];
-                   }
-               }
-               return e;
-             }});
-    t.push_back(
-        {.name = cat("attention_decode rows ", s.rows(), " D", s.D, " Hkv ", s.Hkv),
-         .in = {nq, kv, kv},
-         .diff = {false, false, false},
-         .out = {int64_t(s.rows()) * s.Hq * s.D},
-         .in_loss = {true},
-         .fwd =
-             [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
-               const DecodeInts<T> ints(be, s);
-               be.attention_decode(out[0], in[0], qs, in[1], in[2], s.block(), s.rows(),
-                                   ints.slot(s), ints.pos(), s.Hq, s.Hkv, s.D, s.max_len);
-               return none();
-             },
-         .ref =
-             [=](const Ins& in) {
-               Expected e{{ref::Vec(size_t(s.rows()) * s.Hq * s.D, 0.0)}, {}};
-               for (int r = 0; r < s.rows(); ++r) {
-                 const int p = s.pos[size_t(r)];
-                 if (p < 0 || p >= s.max_len) continue;
-                 const int64_t at = s.slot[size_t(r)] * s.block();
-                 const ref::Vec q(in[0].begin() + r * qs, in[0].begin() + (r + 1) * qs);
-                 const ref::Vec kc(in[1].begin() + at, in[1].begin() + at + s.block());
-                 const ref::Vec vc(in[2].begin() + at, in[2].begin() + at + s.block());
-                 const ref::Vec o = ref::attention_cached(q, qs, kc, vc, 1, p, s.Hq, s.Hkv, s.D,
-                                                     s.max_len);
-                 std::copy(o.begin(), o.end(), e.out[0].begin() + int64_t(r) * s.Hq * s.D);
-               }
-               return e;
-             },
-         .ref_tol = 5});
+    t.push_back({.name = cat("decode_rope_append rows ", s.rows(), " D", s.D, " Hkv ", s.Hkv),
+                 .in = {nq, kv, kv},
+                 .diff = {false, false, false},
+                 .out = {nq, kv, kv},
+                 .in_loss = {true, true, true},
+                 .fwd =
+                     [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
+                       std::vector<double> inv(size_t(s.D / 2));
+                       for (int i = 0; i < s.D / 2; ++i)
+                         inv[size_t(i)] = std::pow(theta, -2.0 * i / s.D);
+                       ops::DeviceBuffer<T> c(&be, size_t(table)), sn(&be, size_t(table));
+                       be.rope_table(c.data(), sn.data(), s.max_len, s.D, inv.data());
+                       for (int i = 0; i < 3; ++i) be.copy(out[i], in[i], i == 0 ? nq : kv);
+                       const DecodeInts<T> ints(be, s);
+                       be.decode_rope_append(out[0], qs, c.data(), sn.data(), out[1], out[2],
+                                             s.block(), s.rows(), ints.slot(s), ints.pos(), s.Hq,
+                                             s.Hkv, s.D, s.max_len);
+                       return none();
+                     },
+                 .ref =
+                     [=](const Ins& in) {
+                       Expected e{{in[0], in[1], in[2]}, {}};
+                       for (int r = 0; r < s.rows(); ++r) {
+                         const int p = s.pos[size_t(r)];
+                         if (p < 0 || p >= s.max_len) continue;
+                         const auto row0 = in[0].begin() + r * qs;
+                         const ref::Vec rotated = ref::rope(ref::Vec(row0, row0 + qs), 1, 1,
+                                                            s.Hq + s.Hkv, s.D, qs, theta, p);
+                         std::copy(rotated.begin(), rotated.end(), e.out[0].begin() + r * qs);
+                         const auto [kc, vc] =
+                             ref::kv_cache_append(rotated, qs, 1, p, s.Hq, s.Hkv, s.D, s.max_len);
+                         const int64_t at = s.slot[size_t(r)] * s.block();
+                         for (int h = 0; h < s.Hkv; ++h)
+                           for (int c = 0; c < s.D; ++c) {
+                             const int64_t i = (int64_t(h) * s.max_len + p) * s.D + c;
+                             e.out[1][size_t(at + i)] = kc[size_t(i)];
+                             e.out[2][size_t(at + i)] = vc[size_t(i)];
+                           }
+                       }
+                       return e;
+                     }});
+    t.push_back({.name = cat("attention_decode rows ", s.rows(), " D", s.D, " Hkv ", s.Hkv),
+                 .in = {nq, kv, kv},
+                 .diff = {false, false, false},
+                 .out = {int64_t(s.rows()) * s.Hq * s.D},
+                 .in_loss = {true},
+                 .fwd =
+                     [=](Be<T>& be, const Ptrs<T>& in, const Ptrs<T>& out) {
+                       const DecodeInts<T> ints(be, s);
+                       be.attention_decode(out[0], in[0], qs, in[1], in[2], s.block(), s.rows(),
+                                           ints.slot(s), ints.pos(), s.Hq, s.Hkv, s.D, s.max_len);
+                       return none();
+                     },
+                 .ref =
+                     [=](const Ins& in) {
+                       Expected e{{ref::Vec(size_t(s.rows()) * s.Hq * s.D, 0.0)}, {}};
+                       for (int r = 0; r < s.rows(); ++r) {
+                         const int p = s.pos[size_t(r)];
+                         if (p < 0 || p >= s.max_len) continue;
+                         const int64_t at = s.slot[size_t(r)] * s.block();
+                         const ref::Vec q(in[0].begin() + r * qs, in[0].begin() + (r + 1) * qs);
+                         const ref::Vec kc(in[1].begin() + at, in[1].begin() + at + s.block());
+                         const ref::Vec vc(in[2].begin() + at, in[2].begin() + at + s.block());
+                         const ref::Vec o = ref::attention_cached(q, qs, kc, vc, 1, p, s.Hq, s.Hkv,
+                                                                  s.D, s.max_len);
+                         std::copy(o.begin(), o.end(), e.out[0].begin() + int64_t(r) * s.Hq * s.D);
+                       }
+                       return e;
+                     },
+                 .ref_tol = 5});
   }
 }
 

@@ -356,11 +356,11 @@ TEST(SimtGraph, SynchronisingOrAllocatingWhileCapturingIsRefused) {
     }
     return std::string("(no error)");
   };
-  EXPECT_NE(message([] { gpu::sync(nullptr); }).find("a host synchronisation while a stream "
-                                                      "captures"),
+  EXPECT_NE(message([] { gpu::sync(nullptr); })
+                .find("a host synchronisation while a stream "
+                      "captures"),
             std::string::npos);
-  EXPECT_NE(message([] { gpu::malloc_device(64); }).find("a device allocation"),
-            std::string::npos);
+  EXPECT_NE(message([] { gpu::malloc_device(64); }).find("a device allocation"), std::string::npos);
   EXPECT_NE(message([] { simt::begin_capture(); }).find("already under way"), std::string::npos);
   const auto rec = simt::end_capture();
   EXPECT_TRUE(rec->commands.empty());

@@ -63,6 +63,7 @@ Args bench_generate_args() {
               "0")
       .flag("self-speculative", "measure self-speculative decoding (needs --exit-layer)")
       .flag("bf16", "bf16 matmuls; decoding reads bf16 copies of the weights (half the bytes)")
+      .option("kv-cache", "DTYPE", "the KV cache's storage: fp32 or bf16", "fp32")
       .flag("no-graphs",
             "decode every step eagerly (by default a device that records graphs, cuda or simt, "
             "replays each decode step as one graph and plain decoding is also measured without)");
@@ -152,6 +153,7 @@ GenerateBenchOptions bench_options(const Args& args, const Model<float>& model) 
   o.max_new_tokens = args.get_int("max-new-tokens");
   if (o.self_speculative) o.speculations = args.get_int("speculations");
   o.graphs = !args.has("no-graphs");
+  o.kv_cache = kv_cache_option(args, "strata bench generate");
   o.eager_too = o.graphs && model.backend().graphs();
   return o;
 }

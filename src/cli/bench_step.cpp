@@ -225,9 +225,9 @@ int bench_step(int argc, char** argv, int first, bool train) {
   const int64_t runtime_rss = process_rss_bytes();  // before the model
   Model<float> model(o.cfg, o.plan, ops::make_backend<float>(o.device));
   model.init_weights(1);
+  model.backend().set_attention(o.attention);  // (refused on cpu before any warning)
   if (o.bf16) model.backend().set_matmul_precision(ops::MatmulPrecision::BF16);
   if (o.bf16_acts) model.set_activation_storage(ops::Dtype::BF16);
-  model.backend().set_attention(o.attention);
   Recompute mode = Recompute::None;
   STRATA_USAGE_CHECK(parse_recompute(o.recompute, &mode), name, ": --recompute '", o.recompute,
                      "' is not none, selective or full");

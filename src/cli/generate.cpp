@@ -49,6 +49,10 @@ Args generate_args() {
       .flag("bf16",
             "bf16 matmuls (operands rounded to bf16, fp32 sums): decoding reads bf16 copies of "
             "the weights, half the bytes of fp32, at the cost of half again the weights' memory")
+      .option("kv-cache", "DTYPE",
+              "the KV cache's storage: fp32, or bf16 (half the memory and the bytes attention "
+              "reads; keys and values rounded to bf16)",
+              "fp32")
       .flag("no-graphs",
             "on cuda (and simt): decode every step with a launch per kernel instead of "
             "replaying it as one recorded graph (the same tokens; for profiling and debugging)")
@@ -66,6 +70,7 @@ GenerateOptions options_from(const Args& args, const Tokenizer& tok) {
   g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
   g.exit_layer = args.get_int("exit-layer");
   g.graphs = !args.has("no-graphs");
+  g.kv_cache = kv_cache_option(args, "strata generate");
   if (args.has("self-speculative")) {
     STRATA_CHECK(g.exit_layer > 0, "strata generate: --self-speculative needs --exit-layer E");
     g.speculations = args.get_int("speculations");
@@ -76,6 +81,7 @@ GenerateOptions options_from(const Args& args, const Tokenizer& tok) {
 
 // Options are checked before the model loads (and before any output).
 void check_options(const Args& args) {
+  kv_cache_option(args, "strata generate");
   STRATA_CHECK(args.get_int("max-new-tokens") >= 0,
                "strata generate: --max-new-tokens must be >= 0");
   const double temperature = args.get_double("temperature"), top_p = args.get_double("top-p");
@@ -114,6 +120,7 @@ MemoryPlan generate_memory(const Args& args) {
     }
     const int prompts = args.get("prompts").empty() ? 1 : prompt_count(args.get("prompts"));
     u.kv_batch = prompts, u.kv_len = ctx, u.logits_rows = prompts;
+    u.kv_bf16 = kv_cache_option(args, "strata generate") == ops::Dtype::BF16;
     return u;
   };
   return memory;

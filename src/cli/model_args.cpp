@@ -178,4 +178,12 @@ void write_scan_outputs(const Args& args, nlohmann::json out, SvgChart chart, do
   }
 }
 
+ops::Dtype kv_cache_option(const Args& args, const std::string& command) {
+  const std::string v = args.get("kv-cache");
+  if (v == "fp32" || v == "f32" || v == "float32") return ops::Dtype::F32;
+  STRATA_USAGE_CHECK(v == "bf16" || v == "bfloat16", command, ": --kv-cache '", v,
+                     "' is not fp32 or bf16");
+  return ops::Dtype::BF16;
+}
+
 }  // namespace strata::cli

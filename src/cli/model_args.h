@@ -23,6 +23,9 @@ namespace strata::cli {
 
 // --checkpoint FILE, --plan TEXT, --tp N.
 void add_model_options(Args& args);
+// --kv-cache: fp32 (f32, float32) or bf16 (bfloat16); anything else is a
+// usage error naming the command.
+ops::Dtype kv_cache_option(const Args& args, const std::string& command);
 
 struct LoadedModel {
   ProcessGrid grid;

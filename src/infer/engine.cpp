@@ -18,13 +18,7 @@ class KvEngine::Pass final : public UnitForward<float> {
   // cache slots are in the engine's decode_ints_ (decode_rows).
   Pass(KvEngine& e, ops::Act<float> x, int rows, const std::vector<int>& seqs,
        const std::vector<int>& pos, bool decode = false)
-      : e_(e),
-        x_(x),
-        rows_(rows),
-        seqs_(seqs),
-        pos_(pos),
-        decode_(decode),
-        tp_(e.m_.tp_comm()) {}
+      : e_(e), x_(x), rows_(rows), seqs_(seqs), pos_(pos), decode_(decode), tp_(e.m_.tp_comm()) {}
 
   const LayerPlan& plan() const override { return e_.m_.plan(); }
   uint64_t pass() const override { return 0; }
@@ -139,9 +133,8 @@ class KvEngine::Pass final : public UnitForward<float> {
       const int32_t* slot = pos + e_.scratch_rows_;
       ops::Act<float> K = e_.k_cache(l, 0);
       ops::Act<float> V = e_.v_cache(l, 0);
-      e_.be_.decode_rope_append(qkv, QKV, e_.m_.rope_cos(), e_.m_.rope_sin(), K, V,
-                                e_.seq_stride(), rows_, slot, pos, d.Hq, d.Hkv, d.D,
-                                e_.max_len_);
+      e_.be_.decode_rope_append(qkv, QKV, e_.m_.rope_cos(), e_.m_.rope_sin(), K, V, e_.seq_stride(),
+                                rows_, slot, pos, d.Hq, d.Hkv, d.D, e_.max_len_);
       e_.be_.attention_decode(att, qkv, QKV, K, V, e_.seq_stride(), rows_, slot, pos, d.Hq, d.Hkv,
                               d.D, e_.max_len_);
       return;
@@ -180,7 +173,7 @@ class KvEngine::Pass final : public UnitForward<float> {
   TpRegion<float> tp_;
 };
 
-KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
+KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch, ops::Dtype cache_dtype)
     : m_(model), be_(model.backend()) {
   const LlamaConfig& c = model.config();
   C_ = c.hidden_size;
@@ -207,8 +200,10 @@ KvEngine::KvEngine(Model<float>& model, int max_len, int layers, int batch)
     max_f_ = std::max<int64_t>(max_f_, d.F);
   }
   const size_t cache = size_t(batch_) * kv_heads_[size_t(layers_)] * max_len_ * size_t(D_);
-  k_ = ops::DeviceBuffer<float>(&be_, cache);
-  v_ = ops::DeviceBuffer<float>(&be_, cache);
+  STRATA_CHECK(cache_dtype == ops::Dtype::F32 || cache_dtype == ops::Dtype::BF16, "a KV cache in ",
+               ops::dtype_name(cache_dtype), ": fp32 or bf16");
+  k_ = ops::ActBuffer<float>(&be_, cache, cache_dtype);
+  v_ = ops::ActBuffer<float>(&be_, cache, cache_dtype);
   len_.assign(size_t(batch_) * layers_, 0);
 }
 

@@ -26,15 +26,20 @@ namespace strata {
 class KvEngine {
  public:
   // A cache of `max_len` positions (at most the model's context) for layers
-  // [0, layers) (default: all).
-  KvEngine(Model<float>& model, int max_len, int layers = -1, int batch = 1);
+  // [0, layers) (default: all), stored in fp32 or bf16 (`cache`: half the
+  // memory and the bytes attention reads; keys and values rounded to bf16).
+  KvEngine(Model<float>& model, int max_len, int layers = -1, int batch = 1,
+           ops::Dtype cache = ops::Dtype::F32);
 
   int max_len() const { return max_len_; }
   int layers() const { return layers_; }
   int batch() const { return batch_; }
   // This rank's key/value heads of layer l in the cache, and the cache's bytes.
   int kv_heads(int l) const { return int(kv_heads_[size_t(l) + 1] - kv_heads_[size_t(l)]); }
-  int64_t cache_bytes() const { return int64_t(k_.size() + v_.size()) * int64_t(sizeof(float)); }
+  int64_t cache_bytes() const {
+    return int64_t(k_.size() + v_.size()) * int64_t(ops::dtype_size(k_.dtype()));
+  }
+  ops::Dtype cache_dtype() const { return k_.dtype(); }
   // Positions of sequence `seq` cached in layer l.
   int length(int l, int seq = 0) const { return len_[size_t(seq * layers_ + l)]; }
   // Drops positions >= len from layers [l0, l1) of a sequence (rejected drafts).
@@ -80,8 +85,8 @@ class KvEngine {
   // Sequence s's cache block of layer l starts at k_cache(l, 0) + s *
   // seq_stride() (v alike).
   int64_t seq_stride() const { return int64_t(kv_heads_[size_t(layers_)]) * max_len_ * D_; }
-  float* k_cache(int l, int seq) { return k_.data() + cache_offset(l, seq); }
-  float* v_cache(int l, int seq) { return v_.data() + cache_offset(l, seq); }
+  ops::Act<float> k_cache(int l, int seq) { return k_.data() + int64_t(cache_offset(l, seq)); }
+  ops::Act<float> v_cache(int l, int seq) { return v_.data() + int64_t(cache_offset(l, seq)); }
   // Sequence seq's block, then layer l's heads in it (a rank holding none of
   // a layer, under Layer Parallelism's tp mapping, has no cache for it).
   size_t cache_offset(int l, int seq) const {
@@ -101,7 +106,7 @@ class KvEngine {
   int64_t max_qkv_ = 0, max_q_ = 0, max_f_ = 0;
   int max_len_, layers_, batch_;
   std::vector<int> len_;
-  ops::DeviceBuffer<float> k_, v_;  // [batch, layers, this rank's Hkv of the layer, max_len, D]
+  ops::ActBuffer<float> k_, v_;  // [batch, layers, this rank's Hkv of the layer, max_len, D]
   int scratch_rows_ = 0;
   ops::DeviceBuffer<float> ln_, rstd_, qkv_, att_, attn_out_, mlp_out_, gateup_, h_, xn_, odd_;
   ops::DeviceBuffer<float> mixed_norm_;  // a Layer-Parallel pair's MLP norm weights

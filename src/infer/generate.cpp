@@ -109,7 +109,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
   std::vector<int32_t> seq(prompt_in.end() - std::min<ptrdiff_t>(prompt_in.size(), ctx - 1),
                            prompt_in.end());
   st.prompt_tokens = int(seq.size());
-  KvEngine eng(model, ctx, L);
+  KvEngine eng(model, ctx, L, 1, o.kv_cache);
   Rows rows(eng, model.backend(), C, V);
   std::vector<int32_t> out;
   ops::DeviceBuffer<float> xb;
@@ -288,7 +288,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
   const int ctx = c.max_position_embeddings;
   const int E = o.exit_layer > 0 ? o.exit_layer : L;
   model.plan().check_exit(E, "exit layer");
-  KvEngine eng(model, ctx, E, B);
+  KvEngine eng(model, ctx, E, B, o.kv_cache);
   eng.set_graphs(o.graphs);
   Rows stage(eng, model.backend(), C, V);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B));

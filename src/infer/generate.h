@@ -28,6 +28,9 @@ struct GenerateOptions {
   // Decode steps as recorded graphs where the backend has them (cuda, simt:
   // KvEngine::set_graphs); the same tokens either way.
   bool graphs = true;
+  // The KV cache's storage: fp32, or bf16 (half its memory and the bytes the
+  // cached attention reads; keys and values rounded to bf16).
+  ops::Dtype kv_cache = ops::Dtype::F32;
 };
 
 struct GenerateStats {

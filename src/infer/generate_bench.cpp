@@ -29,6 +29,7 @@ std::vector<GenerateBenchMode> generate_bench_modes(const GenerateBenchOptions& 
   base.max_new_tokens = options.max_new_tokens;
   base.eos_id = -1;  // fixed lengths: every mode generates the same number of tokens
   base.graphs = options.graphs;
+  base.kv_cache = options.kv_cache;
   modes.push_back(mode("plain", base));
   const int E = options.exit_layer;
   if (E > 0) {
@@ -85,11 +86,12 @@ std::string generate_bench_table(const std::vector<GenerateBenchMode>& modes) {
       out += strprintf("%-28s greedy output identical to plain decoding: %s\n", "",
                        m.outputs == plain.outputs ? "yes" : "NO");
     if (!m.options.graphs && plain.options.graphs)
-      out += strprintf("%-28s output identical to plain decoding with graphs: %s (%lld of its %lld "
-                       "decode steps replayed from graphs)\n",
-                       "", m.outputs == plain.outputs ? "yes" : "NO",
-                       static_cast<long long>(plain.total.graph_steps),
-                       static_cast<long long>(plain.total.new_tokens - int64_t(plain.decode.size())));
+      out += strprintf(
+          "%-28s output identical to plain decoding with graphs: %s (%lld of its %lld "
+          "decode steps replayed from graphs)\n",
+          "", m.outputs == plain.outputs ? "yes" : "NO",
+          static_cast<long long>(plain.total.graph_steps),
+          static_cast<long long>(plain.total.new_tokens - int64_t(plain.decode.size())));
   }
   return out;
 }

@@ -23,6 +23,7 @@ struct GenerateBenchOptions {
   // Decode steps as recorded graphs (GenerateOptions::graphs); with
   // eager_too, plain decoding is measured a second time without them.
   bool graphs = true, eager_too = false;
+  ops::Dtype kv_cache = ops::Dtype::F32;  // GenerateOptions::kv_cache
 };
 
 struct GenerateBenchMode {

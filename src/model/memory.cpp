@@ -298,7 +298,8 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   if (u.kv_batch > 0 && u.kv_len > 0) {
     double heads = 0;
     for (const Group& g : groups) heads += g.count * g.d.Hkv;
-    e.parts.push_back({"KV cache", bytes(2 * double(u.kv_batch) * heads * u.kv_len * D * f)});
+    e.parts.push_back(
+        {"KV cache", bytes(2 * double(u.kv_batch) * heads * u.kv_len * D * (u.kv_bf16 ? 2.0 : f))});
   }
   if (u.logits_rows > 0)
     e.parts.push_back({"logits", bytes(double(u.logits_rows) * (V + 2 * C) * f)});

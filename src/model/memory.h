@@ -55,6 +55,7 @@ struct MemoryUse {
   bool bf16_weight_copies = false;
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
+  bool kv_bf16 = false;          // stored in bf16 (--kv-cache bf16)
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)
   // The program itself (its code, libraries and their buffers), as measured
   // before the model is built (process_rss_bytes()); 0: not counted.

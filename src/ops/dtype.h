@@ -155,4 +155,24 @@ decltype(auto) with_storage(F&& f, const A&... acts) {
   return f(T{});
 }
 
+// f(S{}, KS{}) for the generation ops with a KV cache (ops.def): S the
+// storage of `acts` (as with_storage), KS the cache's (kc and vc): S's, or
+// bf16 beside fp32 activations (a bf16 KV cache). Throws on another mix.
+template <typename T, typename F, typename... A>
+void with_cache_storage(F&& f, const Act<const T>& kc, const Act<const T>& vc, const A&... acts) {
+  const Dtype c = common_storage(Act<T>::kNative, kc, vc);
+  with_storage<T>(
+      [&](auto s) {
+        using S = decltype(s);
+        const Dtype sd = std::is_same_v<S, bf16> ? Dtype::BF16 : Act<T>::kNative;
+        if constexpr (std::is_same_v<S, float>) {
+          if (c == Dtype::BF16) return f(s, bf16{});
+        }
+        STRATA_CHECK(c == sd, "a KV cache stored in ", dtype_name(c), " beside activations in ",
+                     dtype_name(sd), ": the cache is stored as they are, or in bf16 beside fp32");
+        return f(s, s);
+      },
+      acts...);
+}
+
 }  // namespace strata::ops

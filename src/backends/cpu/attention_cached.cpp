@@ -10,9 +10,10 @@ namespace strata::cpu {
 
 namespace {
 
-template <typename T, typename S>
-void cached(S* out, const S* q, int64_t q_stride, const S* kc, const S* vc, int n, int pos0, int Hq,
-            int Hkv, int D, int max_len) {
+// KS: the cache's storage (S's, or bf16 beside fp32 activations).
+template <typename T, typename S, typename KS>
+void cached(S* out, const S* q, int64_t q_stride, const KS* kc, const KS* vc, int n, int pos0,
+            int Hq, int Hkv, int D, int max_len) {
   const int group = Hq / Hkv;
   const double scale = 1.0 / std::sqrt(double(D));
   const int64_t work = int64_t(n) * Hq;
@@ -24,12 +25,12 @@ void cached(S* out, const S* q, int64_t q_stride, const S* kc, const S* vc, int 
     for (int64_t w = 0; w < work; ++w) {
       const int i = int(w / Hq), h = int(w % Hq), kvh = h / group;
       const S* qi = q + int64_t(i) * q_stride + int64_t(h) * D;
-      const S* K = kc + int64_t(kvh) * max_len * D;
-      const S* V = vc + int64_t(kvh) * max_len * D;
+      const KS* K = kc + int64_t(kvh) * max_len * D;
+      const KS* V = vc + int64_t(kvh) * max_len * D;
       const int len = pos0 + i + 1;  // causal: positions 0 .. pos0 + i
       double m = -INFINITY;
       for (int j = 0; j < len; ++j) {
-        const S* kj = K + int64_t(j) * D;
+        const KS* kj = K + int64_t(j) * D;
         T dot = 0;
 #pragma omp simd reduction(+ : dot)
         for (int d = 0; d < D; ++d) dot += T(qi[d]) * T(kj[d]);
@@ -40,7 +41,7 @@ void cached(S* out, const S* q, int64_t q_stride, const S* kc, const S* vc, int 
       for (int j = 0; j < len; ++j) z += (s[size_t(j)] = std::exp(s[size_t(j)] - m));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int j = 0; j < len; ++j) {
-        const S* vj = V + int64_t(j) * D;
+        const KS* vj = V + int64_t(j) * D;
         const double p = s[size_t(j)];
         for (int d = 0; d < D; ++d) acc[size_t(d)] += p * double(T(vj[d]));
       }
@@ -55,14 +56,15 @@ void cached(S* out, const S* q, int64_t q_stride, const S* kc, const S* vc, int 
 template <typename T>
 void attention_cached_forward(Act<T> out, ActIn<T> q, int64_t q_stride, ActIn<T> kc, ActIn<T> vc,
                               int n, int pos0, int Hq, int Hkv, int D, int max_len) {
-  with_storage<T>(
-      [&](auto s) {
+  ops::with_cache_storage<T>(
+      [&](auto s, auto ks) {
         using S = decltype(s);
+        using KS = decltype(ks);
         cached<T>(out.template as<S>(), q.template as<const S>(), q_stride,
-                  kc.template as<const S>(), vc.template as<const S>(), n, pos0, Hq, Hkv, D,
+                  kc.template as<const KS>(), vc.template as<const KS>(), n, pos0, Hq, Hkv, D,
                   max_len);
       },
-      out, q, kc, vc);
+      kc, vc, out, q);
 }
 
 STRATA_CPU_INSTANTIATE(attention_cached_forward)
@@ -72,18 +74,23 @@ void kv_cache_append(Act<T> kc, Act<T> vc, ActIn<T> qkv, int64_t q_stride, int n
                      int Hkv, int D, int max_len) {
   STRATA_CHECK(n >= 0 && pos0 >= 0 && pos0 + n <= max_len, "kv_cache_append: positions ", pos0,
                " .. ", pos0 + n - 1, " outside a cache of ", max_len);
-  with_storage<T>(
-      [&](auto s) {
+  ops::with_cache_storage<T>(
+      [&](auto s, auto ks) {
         using S = decltype(s);
-        S* K = kc.template as<S>();
-        S* V = vc.template as<S>();
+        using KS = decltype(ks);
+        KS* K = kc.template as<KS>();
+        KS* V = vc.template as<KS>();
         const S* rows = qkv.template as<const S>();
+        // (to the cache's storage: exact, or rounded to bf16 to nearest even)
+        const auto put = [](const S* from, KS* to, int count) {
+          for (int d = 0; d < count; ++d) to[d] = KS(T(from[d]));
+        };
         for (int i = 0; i < n; ++i)
           for (int h = 0; h < Hkv; ++h) {
             const S* k = rows + int64_t(i) * q_stride + int64_t(Hq + h) * D;
             const int64_t at = (int64_t(h) * max_len + pos0 + i) * D;
-            std::copy(k, k + D, K + at);
-            std::copy(k + int64_t(Hkv) * D, k + int64_t(Hkv + 1) * D, V + at);
+            put(k, K + at, D);
+            put(k + int64_t(Hkv) * D, V + at, D);
           }
       },
       kc, vc, qkv);
@@ -118,8 +125,8 @@ void attention_decode(Act<T> out, ActIn<T> q, int64_t q_stride, ActIn<T> kc, Act
     const int p = pos[r];
     const Act<T> o = out + int64_t(r) * width;
     if (p < 0 || p >= max_len) {
-      with_storage<T>([&](auto s) { std::fill_n(o.template as<decltype(s)>(), width, decltype(s){}); },
-                      o);
+      with_storage<T>(
+          [&](auto s) { std::fill_n(o.template as<decltype(s)>(), width, decltype(s){}); }, o);
       continue;
     }
     const int64_t at = int64_t(slot[r]) * cache_stride;

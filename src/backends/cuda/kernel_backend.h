@@ -25,6 +25,7 @@
 #include "backends/cuda/gemm_engine.h"
 #include "backends/cuda/kernels/adamw.cuh"
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_cached.cuh"
 #include "backends/cuda/kernels/axpby.cuh"
 #include "backends/cuda/kernels/bias.cuh"
 #include "backends/cuda/kernels/context.cuh"

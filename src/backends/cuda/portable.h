@@ -297,12 +297,12 @@ using dim3 = ::strata::simt::Dim3;
 #define gridDim (::strata::simt::current().grid_dim)
 // The arguments are evaluated and copied when the launch is queued, as CUDA
 // copies a kernel's parameters (a captured launch replays with these).
-#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                            \
-  do {                                                                                   \
-    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                  \
-    auto strata_launch_args_ = std::make_tuple(__VA_ARGS__);                             \
-    ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel), \
-                           dim3(grid), dim3(block), (smem),                              \
+#define STRATA_LAUNCH(kernel, grid, block, smem, stream, ...)                                   \
+  do {                                                                                          \
+    ::strata::gpu::LaunchTimer strata_launch_timer_(#kernel, (stream));                         \
+    auto strata_launch_args_ = std::make_tuple(__VA_ARGS__);                                    \
+    ::strata::simt::launch(#kernel, reinterpret_cast<::strata::simt::KernelId>(&kernel),        \
+                           dim3(grid), dim3(block), (smem),                                     \
                            [strata_launch_args_] { std::apply(kernel, strata_launch_args_); }); \
   } while (0)
 // The executor looks the bound up by the kernel's name (what STRATA_LAUNCH

@@ -71,8 +71,8 @@ STRATA_DEVICE void attn_online_chunk(T s, bool valid, int cnt, const S* v, int64
 
 // The end of a query row (b, i, h): out = acc / l over the lane's elements,
 // lse = m + log(l) (lane 0; lse may be null).
-template <typename T, typename S>
-STRATA_DEVICE void attn_finish_row(S* out, T* lse, const AttnView<S>& a, int b, int i, int h,
+template <typename T, typename S, typename KS>
+STRATA_DEVICE void attn_finish_row(S* out, T* lse, const AttnView<S, KS>& a, int b, int i, int h,
                                    const T* acc, T m, T l, int lane) {
   S* orow = out + (int64_t(b) * a.Tq + i) * (int64_t(a.Hq) * a.D) + int64_t(h) * a.D;
   for (int t = 0; t < kAttnMaxDLane; ++t) {
@@ -82,12 +82,10 @@ STRATA_DEVICE void attn_finish_row(S* out, T* lse, const AttnView<S>& a, int b, 
   if (lse && lane == 0) lse[(int64_t(b) * a.Hq + h) * a.Tq + i] = m + g_log(l);
 }
 
-// out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null).
-STRATA_LAUNCH_BOUNDS(k_attention_forward, kAttnThreads);
-template <typename S>
-STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(S* out,
-                                                                             compute_t<S>* lse,
-                                                                             AttnView<S> a) {
+// out (b, i, h) rows Hq*D apart; lse [B, Hq, Tq] (may be null). A warp a
+// query row; keys and values stored in KS (S's, or a bf16 KV cache).
+template <typename S, typename KS>
+STRATA_DEVICE void attention_forward_rows(S* out, compute_t<S>* lse, const AttnView<S, KS>& a) {
   using T = compute_t<S>;
   STRATA_DYNAMIC_SHARED(T, smem);
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
@@ -112,8 +110,8 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(S* 
   for (int d = lane; d < D; d += kWarp) qs[d] = act_load(qrow[d]);
   __syncwarp();
   const T scale = T(1) / g_sqrt(T(D));
-  const S* kb = a.k + int64_t(kv_b) * a.kv_batch + int64_t(g) * a.kv_head;
-  const S* vb = a.v + int64_t(kv_b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const KS* kb = a.k + int64_t(kv_b) * a.kv_batch + int64_t(g) * a.kv_head;
+  const KS* vb = a.v + int64_t(kv_b) * a.kv_batch + int64_t(g) * a.kv_head;
   const int nk = i + 1 + offset;
   T m = g_neg_inf<T>(), l = 0;
   T acc[kAttnMaxDLane];
@@ -126,6 +124,21 @@ STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(S* 
                       D, lane, ps, m, l, acc);
   }
   attn_finish_row(out, lse, a, b, i, h, acc, m, l, lane);
+}
+
+STRATA_LAUNCH_BOUNDS(k_attention_forward, kAttnThreads);
+template <typename S>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward) void k_attention_forward(S* out,
+                                                                             compute_t<S>* lse,
+                                                                             AttnView<S> a) {
+  attention_forward_rows(out, lse, a);
+}
+// Queries in S over a bf16 KV cache (generation with --kv-cache bf16).
+STRATA_LAUNCH_BOUNDS(k_attention_forward_kv16, kAttnThreads);
+template <typename S>
+STRATA_GLOBAL STRATA_BOUNDS_OF(k_attention_forward_kv16) void k_attention_forward_kv16(
+    S* out, compute_t<S>* lse, AttnView<S, ops::bf16> a) {
+  attention_forward_rows(out, lse, a);
 }
 
 // delta[b, h, i] = sum_d dout * out over the row (the softmax backward's
@@ -403,26 +416,6 @@ void attention_backward_fp(KernelContext<T>& k, T* dqkv, const T* dout, const T*
                 static_cast<const T*>(delta), B, T_, Hq, Hkv, D);
 }
 
-// Generation: the forward kernel over a KV cache (no lse); a long prefill
-// with bf16 matmuls on the flash kernel.
-template <typename T>
-void attention_cached_forward_fp(KernelContext<T>& k, T* out, const T* q, int64_t q_stride,
-                                 const T* kc, const T* vc, int n, int pos0, int Hq, int Hkv, int D,
-                                 int max_len) {
-  check_heads(Hq, Hkv, D);
-  if (n == 0) return;
-  AttnView<T> v{q, kc, vc, q_stride, 0, D, int64_t(max_len) * D, 1, n, Hq, Hkv, D, pos0};
-  // A prefill of at least a full tile on tensor cores; decode steps and
-  // self-speculative verification (a few rows) keep the reference kernel,
-  // which a 64-row tile would mostly waste.
-  if constexpr (std::is_same_v<T, float>) {
-    if (n >= kFlashRows && use_flash(k, D))
-      return flash_attention_forward(k.stream(), out, nullptr, v);
-  }
-  STRATA_LAUNCH(k_attention_forward<T>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
-                kAttnWarps * (D + kWarp) * sizeof(T), k.stream(), out, static_cast<T*>(nullptr), v);
-}
-
 // The launchers: bf16 activations go to the flash kernels, a library's
 // attention or the reference kernels as they are (no staging).
 // bf16 activations on the flash kernels, which read and write them as they
@@ -509,159 +502,6 @@ void attention_backward(KernelContext<T>& k, ops::Act<T> dqkv_, ops::ActIn<T> do
     }
   }
   attention_backward_fp<T>(k, dqkv_, dout_, qkv_, out_, lse, B, T_, Hq, Hkv, D);
-}
-
-// bf16 storage (the queries, the caches and the output alike): the flash
-// kernel for a long prefill, else the reference kernel, on bf16 as it is.
-template <typename T>
-void attention_cached_forward(KernelContext<T>& k, ops::Act<T> out_, ops::ActIn<T> q_,
-                              int64_t q_stride, ops::ActIn<T> kc_, ops::ActIn<T> vc_, int n,
-                              int pos0, int Hq, int Hkv, int D, int max_len) {
-  if constexpr (std::is_same_v<T, float>) {
-    const ops::Dtype storage = ops::common_storage(ops::Dtype::F32, out_, q_, kc_, vc_);
-    if (storage == ops::Dtype::BF16) {
-      check_heads(Hq, Hkv, D);
-      if (n == 0) return;
-      using E = ops::bf16;
-      const AttnView<E> v{q_.template as<const E>(),
-                          kc_.template as<const E>(),
-                          vc_.template as<const E>(),
-                          q_stride,
-                          0,
-                          D,
-                          int64_t(max_len) * D,
-                          1,
-                          n,
-                          Hq,
-                          Hkv,
-                          D,
-                          pos0};
-      if (n >= kFlashRows && flash_on_bf16(k, D, storage))
-        return flash_attention_forward(k.stream(), out_.template as<E>(), nullptr, v);
-      STRATA_LAUNCH(k_attention_forward<E>, attn_blocks(int64_t(Hq) * n), kAttnThreads,
-                    kAttnWarps * (D + kWarp) * sizeof(float), k.stream(), out_.template as<E>(),
-                    static_cast<float*>(nullptr), v);
-      return;
-    }
-  }
-  attention_cached_forward_fp<T>(k, out_, q_, q_stride, kc_, vc_, n, pos0, Hq, Hkv, D, max_len);
-}
-
-// A thread per element of the appended keys and values (n rows of Hkv heads
-// of D, a few thousand in decode): one launch for the whole span.
-template <typename S>
-STRATA_GLOBAL void k_kv_append(S* kc, S* vc, const S* qkv, int64_t q_stride, int n, int pos0,
-                               int Hq, int Hkv, int D, int max_len) {
-  STRATA_GRID_LOOP(e, int64_t(n) * Hkv * D) {
-    const int d = int(e % D), h = int(e / D % Hkv), i = int(e / (int64_t(D) * Hkv));
-    const S* k = qkv + int64_t(i) * q_stride + int64_t(Hq + h) * D + d;
-    const int64_t at = (int64_t(h) * max_len + pos0 + i) * D + d;
-    kc[at] = k[0];
-    vc[at] = k[int64_t(Hkv) * D];
-  }
-}
-
-template <typename T>
-void kv_cache_append(KernelContext<T>& k, ops::Act<T> kc, ops::Act<T> vc, ops::ActIn<T> qkv,
-                     int64_t q_stride, int n, int pos0, int Hq, int Hkv, int D, int max_len) {
-  STRATA_CHECK(n >= 0 && pos0 >= 0 && pos0 + n <= max_len, "kv_cache_append: positions ", pos0,
-               " .. ", pos0 + n - 1, " outside a cache of ", max_len);
-  const int64_t total = int64_t(n) * Hkv * D;
-  if (total == 0) return;
-  ops::with_storage<T>(
-      [&](auto s) {
-        using S = decltype(s);
-        STRATA_LAUNCH(k_kv_append<S>, blocks_for(total, 256), 256, 0, k.stream(),
-                      kc.template as<S>(), vc.template as<S>(), qkv.template as<const S>(),
-                      q_stride, n, pos0, Hq, Hkv, D, max_len);
-      },
-      kc, vc, qkv);
-}
-
-// Decoding (ops.def: decode_rope_append): a thread per pair (i, i + D/2) of
-// a head of a row; the rotation is rope_run's arithmetic, and the threads of
-// key heads also store the rotated pair and the value pair into the cache.
-template <typename S>
-STRATA_GLOBAL void k_decode_rope_append(S* qkv, int64_t q_stride, const compute_t<S>* cos_t,
-                                        const compute_t<S>* sin_t, S* kc, S* vc,
-                                        int64_t cache_stride, int rows, const int32_t* slot,
-                                        const int32_t* pos, int Hq, int Hkv, int D, int max_len) {
-  using T = compute_t<S>;
-  const int half = D / 2, H = Hq + Hkv;
-  STRATA_GRID_LOOP(e, int64_t(rows) * H * half) {
-    const int i = int(e % half), h = int(e / half % H), r = int(e / (int64_t(half) * H));
-    const int p = pos[r];
-    if (p < 0 || p >= max_len) continue;
-    S* lo = qkv + int64_t(r) * q_stride + int64_t(h) * D + i;
-    S* hi = lo + half;
-    const int64_t tab = int64_t(p) * half + i;
-    const T a = act_load(*lo), b = act_load(*hi), c = cos_t[tab], sj = T(1) * sin_t[tab];
-    const S ra = act_store<S>(a * c - b * sj), rb = act_store<S>(b * c + a * sj);
-    *lo = ra;
-    *hi = rb;
-    if (h >= Hq) {
-      const int64_t at =
-          int64_t(slot[r]) * cache_stride + (int64_t(h - Hq) * max_len + p) * D + i;
-      const S* v = lo + int64_t(Hkv) * D;
-      kc[at] = ra;
-      kc[at + half] = rb;
-      vc[at] = v[0];
-      vc[at + half] = v[half];
-    }
-  }
-}
-
-template <typename T>
-void decode_rope_append(KernelContext<T>& k, ops::Act<T> qkv, int64_t q_stride, const T* cos,
-                        const T* sin, ops::Act<T> kc, ops::Act<T> vc, int64_t cache_stride,
-                        int rows, const int32_t* slot, const int32_t* pos, int Hq, int Hkv, int D,
-                        int max_len) {
-  STRATA_CHECK(D % 2 == 0, "RoPE needs an even head dimension, got ", D);
-  const int64_t total = int64_t(rows) * (Hq + Hkv) * (D / 2);
-  if (total == 0) return;
-  ops::with_storage<T>(
-      [&](auto s) {
-        using S = decltype(s);
-        STRATA_LAUNCH(k_decode_rope_append<S>, blocks_for(total, 256), 256, 0, k.stream(),
-                      qkv.template as<S>(), q_stride, cos, sin, kc.template as<S>(),
-                      vc.template as<S>(), cache_stride, rows, slot, pos, Hq, Hkv, D, max_len);
-      },
-      qkv, kc, vc);
-}
-
-// One launch for every row: k_attention_forward with a query a row and the
-// rows' positions and cache blocks read from memory.
-template <typename T>
-void attention_decode(KernelContext<T>& k, ops::Act<T> out, ops::ActIn<T> q, int64_t q_stride,
-                      ops::ActIn<T> kc, ops::ActIn<T> vc, int64_t cache_stride, int rows,
-                      const int32_t* slot, const int32_t* pos, int Hq, int Hkv, int D,
-                      int max_len) {
-  check_heads(Hq, Hkv, D);
-  if (int64_t(rows) * Hq == 0) return;
-  ops::with_storage<T>(
-      [&](auto s) {
-        using S = decltype(s);
-        AttnView<S> v{q.template as<const S>(),
-                      kc.template as<const S>(),
-                      vc.template as<const S>(),
-                      q_stride,
-                      cache_stride,
-                      D,
-                      int64_t(max_len) * D,
-                      rows,
-                      1,
-                      Hq,
-                      Hkv,
-                      D,
-                      0};
-        v.key_pos = pos;
-        v.kv_slot = slot;
-        v.key_limit = max_len;
-        STRATA_LAUNCH(k_attention_forward<S>, attn_blocks(int64_t(Hq) * rows), kAttnThreads,
-                      kAttnWarps * (D + kWarp) * sizeof(compute_t<S>), k.stream(),
-                      out.template as<S>(), static_cast<compute_t<S>*>(nullptr), v);
-      },
-      out, q, kc, vc);
 }
 
 }  // namespace STRATA_TARGET_NS

@@ -16,11 +16,13 @@ inline namespace STRATA_TARGET_NS {
 // (both read from device memory when the kernel runs, so a recorded launch
 // serves every later position); an offset outside [0, key_limit) gives the
 // row zeros.
-template <typename T>
+// KV: the keys' and values' storage (generation's bf16 KV cache beside fp32
+// activations; the reference kernel only), T's by default.
+template <typename T, typename KV = T>
 struct AttnView {
   const T* q;
-  const T* k;
-  const T* v;
+  const KV* k;
+  const KV* v;
   int64_t q_stride, kv_batch, kv_stride, kv_head;
   int B, Tq, Hq, Hkv, D, key_offset;
   const int32_t* key_pos = nullptr;
