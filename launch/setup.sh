@@ -15,7 +15,8 @@ PACKAGES=(
                                         # CMake package, which would want OpenCL headers)
   nlohmann-json3-dev                    # JSON (configs, metrics, JSONL data)
   libtomlplusplus-dev                   # TOML recipes
-  libsentencepiece-dev                  # tokenizers
+  libsentencepiece-dev                  # tokenizers (.model)
+  libpcre2-dev                          # regular expressions: tokenizer.json pre-tokenizers
   libhdf5-dev hdf5-tools                # checkpoints (h5dump to inspect them)
   zlib1g-dev                            # PNG pictures of the plots (strata report --png)
   libgtest-dev                          # GoogleTest

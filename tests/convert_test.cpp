@@ -21,6 +21,7 @@
 #include "io/hf.h"
 #include "io/hf_tokenizer.h"
 #include "io/llama2c.h"
+#include "io/model_io.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "testing.h"
@@ -163,6 +164,46 @@ TEST(HfRoundTrip, HfToStrataToHfKeepsTensors) {
   EXPECT_EQ(read_file(dir / "tokenizer.model", "t"),
             read_file(fixture("hf_gqa_untied") + "/tokenizer.model", "t"));
   EXPECT_EQ(read_json(dir / "generation_config.json")["eos_token_id"], 2);
+}
+
+// A Llama-3-shaped model (tied head, GQA, rope_theta 500000) with a
+// byte-level BPE tokenizer.json and no tokenizer.model, as Llama 3 ships:
+// HF -> strata checkpoint -> HF keeps the weights bit for bit and the
+// tokenizer.json byte for byte, and the checkpoint's tokenizer encodes.
+TEST(HfRoundTrip, Llama3ShapedModelWithTokenizerJsonBitForBit) {
+  const std::string tj =
+      read_file(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/bpe/llama3/tokenizer.json", "t");
+  LlamaConfig c = random_config(true, false);
+  c.vocab_size = 3000;
+  c.rope_theta = 500000;
+  c.finalize();
+  TempDir a, b, ck;
+  {
+    Model<float> m(c, ops::make_backend<float>());
+    m.init_weights(7);
+    export_hf(m, tj, a.path(), HfExportOptions{});
+  }
+  EXPECT_FALSE(fs::exists(a / "tokenizer.model"));
+  EXPECT_EQ(read_file(a / "tokenizer.json", "t"), tj);
+  const auto tc = read_json(a / "tokenizer_config.json");
+  EXPECT_EQ(tc["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(tc["eos_token"], "<|end_of_text|>");
+  EXPECT_FALSE(tc.contains("add_bos_token"));  // the post-processor adds it
+
+  HfImportInfo info;
+  auto m = import_hf(a.path(), &info);
+  EXPECT_EQ(info.tokenizer, tj);
+  EXPECT_EQ(fs::path(info.tokenizer_file).filename(), "tokenizer.json");
+  save_model(ck / "m.h5", *m, info.tokenizer, {{"step", 0}});
+  CheckpointInfo ci;
+  auto back = load_model(ck / "m.h5", &ci);
+  const Tokenizer tok = Tokenizer::from_bytes(ci.tokenizer, "checkpoint");
+  EXPECT_EQ(tok.kind(), Tokenizer::Kind::Bpe);
+  EXPECT_EQ(tok.encode("Hello world"), (std::vector<int32_t>{44, 509, 83, 1038}));
+  export_hf(*back, ci.tokenizer, b.path(), HfExportOptions{});
+  for (const char* f : {"model.safetensors", "config.json", "tokenizer.json",
+                        "tokenizer_config.json", "special_tokens_map.json"})
+    EXPECT_EQ(read_file(a / f, "t"), read_file(b / f, "t")) << f;
 }
 
 TEST(HfExport, Bf16AndF16Weights) {

@@ -279,6 +279,26 @@ TEST(Generate, TextStreamHoldsBackTheStopString) {
   EXPECT_EQ(held.shown(), "ab");
 }
 
+// A character whose bytes come in two tokens (byte-level BPE): the first
+// token alone decodes to U+FFFD, which is not shown; the character is, whole,
+// once its last byte comes.
+TEST(Generate, TextStreamWaitsForASplitCharacter) {
+  const Tokenizer t =
+      Tokenizer::load(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/bpe/llama3/tokenizer.json");
+  const Detokenizer decode = [&](const std::vector<int32_t>& ids) { return t.decode(ids); };
+  const std::vector<int32_t> ids = t.encode("é🤖!");  // bytes of one character in several ids
+  ASSERT_GT(ids.size(), 3u);
+  TextStream s(decode, {}, "", -1);
+  std::string shown;
+  for (int32_t id : ids) {
+    const std::string piece = s.push(id);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos);
+    shown += piece;
+  }
+  shown += s.finish();
+  EXPECT_EQ(shown, "é🤖!");
+}
+
 TEST(Generate, BadOptionsAreErrors) {
   auto m = random_model(2, 2, false, false, 1);
   GenerateOptions o;

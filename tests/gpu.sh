@@ -141,7 +141,7 @@ configure_and_build() {
   if [ $dry -eq 1 ]; then
     # The GPU machine has none of these: build without them here too.
     flags+=(-DSTRATA_WITH_ONEDNN=OFF -DSTRATA_WITH_HDF5=OFF -DSTRATA_WITH_SENTENCEPIECE=OFF
-            -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF)
+            -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF -DSTRATA_WITH_PCRE2=OFF)
     command -v ccache > /dev/null &&
       flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi

@@ -8,7 +8,7 @@ set -euo pipefail
 src=$1 dir=$2
 rm -rf "$dir"
 args=(-DSTRATA_WITH_ONEDNN=OFF -DSTRATA_WITH_HDF5=OFF -DSTRATA_WITH_SENTENCEPIECE=OFF
-      -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF)
+      -DSTRATA_WITH_MPI=OFF -DSTRATA_WITH_ZLIB=OFF -DSTRATA_WITH_PCRE2=OFF)
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   args+=(-DSTRATA_GPU_BUILD=ON)
 else

@@ -25,7 +25,7 @@ std::string tokenizer_for(const std::string& path, const std::string& fallback_b
   if (path.empty() && fallback_bytes.empty()) {
     log::warn(source,
               ": no tokenizer; the checkpoint will not be able to encode text "
-              "(pass --tokenizer tok.model)");
+              "(pass --tokenizer tok.model or tokenizer.json)");
     return "";
   }
   const Tokenizer tok =
@@ -46,11 +46,13 @@ void summary(const std::string& out, const Model<float>& m) {
 int convert_hf(int argc, char** argv, int first) {
   Args args("strata convert hf",
             "Converts a Hugging Face Llama directory (config.json, model.safetensors or a "
-            "sharded index, F32/F16/BF16, tokenizer.model) into a strata checkpoint.");
+            "sharded index, F32/F16/BF16, tokenizer.model or tokenizer.json) into a strata "
+            "checkpoint.");
   args.positional("dir", "Hugging Face model directory")
       .positional("out.h5", "strata checkpoint to write")
       .option("tokenizer", "FILE",
-              "sentencepiece model (default: the directory's tokenizer.model)");
+              "sentencepiece .model or tokenizer.json (default: the directory's "
+              "tokenizer.model, else its tokenizer.json)");
   if (!args.parse(argc, argv, first)) return 0;
   check_output_file(args.get("out.h5"), "strata convert hf", true);
   check_output_not_input(args.get("out.h5"), {args.get("dir"), args.get("tokenizer")},
@@ -58,7 +60,8 @@ int convert_hf(int argc, char** argv, int first) {
   HfImportInfo info;
   auto model = import_hf(args.get("dir"), &info);
   const std::string tok =
-      tokenizer_for(args.get("tokenizer"), info.tokenizer, model->config(), args.get("dir"));
+      tokenizer_for(args.get("tokenizer"), info.tokenizer, model->config(),
+                    info.tokenizer_file.empty() ? args.get("dir") : info.tokenizer_file);
   save_model(args.get("out.h5"), *model, tok,
              {{"step", 0}, {"tokens_seen", 0}, {"source", "hf:" + args.get("dir")}});
   summary(args.get("out.h5"), *model);
@@ -72,7 +75,9 @@ int convert_llama2c(int argc, char** argv, int first) {
             "llama2.c's interleaved RoPE layout to Hugging Face's rotate-half layout.");
   args.positional("model.bin", "llama2.c checkpoint")
       .positional("out.h5", "strata checkpoint to write")
-      .option("tokenizer", "FILE", "sentencepiece model of the same vocabulary (tok512.model ...)");
+      .option("tokenizer", "FILE",
+              "tokenizer of the same vocabulary: sentencepiece .model (tok512.model ...) or "
+              "tokenizer.json");
   if (!args.parse(argc, argv, first)) return 0;
   check_output_file(args.get("out.h5"), "strata convert llama2c", true);
   check_output_not_input(args.get("out.h5"), {args.get("model.bin"), args.get("tokenizer")},
@@ -176,7 +181,7 @@ int cmd_export(int argc, char** argv, int first) {
   STRATA_CHECK(sub == "hf", "strata export: unknown format '", sub, "' (hf)");
   Args args("strata export hf",
             "Writes a strata checkpoint as a Hugging Face Llama directory (config.json, "
-            "generation_config.json, model.safetensors or shards, tokenizer.model) that "
+            "generation_config.json, model.safetensors or shards, the tokenizer) that "
             "transformers.AutoModelForCausalLM.from_pretrained loads.");
   args.positional("ckpt.h5", "strata checkpoint")
       .positional("dir", "output directory")
@@ -200,8 +205,12 @@ int cmd_export(int argc, char** argv, int first) {
   CheckpointInfo info;
   auto model = load_model(args.get("ckpt.h5"), &info);
   export_hf(*model, info.tokenizer, args.get("dir"), o);
-  std::printf("wrote %s (%s weights%s)\n", args.get("dir").c_str(), dtype.c_str(),
-              info.tokenizer.empty() ? ", no tokenizer in the checkpoint" : ", tokenizer.model");
+  std::printf(
+      "wrote %s (%s weights%s)\n", args.get("dir").c_str(), dtype.c_str(),
+      info.tokenizer.empty() ? ", no tokenizer in the checkpoint"
+      : Tokenizer::from_bytes(info.tokenizer, args.get("ckpt.h5")).kind() == Tokenizer::Kind::Bpe
+          ? ", tokenizer.json"
+          : ", tokenizer.model and tokenizer.json");
   return 0;
 }
 

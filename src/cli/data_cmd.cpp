@@ -32,7 +32,7 @@ int data_prepare(int argc, char** argv, int first) {
             "Tokenises plain-text or JSONL files (*.jsonl: one JSON object per line) into token "
             "shards in DIR, split into train and val by a seeded hash of each document's index, "
             "and writes DIR/meta.json last (tokenizer sha256, vocab size, shard lists, sources).");
-  args.option("tokenizer", "FILE", "sentencepiece .model file")
+  args.option("tokenizer", "FILE", "sentencepiece .model or Hugging Face tokenizer.json")
       .repeated("input", "FILE", "text or .jsonl file")
       .option("out", "DIR", "output dataset directory")
       .option("doc-split", "MODE",

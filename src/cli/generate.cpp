@@ -38,7 +38,8 @@ Args generate_args() {
               "0")
       .option("speculations", "D", "self-speculative decoding: tokens drafted per round", "4")
       .option("stop", "STR", "stop once the text contains STR (not printed)", "")
-      .option("tokenizer", "FILE", "sentencepiece model (default: the checkpoint's)");
+      .option("tokenizer", "FILE",
+              "sentencepiece .model or tokenizer.json (default: the checkpoint's)");
   add_threads_option(args)
       .flag("no-bos", "do not start the sequence with BOS")
       .flag("ignore-eos", "keep generating after the end-of-sequence token")

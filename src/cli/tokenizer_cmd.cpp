@@ -1,4 +1,5 @@
-// `strata tokenizer train|encode|decode`: sentencepiece tokenizers.
+// `strata tokenizer train|encode|decode`: training sentencepiece tokenizers;
+// encoding and decoding with a .model or a tokenizer.json.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -52,7 +53,7 @@ int tokenizer_train(int argc, char** argv, int first) {
 int tokenizer_encode(int argc, char** argv, int first) {
   Args args("strata tokenizer encode",
             "Prints the token ids of TEXT (no BOS/EOS added), space-separated.");
-  args.option("tokenizer", "FILE", "sentencepiece .model file")
+  args.option("tokenizer", "FILE", "sentencepiece .model or Hugging Face tokenizer.json")
       .option("text", "TEXT", "text to encode")
       .flag("pieces", "print the pieces instead of the ids");
   if (!args.parse(argc, argv, first)) return 0;
@@ -72,7 +73,7 @@ int tokenizer_encode(int argc, char** argv, int first) {
 int tokenizer_decode(int argc, char** argv, int first) {
   Args args("strata tokenizer decode",
             "Prints the text of a list of token ids (separated by spaces or commas).");
-  args.option("tokenizer", "FILE", "sentencepiece .model file")
+  args.option("tokenizer", "FILE", "sentencepiece .model or Hugging Face tokenizer.json")
       .option("ids", "IDS", "token ids, e.g. \"403 407 261 378\"");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_USAGE_CHECK(args.has("tokenizer"),

@@ -1,5 +1,7 @@
-// Sentencepiece tokenizers: load a .model file (or its bytes, as stored in a
-// checkpoint), encode/decode, and train new ones (`strata tokenizer train`).
+// Tokenizers: a sentencepiece .model (Llama 1/2, Mistral, what `strata
+// tokenizer train` makes) or a Hugging Face byte-level BPE tokenizer.json
+// (Llama 3 and later, GPT-2; data/bpe.h), loaded from a file or from its
+// bytes as a checkpoint stores them; the kind is told by the bytes.
 #pragma once
 
 #include <cstdint>
@@ -7,24 +9,44 @@
 #include <string>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace strata {
+
+// One kind of tokenizer behind Tokenizer.
+class TokenizerModel {
+ public:
+  virtual ~TokenizerModel() = default;
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual std::string id_to_piece(int32_t id) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;
+  virtual int32_t eos_id() const = 0;
+  virtual int32_t unk_id() const = 0;
+  virtual int32_t pad_id() const = 0;
+};
 
 class Tokenizer {
  public:
-  // Throws strata::Error naming the file when it is missing or not a
-  // sentencepiece model.
+  enum class Kind { None, SentencePiece, Bpe };
+
+  // Throws strata::Error naming the file when it is missing or neither a
+  // sentencepiece model nor a supported tokenizer.json.
   static Tokenizer load(const std::string& path);
-  // From serialized model bytes; `name` is used in error messages.
+  // From the file's bytes; `name` is used in error messages. Bytes that
+  // start with '{' are a tokenizer.json, anything else a sentencepiece model.
   static Tokenizer from_bytes(const std::string& model_bytes, const std::string& name);
 
-  // Plain encoding: no BOS/EOS added.
+  // Plain encoding: no BOS/EOS added (special tokens written in the text of
+  // a tokenizer.json are their ids, as Hugging Face's encode does).
   std::vector<int32_t> encode(const std::string& text) const;
+  // Special and control tokens (BOS, EOS, ...) decode to nothing.
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string id_to_piece(int32_t id) const;
+
+  Kind kind() const { return kind_; }
+  // The file name a run directory or an export gives these bytes:
+  // "tokenizer.model" or "tokenizer.json".
+  const char* file_name() const;
 
   int vocab_size() const;
   int32_t bos_id() const;  // -1 when the model has none
@@ -37,9 +59,17 @@ class Tokenizer {
   const std::string& name() const { return name_; }
 
  private:
-  std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp_;
+  std::shared_ptr<const TokenizerModel> model_;
+  Kind kind_ = Kind::None;
   std::string bytes_, sha256_, name_;
 };
+
+// The sentencepiece kind (data/tokenizer_sp.cpp; tokenizer_sp_none.cpp in a
+// build without sentencepiece refuses) and the tokenizer.json kind.
+std::shared_ptr<const TokenizerModel> load_sentencepiece(const std::string& bytes,
+                                                         const std::string& name);
+std::shared_ptr<const TokenizerModel> load_bpe_json(const std::string& bytes,
+                                                    const std::string& name);
 
 struct TokenizerTrainOptions {
   std::vector<std::string>

@@ -41,6 +41,10 @@ std::string TextStream::push(int32_t token) {
       limit = text.size() >= stop_.size() - 1 ? text.size() - (stop_.size() - 1) : 0;
     }
   }
+  // A character whose bytes are split between tokens decodes as U+FFFD
+  // until its last byte comes: hold trailing replacement characters back.
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  while (limit >= kReplacement.size() && text.compare(limit - 3, 3, kReplacement) == 0) limit -= 3;
   if (limit <= shown_.size() || text.compare(0, shown_.size(), shown_) != 0) return "";
   std::string piece = text.substr(shown_.size(), limit - shown_.size());
   shown_ = text.substr(0, limit);

@@ -33,12 +33,14 @@ void check_tied_head(const SafetensorsModel& weights, Model<float>& model, const
   try {
     weights.read_f32("lm_head.weight", t.shape, head.data());
   } catch (const Error&) {
-    log::warn(dir, ": config.json ties the head to the embedding (tie_word_embeddings: true); "
+    log::warn(dir,
+              ": config.json ties the head to the embedding (tie_word_embeddings: true); "
               "lm_head.weight, of another shape, is ignored");
     return;
   }
   if (!std::equal(head.begin(), head.end(), model.param(e)))
-    log::warn(dir, ": config.json ties the head to the embedding (tie_word_embeddings: true), "
+    log::warn(dir,
+              ": config.json ties the head to the embedding (tie_word_embeddings: true), "
               "but lm_head.weight differs from model.embed_tokens.weight: it is ignored, as "
               "transformers does (set tie_word_embeddings: false to use it)");
 }
@@ -102,9 +104,15 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
     // open_dir reads model.safetensors when present, else the index.
     info->weights = fs::exists(dir + "/model.safetensors") ? dir + "/model.safetensors"
                                                            : dir + "/model.safetensors.index.json";
-    info->tokenizer = fs::exists(dir + "/tokenizer.model")
-                          ? read_file(dir + "/tokenizer.model", "tokenizer")
-                          : "";
+    // The sentencepiece model where there is one (a strata export has both
+    // files), else the tokenizer.json (Llama 3 and later ship only that).
+    info->tokenizer =
+        fs::exists(dir + "/tokenizer.model")  ? read_file(dir + "/tokenizer.model", "tokenizer")
+        : fs::exists(dir + "/tokenizer.json") ? read_file(dir + "/tokenizer.json", "tokenizer")
+                                              : "";
+    info->tokenizer_file = info->tokenizer.empty()                ? ""
+                           : fs::exists(dir + "/tokenizer.model") ? dir + "/tokenizer.model"
+                                                                  : dir + "/tokenizer.json";
   }
   return model;
 }
@@ -146,7 +154,8 @@ void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const st
   write_file_atomic(dir + "/config.json", cfg.dump(2) + "\n");
   write_file_atomic(dir + "/generation_config.json", gen.dump(2) + "\n");
   if (!tokenizer_bytes.empty()) {
-    write_file_atomic(dir + "/tokenizer.model", tokenizer_bytes);
+    if (tok.tokenizer_json != tokenizer_bytes)  // a sentencepiece model: both forms
+      write_file_atomic(dir + "/tokenizer.model", tokenizer_bytes);
     write_file_atomic(dir + "/tokenizer.json", tok.tokenizer_json);
     write_file_atomic(dir + "/tokenizer_config.json", tok.tokenizer_config_json);
     write_file_atomic(dir + "/special_tokens_map.json", tok.special_tokens_map_json);

@@ -2,9 +2,9 @@
 //
 // A directory holds config.json (LlamaConfig), the weights as
 // model.safetensors or shards listed by model.safetensors.index.json (F32,
-// F16 or BF16), optionally tokenizer.model (sentencepiece) and
-// generation_config.json. Tensor names and shapes are the same on both sides
-// (strata keeps Hugging Face's names and its rotate-half q/k layout).
+// F16 or BF16), optionally tokenizer.model (sentencepiece) or tokenizer.json
+// (byte-level BPE: Llama 3 and later) and generation_config.json. Tensor names and shapes are the
+// same on both sides (strata keeps Hugging Face's names and its rotate-half q/k layout).
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,10 @@
 namespace strata {
 
 struct HfImportInfo {
-  std::string tokenizer;  // tokenizer.model bytes ("" when the directory has none)
-  std::string weights;    // the weights file or index that was read
+  // tokenizer.model bytes, else tokenizer.json bytes ("" when the directory
+  // has neither), and the file they came from.
+  std::string tokenizer, tokenizer_file;
+  std::string weights;  // the weights file or index that was read
 };
 
 // Builds a CPU float model from a Hugging Face directory. Errors (one line,
@@ -33,7 +35,9 @@ struct HfExportOptions {
 
 // Writes config.json (with the layer plan under "strata"), generation_config.json,
 // the weights (model.safetensors, sharded above max_shard_bytes) and, when
-// given, tokenizer.model. Refuses (with the reason) a model whose layer plan
+// given, the tokenizer: a sentencepiece model as tokenizer.model and its
+// tokenizer.json form, a tokenizer.json as it is; with tokenizer_config.json
+// and special_tokens_map.json. Refuses (with the reason) a model whose layer plan
 // is not a plain Llama. Tied embeddings export without lm_head.weight, as
 // transformers does.
 void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const std::string& dir,

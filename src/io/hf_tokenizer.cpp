@@ -228,10 +228,54 @@ std::string hf_chat_template(const ChatTemplate& t) {
          jinja_literal(t.assistant_prefix) + " }}{% endif %}";
 }
 
+namespace {
+
+// The tokenizer_config.json and special_tokens_map.json of a tokenizer whose
+// tokenizer.json is given.
+void add_config_files(HfTokenizerFiles* files, const Tokenizer& tok, int64_t max_length,
+                      bool add_bos_token) {
+  using json = nlohmann::json;
+  const auto piece = [&](int32_t id) {
+    return id >= 0 ? json(tok.id_to_piece(id)) : json(nullptr);
+  };
+  const int32_t bos = tok.bos_id(), eos = tok.eos_id(), unk = tok.unk_id(), pad = tok.pad_id();
+  json special = json::object();
+  if (bos >= 0) special["bos_token"] = piece(bos);
+  if (eos >= 0) special["eos_token"] = piece(eos);
+  if (unk >= 0) special["unk_token"] = piece(unk);
+  if (pad >= 0) special["pad_token"] = piece(pad);
+  json cfg = special;
+  cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
+  if (add_bos_token) {
+    cfg["add_bos_token"] = bos >= 0;
+    cfg["add_eos_token"] = false;
+  }
+  if (pad < 0) cfg["pad_token"] = nullptr;
+  cfg["model_max_length"] = max_length;
+  cfg["clean_up_tokenization_spaces"] = false;
+  cfg["chat_template"] = hf_chat_template(ChatTemplate{});
+  files->tokenizer_config_json = cfg.dump(2) + "\n";
+  files->special_tokens_map_json = special.dump(2) + "\n";
+  files->pad_token_id = pad;
+}
+
+}  // namespace
+
 HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int64_t max_length,
                                          const std::string& name) {
   using PT = SpModelInfo::PieceType;
   using json = nlohmann::json;
+  {
+    const Tokenizer t = Tokenizer::from_bytes(sp_model_bytes, name);
+    if (t.kind() == Tokenizer::Kind::Bpe) {
+      // A tokenizer.json is exported as it came (its post-processor adds the
+      // BOS, so tokenizer_config.json says nothing of add_bos_token).
+      HfTokenizerFiles files;
+      files.tokenizer_json = sp_model_bytes;
+      add_config_files(&files, t, max_length, false);
+      return files;
+    }
+  }
   const SpModelInfo m = parse_sp_model(sp_model_bytes, name);
   const Tokenizer tok = Tokenizer::from_bytes(sp_model_bytes, name);
   STRATA_CHECK(m.model_type == 1 || m.model_type == 2, "tokenizer ", name, ": a ",
@@ -243,7 +287,7 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
   auto piece = [&](int32_t id) {
     return id >= 0 ? json(m.pieces[size_t(id)].text) : json(nullptr);
   };
-  const int32_t bos = tok.bos_id(), eos = tok.eos_id(), unk = tok.unk_id(), pad = tok.pad_id();
+  const int32_t bos = tok.bos_id(), unk = tok.unk_id();
 
   json added = json::array();
   for (size_t i = 0; i < m.pieces.size(); ++i) {
@@ -325,25 +369,9 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
                    {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
                    {"model", model}};
 
-  json special = json::object();
-  if (bos >= 0) special["bos_token"] = piece(bos);
-  if (eos >= 0) special["eos_token"] = piece(eos);
-  if (unk >= 0) special["unk_token"] = piece(unk);
-  if (pad >= 0) special["pad_token"] = piece(pad);
-  json cfg = special;
-  cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
-  cfg["add_bos_token"] = bos >= 0;
-  cfg["add_eos_token"] = false;
-  if (pad < 0) cfg["pad_token"] = nullptr;
-  cfg["model_max_length"] = max_length;
-  cfg["clean_up_tokenization_spaces"] = false;
-  cfg["chat_template"] = hf_chat_template(ChatTemplate{});
-
   HfTokenizerFiles files;
   files.tokenizer_json = tj.dump(1, ' ', false) + "\n";
-  files.tokenizer_config_json = cfg.dump(2) + "\n";
-  files.special_tokens_map_json = special.dump(2) + "\n";
-  files.pad_token_id = pad;
+  add_config_files(&files, tok, max_length, true);
   return files;
 }
 

@@ -166,7 +166,7 @@ void open_run_dir(Run& run, bool fresh) {
     run.dir_lock = DirLock::acquire(run.dir(), "run.dir");
     if (fresh) archive_previous_run(run);
     if (run.tokenizer)
-      write_file_atomic(run.dir() + "/tokenizer.model", run.tokenizer->model_bytes());
+      write_file_atomic(run.dir() + "/" + run.tokenizer->file_name(), run.tokenizer->model_bytes());
   }
   if (run.world() > 1) run.grid.world->barrier();  // every rank reads the directory from here
 }

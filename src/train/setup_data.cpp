@@ -52,7 +52,8 @@ void setup_pretrain(Run& run) {
                  dir);
     log::info("data: preparing ", dir, " from ", inputs.size(), " file(s)");
     PrepareOptions p;
-    p.tokenizer = run.dir() + "/tokenizer.model";  // the run's tokenizer, wherever it came from
+    // The run's tokenizer, wherever it came from.
+    p.tokenizer = run.dir() + "/" + run.tokenizer->file_name();
     p.inputs = inputs;
     p.out_dir = dir;
     p.doc_split = d.doc_split;
