@@ -141,6 +141,7 @@ TEST(BpeTokenizer, SpecialTokensBosEosAndRoundTrip) {
   const Tokenizer t = Tokenizer::load(fixture("llama3/tokenizer.json"));
   EXPECT_EQ(t.bos_id(), 0);  // the post-processor's <|begin_of_text|>
   EXPECT_EQ(t.eos_id(), 1);  // <|end_of_text|>
+  EXPECT_EQ(t.end_of_turn_ids(), (std::vector<int32_t>{4}));  // <|eot_id|>
   EXPECT_EQ(t.unk_id(), -1);
   EXPECT_EQ(t.vocab_size(), 3000);
   EXPECT_EQ(t.id_to_piece(4), "<|eot_id|>");
@@ -152,6 +153,7 @@ TEST(BpeTokenizer, SpecialTokensBosEosAndRoundTrip) {
   const Tokenizer g = Tokenizer::load(fixture("gpt2/tokenizer.json"));
   EXPECT_EQ(g.bos_id(), -1);
   EXPECT_EQ(g.eos_id(), 0);  // <|endoftext|>
+  EXPECT_TRUE(g.end_of_turn_ids().empty());
   // A character cut in two by the ids decodes to U+FFFD, as tokenizers does.
   const std::vector<int32_t> half = t.encode("\xC3");  // one byte of a two-byte character
   EXPECT_EQ(t.decode(half), "\xEF\xBF\xBD");

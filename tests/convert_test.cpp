@@ -206,6 +206,25 @@ TEST(HfRoundTrip, Llama3ShapedModelWithTokenizerJsonBitForBit) {
     EXPECT_EQ(read_file(a / f, "t"), read_file(b / f, "t")) << f;
 }
 
+// Llama 3.1 Instruct's config.json lists three EOS ids: the first is the
+// EOS, the list comes back on export; a bad list is one line.
+TEST(HfImport, EosTokenIdListIsKept) {
+  nlohmann::json j = random_config(false, false).to_json();
+  j["eos_token_id"] = {128001, 128008, 128009};
+  j["vocab_size"] = 128256;
+  const LlamaConfig c = LlamaConfig::from_json(j, "config.json");
+  EXPECT_EQ(c.eos_token_id, 128001);
+  EXPECT_EQ(c.more_eos_token_ids, (std::vector<int>{128008, 128009}));
+  EXPECT_EQ(c.to_json()["eos_token_id"], j["eos_token_id"]);
+  j["eos_token_id"] = {1, "x"};
+  try {
+    LlamaConfig::from_json(j, "config.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "config.json: field 'eos_token_id' has \"x\", not a token id");
+  }
+}
+
 TEST(HfExport, Bf16AndF16Weights) {
   TempDir dir;
   Model<float> m(random_config(false, false), ops::make_backend<float>());

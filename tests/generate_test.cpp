@@ -111,6 +111,14 @@ TEST(Generate, StopsAtEosAndAtTheContext) {
   ASSERT_EQ(cut.size(), first + 1);
   EXPECT_EQ(cut.back(), o.eos_id);
   EXPECT_TRUE(std::equal(cut.begin(), cut.end(), all.begin()));
+  // An end-of-turn token ends it the same way, in every generation path.
+  o.eos_id = -1;
+  o.more_eos = {all[7], all[3]};
+  const size_t turn = std::min(size_t(std::find(all.begin(), all.end(), all[7]) - all.begin()),
+                               size_t(std::find(all.begin(), all.end(), all[3]) - all.begin()));
+  EXPECT_EQ(generate(*m, p, o).size(), turn + 1);
+  EXPECT_EQ(generate_simple(*m, p, o).size(), turn + 1);
+  EXPECT_EQ(generate_batch(*m, {p, p}, o)[1].size(), turn + 1);
 }
 
 TEST(Generate, EarlyExitEqualsTruncatedModel) {

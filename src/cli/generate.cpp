@@ -69,6 +69,7 @@ GenerateOptions options_from(const Args& args, const Tokenizer& tok) {
   g.sampling.top_p = args.get_double("top-p");
   g.sampling.seed = uint64_t(args.get_int("seed"));
   g.eos_id = args.has("ignore-eos") ? -1 : tok.eos_id();
+  if (!args.has("ignore-eos")) g.more_eos = tok.end_of_turn_ids();
   g.exit_layer = args.get_int("exit-layer");
   g.graphs = !args.has("no-graphs");
   g.kv_cache = kv_cache_option(args, "strata generate");

@@ -343,6 +343,15 @@ bool BpeTokenizer::is_special(int32_t id) const {
   return id >= 0 && size_t(id) < special_.size() && special_[size_t(id)];
 }
 
+std::vector<int32_t> BpeTokenizer::end_of_turn_ids() const {
+  std::vector<int32_t> ids;
+  for (const char* n : {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>"}) {
+    const int32_t id = piece_to_id(n);
+    if (id >= 0 && id != eos_ && is_special(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
 std::string BpeTokenizer::id_to_piece(int32_t id) const {
   STRATA_CHECK(id >= 0 && id < vocab_size(), "tokenizer ", name_, ": token id ", id,
                " out of range [0, ", vocab_size(), ")");

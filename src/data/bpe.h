@@ -45,6 +45,8 @@ class BpeTokenizer {
   int32_t unk_id() const { return unk_; }
   int32_t pad_id() const { return pad_; }
   bool is_special(int32_t id) const;
+  // The special tokens that end a turn besides EOS (Tokenizer::end_of_turn_ids).
+  std::vector<int32_t> end_of_turn_ids() const;
 
   struct Added {
     std::string content;

@@ -33,6 +33,7 @@ class BpeModel final : public TokenizerModel {
   int32_t eos_id() const override { return t_->eos_id(); }
   int32_t unk_id() const override { return t_->unk_id(); }
   int32_t pad_id() const override { return t_->pad_id(); }
+  std::vector<int32_t> end_of_turn_ids() const override { return t_->end_of_turn_ids(); }
 
  private:
   std::shared_ptr<const BpeTokenizer> t_;
@@ -90,5 +91,8 @@ int32_t Tokenizer::bos_id() const { return model_ ? model_->bos_id() : -1; }
 int32_t Tokenizer::eos_id() const { return model_ ? model_->eos_id() : -1; }
 int32_t Tokenizer::unk_id() const { return model_ ? model_->unk_id() : -1; }
 int32_t Tokenizer::pad_id() const { return model_ ? model_->pad_id() : -1; }
+std::vector<int32_t> Tokenizer::end_of_turn_ids() const {
+  return model_ ? model_->end_of_turn_ids() : std::vector<int32_t>{};
+}
 
 }  // namespace strata

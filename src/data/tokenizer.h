@@ -23,6 +23,7 @@ class TokenizerModel {
   virtual int32_t eos_id() const = 0;
   virtual int32_t unk_id() const = 0;
   virtual int32_t pad_id() const = 0;
+  virtual std::vector<int32_t> end_of_turn_ids() const { return {}; }
 };
 
 class Tokenizer {
@@ -53,6 +54,10 @@ class Tokenizer {
   int32_t eos_id() const;
   int32_t unk_id() const;
   int32_t pad_id() const;
+  // Special tokens other than EOS that end a generation the same way: a chat
+  // model's end of turn or of message (<|eot_id|>, <|eom_id|>, <|im_end|>,
+  // <end_of_turn>), where the vocabulary has them.
+  std::vector<int32_t> end_of_turn_ids() const;
 
   const std::string& model_bytes() const { return bytes_; }  // the serialized model
   const std::string& sha256() const { return sha256_; }      // hex digest of model_bytes()

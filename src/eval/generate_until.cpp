@@ -109,6 +109,7 @@ Generated generate_answers(Model<float>& model, const Tokenizer& tok, const Task
   go.sampling.temperature = g.do_sample ? g.temperature : 0.0;
   go.sampling.seed = o.seed;
   go.eos_id = tok.eos_id();
+  go.more_eos = tok.end_of_turn_ids();
   Generated out;
   out.raw.resize(n);
   out.spec = g;
@@ -138,7 +139,7 @@ Generated generate_answers(Model<float>& model, const Tokenizer& tok, const Task
     };
     generate_batch(model, prompts, go, [&](int i, int32_t t) {
       current = i;
-      if (t != go.eos_id) gen[size_t(i)].push_back(t);
+      if (!go.is_eos(t)) gen[size_t(i)].push_back(t);
     });
     for (size_t b = 0; b < gen.size(); ++b) out.raw[start + b] = cut_at_stops(text_of(b), g.until);
     prog(int64_t(end), int64_t(n));

@@ -31,7 +31,7 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
     seq.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
-    if (next == o.eos_id || (o.stop_requested && o.stop_requested())) break;
+    if (o.is_eos(next) || (o.stop_requested && o.stop_requested())) break;
   }
   return out;
 }
@@ -119,7 +119,7 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
     seq.push_back(t);
     out.push_back(t);
     if (on_token) on_token(t);
-    return t == o.eos_id || int(out.size()) >= o.max_new_tokens ||
+    return o.is_eos(t) || int(out.size()) >= o.max_new_tokens ||
            (o.stop_requested && o.stop_requested());
   };
   if (o.max_new_tokens <= 0) return out;
@@ -298,7 +298,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model<float>& model,
     seqs[size_t(i)].push_back(t);
     outs[size_t(i)].push_back(t);
     if (on_token) on_token(i, t);
-    if (t == o.eos_id || int(outs[size_t(i)].size()) >= o.max_new_tokens ||
+    if (o.is_eos(t) || int(outs[size_t(i)].size()) >= o.max_new_tokens ||
         (o.stop_requested && o.stop_requested()))
       done[size_t(i)] = true;
   };

@@ -16,6 +16,15 @@ struct GenerateOptions {
   int max_new_tokens = 64;
   SamplingOptions sampling;
   int32_t eos_id = -1;  // stop after emitting this token (-1: never)
+  // Other tokens that end generation the same way (a chat model's end of
+  // turn, e.g. Llama 3's <|eot_id|>: Tokenizer::end_of_turn_ids).
+  std::vector<int32_t> more_eos;
+  bool is_eos(int32_t t) const {
+    if (t == eos_id && t >= 0) return true;
+    for (int32_t e : more_eos)
+      if (t == e) return true;
+    return false;
+  }
   // Early exit: run layers [0, exit_layer) then the final norm and head
   // (0: every layer).
   int exit_layer = 0;

@@ -50,7 +50,8 @@ void require_finite(const float* logits, int V, uint64_t draw) {
   for (int i = 0; i < V; ++i)
     if (!std::isfinite(logits[i])) [[unlikely]]
       fail(cat("the model's logits are not finite at position ", draw, " (", logits[i],
-               " for token ", i, "): its weights overflow or are corrupt; nothing more is "
+               " for token ", i,
+               "): its weights overflow or are corrupt; nothing more is "
                "generated (strata inspect shows the checkpoint's tensors)"));
 }
 

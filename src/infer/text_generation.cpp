@@ -1,6 +1,8 @@
 // Text out of generation (text_generation.h).
 #include "infer/text_generation.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/file.h"
 #include "core/text.h"
@@ -18,8 +20,12 @@ std::string text_after(const Detokenizer& decode, const std::vector<int32_t>& pr
 }
 
 TextStream::TextStream(Detokenizer decode, std::vector<int32_t> prompt, std::string stop,
-                       int32_t eos)
-    : decode_(std::move(decode)), prompt_(std::move(prompt)), stop_(std::move(stop)), eos_(eos) {
+                       int32_t eos, std::vector<int32_t> more_eos)
+    : decode_(std::move(decode)),
+      prompt_(std::move(prompt)),
+      stop_(std::move(stop)),
+      eos_(eos),
+      more_eos_(std::move(more_eos)) {
   prompt_text_ = decode_(prompt_);
 }
 
@@ -28,7 +34,9 @@ std::string TextStream::continuation() const {
 }
 
 std::string TextStream::push(int32_t token) {
-  if (stopped_ || token == eos_) return "";
+  if (stopped_ || token == eos_ ||
+      std::find(more_eos_.begin(), more_eos_.end(), token) != more_eos_.end())
+    return "";
   tokens_.push_back(token);
   const std::string text = continuation();
   size_t limit = text.size();
@@ -64,7 +72,7 @@ GeneratedText generate_text(Model<float>& model, const std::vector<int32_t>& pro
                             GenerateOptions options, const Detokenizer& decode,
                             const std::string& stop, bool no_cache,
                             const std::function<void(const std::string&)>& on_text) {
-  TextStream stream(decode, prompt, stop, options.eos_id);
+  TextStream stream(decode, prompt, stop, options.eos_id, options.more_eos);
   auto on_token = [&](int32_t t) {
     const std::string piece = stream.push(t);
     if (!piece.empty()) on_text(piece);
@@ -122,7 +130,7 @@ GeneratedBatch generate_texts(Model<float>& model, const std::vector<std::vector
   out.seconds = timer.seconds();
   for (size_t i = 0; i < outs.size(); ++i) {
     std::vector<int32_t> toks = outs[i];
-    if (!toks.empty() && options.eos_id >= 0 && toks.back() == options.eos_id) toks.pop_back();
+    if (!toks.empty() && options.is_eos(toks.back())) toks.pop_back();
     std::string text = text_after(decode, prompts[i], decode(prompts[i]), toks);
     if (!stop.empty() && text.find(stop) != std::string::npos) text.resize(text.find(stop));
     out.texts.push_back(std::move(text));

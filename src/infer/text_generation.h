@@ -37,7 +37,9 @@ std::string text_after(const Detokenizer& decode, const std::vector<int32_t>& pr
 class TextStream {
  public:
   // `eos` (-1: none) ends the text without being part of it.
-  TextStream(Detokenizer decode, std::vector<int32_t> prompt, std::string stop, int32_t eos);
+  // `more_eos`: other tokens that end it the same way.
+  TextStream(Detokenizer decode, std::vector<int32_t> prompt, std::string stop, int32_t eos,
+             std::vector<int32_t> more_eos = {});
   // Takes a generated token; returns the text to show now (maybe "").
   std::string push(int32_t token);
   // After generation: the text held back for a stop string that never came.
@@ -52,6 +54,7 @@ class TextStream {
   std::vector<int32_t> prompt_, tokens_;
   std::string prompt_text_, stop_, shown_;
   int32_t eos_;
+  std::vector<int32_t> more_eos_;
   bool stopped_ = false;
 };
 

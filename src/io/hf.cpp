@@ -141,7 +141,7 @@ void export_hf(Model<float>& model, const std::string& tokenizer_bytes, const st
   // export was checked with (tests/fixtures/check_hf_export.py; 5.x reads it too).
   cfg["transformers_version"] = kHfFormatVersion;
   nlohmann::json gen = {{"bos_token_id", c.bos_token_id},
-                        {"eos_token_id", c.eos_token_id},
+                        {"eos_token_id", cfg["eos_token_id"]},  // one id or the list
                         {"transformers_version", kHfFormatVersion}};
   HfTokenizerFiles tok;
   if (!tokenizer_bytes.empty())

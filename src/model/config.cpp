@@ -139,7 +139,18 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   get_int("head_dim", c.head_dim, false);
   get_int("max_position_embeddings", c.max_position_embeddings, false);
   get_int("bos_token_id", c.bos_token_id, false);
-  get_int("eos_token_id", c.eos_token_id, false);
+  if (j.contains("eos_token_id") && j["eos_token_id"].is_array()) {
+    const auto& ids = j["eos_token_id"];
+    STRATA_CHECK(!ids.empty(), where, ": field 'eos_token_id' is an empty list");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      STRATA_CHECK(ids[i].is_number_integer() && ids[i].get<int64_t>() >= 0 &&
+                       ids[i].get<int64_t>() <= std::numeric_limits<int>::max(),
+                   where, ": field 'eos_token_id' has ", ids[i].dump(), ", not a token id");
+      (i == 0 ? c.eos_token_id : c.more_eos_token_ids.emplace_back()) = int(ids[i].get<int64_t>());
+    }
+  } else {
+    get_int("eos_token_id", c.eos_token_id, false);
+  }
   get_double("rope_theta", c.rope_theta);
   get_double("rms_norm_eps", c.rms_norm_eps);
   get_double("initializer_range", c.initializer_range);
@@ -211,26 +222,32 @@ nlohmann::json LlamaConfig::to_json() const {
             {"low_freq_factor", rope_scaling.low_freq_factor},
             {"high_freq_factor", rope_scaling.high_freq_factor},
             {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
-  return nlohmann::json{{"rope_scaling", rope},
-                        {"architectures", {"LlamaForCausalLM"}},
-                        {"model_type", "llama"},
-                        {"hidden_act", "silu"},
-                        {"vocab_size", vocab_size},
-                        {"hidden_size", hidden_size},
-                        {"intermediate_size", intermediate_size},
-                        {"num_hidden_layers", num_hidden_layers},
-                        {"num_attention_heads", num_attention_heads},
-                        {"num_key_value_heads", num_key_value_heads},
-                        {"head_dim", head_dim},
-                        {"max_position_embeddings", max_position_embeddings},
-                        {"rope_theta", rope_theta},
-                        {"rms_norm_eps", rms_norm_eps},
-                        {"tie_word_embeddings", tie_word_embeddings},
-                        {"attention_bias", attention_bias},
-                        {"mlp_bias", false},
-                        {"initializer_range", initializer_range},
-                        {"bos_token_id", bos_token_id},
-                        {"eos_token_id", eos_token_id}};
+  nlohmann::json j{{"rope_scaling", rope},
+                   {"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"hidden_act", "silu"},
+                   {"vocab_size", vocab_size},
+                   {"hidden_size", hidden_size},
+                   {"intermediate_size", intermediate_size},
+                   {"num_hidden_layers", num_hidden_layers},
+                   {"num_attention_heads", num_attention_heads},
+                   {"num_key_value_heads", num_key_value_heads},
+                   {"head_dim", head_dim},
+                   {"max_position_embeddings", max_position_embeddings},
+                   {"rope_theta", rope_theta},
+                   {"rms_norm_eps", rms_norm_eps},
+                   {"tie_word_embeddings", tie_word_embeddings},
+                   {"attention_bias", attention_bias},
+                   {"mlp_bias", false},
+                   {"initializer_range", initializer_range},
+                   {"bos_token_id", bos_token_id},
+                   {"eos_token_id", eos_token_id}};
+  if (!more_eos_token_ids.empty()) {
+    nlohmann::json ids = {eos_token_id};
+    for (int id : more_eos_token_ids) ids.push_back(id);
+    j["eos_token_id"] = ids;
+  }
+  return j;
 }
 
 }  // namespace strata

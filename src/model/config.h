@@ -37,6 +37,10 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   int bos_token_id = 1;
   int eos_token_id = 2;
+  // config.json may give a list of EOS ids (Llama 3.1 Instruct: end of text,
+  // of message, of turn): the first is eos_token_id, these the rest, written
+  // back as the same list.
+  std::vector<int> more_eos_token_ids;
 
   // Fills the derived defaults (kv heads, head_dim) and checks consistency;
   // throws strata::Error naming the field. `where` prefixes the message (a file name).

@@ -161,6 +161,7 @@ void write_sample(Run& run) {
   g.sampling.temperature = lg.sample_temperature;
   g.sampling.seed = run.c.run.seed;
   g.eos_id = run.tokenizer->eos_id();
+  g.more_eos = run.tokenizer->end_of_turn_ids();
   const auto out = generate_simple(*run.model, ids, g);
   const std::string text = lg.sample_prompt + run.tokenizer->decode(out);
   std::fprintf(stderr, "sample (temperature %.2f):\n%s\n", g.sampling.temperature, text.c_str());
