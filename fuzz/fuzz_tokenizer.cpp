@@ -1,4 +1,5 @@
-// Fuzz target: sentencepiece models, as `strata tokenizer encode`, `data
+// Fuzz target: tokenizers (sentencepiece models, and tokenizer.json files,
+// told apart by the bytes), as `strata tokenizer encode`, `data
 // prepare`, `generate --tokenizer` and data.tokenizer in a recipe load them
 // (Tokenizer::load), and as the tokenizer bytes of a checkpoint are loaded.
 //

@@ -607,6 +607,33 @@ TEST(Generate, FiltersAndExactMatch) {
   EXPECT_FALSE(exact_match(loose, "Lyon", "paris"));
 }
 
+// Patterns of the harness's task files (gsm8k, bbh, gpqa/mmlu CoT, the
+// flexible number extractor, regexes_to_ignore), as its Python findall and
+// re.sub give them (expected values from Python 3.11's re): lookbehind,
+// lookahead, inline (?i) and (?s), several groups, Unicode \w; and a
+// 100,000-character generation, on which std::regex used to overflow the stack.
+TEST(Generate, HarnessRegexesActAsPythons) {
+  const auto f = [](const char* p, const std::string& text, int g) {
+    return apply_filters({{"regex", p, g, "[invalid]"}}, text);
+  };
+  EXPECT_EQ(f("#### (\\-?[0-9\\.\\,]+)", "so 3+4=7\n#### 7", 0), "7");
+  EXPECT_EQ(f("(-?[$0-9.,]{2,})|(-?[0-9]+)", "I have $1,000 and 5 apples", -1), "5");
+  EXPECT_EQ(f("(-?[$0-9.,]{2,})|(-?[0-9]+)", "I have $1,000 and 5 apples", 0), "$1,000");
+  EXPECT_EQ(f("(?<=the answer is )(.*)(?=.)", "Let's see. So the answer is (B).", 0), "(B)");
+  EXPECT_EQ(f("(?i)answer:\\s*([A-D])", "blah ANSWER: c", 0), "c");
+  EXPECT_EQ(f("(?s)Final answer:(.*)", "x\nFinal answer:\n 42\n", 0), "42");
+  EXPECT_EQ(f("\\b\\w+\\b", "café naïve", 1), "naïve");
+  EXPECT_EQ(f("(?<=\\()([A-D])(?=\\))", "(A) or (C)", -1), "C");
+  EXPECT_EQ(f("([A-D])|(E)", "E", 0), "E");
+  ExactMatchSpec gsm{true, false, {",", "\\$", "(?s).*#### ", "\\.$"}};
+  EXPECT_TRUE(exact_match(gsm, "text\n#### $1,234.", "1234"));
+  std::string long_text(100000, 'x');
+  long_text += "\n#### 17";
+  EXPECT_EQ(f("(?s).*#### (\\-?[0-9\\.\\,]+)", long_text, 0), "17");
+  EXPECT_EQ(f("((.|\\n)*)#### (\\d+)", long_text, 0), long_text.substr(0, 100000));
+  EXPECT_EQ(f("(?:a|b)*answer", long_text, 0), "[invalid]");
+}
+
 // A generate_until task end to end: each answer is the model's greedy
 // continuation of the prompt (as strata generate gives it) cut at the first
 // stop string, filtered, and exact_match is the mean of the logged per-sample

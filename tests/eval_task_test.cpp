@@ -733,7 +733,7 @@ TEST(Errors, TaskFile) {
   EXPECT_ERROR(s.load(gen + "filters = [{ function = \"vote\" }]\n"), "t.toml:7",
                "unknown function 'vote'");
   EXPECT_ERROR(s.load(gen + "filters = [{ function = \"regex\", regex_pattern = \"(\" }]\n"),
-               "t.toml:7", "bad regex_pattern '('");
+               "t.toml:7", "filters: regex_pattern: bad regular expression '('");
   EXPECT_ERROR(s.load(gen + "exact_match = { ignore_spaces = true }\n"), "t.toml:7",
                "exact_match.ignore_spaces: unknown key");
   EXPECT_ERROR(s.load(gen + "metrics = [\"pass@1\"]\n"), "t.toml:7",

@@ -111,8 +111,26 @@ bool Regex::search(std::string_view text, size_t start, Match* m) const {
 }
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
-  STRATA_CHECK(code_, "regex: search with no compiled pattern");
   std::vector<std::pair<size_t, size_t>> out;
+  for (const Match& m : matches(text)) out.emplace_back(m.begin, m.end);
+  return out;
+}
+
+std::string Regex::replace_all(std::string_view text, std::string_view with) const {
+  std::string out;
+  size_t prev = 0;
+  for (const Match& m : matches(text)) {
+    out.append(text.substr(prev, m.begin - prev));
+    out.append(with);
+    prev = m.end;
+  }
+  out.append(text.substr(prev));
+  return out;
+}
+
+std::vector<Regex::Match> Regex::matches(std::string_view text) const {
+  STRATA_CHECK(code_, "regex: search with no compiled pattern");
+  std::vector<Match> out;
   Search s(code_->code);
   size_t start = 0;
   bool after_empty = false;
@@ -128,7 +146,16 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
       continue;
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.md);
-    out.emplace_back(ov[0], ov[1]);
+    const uint32_t pairs = pcre2_get_ovector_count(s.md);
+    Match& m = out.emplace_back();
+    m.begin = ov[0];
+    m.end = ov[1];
+    for (uint32_t g = 1; g < pairs; ++g) {
+      if (ov[2 * g] == PCRE2_UNSET)
+        m.groups.emplace_back(npos, npos);
+      else
+        m.groups.emplace_back(ov[2 * g], ov[2 * g + 1]);
+    }
     after_empty = ov[0] == ov[1];
     start = ov[1];
   }

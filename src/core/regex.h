@@ -37,6 +37,11 @@ class Regex {
   // Every non-overlapping match, left to right, as [begin, end) byte ranges
   // (an empty match advances by one character, as Python's finditer does).
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  // Every match with its groups (Python's finditer).
+  std::vector<Match> matches(std::string_view text) const;
+  // The text with every match replaced by `with`, taken literally (Python's
+  // re.sub with a replacement free of backslashes).
+  std::string replace_all(std::string_view text, std::string_view with) const;
 
   const std::string& pattern() const { return pattern_; }
 

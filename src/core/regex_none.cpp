@@ -23,4 +23,12 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view) const {
   fail("regex: search with no compiled pattern");
 }
 
+std::vector<Regex::Match> Regex::matches(std::string_view) const {
+  fail("regex: search with no compiled pattern");
+}
+
+std::string Regex::replace_all(std::string_view, std::string_view) const {
+  fail("regex: search with no compiled pattern");
+}
+
 }  // namespace strata

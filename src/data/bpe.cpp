@@ -19,6 +19,10 @@ namespace {
 
 using json = nlohmann::json;
 
+// Token ids of a file are below this (real vocabularies have up to ~260k):
+// the id-indexed tables stay within a few hundred megabytes whatever a file says.
+constexpr int32_t kMaxId = 1 << 22;
+
 // GPT-2's pre-tokenization pattern (ByteLevel with use_regex).
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -166,9 +170,8 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::parse(const std::string& text,
     t->ignore_merges_ = m.value("ignore_merges", false);
     int32_t max_id = -1;
     for (const auto& [piece, id] : m["vocab"].items()) {
-      STRATA_CHECK(
-          id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 30),
-          where("model.vocab"), "[\"", piece, "\"] is not a valid id");
+      STRATA_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxId,
+                   where("model.vocab"), "[\"", piece, "\"] is not an id in [0, ", kMaxId, ")");
       t->vocab_[piece] = id.get<int32_t>();
       max_id = std::max(max_id, id.get<int32_t>());
     }
@@ -182,7 +185,7 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::parse(const std::string& text,
         x.lstrip = a.value("lstrip", false);
         x.rstrip = a.value("rstrip", false);
         x.single_word = a.value("single_word", false);
-        STRATA_CHECK(!x.content.empty() && x.id >= 0 && x.id < (1 << 30), where("added_tokens"),
+        STRATA_CHECK(!x.content.empty() && x.id >= 0 && x.id < kMaxId, where("added_tokens"),
                      ": token ", x.id, " is empty or has a bad id");
         t->vocab_[x.content] = x.id;
         max_id = std::max(max_id, x.id);

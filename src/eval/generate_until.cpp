@@ -4,8 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
-
+#include "core/regex.h"
 #include "core/text.h"
 #include "eval/evaluate.h"
 #include "eval/progress.h"
@@ -14,23 +13,29 @@
 
 namespace strata {
 
-// The harness's regex filter: every match of the pattern; the group_select-th
-// (negative counts from the end); its first non-empty group when the pattern
-// has groups, else the whole match; stripped. No match: the fallback.
+// The harness's regex filter (Python's findall): every match of the
+// pattern; the group_select-th (negative counts from the end); with one group
+// that group, with several the first non-empty one (none: the fallback),
+// without groups the whole match; stripped. No match: the fallback. The
+// pattern is PCRE2's, which reads Python's syntax ((?i), (?s), lookbehind).
 std::string regex_filter(const FilterStep& f, const std::string& text) {
-  const std::regex re(f.pattern);
-  std::vector<std::smatch> matches;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it)
-    matches.push_back(*it);
+  const Regex re = Regex::compile(f.pattern, "filter regex_pattern");
+  const std::vector<Regex::Match> matches = re.matches(text);
   if (matches.empty()) return f.fallback;
   int64_t i = f.group_select < 0 ? int64_t(matches.size()) + f.group_select : f.group_select;
   if (i < 0 || i >= int64_t(matches.size())) return f.fallback;
-  const std::smatch& m = matches[size_t(i)];
-  std::string picked = m.str(0);
-  if (m.size() > 1) {
+  const Regex::Match& m = matches[size_t(i)];
+  const auto group = [&](size_t g) {
+    const auto [b, e] = m.groups[g];
+    return b == Regex::npos ? std::string() : text.substr(b, e - b);
+  };
+  std::string picked = text.substr(m.begin, m.end - m.begin);
+  if (m.groups.size() == 1) {
+    picked = group(0);
+  } else if (m.groups.size() > 1) {
     picked.clear();
-    for (size_t g = 1; g < m.size() && picked.empty(); ++g) picked = m.str(g);
+    for (size_t g = 0; g < m.groups.size() && picked.empty(); ++g) picked = group(g);
+    if (picked.empty()) return f.fallback;
   }
   return python_strip(picked);
 }
@@ -52,9 +57,9 @@ std::string apply_filters(const std::vector<FilterStep>& filters, std::string te
 // without ASCII punctuation, then compared as they are (no stripping).
 bool exact_match(const ExactMatchSpec& spec, std::string pred, std::string ref) {
   for (const std::string& r : spec.regexes_to_ignore) {
-    const std::regex re(r);
-    pred = std::regex_replace(pred, re, "");
-    ref = std::regex_replace(ref, re, "");
+    const Regex re = Regex::compile(r, "exact_match regexes_to_ignore");
+    pred = re.replace_all(pred, "");
+    ref = re.replace_all(ref, "");
   }
   auto norm = [&](std::string& s) {
     if (spec.ignore_case)

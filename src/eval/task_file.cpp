@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <regex>
 #include <string_view>
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/regex.h"
 #include "core/text.h"
 #include "core/toml_kind.h"
 
@@ -219,15 +219,6 @@ GoldSpec gold_spec(const TaskFile& tf) {
   return g;
 }
 
-// libstdc++ compiles a regular expression recursively: a pattern nested some
-// ten thousand levels deep overflows the stack (strata eval crashed). Task
-// patterns are short; longer ones are refused before they are compiled.
-void check_regex_size(const std::string& pattern, const std::string& at) {
-  constexpr size_t kMaxRegex = 1000;
-  if (pattern.size() > kMaxRegex)
-    fail_one_line(at, ": a regex of ", pattern.size(), " characters (at most ", kMaxRegex, ")");
-}
-
 // generate_until keys: generation settings, filters, exact_match options,
 // execution.
 void read_generation(const TaskFile& tf, Config& c) {
@@ -281,12 +272,7 @@ void read_generation(const TaskFile& tf, Config& c) {
                       "' (known: ", join(kFunctions, ", "), ")");
       if (f.function == "regex") {
         if (f.pattern.empty()) fail_one_line(tf.at(e), ": filters: regex needs regex_pattern");
-        check_regex_size(f.pattern, cat(tf.at(e), ": filters: regex_pattern"));
-        try {
-          std::regex check(f.pattern);
-        } catch (const std::regex_error& err) {
-          fail_one_line(tf.at(e), ": filters: bad regex_pattern '", f.pattern, "': ", err.what());
-        }
+        Regex::compile(f.pattern, cat(tf.at(e), ": filters: regex_pattern"));
       }
       c.filters.push_back(std::move(f));
     }
@@ -305,12 +291,7 @@ void read_generation(const TaskFile& tf, Config& c) {
         for (size_t i = 0; a && i < a->size(); ++i) {
           if (!(*a)[i].is_string()) fail_one_line(at, ": expected a list of strings");
           const std::string re = (*a)[i].as_string()->get();
-          check_regex_size(re, at);
-          try {
-            std::regex check(re);
-          } catch (const std::regex_error& err) {
-            fail_one_line(at, ": bad regex '", re, "': ", err.what());
-          }
+          Regex::compile(re, at);
           c.exact_match.regexes_to_ignore.push_back(re);
         }
         if (!a) fail_one_line(at, ": expected a list of strings");
