@@ -20,8 +20,9 @@ void apply_threads(int threads) {
 }
 
 void print_bench_machine() {
-  std::printf("cpu: %s\nkernels: %s; build -march=%s; %d threads\n", cpu_summary().c_str(),
-              kernel_summary().c_str(), build_arch(), num_threads());
+  std::printf("cpu: %s\nkernels: %s; build -march=%s; %d threads\nthreads wait: %s\n",
+              cpu_summary().c_str(), kernel_summary().c_str(), build_arch(), num_threads(),
+              wait_policy_summary().c_str());
 }
 
 int cmd_info(int argc, char** argv, int first) {
@@ -41,6 +42,7 @@ int cmd_info(int argc, char** argv, int first) {
   std::printf("build:   %s, -march=%s (%s)\n", kind, build_arch(), build_isa());
   std::printf("threads: %d (OpenMP; OMP_NUM_THREADS=%s)\n", num_threads(),
               omp_env ? omp_env : "unset");
+  std::printf("threads wait: %s\n", wait_policy_summary().c_str());
   std::printf("cpu:     %s\n", cpu_summary().c_str());
   std::printf("kernels: %s\n", kernel_summary().c_str());
   const ops::BackendsInfo b = ops::describe_backends();

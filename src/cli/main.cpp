@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/signals.h"
 #include "core/text.h"
+#include "core/threads.h"
 #include "parallel/grid.h"
 
 namespace {
@@ -117,7 +118,10 @@ int run_command(const Command& c, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // First, before OpenMP or MPI start threads: SIGINT / SIGTERM go to a
+  // First of all: on a busy machine, start again with passive OpenMP waiting
+  // (core/threads.h); a launcher's processes share the node's CPUs.
+  strata::settle_threads(argv);
+  // Before OpenMP or MPI start threads: SIGINT / SIGTERM go to a
   // thread of their own (core/signals.h).
   strata::start_signal_thread();
   // Keep freed blocks of up to 32 MiB (GEMM packing buffers, per-call

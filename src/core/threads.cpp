@@ -1,8 +1,13 @@
 #include "core/threads.h"
 
 #include <omp.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -26,5 +31,76 @@ std::string thread_count_problem(long long n) {
 }
 
 int thread_index() { return omp_get_thread_num(); }
+
+int processes_on_this_node() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
+                        "SLURM_NTASKS_PER_NODE"}) {
+    const char* s = std::getenv(v);
+    if (s && *s) {
+      const int n = std::atoi(s);
+      if (n >= 1) return n;
+    }
+  }
+  return 1;
+}
+
+bool machine_busy(int others, double load1, int mine, int cpus) {
+  cpus = std::max(cpus, 1);
+  return others + mine > cpus || load1 > 1.5 * cpus;
+}
+
+namespace {
+
+std::string g_wait = "spin, then sleep (libgomp's default; the machine was idle at start)";
+
+// CPUs this process may run on (its affinity mask).
+int cpus_allowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return int(sysconf(_SC_NPROCESSORS_ONLN));
+  return std::max(1, CPU_COUNT(&set));
+}
+
+}  // namespace
+
+void settle_threads(char** argv) {
+  const int local = processes_on_this_node();
+  const char* user_threads = std::getenv("OMP_NUM_THREADS");
+  const int mine = user_threads && std::atoi(user_threads) > 0
+                       ? std::atoi(user_threads)
+                       : std::max(1, cpus_allowed() / local);
+  if (const char* decided = std::getenv("STRATA_WAIT_DECIDED")) {
+    g_wait = decided;
+    unsetenv("STRATA_WAIT_DECIDED");  // a strata this one starts decides for itself
+  } else if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) {
+    g_wait = "as OMP_WAIT_POLICY / GOMP_SPINCOUNT say";
+  } else {
+    // /proc/loadavg: "0.52 0.40 0.31 3/512 12345": the 1-minute load, and the
+    // runnable threads now (this one among them). STRATA_LOADAVG names
+    // another file (tests).
+    const char* path = std::getenv("STRATA_LOADAVG");
+    std::ifstream f(path && *path ? path : "/proc/loadavg");
+    double load1 = 0, l5 = 0, l15 = 0;
+    int running = 1, total = 0;
+    char slash = 0;
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (f >> load1 >> l5 >> l15 >> running >> slash >> total &&
+        machine_busy(running - 1, load1, mine, int(cpus))) {
+      char why[160];
+      std::snprintf(why, sizeof why,
+                    "passive (the machine was busy at start: %d other runnable threads, load "
+                    "%.2f, on %ld CPUs)",
+                    running - 1, load1, cpus);
+      setenv("OMP_WAIT_POLICY", "passive", 1);
+      setenv("STRATA_WAIT_DECIDED", why, 1);
+      execv("/proc/self/exe", argv);
+      unsetenv("OMP_WAIT_POLICY");  // no exec: carry on as we are
+      unsetenv("STRATA_WAIT_DECIDED");
+    }
+  }
+  if (local > 1 && !user_threads) omp_set_num_threads(mine);
+}
+
+std::string wait_policy_summary() { return g_wait; }
 
 }  // namespace strata

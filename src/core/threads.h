@@ -22,4 +22,29 @@ std::string thread_count_problem(long long n);
 // Index of the calling thread inside a parallel region (0 outside).
 int thread_index();
 
+// Processes of this job on this machine, from the launcher's environment
+// (Open MPI, MPICH, SLURM, PMIx); 1 when run alone.
+int processes_on_this_node();
+
+// Called first in main (strata's and the tests'), before anything starts a
+// thread. On a machine that is busy when the process starts (other runnable
+// threads plus ours exceed the CPUs, or the 1-minute load is above 1.5 per
+// CPU), OpenMP threads wait passively: the process re-executes itself with
+// OMP_WAIT_POLICY=passive (libgomp reads it only at start), because spinning
+// threads on a shared core make every parallel region wait for a descheduled
+// peer (25-300x slower). An idle machine keeps libgomp's default short spin,
+// which small regions need (passive waiting alone is up to 20x slower on
+// them). OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the user are kept. Under a
+// launcher with several processes on the node and no OMP_NUM_THREADS, each
+// gets its share of the CPUs it may run on (at least one thread).
+void settle_threads(char** argv);
+
+// How OpenMP threads wait, and why: for `strata info` and run logs.
+std::string wait_policy_summary();
+
+// The decision of settle_threads, for tests: `others` runnable threads
+// besides the caller, `load1` the 1-minute load average, `mine` the threads
+// this process will run, `cpus` the CPUs online.
+bool machine_busy(int others, double load1, int mine, int cpus);
+
 }  // namespace strata

@@ -367,18 +367,6 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
   return out;
 }
 
-int processes_on_this_node() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
-                        "SLURM_NTASKS_PER_NODE"}) {
-    const char* s = std::getenv(v);
-    if (s && *s) {
-      const int n = std::atoi(s);
-      if (n >= 1) return n;
-    }
-  }
-  return 1;
-}
-
 void check_memory(const MemoryEstimate& need, const MemoryLimit& limit, int processes,
                   const std::string& what, const std::string& hint) {
   if (limit.bytes < 0) return;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/memory_info.h"
+#include "core/threads.h"  // processes_on_this_node
 #include "model/config.h"
 #include "model/plan.h"
 
@@ -128,9 +129,5 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg, const LayerPlan& 
 // warns instead. Unknown limits (bytes < 0) pass.
 void check_memory(const MemoryEstimate& need, const MemoryLimit& limit, int processes,
                   const std::string& what, const std::string& hint);
-
-// Processes of this job on this machine, from the launcher's environment
-// (Open MPI, MPICH, SLURM, PMIx); 1 when run alone.
-int processes_on_this_node();
 
 }  // namespace strata
