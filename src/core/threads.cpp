@@ -93,7 +93,14 @@ void settle_threads(char** argv) {
                     running - 1, load1, cpus);
       setenv("OMP_WAIT_POLICY", "passive", 1);
       setenv("STRATA_WAIT_DECIDED", why, 1);
-      execv("/proc/self/exe", argv);
+      // The binary's own path, read from the link (under qemu-user the link
+      // reads as the emulated program's path, not the emulator's).
+      char self[4096];
+      const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      if (n > 0) {
+        self[n] = 0;
+        execv(self, argv);
+      }
       unsetenv("OMP_WAIT_POLICY");  // no exec: carry on as we are
       unsetenv("STRATA_WAIT_DECIDED");
     }
