@@ -257,9 +257,13 @@ TEST(Train, ResumeIsBitExact) {
   EXPECT_EQ(list_checkpoints(a / "run").size(), 2u);
 }
 
-// log.tensorboard (default on): every number of metrics.jsonl as a scalar in
-// <run.dir>/tb/, the recipe as text; a resumed run adds a file that starts a
-// new session at its step (TensorBoard drops the older points from there).
+// log.tensorboard (default on): the numbers of metrics.jsonl as scalars in
+// <run.dir>/tb/, grouped (train/, eval/, exit/<E>/), the console's loss (the
+// mean over the log interval) as train/loss beside the step's own
+// (train/step_loss = metrics.jsonl's loss), no chart of the counters
+// (elapsed time, tokens), the recipe as text; a resumed run adds a file that
+// starts a new session at its step (TensorBoard drops the older points from
+// there).
 TEST(Train, TensorBoardEventsMirrorTheMetrics) {
   TempDir dir;
   const std::string recipe = tiny_recipe(dir);
@@ -282,16 +286,31 @@ TEST(Train, TensorBoardEventsMirrorTheMetrics) {
   std::map<int64_t, float> loss;
   for (const std::string& f : files)
     for (const auto& sc : tb_reader::scalars(f))
-      if (sc.tag == "loss") loss[sc.step] = sc.value;
+      if (sc.tag == "train/step_loss") loss[sc.step] = sc.value;
   ASSERT_EQ(loss.size(), 9u);
   for (const auto& m : metrics)
     EXPECT_EQ(loss[m["step"].get<int64_t>()], float(m["loss"].get<double>())) << m.dump();
-  bool val = false, lr = false;
+  bool val = false, lr = false, window = false;
   for (const auto& sc : tb_reader::scalars(files[1])) {
-    val |= sc.tag == "val_loss" && sc.step == 9;
-    lr |= sc.tag == "lr";
+    val |= sc.tag == "eval/val_loss" && sc.step == 9;
+    lr |= sc.tag == "train/lr";
+    window |= sc.tag == "train/loss";
+    EXPECT_NE(sc.tag, "train/elapsed_s");
+    EXPECT_NE(sc.tag, "train/tokens");
   }
-  EXPECT_TRUE(val && lr);
+  EXPECT_TRUE(val && lr && window);
+  // With a log interval of 3 the console's loss is the mean of 3 steps.
+  TempDir three;
+  train(load(tiny_recipe(three), {"training.steps=6", "log.interval=3"}));
+  std::map<int64_t, double> mean, step;
+  for (const auto& e : fs::directory_iterator(three / "run/tb"))
+    for (const auto& sc : tb_reader::scalars(e.path().string())) {
+      if (sc.tag == "train/loss") mean[sc.step] = sc.value;
+      if (sc.tag == "train/step_loss") step[sc.step] = sc.value;
+    }
+  ASSERT_EQ(mean.size(), 2u);
+  EXPECT_NE(mean[3], step[3]);
+  EXPECT_FALSE(read_metrics(three / "run/metrics.jsonl")[0].contains("loss_window"));
   // Off: no tb directory.
   TempDir off;
   train(load(tiny_recipe(off), {"training.steps=2", "log.tensorboard=false"}));

@@ -120,7 +120,7 @@ void run_eval_tasks(Run& run, nlohmann::json& record);
 // Writes the step's checkpoint (collective under MPI) and returns its path.
 std::string save(Run& run);
 // One JSON line of metrics.jsonl (rank 0).
-void append_metrics(const Run& run, const nlohmann::json& j);
+void append_metrics(const Run& run, nlohmann::json j);
 
 std::string human_time(double s);  // 2m05s, 1h07m
 

@@ -185,21 +185,48 @@ std::string save(Run& run) {
   return path;
 }
 
-void append_metrics(const Run& run, const nlohmann::json& j) {
+namespace {
+
+// TensorBoard's tag for a number of metrics.jsonl, "" for none: training
+// numbers under train/ (the step's own loss as train/step_loss), validation
+// under eval/; the counters (elapsed time, tokens) stay in metrics.jsonl,
+// beside the step axis, rather than becoming charts of their own.
+std::string tb_tag(const std::string& key) {
+  if (key == "step" || key == "elapsed_s" || key == "tokens") return "";
+  if (key == "loss") return "train/step_loss";
+  if (key == "loss_window") return "train/loss";
+  if (key == "val_loss") return "eval/val_loss";
+  if (key.rfind("eval/", 0) == 0) return key;
+  return "train/" + key;
+}
+
+}  // namespace
+
+void append_metrics(const Run& run, nlohmann::json j) {
   if (!run.root()) return;
+  // The console's loss (the mean over the log interval) goes to TensorBoard
+  // as train/loss; metrics.jsonl's loss is the step's.
+  nlohmann::json window_loss;
+  if (j.contains("loss_window")) {
+    window_loss = j["loss_window"];
+    j.erase("loss_window");
+  }
   // One write per record; a full disk stops the run (the step's numbers
   // would be lost otherwise) and leaves no torn line behind.
   append_record(run.metrics_path, j.dump() + "\n", "metrics");
   if (!run.tb) return;
-  // The same numbers as TensorBoard scalars: "loss", "val_loss", ...;
-  // objects (exit_loss, eval/...) as "exit_loss/3".
+  if (!window_loss.is_null()) j["loss_window"] = window_loss;
   const int64_t step = j.value("step", int64_t(0));
   for (const auto& [key, value] : j.items()) {
-    if (key == "step") continue;
-    if (value.is_number()) run.tb->scalar(key, value.get<double>(), step);
-    if (value.is_object())
+    if (value.is_number()) {
+      const std::string tag = tb_tag(key);
+      if (!tag.empty()) run.tb->scalar(tag, value.get<double>(), step);
+    } else if (value.is_object()) {  // exit_loss: {"4": ...} -> exit/4/loss
       for (const auto& [sub, v] : value.items())
-        if (v.is_number()) run.tb->scalar(key + "/" + sub, v.get<double>(), step);
+        if (v.is_number())
+          run.tb->scalar(key == "exit_loss" ? "exit/" + sub + "/loss" : key + "/" + sub,
+                         v.get<double>(), step);
+    }
   }
 }
 
