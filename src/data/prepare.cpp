@@ -20,6 +20,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/philox.h"
+#include "core/progress.h"
 #include "core/sha256.h"
 #include "core/text.h"
 #include "core/timer.h"
@@ -259,8 +260,10 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
                  path, ": changed while it was being prepared");
     std::vector<std::vector<int32_t>> ids(docs.size());
     std::string error;
+    ProgressMeter progress(cat("data: tokenising ", path), text.size());
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t i = 0; i < int64_t(docs.size()); ++i) {
+      progress.add(docs[size_t(i)].size());
       try {
         std::vector<int32_t> v;
         std::vector<int32_t> body = tok.encode(docs[size_t(i)]);
@@ -275,6 +278,7 @@ DatasetMeta prepare_dataset(const PrepareOptions& o) {
       }
     }
     STRATA_CHECK(error.empty(), "input ", path, ": ", error);
+    progress.finish();
     int64_t file_tokens = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i].empty()) continue;  // only when a document encodes to nothing and no BOS/EOS

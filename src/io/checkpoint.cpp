@@ -21,14 +21,15 @@
 #include <filesystem>
 #include <utility>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/progress.h"
 #include "core/sha256.h"
 #include "core/text.h"
 #include "io/checkpoint_format.h"
 #include "io/checkpoint_precheck.h"
 #include "io/checkpoint_verify.h"
-#include "core/crc32c.h"
 #include "io/hdf5_util.h"
 
 namespace strata {
@@ -172,15 +173,26 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
     }
 
     int written = 0;
-    auto tensor_done = [&] {
+    uint64_t total = 0;
+    for (const auto* refs : {&d.params, &d.exp_avg, &d.exp_avg_sq})
+      for (const auto& t : *refs) {
+        uint64_t n = 1;
+        for (const int64_t dim : t.shape) n *= uint64_t(dim);
+        total += n * 4;
+      }
+    ProgressMeter progress(cat("checkpoint: writing ", tmp), total);
+    auto tensor_done = [&](const TensorRef& t) {
       ++written;
+      uint64_t n = 1;
+      for (const int64_t dim : t.shape) n *= uint64_t(dim);
+      progress.add(n * 4);
       if (write_hook()) write_hook()(written);
     };
     {
       H5Handle params = create_group(root.get(), "params", tmp);
       for (const auto& t : d.params) {
         write_tensor(params.get(), "params", t, tmp, d.params_bf16);
-        tensor_done();
+        tensor_done(t);
       }
     }
     if (!d.exp_avg.empty()) {
@@ -194,7 +206,7 @@ void write_contents(const std::string& tmp, const CheckpointData& d) {
         const std::string gname = cat("optimizer/", name);
         for (const auto& t : *refs) {
           write_tensor(g.get(), gname.c_str(), t, tmp);
-          tensor_done();
+          tensor_done(t);
         }
       }
     }
@@ -344,8 +356,8 @@ void CheckpointReader::walk_structure() const {
                       cat("cannot open group '", group, "'"));
     for (const auto& [name, shape] : list(group)) {
       const std::string what = cat("tensor '", group, "/", name, "'");
-      H5Handle dset =
-          wrap(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT), H5Dclose, path_, "cannot open " + what);
+      H5Handle dset = wrap(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT), H5Dclose, path_,
+                           "cannot open " + what);
       H5Handle type =
           wrap(H5Dget_type(dset.get()), H5Tclose, path_, "cannot read the type of " + what);
       (void)H5Tget_class(type.get());

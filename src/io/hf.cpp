@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/text.h"
 #include "io/hf_tokenizer.h"
 #include "io/safetensors.h"
@@ -82,10 +83,12 @@ std::unique_ptr<Model<float>> import_hf(const std::string& dir, HfImportInfo* in
   auto model = std::make_unique<Model<float>>(cfg, ops::make_backend<float>());
   const ParamLayout& layout = model->layout();
   std::set<std::string> used;
+  ProgressMeter progress(cat("convert hf: reading ", dir), uint64_t(model->num_params()) * 4);
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
     const ParamInfo& t = layout[int(i)];
     weights.read_f32(t.name, t.shape, model->param(int(i)));
     used.insert(t.name);
+    progress.add(uint64_t(t.numel) * 4);  // as float32
   }
   for (const std::string& name : weights.names()) {
     if (used.count(name)) continue;

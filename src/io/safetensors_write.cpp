@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/progress.h"
 #include "core/text.h"
 #include "io/safetensors_format.h"
 
@@ -159,10 +160,14 @@ void write_file(const std::string& path, const std::vector<const SafeTensorWrite
     write_full(fd, len, 8, tmp);
     write_full(fd, header.data(), header.size(), tmp);
     std::vector<uint16_t> buf;
+    uint64_t total = 0;
+    for (const uint64_t b : bytes) total += b;
+    ProgressMeter progress(cat("safetensors: writing ", path), total);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const float* src = tensors[i]->data;
       if (dtype == "F32") {
         write_full(fd, src, size_t(bytes[i]), tmp);
+        progress.add(bytes[i]);
         continue;
       }
       const uint64_t n = bytes[i] / 2;
@@ -177,6 +182,7 @@ void write_file(const std::string& path, const std::vector<const SafeTensorWrite
         write_full(fd, buf.data(), cnt * 2, tmp);
         j += cnt;
       }
+      progress.add(bytes[i]);
     }
   });
 }

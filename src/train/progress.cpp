@@ -74,8 +74,8 @@ nlohmann::json MetricsWindow::flush(const StepResult& last) {
                       {"elapsed_s", elapsed}};
   if (!exits.empty()) m["exit_loss"] = exits;
   m["loss_window"] = loss_ / steps_;  // the console's loss (TensorBoard only)
-  m["step_s"] = wall_ / steps_;  // wall time per step, of which
-  m["comm_s"] = comm_ / steps_;  // waiting in collectives
+  m["step_s"] = wall_ / steps_;       // wall time per step, of which
+  m["comm_s"] = comm_ / steps_;       // waiting in collectives
   if (run.grid.dp > 1) {  // of which: the gradient all-reduces' tail after backward, and polls
     m["grad_wait_s"] = grad_wait_ / steps_;
     m["poll_s"] = poll_ / steps_;
