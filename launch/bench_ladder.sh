@@ -44,13 +44,13 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n $ckpt ]] || { echo "bench_ladder.sh: --checkpoint is required (see -h)" >&2; exit 2; }
-[[ -f $ckpt ]] || { echo "bench_ladder.sh: checkpoint '$ckpt' not found" >&2; exit 2; }
+[[ -f $ckpt ]] || { echo "bench_ladder.sh: checkpoint '$ckpt' not found" >&2; exit 1; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${STRATA_BIN:-$root/${BUILD_DIR:-build}/strata}
-[[ -x $bin ]] || { echo "bench_ladder.sh: $bin not found: build strata first" >&2; exit 2; }
+[[ -x $bin ]] || { echo "bench_ladder.sh: $bin not found: build strata first" >&2; exit 1; }
 if [[ -z $plans ]]; then
   L=$("$bin" inspect "$ckpt" | sed -nE 's/^model: +([0-9]+) layers.*/\1/p')
-  [[ -n $L ]] || { echo "bench_ladder.sh: cannot read the layer count of $ckpt" >&2; exit 2; }
+  [[ -n $L ]] || { echo "bench_ladder.sh: cannot read the layer count of $ckpt" >&2; exit 1; }
   plans="standard*$L ladder*$L standard*$((L / 2)),ladder*$((L - L / 2)) nocomm*$L"
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -59,7 +59,7 @@ ns=strata-slow-$$
 cleanup() { ip netns del "$ns" 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 if [[ " $links " == *" slow "* ]]; then
-  [[ $(id -u) -eq 0 ]] || { echo "bench_ladder.sh: the slow link needs root (ip netns)" >&2; exit 2; }
+  [[ $(id -u) -eq 0 ]] || { echo "bench_ladder.sh: the slow link needs root (ip netns)" >&2; exit 1; }
   ip netns add "$ns"
   ip -n "$ns" link set lo up
   ip netns exec "$ns" tc qdisc add dev lo root tbf rate "$rate" burst 512kb latency 50ms

@@ -37,8 +37,8 @@ done
 [[ $steps =~ ^[0-9]+$ && $steps -ge 4 ]] || { echo "bench_parallel.sh: --steps must be >= 4" >&2; exit 2; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${STRATA_BIN:-$root/${BUILD_DIR:-build}/strata}
-[[ -x $bin ]] || { echo "bench_parallel.sh: $bin not found: build strata first" >&2; exit 2; }
-[[ -f $recipe ]] || { echo "bench_parallel.sh: recipe '$recipe' not found" >&2; exit 2; }
+[[ -x $bin ]] || { echo "bench_parallel.sh: $bin not found: build strata first" >&2; exit 1; }
+[[ -f $recipe ]] || { echo "bench_parallel.sh: recipe '$recipe' not found" >&2; exit 1; }
 "$bin" info | grep -E "^(cpu|kernels|matmul|precision)"  # what the numbers were measured on
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cores=$(nproc)

@@ -54,14 +54,14 @@ if ! [[ $nprocs =~ ^[1-9][0-9]*$ ]]; then
 fi
 if [[ ! -f $recipe ]]; then
   echo "mpirun.sh: recipe '$recipe' not found (run from the repository root)" >&2
-  exit 2
+  exit 1
 fi
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${STRATA_BIN:-$root/${BUILD_DIR:-build}/strata}
 if [[ $print_only -eq 0 && ! -x $bin ]]; then
   echo "mpirun.sh: $bin not found: build strata first (launch/setup.sh)" >&2
-  exit 2
+  exit 1
 fi
 
 cores=$(nproc)

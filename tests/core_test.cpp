@@ -290,6 +290,53 @@ TEST(ParamLayout, NamesCountsAndFusedGroups) {
     }
 }
 
+// One vocabulary: dashes and underscores alike, other names (aliases) for an
+// option, --checkpoint in place of a positional checkpoint (the other
+// positionals keep their order), a near miss answered with the option, one
+// default per option in help.
+TEST(Args, AliasesCheckpointOptionAndSuggestions) {
+  cli::Args a("strata x", "test");
+  a.positional("in.h5", "in").positional("out.h5", "out").checkpoint_option("in.h5");
+  a.option("batch-size", "N", "batch", "8")
+      .option("shots", "N", "shots (default: the task's)", "-1");
+  a.alias("num_fewshot", "shots");
+  const std::string help = a.help();
+  const char* argv[] = {"strata",       "x",    "o.h5",           "--batch_size", "3",
+                        "--checkpoint", "i.h5", "--num_fewshot=5"};
+  ASSERT_TRUE(a.parse(8, const_cast<char**>(argv), 2));
+  EXPECT_EQ(a.get("in.h5"), "i.h5");
+  EXPECT_EQ(a.get("out.h5"), "o.h5");
+  EXPECT_EQ(a.get_int("batch-size"), 3);
+  EXPECT_EQ(a.get_int("shots"), 5);
+  EXPECT_NE(help.find("(also --num_fewshot)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("(default: -1)"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default: 8)"), std::string::npos) << help;
+  cli::Args b("strata x", "test");
+  b.option("max-new-tokens", "N", "tokens", "64");
+  const char* near[] = {"strata", "x", "--max-new-token", "3"};
+  try {
+    b.parse(4, const_cast<char**>(near), 2);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "strata x: unknown option '--max-new-token' (did you mean --max-new-tokens? see "
+                 "strata x --help)");
+  }
+  cli::Args c("strata x", "test");
+  c.option("max-new-tokens", "N", "tokens", "64");
+  const char* far[] = {"strata", "x", "--zzz", "3"};
+  try {
+    c.parse(4, const_cast<char**>(far), 2);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "strata x: unknown option '--zzz' (see strata x --help)");
+  }
+  EXPECT_EQ(canonical_dtype("Float32"), "fp32");
+  EXPECT_EQ(canonical_dtype("bfloat16"), "bf16");
+  EXPECT_EQ(canonical_dtype("f16"), "fp16");
+  EXPECT_EQ(canonical_dtype("int8"), "int8");
+}
+
 TEST(Args, ParsesOptionsFlagsAndPositionals) {
   cli::Args a("strata x", "test");
   a.option("steps", "N", "steps", "10").flag("fast", "go fast").positional("recipe", "file");

@@ -1,9 +1,11 @@
 #include "cli/args.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace strata::cli {
 
@@ -33,8 +35,75 @@ Args& Args::positionals(const std::string& name, const std::string& help) {
   return *this;
 }
 
-bool Args::parse(int argc, char** argv, int first) {
+Args& Args::alias(const std::string& other, const std::string& name) {
+  (void)find(name);
+  aliases_.emplace_back(other, name);
+  return *this;
+}
+
+Args& Args::checkpoint_option(const std::string& name) {
+  checkpoint_pos_ = name;
+  return option("checkpoint", "FILE", "the checkpoint, as <" + name + ">");
+}
+
+Args::Opt* Args::lookup(const std::string& name) {
+  for (auto& o : opts_)
+    if (o.name == name) return &o;
+  for (const auto& [other, target] : aliases_)
+    if (other == name)
+      for (auto& o : opts_)
+        if (o.name == target) return &o;
+  std::string dashed = name;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  if (dashed != name)
+    for (auto& o : opts_)
+      if (o.name == dashed) return &o;
+  return nullptr;
+}
+
+// " (did you mean --x?" for a name one or two edits from an option's, else "".
+std::string Args::suggestion(const std::string& name) const {
+  std::string best;
+  size_t best_d = 3;
+  const auto consider = [&](const std::string& n) {
+    const size_t d = edit_distance(name, n);
+    if (d < best_d && d * 3 <= std::max<size_t>(n.size(), 3)) {
+      best_d = d;
+      best = n;
+    }
+  };
+  for (const auto& o : opts_) consider(o.name);
+  for (const auto& a : aliases_) consider(a.first);
+  if (name.size() > 2) consider("help");
+  return best.empty() ? "" : "did you mean --" + best + "? ";
+}
+
+// --checkpoint fills its positional; the other arguments fill the rest.
+void Args::assign_positionals(const std::vector<std::string>& plain) {
+  const bool by_option = !checkpoint_pos_.empty() && find("checkpoint").given;
   size_t next_pos = 0;
+  for (const std::string& a : plain) {
+    while (next_pos < pos_.size() && by_option && pos_[next_pos].name == checkpoint_pos_)
+      ++next_pos;
+    STRATA_USAGE_CHECK(next_pos < pos_.size(), command_, ": unexpected argument '", a, "' (see ",
+                       command_, " --help)");
+    pos_[next_pos].value = a;
+    pos_[next_pos].given = true;
+    if (pos_[next_pos].variadic)
+      pos_[next_pos].values.push_back(a);
+    else
+      ++next_pos;
+  }
+  if (by_option)
+    for (auto& p : pos_)
+      if (p.name == checkpoint_pos_) {
+        p.value = find("checkpoint").value;
+        p.given = true;
+      }
+}
+
+bool Args::parse(int argc, char** argv, int first) {
+  std::vector<std::string> plain;  // the positional arguments, in order
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -49,11 +118,9 @@ bool Args::parse(int argc, char** argv, int first) {
         name = name.substr(0, eq);
         inline_value = true;
       }
-      Opt* opt = nullptr;
-      for (auto& o : opts_)
-        if (o.name == name) opt = &o;
-      STRATA_USAGE_CHECK(opt, command_, ": unknown option '--", name, "' (see ", command_,
-                         " --help)");
+      Opt* opt = lookup(name);
+      STRATA_USAGE_CHECK(opt, command_, ": unknown option '--", name, "' (", suggestion(name),
+                         "see ", command_, " --help)");
       if (opt->is_flag) {
         STRATA_USAGE_CHECK(!inline_value, command_, ": option --", name, " takes no value");
         opt->given = true;
@@ -69,15 +136,9 @@ bool Args::parse(int argc, char** argv, int first) {
       if (opt->repeatable) opt->values.push_back(value);
       continue;
     }
-    STRATA_USAGE_CHECK(next_pos < pos_.size(), command_, ": unexpected argument '", a, "' (see ",
-                       command_, " --help)");
-    pos_[next_pos].value = a;
-    pos_[next_pos].given = true;
-    if (pos_[next_pos].variadic)
-      pos_[next_pos].values.push_back(a);
-    else
-      ++next_pos;
+    plain.push_back(a);
   }
+  assign_positionals(plain);
   for (const auto& p : pos_)
     STRATA_USAGE_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (see ",
                        command_, " --help)");
@@ -120,14 +181,15 @@ int Args::get_int(const std::string& name) const {
     const long long x = std::stoll(v, &used);
     if (used == v.size()) {
       if (x < INT_MIN || x > INT_MAX)
-        throw UsageError(cat(command_, ": --", name, " ", v, " is out of range (at most ",
-                             INT_MAX, ")"));
+        throw UsageError(
+            cat(command_, ": --", name, " ", v, " is out of range (at most ", INT_MAX, ")"));
       return int(x);
     }
   } catch (const UsageError&) {
     throw;
   } catch (const std::out_of_range&) {
-    throw UsageError(cat(command_, ": --", name, " ", v, " is out of range (at most ", INT_MAX, ")"));
+    throw UsageError(
+        cat(command_, ": --", name, " ", v, " is out of range (at most ", INT_MAX, ")"));
   } catch (const std::exception&) {
   }
   throw UsageError(cat(command_, ": --", name, " expects an integer, got '", v, "'"));
@@ -164,8 +226,12 @@ std::string Args::help() const {
   for (const auto& o : opts_) {
     std::string lhs = "--" + o.name + (o.is_flag ? "" : " " + o.metavar);
     std::string rhs = o.help;
+    for (const auto& [other, target] : aliases_)
+      if (target == o.name) rhs += " (also --" + other + ")";
     if (o.repeatable) rhs += " (repeatable)";
-    if (!o.is_flag && !o.value.empty()) rhs += " (default: " + o.value + ")";
+    // One default per option: the help's own words where it gives one.
+    if (!o.is_flag && !o.value.empty() && o.help.find("(default") == std::string::npos)
+      rhs += " (default: " + o.value + ")";
     char line[512];
     std::snprintf(line, sizeof line, "  %-26s %s\n", lhs.c_str(), rhs.c_str());
     out += line;

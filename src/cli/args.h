@@ -26,6 +26,13 @@ class Args {
   // The last positional, taking every remaining argument (at least one);
   // get_all() returns them.
   Args& positionals(const std::string& name, const std::string& help);
+  // Another name for option `name` (lm-evaluation-harness's spellings on
+  // `eval`); help lists it beside the option. Underscores and dashes are the
+  // same in every option name without one (--batch_size is --batch-size).
+  Args& alias(const std::string& other, const std::string& name);
+  // The checkpoint positional `name` may also be given as --checkpoint FILE,
+  // as the commands that take no positional checkpoint name it.
+  Args& checkpoint_option(const std::string& name);
 
   // Parses argv[first..argc). Returns false when --help was given (help has
   // been printed). Throws strata::Error on unknown options or missing values.
@@ -56,9 +63,14 @@ class Args {
     std::vector<std::string> values;  // variadic: every argument
   };
   const Opt& find(const std::string& name) const;
+  Opt* lookup(const std::string& name);  // by name, alias or dash spelling
+  std::string suggestion(const std::string& name) const;
+  void assign_positionals(const std::vector<std::string>& plain);
   std::string command_, summary_;
   std::vector<Opt> opts_;
   std::vector<Pos> pos_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // other -> name
+  std::string checkpoint_pos_;  // the positional --checkpoint stands for
 };
 
 // --threads N (OpenMP threads; 0 keeps OMP_NUM_THREADS or all cores), the

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/text.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "model/memory.h"
@@ -314,7 +315,8 @@ LlamaConfig bench_config(const BenchModel& bm, int vocab, bool tied) {
   return cfg;
 }
 
-bool bf16_activations_option(const std::string& value, const std::string& command) {
+bool bf16_activations_option(const std::string& given, const std::string& command) {
+  const std::string value = canonical_dtype(given);
   STRATA_USAGE_CHECK(value == "fp32" || value == "bf16", command, ": --activations '", value,
                      "' is not fp32 or bf16");
   return value == "bf16";

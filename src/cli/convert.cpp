@@ -8,6 +8,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/memory_info.h"
+#include "core/text.h"
 #include "data/tokenizer.h"
 #include "io/hf.h"
 #include "io/llama2c.h"
@@ -112,6 +113,7 @@ int convert_plan(int argc, char** argv, int first) {
             "model.init_from + model.plan in a recipe does the same without a file.");
   args.positional("in.h5", "strata checkpoint")
       .positional("out.h5", "checkpoint to write")
+      .checkpoint_option("in.h5")
       .option("plan", "TEXT", "the new layer plan (e.g. \"standard*3,ladder*3\")");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_USAGE_CHECK(args.has("plan"), "strata convert plan: --plan is required");
@@ -131,11 +133,15 @@ int convert_weights(int argc, char** argv, int first) {
             "resume training.");
   args.positional("in.h5", "strata checkpoint")
       .positional("out.h5", "checkpoint to write")
-      .option("dtype", "f32|bf16", "how to store the weights", "f32");
+      .checkpoint_option("in.h5")
+      .option("dtype", "f32|bf16", "how to store the weights (also fp32, float32, bfloat16)",
+              "f32");
   if (!args.parse(argc, argv, first)) return 0;
-  const std::string in = args.get("in.h5"), out = args.get("out.h5"), dtype = args.get("dtype");
-  STRATA_USAGE_CHECK(dtype == "f32" || dtype == "bf16", "strata convert weights: --dtype '", dtype,
-                     "' is not f32 or bf16");
+  const std::string in = args.get("in.h5"), out = args.get("out.h5");
+  std::string dtype = canonical_dtype(args.get("dtype"));
+  STRATA_USAGE_CHECK(dtype == "fp32" || dtype == "bf16", "strata convert weights: --dtype '",
+                     args.get("dtype"), "' is not f32 or bf16");
+  if (dtype == "fp32") dtype = "f32";  // as the summary line has always said
   const uint64_t bytes = write_weights(in, out, dtype == "bf16", "strata convert weights");
   std::printf("wrote %s: the %s weights of %s (%s)\n", out.c_str(), dtype.c_str(), in.c_str(),
               human_bytes(double(bytes)).c_str());
@@ -184,13 +190,18 @@ int cmd_export(int argc, char** argv, int first) {
             "generation_config.json, model.safetensors or shards, the tokenizer) that "
             "transformers.AutoModelForCausalLM.from_pretrained loads.");
   args.positional("ckpt.h5", "strata checkpoint")
+      .checkpoint_option("ckpt.h5")
       .positional("dir", "output directory")
       .option("dtype", "TYPE", "weight dtype: f32, bf16 or f16", "f32")
       .option("max-shard-size", "SIZE", "shard the weights above this size (e.g. 5GB, 200MB)",
               "5GB");
   if (!args.parse(argc, argv, first + 1)) return 0;
-  std::string dtype = args.get("dtype");
-  for (char& ch : dtype) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  // F32, BF16 or F16 from any spelling (fp32, float32, bfloat16, float16, ...).
+  const std::string canonical = canonical_dtype(args.get("dtype"));
+  std::string dtype = canonical == "fp32"   ? "F32"
+                      : canonical == "bf16" ? "BF16"
+                      : canonical == "fp16" ? "F16"
+                                            : args.get("dtype");
   HfExportOptions o;
   o.dtype = dtype;
   const int64_t shard =

@@ -80,6 +80,11 @@ Args eval_args() {
               "DIR/samples_<task>.jsonl (lm-evaluation-harness fields: arguments, resps, "
               "target, acc, hashes)");
   add_threads_option(args).flag("bf16", "bf16 matmuls").flag("quiet", "no progress lines");
+  // lm-evaluation-harness's spellings (--batch_size, --limit, --log_samples
+  // DIR follow from the dash rule).
+  args.alias("num_fewshot", "shots")
+      .alias("output_path", "out")
+      .alias("confirm_run_unsafe_code", "allow-code-execution");
   return args;
 }
 

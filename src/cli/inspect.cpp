@@ -144,8 +144,8 @@ Summary load(const std::string& path, bool verify) {
   s.verified = verify;
   if (verify) s.tensor_verdict = verify_tensors(r);
   s.problems = s.tensor_verdict.problems;
-  for (std::string& p : metadata_problems(s.cfg, s.plan, s.state, s.tensors, s.has_optimizer,
-                                          s.optimizer_step))
+  for (std::string& p :
+       metadata_problems(s.cfg, s.plan, s.state, s.tensors, s.has_optimizer, s.optimizer_step))
     s.problems.push_back(std::move(p));
   return s;
 }
@@ -344,7 +344,7 @@ int cmd_inspect(int argc, char** argv, int first) {
             "config, layer plan, parameter count, optimizer state and tokenizer; and checks "
             "that it loads: every tensor against its checksum, and metadata no loadable "
             "checkpoint has (a problem is listed after the summary, and the exit status is 1).");
-  args.positional("checkpoint", "an HDF5 checkpoint (.h5)");
+  args.positional("ckpt.h5", "an HDF5 checkpoint (.h5)").checkpoint_option("ckpt.h5");
   args.flag("tensors", "list every parameter tensor with its shape");
   args.flag("recipe", "print the stored resolved recipe");
   args.flag("json", "print one JSON object (everything, including tensors and recipe)");
@@ -355,8 +355,7 @@ int cmd_inspect(int argc, char** argv, int first) {
               "compare every weight and optimizer moment with checkpoint OTHER (e.g. the same run "
               "at another parallel layout): exits 1 when a tensor a and its counterpart b have "
               "||a - b|| > rtol ||a|| (L2 norms over the tensor)");
-  args.option("rtol", "R", "tolerance of --compare, relative to each tensor's norm",
-              "1e-6");
+  args.option("rtol", "R", "tolerance of --compare, relative to each tensor's norm", "1e-6");
   args.option("moments-rtol", "R",
               "the same for the optimizer moments (gradient statistics, which carry summation "
               "order more than the weights do; default: --rtol)");
@@ -368,9 +367,9 @@ int cmd_inspect(int argc, char** argv, int first) {
     const double mtol = args.has("moments-rtol") ? args.get_double("moments-rtol") : rtol;
     STRATA_CHECK(std::isfinite(mtol) && mtol >= 0,
                  "strata inspect: --moments-rtol must be >= 0, got ", args.get("moments-rtol"));
-    return compare(args.get("checkpoint"), args.get("compare"), rtol, mtol) ? 0 : 1;
+    return compare(args.get("ckpt.h5"), args.get("compare"), rtol, mtol) ? 0 : 1;
   }
-  const Summary s = load(args.get("checkpoint"), !args.has("no-verify"));
+  const Summary s = load(args.get("ckpt.h5"), !args.has("no-verify"));
   if (args.has("json")) {
     std::printf("%s\n",
                 to_json(s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

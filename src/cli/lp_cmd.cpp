@@ -94,6 +94,7 @@ int lp_merge(int argc, char** argv, int first) {
             "the merge of Layer Parallelism's study. Tokenizer and step are kept.");
   args.positional("in.h5", "strata checkpoint (plan all standard)")
       .positional("out.h5", "checkpoint to write")
+      .checkpoint_option("in.h5")
       .option("range", "S:E", "the layers to merge, 0-based, E exclusive (at least 2 layers)");
   if (!args.parse(argc, argv, first)) return 0;
   STRATA_USAGE_CHECK(args.has("range"), "strata lp merge: --range S:E is required");

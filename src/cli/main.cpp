@@ -20,40 +20,44 @@ namespace {
 
 struct Command {
   const char* name;
+  const char* subcommands;  // "" when it has none
   const char* summary;
   int (*run)(int, char**, int);
 };
 
+// Each command with its subcommands, as the top-level help lists them.
 const Command kCommands[] = {
-    {"train", "train a model from a TOML recipe (pretraining, continual pretraining, SFT)",
+    {"train", "", "train a model from a TOML recipe (pretraining, continual pretraining, SFT)",
      strata::cli::cmd_train},
-    {"generate",
+    {"generate", "",
      "generate text: KV cache, sampling, batches of prompts, early exit, self-speculative "
      "decoding",
      strata::cli::cmd_generate},
-    {"eval", "benchmark tasks and perplexity, at the full model or every exit layer",
+    {"eval", "", "benchmark tasks and perplexity, at the full model or every exit layer",
      strata::cli::cmd_eval},
-    {"lp", "Layer Parallelism: where to pair layers (lp scan: perplexity of every range)",
+    {"lp", "scan|merge", "Layer Parallelism: perplexity of every pairable range; averaged layers",
      strata::cli::cmd_lp},
-    {"spd", "SPD (Sync-Point Drop): block-wise sync sensitivity and the SPD budget (spd scan)",
+    {"spd", "[scan]",
+     "SPD (Sync-Point Drop): Algorithm 1 from a recipe; the block sensitivity scan alone",
      strata::cli::cmd_spd},
-    {"report",
+    {"report", "",
      "an HTML page comparing runs: loss, validation, lr, throughput, per-exit curves, eval "
      "tables, recipes side by side (--png: the charts as pictures)",
      strata::cli::cmd_report},
-    {"inspect", "print a checkpoint's config, plan, parameter count, step and data position",
+    {"inspect", "", "a checkpoint's config, plan, parameter count, step and data position",
      strata::cli::cmd_inspect},
-    {"tokenizer", "train, encode or decode with a tokenizer (.model, tokenizer.json)",
+    {"tokenizer", "train|encode|decode",
+     "sentencepiece training; encoding and decoding with a .model or tokenizer.json",
      strata::cli::cmd_tokenizer},
-    {"data", "tokenise text or JSONL into token shards (data prepare)", strata::cli::cmd_data},
-    {"convert", "import models: Hugging Face safetensors or llama2.c -> strata checkpoint",
+    {"data", "prepare", "tokenise text or JSONL into token shards", strata::cli::cmd_data},
+    {"convert", "hf|llama2c|plan|weights",
+     "Hugging Face or llama2.c models in; a new layer plan; the weights alone",
      strata::cli::cmd_convert},
-    {"export", "export a checkpoint as a Hugging Face Llama directory", strata::cli::cmd_export},
-    {"bench",
-     "benchmarks: per-op throughput (bench ops), training steps (bench model), generation "
-     "(bench generate)",
+    {"export", "hf", "a checkpoint as a Hugging Face Llama directory", strata::cli::cmd_export},
+    {"bench", "peak|ops|model|train|generate|comm",
+     "the machine's limits, per-op rates, training steps, generation, collectives",
      strata::cli::cmd_bench},
-    {"info", "build configuration, threads, CPU features, GEMM library, CUDA devices",
+    {"info", "", "build configuration, threads, CPU features, GEMM library, CUDA devices",
      strata::cli::cmd_info},
 };
 
@@ -62,7 +66,35 @@ void print_help() {
       "usage: strata <command> [options]\n\n"
       "strata trains, evaluates and serves Llama-style models on CPU (and CUDA).\n\n"
       "commands:\n");
-  for (const auto& c : kCommands) std::printf("  %-10s %s\n", c.name, c.summary);
+  // "  name subs" then the summary, wrapped at 100 columns under column 13.
+  constexpr size_t kWidth = 100, kIndent = 13;
+  for (const auto& c : kCommands) {
+    std::string head = std::string("  ") + c.name;
+    if (*c.subcommands) head += std::string(" ") + c.subcommands;
+    std::string line = head.size() + 1 <= kIndent ? head + std::string(kIndent - head.size(), ' ')
+                                                  : head + "\n" + std::string(kIndent, ' ');
+    size_t col = line.size() - (line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1);
+    const std::string summary = c.summary;
+    size_t i = 0;
+    bool first_word = true;
+    while (i < summary.size()) {
+      size_t j = summary.find(' ', i);
+      if (j == std::string::npos) j = summary.size();
+      const std::string word = summary.substr(i, j - i);
+      if (!first_word && col + 1 + word.size() > kWidth) {
+        line += "\n" + std::string(kIndent, ' ');
+        col = kIndent;
+      } else if (!first_word) {
+        line += ' ';
+        ++col;
+      }
+      line += word;
+      col += word.size();
+      first_word = false;
+      i = j + 1;
+    }
+    std::printf("%s\n", line.c_str());
+  }
   std::printf(
       "\noptions:\n"
       "  --help     show this help (also: strata <command> --help)\n"

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "parallel/delayed_comm.h"
 
 namespace strata::cli {
@@ -179,9 +180,9 @@ void write_scan_outputs(const Args& args, nlohmann::json out, SvgChart chart, do
 }
 
 ops::Dtype kv_cache_option(const Args& args, const std::string& command) {
-  const std::string v = args.get("kv-cache");
-  if (v == "fp32" || v == "f32" || v == "float32") return ops::Dtype::F32;
-  STRATA_USAGE_CHECK(v == "bf16" || v == "bfloat16", command, ": --kv-cache '", v,
+  const std::string v = canonical_dtype(args.get("kv-cache"));
+  if (v == "fp32") return ops::Dtype::F32;
+  STRATA_USAGE_CHECK(v == "bf16", command, ": --kv-cache '", args.get("kv-cache"),
                      "' is not fp32 or bf16");
   return ops::Dtype::BF16;
 }

@@ -1,6 +1,7 @@
 #include "core/text.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -195,6 +196,19 @@ int64_t python_split_count(std::string_view s) {
     in_space = space;
   }
   return pieces;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+std::string canonical_dtype(const std::string& name) {
+  std::string n = name;
+  for (char& c : n) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "fp32" || n == "float32" || n == "f32") return "fp32";
+  if (n == "bf16" || n == "bfloat16") return "bf16";
+  if (n == "fp16" || n == "float16" || n == "f16") return "fp16";
+  return name;
 }
 
 }  // namespace strata

@@ -46,6 +46,11 @@ std::string trim(std::string_view s, std::string_view chars = kAsciiSpace);
 // "did you mean" suggestions.
 size_t edit_distance(std::string_view a, std::string_view b);
 
+// The one spelling of a dtype name: "fp32" for fp32, float32, f32; "bf16"
+// for bf16, bfloat16; "fp16" for fp16, float16, f16 (any case). Anything else
+// comes back as it was, for the caller's error.
+std::string canonical_dtype(const std::string& name);
+
 // A count for people, in decimal units: "1.23B", "4.56M", "7.8k", "42".
 std::string human_count(double n);
 

@@ -121,8 +121,9 @@ TrainingSection read_training(const Recipe& r) {
   s.micro_batch = int(at_least(r, "training.micro_batch_size", 1));
   s.seq_len = int(at_least(r, "training.seq_len", 2));
   s.accum = int(at_least(r, "training.grad_accum_steps", 1));
-  s.precision = r.get_string("training.precision");
-  s.activations = r.get_string("training.activations");
+  // Any spelling of a dtype (fp32, float32, f32; bf16, bfloat16) as its one name.
+  s.precision = canonical_dtype(r.get_string("training.precision"));
+  s.activations = canonical_dtype(r.get_string("training.activations"));
   s.trainable = r.get_strings("training.trainable");
   s.freeze = r.get_strings("training.freeze");
   return s;
