@@ -271,6 +271,18 @@ bool parse_recipe_command(const std::string& command, const char* usage,
       out.sets.push_back(argv[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       out.sets.push_back(a.substr(6));
+    } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos &&
+               a.find('.') < a.find('=')) {
+      // torchtitan's spelling: --section.key value, --section.key=value, or a
+      // bare --section.key for true.
+      const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos
+                                                                           : a.find('=') - 2);
+      if (a.find('=') != std::string::npos)
+        out.sets.push_back(a.substr(2));
+      else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+        out.sets.push_back(key + "=" + argv[++i]);
+      else
+        out.sets.push_back(key + "=true");
     } else if (a.rfind("--", 0) == 0) {
       if (!own(a, i))
         throw UsageError(cat(command, ": unknown option '", a, "' (see ", command, " --help)"));

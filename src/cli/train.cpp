@@ -26,6 +26,8 @@ const char* kUsage =
     "command resumes from the newest checkpoint (checkpoint.resume = \"auto\").\n\n"
     "options:\n"
     "  --set section.key=value  override a recipe key (repeatable; applied last)\n"
+    "  --section.key VALUE      the same, as torchtitan writes it (--training.steps 100;\n"
+    "                           a bare --section.key sets true)\n"
     "  --dry-run                check the recipe, its checkpoint and the model as a run would,\n"
     "                           print the resolved recipe as TOML and the memory estimate\n"
     "                           per process (weights, gradients, AdamW moments, activations)\n"
