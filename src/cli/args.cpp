@@ -275,8 +275,8 @@ bool parse_recipe_command(const std::string& command, const char* usage,
                a.find('.') < a.find('=')) {
       // torchtitan's spelling: --section.key value, --section.key=value, or a
       // bare --section.key for true.
-      const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos
-                                                                           : a.find('=') - 2);
+      const std::string key =
+          a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
       if (a.find('=') != std::string::npos)
         out.sets.push_back(a.substr(2));
       else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)

@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "data/tokenizer.h"
 #include "infer/generate_bench.h"
+#include "infer/text_generation.h"
 #include "io/model_io.h"
 #include "model/model.h"
 
@@ -47,7 +48,10 @@ Args bench_generate_args() {
               "with fixed random token ids",
               "")
       .option("vocab", "V", "vocabulary of the --model shape", "32000")
-      .option("prompts", "FILE", "one prompt per line (default: six novel openings)", "")
+      .option("prompts", "FILE",
+              "JSONL file, one {\"prompt\": TEXT} per line, as strata generate --prompts takes "
+              "(default: six novel openings)",
+              "")
       .option("max-new-tokens", "N", "tokens generated per prompt", "128")
       .option("repeat", "R", "repetitions per prompt", "3")
       .option("exit-layer", "E", "also measure early exit and self-speculation at layer E", "0")
@@ -101,7 +105,7 @@ BenchModel bench_model(const Args& args) {
   return b;
 }
 
-// The prompts' ids: --prompts (one per line), six novel openings, or for a
+// The prompts' ids: --prompts (JSONL, as generate's), six novel openings, or for a
 // random model 12 fixed pseudo-random ids per prompt.
 std::vector<std::vector<int32_t>> bench_prompts(const Args& args, const BenchModel& b) {
   std::vector<std::string> prompts;
@@ -112,16 +116,13 @@ std::vector<std::vector<int32_t>> bench_prompts(const Args& args, const BenchMod
   } else if (args.get("prompts").empty()) {
     prompts.assign(std::begin(kDefaultPrompts), std::end(kDefaultPrompts));
   } else {
-    const std::string text = read_file(args.get("prompts"), "prompts");
-    size_t at = 0;
-    while (at < text.size()) {
-      const size_t nl = text.find('\n', at);
-      const std::string line = text.substr(at, nl == std::string::npos ? nl : nl - at);
-      if (!line.empty()) prompts.push_back(line);
-      if (nl == std::string::npos) break;
-      at = nl + 1;
-    }
-    STRATA_CHECK(!prompts.empty(), args.get("prompts"), ": no prompts (one per line)");
+    // The JSONL of `strata generate --prompts`: one {"prompt": TEXT} per line.
+    const PromptFile file =
+        read_prompt_file(args.get("prompts"), [](const std::string&, const std::string&) {
+          return std::vector<int32_t>{};  // encoded below, with BOS
+        });
+    prompts = file.texts;
+    STRATA_CHECK(!prompts.empty(), args.get("prompts"), ": no prompts");
   }
   std::vector<std::vector<int32_t>> ids(prompts.size());
   const int V = b.model->config().vocab_size;
