@@ -162,7 +162,7 @@ EvalJob read_eval_job(const Args& args) {
                " and ", o.stride);
   o.batch_size = args.get_int("batch-size");
   STRATA_CHECK(o.batch_size >= 1, "strata eval: --batch-size must be >= 1, got ", o.batch_size);
-  o.tasks = split_commas(args.get("tasks"));
+  o.tasks = resolve_tasks(args.get("eval-dir"), split_commas(args.get("tasks")));
   o.eval_dir = args.get("eval-dir");
   o.chat.apply = args.has("apply-chat-template");
   o.chat.system_instruction = args.get("system-instruction");
@@ -179,10 +179,11 @@ EvalJob read_eval_job(const Args& args) {
 void check_tasks(const Args& args) {
   const auto known = list_tasks(args.get("eval-dir"));
   for (const std::string& t : split_commas(args.get("tasks")))
-    if (t != "all" && std::find(known.begin(), known.end(), t) == known.end())
+    if (t != "all" && resolve_task(args.get("eval-dir"), t).empty())
       fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"),
                "/ has: ", join(known, ", "), ")"));
-  require_code_permission(args.get("eval-dir"), split_commas(args.get("tasks")),
+  require_code_permission(args.get("eval-dir"),
+                          resolve_tasks(args.get("eval-dir"), split_commas(args.get("tasks"))),
                           args.has("allow-code-execution"));
 }
 

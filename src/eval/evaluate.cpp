@@ -241,6 +241,7 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
       tr.comparable = task.comparable;
       tr.not_comparable_because = task.not_comparable_because;
       tr.harness_task = task.harness_task;
+      tr.available = task.available;
       tr.version = task.version;
     }
     if (!task.comparable)

@@ -78,8 +78,9 @@ nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& resul
   };
   for (size_t e = 0; e < results.size(); ++e)
     for (const TaskResult& t : results[e]) {
-      const std::string key =
-          exits.size() > 1 ? t.task + "_exit" + std::to_string(exits[e]) : t.task;
+      // Keyed by the harness's task name where the task has one.
+      const std::string name = t.harness_task.empty() ? t.task : t.harness_task;
+      const std::string key = exits.size() > 1 ? name + "_exit" + std::to_string(exits[e]) : name;
       const std::vector<Metric>& ms = t.metrics;
       if (!t.groups.empty()) {
         // The task is a group of its groups (MMLU's subjects); with
@@ -111,10 +112,7 @@ nlohmann::json lm_eval_results(const std::vector<std::vector<TaskResult>>& resul
       }
       j["results"][key] = entry(key, ms);
       describe(key, t, ms);
-      j["n-samples"][key] = {
-          {"original",
-           config.value("limit", int64_t(0)) > 0 ? nlohmann::json() : nlohmann::json(t.n)},
-          {"effective", t.n}};
+      j["n-samples"][key] = {{"original", t.available > 0 ? t.available : t.n}, {"effective", t.n}};
     }
   return j;
 }

@@ -33,6 +33,7 @@ struct TaskResult {
   bool comparable = true;                             // with the harness's task of the same name
   std::string not_comparable_because;                 // when not
   std::string harness_task;
+  int64_t available = 0;  // examples or documents before --limit (n-samples.original)
   int version = 0;
   nlohmann::json to_json() const;
 };

@@ -128,6 +128,24 @@ std::vector<std::string> list_tasks(const std::string& eval_dir) {
   return names;
 }
 
+std::string resolve_task(const std::string& eval_dir, const std::string& name) {
+  const std::vector<std::string> known = list_tasks(eval_dir);
+  if (std::find(known.begin(), known.end(), name) != known.end()) return name;
+  for (const std::string& k : known)
+    if (read_config((fs::path(eval_dir) / (k + ".toml")).string()).harness_task == name) return k;
+  return "";
+}
+
+std::vector<std::string> resolve_tasks(const std::string& eval_dir,
+                                       const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    const std::string r = n == "all" ? n : resolve_task(eval_dir, n);
+    out.push_back(r.empty() ? n : r);
+  }
+  return out;
+}
+
 bool task_runs_code(const std::string& eval_dir, const std::string& name) {
   const std::vector<std::string> known = list_tasks(eval_dir);
   if (std::find(known.begin(), known.end(), name) == known.end()) return false;
@@ -143,11 +161,12 @@ std::vector<std::string> all_tasks(const std::string& eval_dir) {
   return out;
 }
 
-TaskData load_task(const std::string& eval_dir, const std::string& name, int shots, uint64_t seed,
+TaskData load_task(const std::string& eval_dir, const std::string& given, int shots, uint64_t seed,
                    int64_t limit) {
   const std::vector<std::string> known = list_tasks(eval_dir);
-  if (std::find(known.begin(), known.end(), name) == known.end())
-    fail_one_line("unknown task '", name, "' (", eval_dir, " has: ", join(known, ", "), ")");
+  const std::string name = resolve_task(eval_dir, given);
+  if (name.empty())
+    fail_one_line("unknown task '", given, "' (", eval_dir, " has: ", join(known, ", "), ")");
   const Config c = read_config((fs::path(eval_dir) / (name + ".toml")).string());
 
   TaskData task;
@@ -181,6 +200,7 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
       }
     if (task.documents.empty())
       fail_one_line(c.data_at, ": no documents (the text is empty or only whitespace)");
+    task.available = int64_t(task.documents.size());
     task.documents.resize(keep(task.documents.size()));
     task.document_words.resize(task.documents.size());
     task.document_bytes.resize(task.documents.size());
@@ -212,6 +232,7 @@ TaskData load_task(const std::string& eval_dir, const std::string& name, int sho
     return g == pool_by_group.end() ? no_candidates : g->second;
   };
   const size_t n = keep(items.size());
+  task.available = int64_t(items.size());
 
   // More shots than some example has candidates for: as many as all have.
   task.shots = shots < 0 ? c.shots : shots;

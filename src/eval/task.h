@@ -113,6 +113,7 @@ struct TaskData {
   bool comparable = true;
   std::string not_comparable_because;
   std::string harness_task;  // the harness's task name ("" when it has none)
+  int64_t available = 0;     // examples or documents before --limit
   int version = 0;           // bumped whenever the task's requests or metrics change
   // MultipleChoice with groups: group -> category (MMLU's stem, humanities,
   // social_sciences, other), for size-weighted category scores.
@@ -132,6 +133,14 @@ std::vector<std::string> list_tasks(const std::string& eval_dir);
 // (or without a counterpart) that runs without extra permission (no code
 // execution), sorted.
 std::vector<std::string> all_tasks(const std::string& eval_dir);
+
+// The task file's name for `name`: itself when eval_dir has <name>.toml,
+// else the task whose harness_task is `name` (lm-evaluation-harness's
+// names: lambada_openai, wikitext, ...); "" when neither.
+std::string resolve_task(const std::string& eval_dir, const std::string& name);
+// Each name resolved (an unknown one kept as given, for the caller's error).
+std::vector<std::string> resolve_tasks(const std::string& eval_dir,
+                                       const std::vector<std::string>& names);
 
 // Whether task `name` executes model-written code (execute = ...); reads only
 // its TOML file, not its data. false for a name eval_dir does not have.

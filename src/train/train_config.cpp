@@ -240,7 +240,7 @@ void check_eval_tasks(const Recipe& r, const EvalSection& e) {
   }
   for (const std::string& t : e.tasks) {
     if (t == "all") continue;
-    if (std::find(known.begin(), known.end(), t) == known.end())
+    if (resolve_task(e.task_dir, t).empty())
       r.fail("eval.tasks", cat("unknown task '", one_line(t), "' (", e.task_dir,
                                "/ has: ", join(known, ", "), ")"));
     try {
