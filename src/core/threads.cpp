@@ -44,9 +44,8 @@ int processes_on_this_node() {
   return 1;
 }
 
-bool machine_busy(int others, double load1, int mine, int cpus) {
-  cpus = std::max(cpus, 1);
-  return others + mine > cpus || load1 > 1.5 * cpus;
+bool machine_busy(int others, int mine, int cpus) {
+  return others > 0 && others + mine > std::max(cpus, 1);
 }
 
 namespace {
@@ -75,17 +74,27 @@ void settle_threads(char** argv) {
   } else if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) {
     g_wait = "as OMP_WAIT_POLICY / GOMP_SPINCOUNT say";
   } else {
-    // /proc/loadavg: "0.52 0.40 0.31 3/512 12345": the 1-minute load, and the
-    // runnable threads now (this one among them). STRATA_LOADAVG names
-    // another file (tests).
+    // /proc/loadavg: "0.52 0.40 0.31 3/512 12345": the runnable threads now
+    // (this one among them). Three looks 2 ms apart, the fewest counted: a
+    // kernel worker that runs for a moment is not a busy machine, another
+    // process's spinning threads are. STRATA_LOADAVG names another file (tests).
     const char* path = std::getenv("STRATA_LOADAVG");
-    std::ifstream f(path && *path ? path : "/proc/loadavg");
-    double load1 = 0, l5 = 0, l15 = 0;
-    int running = 1, total = 0;
-    char slash = 0;
+    int running = 1 << 20;
+    double load1 = 0;
+    for (int look = 0; look < 3; ++look) {
+      if (look) usleep(2000);
+      std::ifstream f(path && *path ? path : "/proc/loadavg");
+      double l5 = 0, l15 = 0;
+      int r = 0, total = 0;
+      char slash = 0;
+      if (!(f >> load1 >> l5 >> l15 >> r >> slash >> total)) {
+        running = 1;
+        break;
+      }
+      running = std::min(running, r);
+    }
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (f >> load1 >> l5 >> l15 >> running >> slash >> total &&
-        machine_busy(running - 1, load1, mine, int(cpus))) {
+    if (machine_busy(running - 1, mine, int(cpus))) {
       char why[160];
       std::snprintf(why, sizeof why,
                     "passive (the machine was busy at start: %d other runnable threads, load "

@@ -28,8 +28,8 @@ int processes_on_this_node();
 
 // Called first in main (strata's and the tests'), before anything starts a
 // thread. On a machine that is busy when the process starts (other runnable
-// threads plus ours exceed the CPUs, or the 1-minute load is above 1.5 per
-// CPU), OpenMP threads wait passively: the process re-executes itself with
+// threads plus ours exceed the CPUs, in three looks at /proc/loadavg 2 ms
+// apart), OpenMP threads wait passively: the process re-executes itself with
 // OMP_WAIT_POLICY=passive (libgomp reads it only at start), because spinning
 // threads on a shared core make every parallel region wait for a descheduled
 // peer (25-300x slower). An idle machine keeps libgomp's default short spin,
@@ -43,8 +43,9 @@ void settle_threads(char** argv);
 std::string wait_policy_summary();
 
 // The decision of settle_threads, for tests: `others` runnable threads
-// besides the caller, `load1` the 1-minute load average, `mine` the threads
-// this process will run, `cpus` the CPUs online.
-bool machine_busy(int others, double load1, int mine, int cpus);
+// besides the caller, `mine` the threads this process will run, `cpus` the
+// CPUs online. (The load average is not asked: this machine's own earlier
+// work, an oversubscribed MPI test say, keeps it high for minutes.)
+bool machine_busy(int others, int mine, int cpus);
 
 }  // namespace strata
