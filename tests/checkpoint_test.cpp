@@ -780,7 +780,8 @@ TEST(Inspect, BadFilesGiveOneLineErrors) {
   }
   const CmdResult usage = run(std::string(STRATA_BINARY) + " inspect 2>&1 >/dev/null");
   EXPECT_NE(usage.status, 0);
-  EXPECT_NE(usage.out.find("missing argument <checkpoint>"), std::string::npos) << usage.out;
+  EXPECT_NE(usage.out.find("missing argument <ckpt.h5> (or --checkpoint FILE;"), std::string::npos)
+      << usage.out;
   const CmdResult help = run(std::string(STRATA_BINARY) + " inspect --help");
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.out.find("--tensors"), std::string::npos) << help.out;

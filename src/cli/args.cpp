@@ -140,8 +140,9 @@ bool Args::parse(int argc, char** argv, int first) {
   }
   assign_positionals(plain);
   for (const auto& p : pos_)
-    STRATA_USAGE_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (see ",
-                       command_, " --help)");
+    STRATA_USAGE_CHECK(!p.required || p.given, command_, ": missing argument <", p.name, "> (",
+                       p.name == checkpoint_pos_ ? "or --checkpoint FILE; " : "", "see ", command_,
+                       " --help)");
   return true;
 }
 
