@@ -6,17 +6,11 @@
 #include <cstdlib>
 #include <exception>
 
+#include "core/memory_info.h"
 #include "core/text.h"
 
 namespace strata {
 namespace {
-
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) b /= 1000, ++u;
-  return fixed(b, b < 10 && u > 0 ? 1 : 0) + " " + units[u];
-}
 
 std::string seconds_text(double s) {
   if (s < 120) return fixed(s, 0) + "s";
@@ -56,11 +50,11 @@ void ProgressMeter::finish() {
 void ProgressMeter::print(uint64_t done) {
   printed_ = true;
   const double s = std::max(timer_.seconds(), 1e-9);
-  std::string line = what_ + ": " + bytes_text(double(done));
+  std::string line = what_ + ": " + human_bytes(double(done));
   if (total_ > 0)
-    line += "/" + bytes_text(double(total_)) + " (" +
+    line += "/" + human_bytes(double(total_)) + " (" +
             fixed(100.0 * double(done) / double(total_), 0) + "%)";
-  line += ", " + bytes_text(double(done) / s) + "/s, " + seconds_text(s);
+  line += ", " + human_bytes(double(done) / s) + "/s, " + seconds_text(s);
   if (total_ > 0 && done > 0 && done < total_)
     line += ", ETA " + seconds_text(s / double(done) * double(total_ - done));
   std::fflush(stdout);

@@ -1,5 +1,5 @@
 // Progress of long work on stderr, as `train` reports its steps:
-//   "convert hf: reading /models/llama: 3.2/16.1 GB (20%), 412 MB/s, 8s, ETA 31s"
+//   "convert hf: reading /models/llama: 3.20 GB/16.10 GB (20%), 412.0 MB/s, 8s, ETA 31s"
 // at most every 5 seconds (STRATA_PROGRESS_SECONDS sets another interval; 0
 // prints at every update, for tests), and once more when the work ends if a
 // line was printed before (short work prints nothing). add() may be called

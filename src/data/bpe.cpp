@@ -118,6 +118,17 @@ std::string escape_regex(const std::string& s) {
   return r;
 }
 
+// A pre-tokenizer or post-processor as its list of steps: a Sequence's
+// members (under `list`), one step, or none.
+std::vector<json> steps_of(const json& node, const char* list) {
+  std::vector<json> steps;
+  if (node.is_object() && node.value("type", "") == "Sequence")
+    for (const json& s : node.at(list)) steps.push_back(s);
+  else if (node.is_object())
+    steps.push_back(node);
+  return steps;
+}
+
 bool is_ws(uint8_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -250,12 +261,7 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::parse(const std::string& text,
                  "\" is not supported (byte-level BPE files without a normalizer are)");
 
     // Pre-tokenizer steps.
-    std::vector<json> steps;
-    const json pre = j.value("pre_tokenizer", json());
-    if (pre.is_object() && pre.value("type", "") == "Sequence")
-      for (const json& s : pre.at("pretokenizers")) steps.push_back(s);
-    else if (pre.is_object())
-      steps.push_back(pre);
+    const std::vector<json> steps = steps_of(j.value("pre_tokenizer", json()), "pretokenizers");
     bool byte_level = false;
     for (const json& s : steps) {
       const std::string ty = s.value("type", "");
@@ -304,13 +310,7 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::parse(const std::string& text,
                  " is not ByteLevel: not a byte-level BPE");
 
     // BOS: the first token of the post-processor's single-sequence template.
-    std::vector<json> procs;
-    const json post = j.value("post_processor", json());
-    if (post.is_object() && post.value("type", "") == "Sequence")
-      for (const json& p : post.at("processors")) procs.push_back(p);
-    else if (post.is_object())
-      procs.push_back(post);
-    for (const json& p : procs) {
+    for (const json& p : steps_of(j.value("post_processor", json()), "processors")) {
       if (p.value("type", "") != "TemplateProcessing") continue;
       const json& single = p.at("single");
       if (single.empty() || !single[0].contains("SpecialToken")) continue;

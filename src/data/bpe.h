@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "core/regex.h"
+#include "data/tokenizer.h"
 
 namespace strata {
 
-class BpeTokenizer {
+// The tokenizer.json kind behind Tokenizer.
+class BpeTokenizer final : public TokenizerModel {
  public:
   // Parses the JSON text of a tokenizer.json; `name` is used in errors.
   static std::shared_ptr<const BpeTokenizer> parse(const std::string& json,
@@ -29,24 +31,24 @@ class BpeTokenizer {
   // The ids of `text` without the post-processor's additions (as
   // tokenizers' encode(text, add_special_tokens=False)): added tokens found
   // in the text are their ids.
-  std::vector<int32_t> encode(const std::string& text) const;
+  std::vector<int32_t> encode(const std::string& text) const override;
   // The text of `ids`, special tokens left out (skip_special_tokens=True);
   // bytes that do not form valid UTF-8 become U+FFFD as tokenizers does.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const std::vector<int32_t>& ids) const override;
   // The raw bytes of `ids` (special tokens left out), before any UTF-8
   // repair: for streaming output that must not split a character.
   std::string decode_bytes(const std::vector<int32_t>& ids) const;
-  std::string id_to_piece(int32_t id) const;            // the vocabulary's string
+  std::string id_to_piece(int32_t id) const override;   // the vocabulary's string
   int32_t piece_to_id(const std::string& piece) const;  // -1 when absent
 
-  int vocab_size() const { return int(pieces_.size()); }
-  int32_t bos_id() const { return bos_; }
-  int32_t eos_id() const { return eos_; }
-  int32_t unk_id() const { return unk_; }
-  int32_t pad_id() const { return pad_; }
+  int vocab_size() const override { return int(pieces_.size()); }
+  int32_t bos_id() const override { return bos_; }
+  int32_t eos_id() const override { return eos_; }
+  int32_t unk_id() const override { return unk_; }
+  int32_t pad_id() const override { return pad_; }
   bool is_special(int32_t id) const;
   // The special tokens that end a turn besides EOS (Tokenizer::end_of_turn_ids).
-  std::vector<int32_t> end_of_turn_ids() const;
+  std::vector<int32_t> end_of_turn_ids() const override;
 
   struct Added {
     std::string content;

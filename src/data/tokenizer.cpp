@@ -21,29 +21,11 @@ bool looks_like_json(const std::string& b) {
   return false;
 }
 
-// tokenizer.json's kind, over data/bpe.h.
-class BpeModel final : public TokenizerModel {
- public:
-  explicit BpeModel(std::shared_ptr<const BpeTokenizer> t) : t_(std::move(t)) {}
-  std::vector<int32_t> encode(const std::string& text) const override { return t_->encode(text); }
-  std::string decode(const std::vector<int32_t>& ids) const override { return t_->decode(ids); }
-  std::string id_to_piece(int32_t id) const override { return t_->id_to_piece(id); }
-  int vocab_size() const override { return t_->vocab_size(); }
-  int32_t bos_id() const override { return t_->bos_id(); }
-  int32_t eos_id() const override { return t_->eos_id(); }
-  int32_t unk_id() const override { return t_->unk_id(); }
-  int32_t pad_id() const override { return t_->pad_id(); }
-  std::vector<int32_t> end_of_turn_ids() const override { return t_->end_of_turn_ids(); }
-
- private:
-  std::shared_ptr<const BpeTokenizer> t_;
-};
-
 }  // namespace
 
 std::shared_ptr<const TokenizerModel> load_bpe_json(const std::string& bytes,
                                                     const std::string& name) {
-  return std::make_shared<BpeModel>(BpeTokenizer::parse(bytes, name));
+  return BpeTokenizer::parse(bytes, name);
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
