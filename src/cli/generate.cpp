@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "cli/model_args.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "data/chat.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/text_generation.h"
@@ -39,7 +42,15 @@ Args generate_args() {
       .option("speculations", "D", "self-speculative decoding: tokens drafted per round", "4")
       .option("stop", "STR", "stop once the text contains STR (not printed)", "")
       .option("tokenizer", "FILE",
-              "sentencepiece .model or tokenizer.json (default: the checkpoint's)");
+              "sentencepiece .model or tokenizer.json (default: the checkpoint's)")
+      .flag("chat",
+            "the prompt is a user message: render it in a chat template (strata's own, as SFT "
+            "trains, or --chat-template) and print only the answer")
+      .option("system", "TEXT", "with --chat: a system message before the user's", "")
+      .option("chat-template", "PATH",
+              "with --chat: a model's Hugging Face chat template (its directory, its "
+              "tokenizer_config.json or a .jinja file) instead of strata's own",
+              "");
   add_threads_option(args)
       .flag("no-bos", "do not start the sequence with BOS")
       .flag("ignore-eos", "keep generating after the end-of-sequence token")
@@ -97,6 +108,12 @@ void check_options(const Args& args) {
   STRATA_CHECK(args.get_int("exit-layer") >= 0,
                "strata generate: --exit-layer must be >= 0 (0: every layer), got ",
                args.get_int("exit-layer"));
+  const bool chat = args.has("chat");
+  STRATA_USAGE_CHECK(chat || (args.get("system").empty() && args.get("chat-template").empty()),
+                     "strata generate: --system and --chat-template need --chat");
+  STRATA_USAGE_CHECK(!chat || !args.has("no-bos"),
+                     "strata generate: --no-bos does not apply with --chat (the chat template "
+                     "decides where BOS goes)");
 }
 
 // The prompts of --prompts: its non-blank lines (one KV cache each).
@@ -150,13 +167,29 @@ Tokenizer load_tokenizer(const Args& args, const LoadedModel& lm) {
   return tok;
 }
 
-// A prompt's ids: BOS (unless --no-bos), then the text.
-std::vector<int32_t> prompt_ids(const Args& args, const Tokenizer& tok, const std::string& text) {
-  std::vector<int32_t> ids;
-  if (!args.has("no-bos") && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
-  const auto enc = tok.encode(text);
-  ids.insert(ids.end(), enc.begin(), enc.end());
-  return ids;
+using PromptEncoder = std::function<std::vector<int32_t>(const std::string&)>;
+
+// A prompt's ids: BOS (unless --no-bos), then the text; with --chat, the
+// text as a user message (after --system's) in the chat template, the
+// assistant's turn opened.
+PromptEncoder prompt_encoder(const Args& args, const Tokenizer& tok) {
+  if (!args.has("chat"))
+    return [&args, &tok](const std::string& text) {
+      std::vector<int32_t> ids;
+      if (!args.has("no-bos") && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+      const auto enc = tok.encode(text);
+      ids.insert(ids.end(), enc.begin(), enc.end());
+      return ids;
+    };
+  auto tmpl = std::make_shared<ChatTemplate>();
+  if (!args.get("chat-template").empty())
+    *tmpl = load_chat_template(args.get("chat-template"), tok);
+  return [tmpl, &tok, system = args.get("system")](const std::string& text) {
+    ChatMessages messages;
+    if (!system.empty()) messages.emplace_back("system", system);
+    messages.emplace_back("user", text);
+    return encode_chat_prompt(*tmpl, tok, messages);
+  };
 }
 
 Detokenizer detokenizer(const Tokenizer& tok) {
@@ -165,12 +198,13 @@ Detokenizer detokenizer(const Tokenizer& tok) {
 
 // --prompts FILE.jsonl: every prompt in one batch; one result per prompt
 // (text blocks, or JSON lines with --json), a summary on stderr.
-int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer& tok, bool root) {
+int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer& tok,
+                          const PromptEncoder& encode, bool root) {
   STRATA_CHECK(args.get("prompt").empty(), "strata generate: give --prompt or --prompts, not both");
   STRATA_CHECK(!args.has("no-cache"), "strata generate: --no-cache takes a single --prompt");
   const PromptFile file =
       read_prompt_file(args.get("prompts"), [&](const std::string& text, const std::string& where) {
-        std::vector<int32_t> ids = prompt_ids(args, tok, text);
+        std::vector<int32_t> ids = encode(text);
         STRATA_CHECK(!ids.empty(), where, ": empty prompt (and --no-bos)");
         return ids;
       });
@@ -185,7 +219,7 @@ int generate_prompts_file(const Args& args, Model<float>& model, const Tokenizer
               .dump()
               .c_str());
     else
-      std::printf("%s%s\n%s", prompt.c_str(), b.texts[i].c_str(),
+      std::printf("%s%s\n%s", args.has("chat") ? "" : prompt.c_str(), b.texts[i].c_str(),
                   i + 1 < b.texts.size() ? "---\n" : "");
   }
   std::fflush(stdout);
@@ -207,13 +241,15 @@ int cmd_generate(int argc, char** argv, int first) {
   const Tokenizer tok = load_tokenizer(args, lm);
   if (args.get_int("exit-layer") > 0)
     lm.info.plan.check_exit(args.get_int("exit-layer"), "strata generate: --exit-layer");
-  if (!args.get("prompts").empty()) return generate_prompts_file(args, model, tok, lm.root());
-  const std::vector<int32_t> ids = prompt_ids(args, tok, args.get("prompt"));
+  const PromptEncoder encode = prompt_encoder(args, tok);
+  if (!args.get("prompts").empty())
+    return generate_prompts_file(args, model, tok, encode, lm.root());
+  const std::vector<int32_t> ids = encode(args.get("prompt"));
   const GenerateOptions g = options_from(args, tok);
   const bool json = args.has("json");
   STRATA_CHECK(!args.has("no-cache") || (g.exit_layer == 0 && g.speculations == 0),
                "strata generate: --no-cache runs the whole model (no --exit-layer)");
-  if (!json) {
+  if (!json && !args.has("chat")) {
     std::fputs(args.get("prompt").c_str(), stdout);
     std::fflush(stdout);
   }

@@ -165,40 +165,10 @@ class SftPackedLoader final : public detail::RowLoader {
 
 SftExample SftDataset::render(const std::vector<std::pair<std::string, std::string>>& messages,
                               const Tokenizer& tok, const ChatTemplate& tmpl) {
+  ChatTokens c = encode_conversation(tmpl, tok, messages);
   SftExample ex;
-  auto push = [&](const std::string& text, uint8_t loss) {
-    if (text.empty()) return;
-    const std::vector<int32_t> ids = tok.encode(text);
-    ex.tokens.insert(ex.tokens.end(), ids.begin(), ids.end());
-    ex.loss.insert(ex.loss.end(), ids.size(), loss);
-  };
-  if (tok.bos_id() >= 0) {
-    ex.tokens.push_back(tok.bos_id());
-    ex.loss.push_back(0);
-  }
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const auto& [role, content] = messages[i];
-    if (role == "system") {
-      push(tmpl.system_prefix, 0);
-      push(content, 0);
-      push(tmpl.system_suffix, 0);
-    } else if (role == "user") {
-      push(tmpl.user_prefix, 0);
-      push(content, 0);
-      push(tmpl.user_suffix, 0);
-    } else if (role == "assistant") {
-      push(tmpl.assistant_prefix, 0);
-      push(content, 1);
-      push(tmpl.assistant_suffix, 1);
-      if (tok.eos_id() >= 0) {
-        ex.tokens.push_back(tok.eos_id());
-        ex.loss.push_back(1);
-      }
-    } else {
-      fail(cat("sft: message ", i + 1, ": unknown role '", one_line(role),
-               "' (expected system, user or assistant)"));
-    }
-  }
+  ex.tokens = std::move(c.tokens);
+  ex.loss = std::move(c.assistant);
   return ex;
 }
 
@@ -223,7 +193,12 @@ std::shared_ptr<const SftDataset> SftDataset::load_jsonl(const std::string& path
     } catch (const nlohmann::json::exception& e) {
       fail(cat(where, ": not valid JSON (", e.what(), ")"));
     }
-    ds->examples_.push_back(render(parse_conversation(j, where), tok, tmpl));
+    const auto messages = parse_conversation(j, where);
+    try {
+      ds->examples_.push_back(render(messages, tok, tmpl));
+    } catch (const Error& e) {
+      fail(cat(where, ": ", e.what()));
+    }
   }
   STRATA_CHECK(!in.bad(), "sft data ", path, ": read error");
   STRATA_CHECK(!ds->examples_.empty(), "sft data ", path, ": no examples");

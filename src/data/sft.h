@@ -12,20 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "data/chat.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 
 namespace strata {
 
-// Rendering: BOS, then per message prefix + content + suffix; each assistant
-// message is followed by EOS. Loss is taken on the assistant content, its
-// suffix and the EOS; never on prefixes, user or system text.
-struct ChatTemplate {
-  std::string system_prefix = "<|system|>\n", system_suffix = "\n";
-  std::string user_prefix = "<|user|>\n", user_suffix = "\n";
-  std::string assistant_prefix = "<|assistant|>\n", assistant_suffix = "";
-};
-
+// Rendering (data/chat.h): strata's own template (BOS, then per message
+// prefix + content + suffix, EOS after each assistant message; loss on the
+// assistant content, its suffix and the EOS) or a model's Hugging Face chat
+// template (loss on the assistant's answer through its end-of-turn marker);
+// never on prefixes, user or system text.
 struct SftExample {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> loss;  // loss[t] = 1: tokens[t] is a target (predicted from tokens[<t])

@@ -94,7 +94,14 @@ void setup_sft(Run& run) {
   const std::string& path = d.sft_train;
   if (path.empty()) c.fail("data.sft_train", "an SFT run needs a JSONL file");
   if (!fs::exists(path)) c.fail("data.sft_train", cat("no such file: ", path));
-  const ChatTemplate tmpl;
+  ChatTemplate tmpl;
+  if (!d.chat_template.empty()) {
+    try {
+      tmpl = load_chat_template(d.chat_template, *run.tokenizer);
+    } catch (const Error& e) {
+      c.fail("data.chat_template", e.what());
+    }
+  }
   const int32_t pad = run.tokenizer->eos_id() >= 0 ? run.tokenizer->eos_id() : 0;
   auto train = SftDataset::load_jsonl(path, *run.tokenizer, tmpl);
   // Rows keep the first seq_len + 1 tokens: an example whose response starts
@@ -119,7 +126,8 @@ void setup_sft(Run& run) {
     };
   }
   log::info("data: SFT ", path, ": ", train->examples().size(), " conversations",
-            d.packing ? " (packed)" : "");
+            d.packing ? " (packed)" : "", ", chat template ",
+            tmpl.jinja ? tmpl.source : std::string("strata's own"));
 }
 
 }  // namespace

@@ -143,6 +143,7 @@ DataSection read_data(const Recipe& r) {
   s.sft_train = r.get_string("data.sft_train");
   s.sft_val = r.get_string("data.sft_val");
   s.packing = r.get_bool("data.packing");
+  s.chat_template = r.get_string("data.chat_template");
   return s;
 }
 

@@ -53,6 +53,7 @@ struct DataSection {
   std::string doc_split;
   double val_fraction = 0;
   std::string sft_train, sft_val;  // SFT JSONL files
+  std::string chat_template;       // SFT: a Hugging Face chat template ("": strata's own)
   bool packing = false;
 };
 

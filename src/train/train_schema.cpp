@@ -62,6 +62,9 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"data.sft_train", K::String, "\"\"", "SFT training JSONL"},
       {"data.sft_val", K::String, "\"\"", "SFT validation JSONL (optional)"},
       {"data.packing", K::Bool, "false", "SFT: pack examples into full rows"},
+      {"data.chat_template", K::String, "\"\"",
+       "SFT: a model's Hugging Face chat template (its directory, tokenizer_config.json or a "
+       ".jinja file); \"\": strata's own"},
 
       {"training.steps", K::Int, "", "optimizer steps", true},
       {"training.micro_batch_size", K::Int, "8",
