@@ -6,20 +6,20 @@
 #
 # Optional, each switched by STRATA_WITH_<NAME> = AUTO (used when found), ON
 # (required) or OFF (left out even when installed, to check a build without
-# it): oneDNN, HDF5, sentencepiece, MPI, zlib, PCRE2. Where one is left out, the
+# it): oneDNN, HDF5, sentencepiece, MPI, zlib, PCRE2, YAML (yaml-cpp). Where one is left out, the
 # sources that need it are replaced by a file that refuses in one line at run
 # time (docs/build.md, "Optional features"); its compile definition, where the
 # code needs one, sits on the sources that use it only, so every other object
 # is the same with and without it.
 #
-# Defines STRATA_HAVE_ONEDNN, _HDF5, _SENTENCEPIECE, _MPI, _ZLIB, _PCRE2 (ON/OFF),
-# STRATA_ALL_FEATURES (all six), and the targets strata_deps links.
+# Defines STRATA_HAVE_ONEDNN, _HDF5, _SENTENCEPIECE, _MPI, _ZLIB, _PCRE2, _YAML
+# (ON/OFF), STRATA_ALL_FEATURES (all seven), and the targets strata_deps links.
 
 set(STRATA_VENDOR_DIR "" CACHE PATH
     "Folder with include/ (toml++, nlohmann) and googletest/ sources for a machine without those \
 packages (tests/gpu_prepare.sh stages it); when set, its copies are used")
 
-set(STRATA_OPTIONAL_FEATURES ONEDNN HDF5 SENTENCEPIECE MPI ZLIB PCRE2)
+set(STRATA_OPTIONAL_FEATURES ONEDNN HDF5 SENTENCEPIECE MPI ZLIB PCRE2 YAML)
 foreach(f ${STRATA_OPTIONAL_FEATURES})
   set(STRATA_WITH_${f} AUTO CACHE STRING "Use ${f}: AUTO (when found), ON (required), OFF (never)")
   set_property(CACHE STRATA_WITH_${f} PROPERTY STRINGS AUTO ON OFF)
@@ -136,6 +136,14 @@ endif()
 strata_feature(PCRE2 "${_found}" libpcre2-dev
   "tokenizer.json (byte-level BPE, Llama 3) tokenizers cannot be loaded")
 
+set(_found OFF)
+if(PkgConfig_FOUND AND NOT STRATA_WITH_YAML STREQUAL "OFF")
+  pkg_check_modules(YAMLCPP QUIET IMPORTED_TARGET yaml-cpp)  # lm-evaluation-harness task YAMLs
+  set(_found ${YAMLCPP_FOUND})
+endif()
+strata_feature(YAML "${_found}" libyaml-cpp-dev
+  "strata eval --include-path (lm-evaluation-harness task YAMLs) refuses")
+
 set(STRATA_ALL_FEATURES ON)
 foreach(f ${STRATA_OPTIONAL_FEATURES})
   if(NOT STRATA_HAVE_${f})
@@ -150,7 +158,7 @@ if(STRATA_HAVE_ONEDNN)
 endif()
 list(APPEND STRATA_DEP_LIBRARIES nlohmann_json::nlohmann_json PkgConfig::TOMLPP)
 foreach(pair SENTENCEPIECE=PkgConfig::SENTENCEPIECE HDF5=PkgConfig::HDF5 MPI=MPI::MPI_CXX
-             ZLIB=ZLIB::ZLIB PCRE2=PkgConfig::PCRE2)
+             ZLIB=ZLIB::ZLIB PCRE2=PkgConfig::PCRE2 YAML=PkgConfig::YAMLCPP)
   string(REPLACE "=" ";" pair "${pair}")
   list(GET pair 0 f)
   list(GET pair 1 target)

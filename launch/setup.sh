@@ -17,6 +17,7 @@ PACKAGES=(
   libtomlplusplus-dev                   # TOML recipes
   libsentencepiece-dev                  # tokenizers (.model)
   libpcre2-dev                          # regular expressions: tokenizer.json pre-tokenizers
+  libyaml-cpp-dev                       # lm-evaluation-harness task YAMLs (eval --include-path)
   libhdf5-dev hdf5-tools                # checkpoints (h5dump to inspect them)
   zlib1g-dev                            # PNG pictures of the plots (strata report --png)
   libgtest-dev                          # GoogleTest

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "eval/eval_job.h"
 #include "eval/evaluate.h"
+#include "eval/harness_task.h"
 #include "eval/task.h"
 
 namespace strata::cli {
@@ -26,6 +28,25 @@ std::string default_eval_dir() {
   if (std::filesystem::is_directory("eval")) return "eval";
   const std::string built = std::string(STRATA_SOURCE_DIR) + "/eval";
   return std::filesystem::is_directory(built) ? built : "eval";
+}
+
+// $STRATA_DATASETS, else ~/.cache/strata/datasets.
+std::string default_datasets_dir() {
+  if (const char* d = std::getenv("STRATA_DATASETS"); d && *d) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/strata/datasets";
+}
+
+// Where lm-evaluation-harness task YAMLs and their data are.
+Args& add_harness_options(Args& args) {
+  return args
+      .option("include-path", "DIRS",
+              "lm-evaluation-harness task YAMLs: comma-separated folders searched (recursively) "
+              "for --tasks names, tags and groups before --eval-dir")
+      .option("datasets-dir", "DIR",
+              "local copies of the Hugging Face datasets --include-path tasks name: "
+              "DIR/<dataset_path>/<dataset_name or default>/<split>.jsonl",
+              default_datasets_dir());
 }
 
 Args eval_args() {
@@ -53,7 +74,8 @@ Args eval_args() {
               "--perplexity: full (the last window extended left to a full context, the "
               "harness's rule) or chunked (where the stride puts it, as llama2.c's chunks)",
               "full")
-      .option("eval-dir", "DIR", "task definitions", default_eval_dir())
+      .option("eval-dir", "DIR", "task definitions", default_eval_dir());
+  add_harness_options(args)
       .option("out", "FILE", "write the results as JSON")
       .option("output-format", "NAME",
               "layout of --out: strata, or lm-eval (lm-evaluation-harness's results.json: "
@@ -162,8 +184,13 @@ EvalJob read_eval_job(const Args& args) {
                " and ", o.stride);
   o.batch_size = args.get_int("batch-size");
   STRATA_CHECK(o.batch_size >= 1, "strata eval: --batch-size must be >= 1, got ", o.batch_size);
-  o.tasks = resolve_tasks(args.get("eval-dir"), split_commas(args.get("tasks")));
   o.eval_dir = args.get("eval-dir");
+  if (args.has("include-path"))
+    o.harness = std::make_shared<const HarnessTasks>(
+        index_harness_tasks(split_commas(args.get("include-path")), args.get("datasets-dir")));
+  for (const std::string& t : split_commas(args.get("tasks")))  // YAML names win
+    o.tasks.push_back(
+        o.harness && !o.harness->expand(t).empty() ? t : resolve_tasks(o.eval_dir, {t}).front());
   o.chat.apply = args.has("apply-chat-template");
   o.chat.system_instruction = args.get("system-instruction");
   o.chat.fewshot_as_multiturn = args.has("fewshot-as-multiturn");
@@ -176,12 +203,16 @@ EvalJob read_eval_job(const Args& args) {
 }
 
 // Task names checked before anything loads.
-void check_tasks(const Args& args) {
+void check_tasks(const Args& args, const EvalJob& job) {
   const auto known = list_tasks(args.get("eval-dir"));
+  const HarnessTasks* h = job.tasks.harness.get();
   for (const std::string& t : split_commas(args.get("tasks")))
-    if (t != "all" && resolve_task(args.get("eval-dir"), t).empty())
+    if (t != "all" && resolve_task(args.get("eval-dir"), t).empty() && (!h || h->expand(t).empty()))
       fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"),
-               "/ has: ", join(known, ", "), ")"));
+               "/ has: ", join(known, ", "),
+               h ? cat("; --include-path has ", h->files.size(), " tasks: --tasks list shows them")
+                 : std::string(),
+               ")"));
   require_code_permission(args.get("eval-dir"),
                           resolve_tasks(args.get("eval-dir"), split_commas(args.get("tasks"))),
                           args.has("allow-code-execution"));
@@ -231,6 +262,11 @@ int cmd_eval(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   if (args.has("tasks") && args.get("tasks") == "list") {
     std::fputs(task_table(args.get("eval-dir")).c_str(), stdout);
+    if (args.has("include-path"))
+      std::fputs(harness_task_table(index_harness_tasks(split_commas(args.get("include-path")),
+                                                        args.get("datasets-dir")))
+                     .c_str(),
+                 stdout);
     return 0;
   }
   STRATA_USAGE_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");
@@ -238,7 +274,7 @@ int cmd_eval(int argc, char** argv, int first) {
                      "strata eval: give either --tasks or --perplexity");
   EvalJob job = read_eval_job(args);
   apply_threads(args.get_int("threads"));
-  if (args.has("tasks")) check_tasks(args);
+  if (args.has("tasks")) check_tasks(args, job);
   LoadedModel lm = load_model_from_args(args, "strata eval", false, 0, eval_memory(args));
   const Tokenizer tok = checkpoint_tokenizer(lm, args.get("checkpoint"));
   if (args.has("bf16")) lm.model->backend().set_matmul_precision(ops::MatmulPrecision::BF16);

@@ -167,7 +167,10 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
   // "all" expands in place to the comparable tasks; a name given twice runs once.
   std::vector<std::string> names;
   for (const std::string& t : o.tasks)
-    for (const std::string& n : t == "all" ? all_tasks(o.eval_dir) : std::vector<std::string>{t})
+    for (const std::string& n : t == "all" ? all_tasks(o.eval_dir)
+                                : o.harness && !o.harness->expand(t).empty()
+                                    ? o.harness->expand(t)
+                                    : std::vector<std::string>{t})
       if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   STRATA_CHECK(!names.empty(), "eval: no tasks given");
   require_code_permission(o.eval_dir, names, o.allow_code_execution);  // before any work
@@ -183,7 +186,9 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
   std::vector<std::vector<TaskResult>> out(scorer.exits().size());
   for (const std::string& name : names) {
     Timer t;
-    TaskData task = load_task(o.eval_dir, name, o.shots, o.seed, o.limit);
+    TaskData task = o.harness && o.harness->files.count(name)
+                        ? load_harness_task(*o.harness, name, o.shots, o.seed, o.limit)
+                        : load_task(o.eval_dir, name, o.shots, o.seed, o.limit);
     apply_chat_template(task, o.chat);
     if (o.write_out) write_out_first(task);
     std::vector<TaskResult> per_exit;

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/tokenizer.h"
 #include "eval/engine.h"
 #include "eval/generate_until.h"
+#include "eval/harness_task.h"
 #include "eval/results.h"
 #include "eval/sandbox.h"
 #include "eval/task.h"
@@ -41,6 +43,9 @@ struct EvalOptions {
   // Generation overrides (--gen-kwargs): < 0 / empty keeps the task's setting.
   int max_gen_toks = -1;
   double temperature = -1;
+  // Tasks of lm-evaluation-harness YAMLs (--include-path): their names (and
+  // tags and groups) are looked up here before eval_dir.
+  std::shared_ptr<const HarnessTasks> harness;
 };
 
 // The harness's multiple-choice decision for one example given each choice's

@@ -78,6 +78,10 @@ std::pair<std::string, std::string> solved(const Config& c, const Item& it) {
   return {it.text, it.options[size_t(it.gold)]};
 }
 
+}  // namespace
+
+namespace task_internal {
+
 // k distinct entries of `pool` (sorted indices), never `self`: the first k
 // (first_n), or a partial Fisher-Yates shuffle driven by `rng`.
 std::vector<int> draw_shots(const std::vector<int>& pool, int self, int k, bool first_n,
@@ -114,7 +118,7 @@ std::vector<int> draw_shots(const std::vector<int>& pool, int self, int k, bool 
   return out;
 }
 
-}  // namespace
+}  // namespace task_internal
 
 std::vector<std::string> list_tasks(const std::string& eval_dir) {
   std::error_code ec;

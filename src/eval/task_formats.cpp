@@ -32,6 +32,8 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s = std::move(out);
 }
 
+}  // namespace
+
 std::vector<Row> read_jsonl(const std::string& path) {
   const std::string text = read_file(path, "data file");
   std::vector<Row> rows;
@@ -134,6 +136,8 @@ std::vector<Row> read_csv(const std::string& path) {
   }
   return rows;
 }
+
+namespace {
 
 // PIQA's labels file: one 0/1 per line, the i-th for the i-th JSONL row.
 void attach_labels(std::vector<Row>& rows, const std::string& labels_path) {

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/philox.h"
+
 namespace strata::task_internal {
 
 using json = nlohmann::json;
@@ -75,5 +77,10 @@ struct GoldSpec {
   std::string index_in;            // when not empty
   int eval(const Row& row) const;
 };
+
+// k distinct few-shot examples of `pool` (sorted indices), never `self`: the
+// first k (first_n), or a partial Fisher-Yates shuffle driven by `rng`.
+std::vector<int> draw_shots(const std::vector<int>& pool, int self, int k, bool first_n,
+                            const PhiloxStream& rng);
 
 }  // namespace strata::task_internal

@@ -1,0 +1,87 @@
+// Internals of the harness task loader (eval/harness_task.h): a task's
+// settings as read from its YAML, its documents, and the rendering of its
+// doc_to_* fields. Internal to eval/harness_*.cpp.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/jinja.h"
+#include "eval/harness_task.h"
+
+namespace strata::harness_internal {
+
+using json = nlohmann::ordered_json;
+
+struct Doc {
+  json fields;        // the document (a JSON object)
+  std::string where;  // "<file>:<line>" for messages
+};
+
+// A task's settings, checked: each key's type, no Python functions.
+struct Spec {
+  std::string file, name;
+  TaskKind kind = TaskKind::MultipleChoice;
+  std::optional<json> doc_to_text, doc_to_target, doc_to_choice, description;
+  bool has_choice = false;
+  std::string target_delimiter = " ", fewshot_delimiter = "\n\n";
+  int num_fewshot = 0;
+  bool first_n = false;                      // fewshot_config.sampler = first_n
+  std::optional<std::vector<json>> samples;  // fewshot_config.samples
+  std::vector<std::string> metrics;
+  GenerationSpec generation;
+  std::vector<FilterStep> filters;
+  ExactMatchSpec exact_match;
+  int version = 0;
+};
+Spec read_spec(const std::string& file, const std::string& name, const json& cfg);
+
+// The split scored (test_split, else validation_split) and the one few-shot
+// examples come from (fewshot_split, training_split, validation_split,
+// test_split: the first set).
+std::string eval_split(const json& cfg);
+std::string fewshot_split(const json& cfg);
+
+struct DataSource {
+  std::string format;  // json, csv or text
+  std::vector<std::string> files;
+};
+DataSource data_source(const HarnessTasks& h, const std::string& file, const json& cfg,
+                       const std::string& split);
+std::vector<Doc> read_docs(const HarnessTasks& h, const std::string& file, const json& cfg,
+                           const std::string& split);
+
+// The harness's doc_to_text, doc_to_target and doc_to_choice: a column name
+// gives the document's field, an int itself, anything else is a Jinja
+// template; a template's digits are an int where the task has choices, and
+// doc_to_choice's text is read as a Python list literal.
+class Render {
+ public:
+  explicit Render(const Spec& s) : s_(s) {}
+  std::string text(const Doc& d);
+  json target(const Doc& d);
+  std::vector<std::string> choices(const Doc& d);
+  // A template or column field as text (description, ...).
+  std::string text_of(const json& spec, const Doc& d, const std::string& key);
+
+ private:
+  json field(const json& spec, const Doc& d, const std::string& key);
+  const jinja::Template& tmpl(const std::string& key, const std::string& source);
+  const Spec& s_;
+  std::map<std::string, std::unique_ptr<jinja::Template>> cache_;
+};
+
+// The gold choice: an index, or a choice's text.
+int gold_index(const json& target, const std::vector<std::string>& choices,
+               const std::string& where);
+
+// The strings of a Python list literal (['a', "b's", 1]), as ast.literal_eval
+// reads them; throws naming `where` for anything else.
+std::vector<std::string> python_list(const std::string& text, const std::string& where);
+
+}  // namespace strata::harness_internal
