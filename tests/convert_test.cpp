@@ -2,7 +2,9 @@
 // made once by tests/fixtures/make_hf_fixtures.py), round trips in both
 // directions, sharding and dtypes, Llama-3 RoPE scaling, and bad inputs; the
 // exported tokenizer files against transformers 4.x and 5.x (recorded once by
-// tests/fixtures/make_hf_tokenizer_fixture.py) and against sentencepiece.
+// tests/fixtures/make_hf_tokenizer_fixture.py) and against sentencepiece
+// (Hugging Face tokenizers' ids recorded by
+// tests/fixtures/hf_export/make_export_fixtures.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "data/sft.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
+#include "io/checkpoint.h"
 #include "io/hf.h"
 #include "io/hf_tokenizer.h"
 #include "io/llama2c.h"
@@ -364,9 +367,9 @@ TEST(HfTokenizerExport, ParsesTheSentencepieceModel) {
                            {"empty.model", "no pieces"});
 }
 
-// Hugging Face's BPE, written out here: the normalizer and pre-tokenizer the
-// export describes (strip, collapse spaces, U+2581 for spaces, one leading
-// U+2581), then the ranked merges applied lowest rank first (leftmost on
+// Hugging Face's BPE, written out here: the normalizer the export describes
+// for tok512 (strip, collapse spaces, one leading U+2581, U+2581 for spaces),
+// then the ranked merges applied lowest rank first (leftmost on
 // ties), then pieces missing from the vocabulary as <0xNN> bytes. Its ids must
 // be sentencepiece's.
 std::vector<int32_t> hf_bpe(const std::string& text, const nlohmann::json& model) {
@@ -437,6 +440,74 @@ TEST(HfTokenizerExport, MergesReproduceSentencepieceOnTheCorpus) {
   EXPECT_GT(tokens, 1000);
   for (const char* s : {"  two  spaces  ", "caf\xc3\xa9 \xe4\xbd\xa0", "a\n\nb", "tab\tx"})
     EXPECT_EQ(hf_bpe(s, model), tok.encode(s)) << s;
+}
+
+// tests/fixtures/hf_export/sp_export_ids.json: texts on which Hugging Face's
+// tokenizers, given the tokenizer.json `strata export hf` wrote for a
+// sentencepiece model, gave that model's ids (python sentencepiece's, which
+// make_export_fixtures.py checked before writing). The export must still write
+// that very tokenizer.json, and strata's own sentencepiece tokenizer must give
+// the recorded ids: together, the exported tokenizer equals sentencepiece on
+// every text.
+void expect_export_matches_sentencepiece(const std::string& name) {
+  static const nlohmann::json fx = read_json(fixture("hf_export/sp_export_ids.json"));
+  ASSERT_TRUE(fx["tokenizers"].contains(name)) << name;
+  const auto& e = fx["tokenizers"][name];
+  const std::string source = std::string(STRATA_SOURCE_DIR) + "/" + e["source"].get<std::string>();
+  const std::string bytes = source.ends_with(".h5") ? CheckpointReader(source).tokenizer()
+                                                    : read_file(source, "tokenizer");
+  const HfTokenizerFiles files = make_hf_tokenizer_files(bytes, 256, name);
+  const auto tj = nlohmann::json::parse(files.tokenizer_json);
+  // The readable part of the recording first, then the whole file.
+  EXPECT_EQ(tj["pre_tokenizer"], e["hf_pre_tokenizer"]) << name;
+  EXPECT_EQ(tj["decoder"]["decoders"], e["hf_decoder"]) << name;
+  auto normalizers = tj["normalizer"]["normalizers"];
+  for (auto& n : normalizers)
+    if (n["type"] == "Precompiled") n["precompiled_charsmap"] = "...";
+  EXPECT_EQ(normalizers, e["hf_normalizer"]) << name;
+  ASSERT_EQ(sha256_hex(files.tokenizer_json), e["tokenizer_json_sha256"].get<std::string>())
+      << name << ": the export no longer writes the tokenizer.json the fixture was made from: "
+      << "rerun tests/fixtures/hf_export/make_export_fixtures.py";
+
+  const Tokenizer tok = Tokenizer::from_bytes(bytes, name);
+  const auto& texts = fx["texts"];
+  std::vector<size_t> which(texts.size());
+  for (size_t i = 0; i < which.size(); ++i) which[i] = i;
+  if (e.contains("texts")) which = e["texts"].get<std::vector<size_t>>();
+  ASSERT_EQ(which.size(), e["ids"].size()) << name;
+  int wrong = 0;
+  for (size_t k = 0; k < which.size() && wrong < 10; ++k) {
+    const std::string text = texts[which[k]].get<std::string>();
+    const auto want = e["ids"][k].get<std::vector<int32_t>>();
+    const std::vector<int32_t> got = tok.encode(text);
+    if (got != want) {
+      ++wrong;
+      ADD_FAILURE() << name << ": text " << which[k] << " " << nlohmann::json(text).dump()
+                    << ": strata " << nlohmann::json(got).dump() << ", the fixture "
+                    << nlohmann::json(want).dump();
+    }
+  }
+  EXPECT_GE(which.size(), 300u);
+}
+
+// BPE, add_dummy_prefix without remove_extra_whitespaces: the audit's case,
+// " Robert" is [▁, ▁Robert].
+TEST(HfTokenizerExport, MatchesSentencepieceQuickstart) {
+  expect_export_matches_sentencepiece("quickstart");
+}
+
+// BPE, add_dummy_prefix and remove_extra_whitespaces.
+TEST(HfTokenizerExport, MatchesSentencepieceStories260K) {
+  expect_export_matches_sentencepiece("stories260K");
+}
+
+// Unigram with each (add_dummy_prefix, remove_extra_whitespaces) pair and BPE
+// without the dummy prefix; small models trained for the fixture, some with a
+// character map (tests/fixtures/hf_export/rules.tsv), some without byte fallback.
+TEST(HfTokenizerExport, MatchesSentencepieceOtherNormalizerSettings) {
+  for (const char* name : {"unigram_dummy_strip", "unigram_dummy_keep", "unigram_nodummy_strip",
+                           "unigram_nodummy_keep", "bpe_nodummy_strip", "bpe_nodummy_keep"})
+    expect_export_matches_sentencepiece(name);
 }
 
 std::unique_ptr<Model<float>> stories260k() {

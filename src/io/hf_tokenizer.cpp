@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -124,6 +125,60 @@ std::string jinja_literal(const std::string& s) {
   }
   return out + "'";
 }
+
+// sentencepiece's precompiled character map: the size of a darts-clone
+// double-array trie of the strings it replaces, the trie, then the
+// NUL-terminated replacements.
+class CharsMap {
+ public:
+  explicit CharsMap(const std::string& blob) : b_(blob) {
+    if (b_.size() < 4) return;
+    const uint32_t n = u32(0);
+    if (n % 4 == 0 && n <= b_.size() - 4) units_ = n / 4;
+  }
+
+  // What the map replaces exactly `key` with; nullopt when it leaves it be.
+  std::optional<std::string> entry(std::string_view key) const {
+    size_t id = 0;
+    uint32_t u = 0;
+    if (!walk(key, &id, &u) || !((u >> 8) & 1)) return std::nullopt;  // no value here
+    id ^= offset(u);
+    if (id >= units_) return std::nullopt;
+    const size_t at = 4 + 4 * units_ + (unit(id) & ((1u << 31) - 1));
+    if (at >= b_.size()) return std::nullopt;
+    return std::string(b_.c_str() + at);
+  }
+
+  // Whether some string the map replaces starts with `prefix`.
+  bool has_prefix(std::string_view prefix) const {
+    size_t id = 0;
+    uint32_t u = 0;
+    return walk(prefix, &id, &u);
+  }
+
+ private:
+  uint32_t u32(size_t at) const {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v |= uint32_t(uint8_t(b_[at + i])) << (8 * i);
+    return v;
+  }
+  uint32_t unit(size_t id) const { return u32(4 + 4 * id); }
+  static uint32_t offset(uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); }
+  bool walk(std::string_view key, size_t* id, uint32_t* u) const {
+    if (units_ == 0) return false;
+    *id = 0, *u = unit(0);
+    for (char c : key) {
+      *id ^= offset(*u) ^ uint8_t(c);
+      if (*id >= units_) return false;
+      *u = unit(*id);
+      if ((*u & ((1u << 31) | 0xff)) != uint8_t(c)) return false;
+    }
+    return true;
+  }
+
+  const std::string& b_;
+  size_t units_ = 0;
+};
 
 nlohmann::json replace(const nlohmann::json& pattern, const std::string& content) {
   return {{"type", "Replace"}, {"pattern", pattern}, {"content", content}};
@@ -301,14 +356,63 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
                      {"normalized", false},
                      {"special", t != PT::UserDefined}});
   }
+  // The normalizer is sentencepiece's normalisation step by step, and no
+  // pre-tokenizer splits its output (the legacy Llama form), so the model sees
+  // what sentencepiece's model sees. A Metaspace pre-tokenizer would not do:
+  // it leaves out the dummy prefix when the text already starts with a space
+  // (or U+2581), which sentencepiece never does.
+  //  - The precompiled character map (NFKC and the like) comes first.
+  //  - remove_extra_whitespaces: leading spaces go, runs of spaces become one,
+  //    and trailing spaces and U+2581s go (sentencepiece strips trailing U+2581
+  //    after escaping, literal ones included). Before the dummy prefix, so a
+  //    text that is only spaces stays empty.
+  //  - add_dummy_prefix: one U+2581 before any non-empty text. Without
+  //    remove_extra_whitespaces sentencepiece adds it to any non-empty input,
+  //    even one the character map empties, so it goes before the map: as a
+  //    U+2581, or a space (made a U+2581 below) where the map has strings that
+  //    start with U+2581 (nmt_nfkc has), as Hugging Face's Precompiled maps
+  //    whole graphemes and the prefix and a combining mark after it are one.
+  //  - every space becomes U+2581.
+  const std::string kSpace = "\u2581";
+  const std::string& map = m.precompiled_charsmap;
+  const CharsMap chars(map);
   json normalizers = json::array();
-  if (!m.precompiled_charsmap.empty())
-    normalizers.push_back(
-        {{"type", "Precompiled"}, {"precompiled_charsmap", base64(m.precompiled_charsmap)}});
-  if (m.remove_extra_whitespaces) {
-    normalizers.push_back(replace({{"Regex", "\\A +| +\\z"}}, ""));
-    normalizers.push_back(replace({{"Regex", " {2,}"}}, " "));
+  const auto prepend = [](const std::string& s) {
+    return json{{"type", "Prepend"}, {"prepend", s}};
+  };
+  const bool prefix_before_map = m.add_dummy_prefix && !m.remove_extra_whitespaces;
+  const std::string first_prefix = !prefix_before_map          ? ""
+                                   : !chars.has_prefix(kSpace) ? kSpace
+                                   : !chars.has_prefix(" ")    ? " "
+                                                               : "";
+  if (!first_prefix.empty()) normalizers.push_back(prepend(first_prefix));
+  if (!map.empty()) {
+    // CR LF is one grapheme too: where the map has CR but not CR LF,
+    // Precompiled would replace the pair with CR's replacement alone, so the
+    // pair is first replaced by what sentencepiece makes of it, CR's and LF's
+    // replacements (where the map leaves those be).
+    const auto cr = chars.entry("\r"), lf = chars.entry("\n");
+    if (cr && !chars.entry("\r\n")) {
+      const std::string pair = *cr + lf.value_or("\n");
+      bool fixed = true;
+      for (size_t i = 0; i < pair.size(); ++i)
+        if (utf8_boundary(pair, i)) {
+          size_t n = 1;
+          while (i + n < pair.size() && !utf8_boundary(pair, i + n)) ++n;
+          fixed = fixed && !chars.entry(std::string_view(pair).substr(i, n));
+        }
+      if (fixed) normalizers.push_back(replace({{"String", "\r\n"}}, pair));
+    }
+    normalizers.push_back({{"type", "Precompiled"}, {"precompiled_charsmap", base64(map)}});
   }
+  if (prefix_before_map && first_prefix.empty())  // the map has strings starting with both
+    normalizers.push_back(prepend(kSpace));
+  if (m.remove_extra_whitespaces) {
+    normalizers.push_back(replace({{"Regex", "\\A +|[ " + kSpace + "]+\\z"}}, ""));
+    normalizers.push_back(replace({{"Regex", " {2,}"}}, " "));
+    if (m.add_dummy_prefix) normalizers.push_back(prepend(kSpace));
+  }
+  normalizers.push_back(replace({{"String", " "}}, kSpace));
   json model;
   if (m.model_type == 2) {
     json vocab = json::object();
@@ -347,24 +451,25 @@ HfTokenizerFiles make_hf_tokenizer_files(const std::string& sp_model_bytes, int6
              {{piece(bos).get<std::string>(),
                {{"id", piece(bos)}, {"ids", {bos}}, {"tokens", {piece(bos)}}}}}}};
   }
+  // Decoding: U+2581 back to spaces, <0xNN> pieces to bytes, then the leading
+  // spaces sentencepiece drops: with remove_extra_whitespaces one U+2581 of each
+  // piece until the text is not empty (all the leading spaces, as no piece of
+  // such a model has two U+2581s in a row), else with add_dummy_prefix the
+  // first one.
   json decoders = json::array();
-  decoders.push_back(replace({{"String", "\u2581"}}, " "));
+  decoders.push_back(replace({{"String", kSpace}}, " "));
   if (m.byte_fallback) decoders.push_back({{"type", "ByteFallback"}});
   decoders.push_back({{"type", "Fuse"}});
-  if (m.add_dummy_prefix)
+  if (m.remove_extra_whitespaces)
+    decoders.push_back(replace({{"Regex", "\\A +"}}, ""));
+  else if (m.add_dummy_prefix)
     decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   const json tj = {{"version", "1.0"},
                    {"truncation", nullptr},
                    {"padding", nullptr},
                    {"added_tokens", added},
-                   {"normalizer", normalizers.empty()
-                                      ? json(nullptr)
-                                      : json{{"type", "Sequence"}, {"normalizers", normalizers}}},
-                   {"pre_tokenizer",
-                    {{"type", "Metaspace"},
-                     {"replacement", "\u2581"},
-                     {"prepend_scheme", m.add_dummy_prefix ? "always" : "never"},
-                     {"split", false}}},
+                   {"normalizer", {{"type", "Sequence"}, {"normalizers", normalizers}}},
+                   {"pre_tokenizer", nullptr},
                    {"post_processor", post},
                    {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
                    {"model", model}};

@@ -2,10 +2,12 @@
 // model so that transformers' AutoTokenizer gives sentencepiece's ids:
 //
 //   tokenizer.json           the fast tokenizer (BPE vocab and merges, or the
-//                            unigram vocab with scores; the normalizer and
-//                            pre-tokenizer that the model's normalizer spec
-//                            implies; byte fallback; BOS added by the
-//                            post-processor; the decoder)
+//                            unigram vocab with scores; sentencepiece's
+//                            normalisation for the model's normalizer spec,
+//                            as a normalizer with no pre-tokenizer, so that
+//                            the ids are sentencepiece's (checked by
+//                            tests/fixtures/hf_export); byte fallback; BOS
+//                            added by the post-processor; the decoder)
 //   tokenizer_config.json    tokenizer class, BOS/EOS/UNK (and PAD where the
 //                            model has one), add_bos_token, model_max_length
 //                            and the chat template strata's SFT renders
