@@ -457,6 +457,49 @@ TEST(Evaluate, TruncatedRequestsAreCountedPerTask) {
   EXPECT_EQ(evaluate_tasks(*big, tok512(), o)[0][0].truncated, 0);
 }
 
+// A continuation longer than the whole context (the harness asserts on it)
+// is counted; its example is left out of the metrics unless asked for, then
+// scored on its last tokens.
+TEST(Evaluate, LongContinuationsAreCountedAndLeftOutUnlessAsked) {
+  auto m = tiny_model(1, 16);
+  EvalOptions o = task_options({"copa"}, 8);
+  const TaskResult left_out = evaluate_tasks(*m, tok512(), o)[0][0];
+  ASSERT_GT(left_out.long_continuations, 0);
+  ASSERT_LT(left_out.long_continuations, 8);
+  EXPECT_EQ(left_out.n, 8 - left_out.long_continuations);
+  EXPECT_FALSE(left_out.long_scored);
+  o.score_long_continuations = true;
+  const TaskResult scored = evaluate_tasks(*m, tok512(), o)[0][0];
+  EXPECT_EQ(scored.n, 8);
+  EXPECT_EQ(scored.long_continuations, left_out.long_continuations);
+  EXPECT_TRUE(scored.to_json()["long_continuations_scored"].get<bool>());
+  EXPECT_EQ(scored.to_json()["long_continuations"].get<int64_t>(), scored.long_continuations);
+  auto big = tiny_model(1, 256);
+  EXPECT_EQ(evaluate_tasks(*big, tok512(), o)[0][0].long_continuations, 0);
+}
+
+// Two choices with the same text tie exactly: counted, acc takes the first.
+TEST(Evaluate, ExactTiesAreCounted) {
+  testing::TempDir dir;
+  std::ofstream(dir / "rows.jsonl") << "{\"q\": \"Once upon\", \"g\": 1}\n"
+                                    << "{\"q\": \"There was\", \"g\": 0}\n";
+  std::ofstream(dir / "tie.yaml")
+      << "task: tie\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
+      << dir / "rows.jsonl"
+      << "\ntest_split: test\noutput_type: multiple_choice\ndoc_to_text: q\n"
+         "doc_to_target: g\ndoc_to_choice: [\"a time\", \"a time\"]\n";
+  auto m = tiny_model(1, 64);
+  EvalOptions o = task_options({"tie"}, 0);
+  o.harness = std::make_shared<const HarnessTasks>(index_harness_tasks({dir.path()}, ""));
+  const TaskResult r = evaluate_tasks(*m, tok512(), o)[0][0];
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.ties, 2);
+  EXPECT_EQ(r.to_json()["exact_ties"].get<int64_t>(), 2);
+  // acc takes the first of the tied choices: right for gold 0, wrong for 1.
+  const double acc = r.metrics[0].name == "acc" ? r.metrics[0].value : r.metrics[1].value;
+  EXPECT_EQ(acc, 0.5);
+}
+
 TEST(Evaluate, TaskMetricsDoNotChangeWithBatchSize) {
   auto m = tiny_model(2, 128);
   std::vector<std::vector<TaskResult>> runs;

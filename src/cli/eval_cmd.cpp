@@ -46,7 +46,12 @@ Args& add_harness_options(Args& args) {
       .option("datasets-dir", "DIR",
               "local copies of the Hugging Face datasets --include-path tasks name: "
               "DIR/<dataset_path>/<dataset_name or default>/<split>.jsonl",
-              default_datasets_dir());
+              default_datasets_dir())
+      .option("long-continuations", "MODE",
+              "examples whose answer alone is longer than the model's context (the harness "
+              "refuses them): skip (left out of the metrics, counted in the results) or truncate "
+              "(scored on the answer's last tokens)",
+              "skip");
 }
 
 Args eval_args() {
@@ -195,6 +200,11 @@ EvalJob read_eval_job(const Args& args) {
   o.chat.system_instruction = args.get("system-instruction");
   o.chat.fewshot_as_multiturn = args.has("fewshot-as-multiturn");
   o.allow_code_execution = args.has("allow-code-execution");
+  const std::string long_mode = args.get("long-continuations");
+  STRATA_USAGE_CHECK(long_mode == "skip" || long_mode == "truncate",
+                     "strata eval: --long-continuations must be skip or truncate, got '", long_mode,
+                     "'");
+  o.score_long_continuations = long_mode == "truncate";
   job.perplexity = args.has("perplexity");
   job.perplexity_file = args.get("perplexity");
   job.full_last_window = args.get("last-window") == "full";

@@ -163,6 +163,8 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
   std::vector<Row> rows;
   std::vector<uint8_t> cut(size_t(n), 0);
   std::map<std::vector<int32_t>, size_t> shared;  // inputs of one-token requests -> row
+  std::map<std::pair<std::vector<int32_t>, std::vector<int32_t>>, int64_t> seen;
+  std::vector<int64_t> same_as(size_t(n), -1);  // a duplicate's first request
   const int32_t bos = tok_.bos_id();
   for (int64_t i = 0; i < n; ++i) {
     std::vector<int32_t>& ctx = ctxs[i];
@@ -172,13 +174,25 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
     // The harness's left truncation: of BOS + context + continuation, the
     // last max_len + 1 tokens are kept (BOS falls off first, with the oldest
     // context) and the last one is only a target. A continuation longer than
-    // max_len keeps its last max_len tokens as targets.
+    // max_len keeps its last max_len tokens as targets and is marked (the
+    // harness asserts instead; evaluate.cpp leaves such examples out unless
+    // asked to score them).
     std::vector<int32_t> inputs = {bos};
     inputs.insert(inputs.end(), ctx.begin(), ctx.end());
     inputs.insert(inputs.end(), cont.begin(), cont.end() - 1);
     cut[size_t(i)] = inputs.size() > size_t(max_len_);
     if (inputs.size() > size_t(max_len_)) inputs.erase(inputs.begin(), inputs.end() - max_len_);
-    if (cont.size() > size_t(max_len_)) cont.erase(cont.begin(), cont.end() - max_len_);
+    if (cont.size() > size_t(max_len_)) {
+      cont.erase(cont.begin(), cont.end() - max_len_);
+      cut[size_t(i)] |= 2;
+    }
+    // An identical request (the same inputs and targets, e.g. two choices
+    // cut to the same last tokens) is scored once, so the two tie exactly.
+    const auto [dup, fresh] = seen.try_emplace({inputs, cont}, i);
+    if (!fresh) {
+      same_as[size_t(i)] = dup->second;
+      continue;
+    }
     if (cont.size() == 1) {
       const auto it = shared.find(inputs);
       if (it != shared.end()) {
@@ -194,9 +208,17 @@ std::vector<std::vector<LlResult>> Scorer::loglikelihood(
     r.targets.push_back({i, cont});
     rows.push_back(std::move(r));
   }
-  auto out = run_all(rows, n, progress);
+  const int64_t dups = std::count_if(same_as.begin(), same_as.end(), [](int64_t j) { return j >= 0; });
+  std::function<void(int64_t, int64_t)> report;  // duplicates count as done at the end
+  if (progress)
+    report = [&](int64_t d, int64_t) { progress(d == n - dups ? n : d, n); };
+  auto out = run_all(rows, n, report);
   for (auto& per_exit : out)
-    for (int64_t i = 0; i < n; ++i) per_exit[size_t(i)].truncated = cut[size_t(i)] != 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (same_as[size_t(i)] >= 0) per_exit[size_t(i)] = per_exit[size_t(same_as[size_t(i)])];
+      per_exit[size_t(i)].truncated = cut[size_t(i)] != 0;
+      per_exit[size_t(i)].long_continuation = (cut[size_t(i)] & 2) != 0;
+    }
   return out;
 }
 

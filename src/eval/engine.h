@@ -34,6 +34,9 @@ struct LlResult {
   bool greedy = true;      // every continuation token is the argmax at its position
   int tokens = 0;          // continuation tokens scored
   bool truncated = false;  // the request did not fit the context: cut from the left
+  // The continuation alone is longer than the context: only its last
+  // max_len tokens were scored (the harness refuses such a request).
+  bool long_continuation = false;
 };
 
 struct RollingResult {

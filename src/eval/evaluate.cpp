@@ -45,11 +45,22 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
     tr.task = task.name;
     tr.n = int64_t(task.examples.size());
     tr.shots = task.shots;
-    for (const LlResult& r : res) tr.truncated += r.truncated;
+    for (const LlResult& r : res) tr.truncated += r.truncated && !r.long_continuation;
+    tr.long_scored = log && log->score_long_continuations;
+    // Whether the example's requests [k, k + count) are left out: a
+    // continuation longer than the context (unless asked to score them).
+    auto left_out = [&](size_t k, size_t count) {
+      bool is_long = false;
+      for (size_t c = 0; c < count; ++c) is_long = is_long || res[k + c].long_continuation;
+      tr.long_continuations += is_long;
+      if (is_long && !tr.long_scored) --tr.n;
+      return is_long && !tr.long_scored;
+    };
     size_t k = 0;
     if (task.kind == TaskKind::LastWord) {
       std::vector<double> acc, ll;
       for (size_t i = 0; i < task.examples.size(); ++i, ++k) {
+        if (left_out(k, 1)) continue;
         acc.push_back(res[k].greedy ? 1.0 : 0.0);
         ll.push_back(res[k].logprob);
       }
@@ -61,8 +72,11 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
       std::vector<double> acc, acc_norm, acc_bytes;
       std::map<std::string, std::vector<double>> group_acc, group_norm;
       for (const EvalExample& ex : task.examples) {
-        const ChoicePick pick = pick_choice(ex, res, k);
+        const size_t first = k;
         k += ex.requests.size();
+        if (left_out(first, ex.requests.size())) continue;
+        const ChoicePick pick = pick_choice(ex, res, first);
+        tr.ties += pick.tie;
         acc.push_back(pick.acc == ex.gold);
         acc_norm.push_back(pick.acc_norm == ex.gold);
         acc_bytes.push_back(pick.acc_bytes == ex.gold);
@@ -159,6 +173,8 @@ ChoicePick pick_choice(const EvalExample& ex, const std::vector<LlResult>& resul
     if (lp / chars > top_norm) top_norm = lp / chars, p.acc_norm = int(c);
     if (lp / bytes > top_bytes) top_bytes = lp / bytes, p.acc_bytes = int(c);
   }
+  for (size_t c = 0; c < ex.requests.size(); ++c)
+    p.tie = p.tie || (int(c) != p.acc && results[first + c].logprob == top);
   return p;
 }
 
@@ -242,6 +258,14 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
                 " request(s) longer than the model's context (", scorer.max_len(),
                 " tokens) were cut from the left; the harness does the same, but their scores "
                 "saw less context (truncated_requests in the results)");
+    if (per_exit[0].long_continuations > 0)
+      log::warn("eval ", name, ": ", per_exit[0].long_continuations,
+                " example(s) have a continuation longer than the model's context (",
+                scorer.max_len(), " tokens), which lm-evaluation-harness refuses (an assertion); ",
+                o.score_long_continuations
+                    ? "scored on their last tokens, as --long-continuations truncate asks"
+                    : "left out of the metrics (long_continuations in the results; "
+                      "--long-continuations truncate scores their last tokens)");
     for (TaskResult& tr : per_exit) {
       tr.comparable = task.comparable;
       tr.not_comparable_because = task.not_comparable_because;

@@ -46,6 +46,10 @@ struct EvalOptions {
   // Tasks of lm-evaluation-harness YAMLs (--include-path): their names (and
   // tags and groups) are looked up here before eval_dir.
   std::shared_ptr<const HarnessTasks> harness;
+  // Examples whose continuation is longer than the model's context: false
+  // leaves them out of the metrics (counted in the results), true scores
+  // their last max_len tokens (--long-continuations truncate).
+  bool score_long_continuations = false;
 };
 
 // The harness's multiple-choice decision for one example given each choice's
@@ -55,6 +59,7 @@ struct EvalOptions {
 // without the target delimiter). Ties go to the lower index.
 struct ChoicePick {
   int acc = 0, acc_norm = 0, acc_bytes = 0;
+  bool tie = false;  // another choice has exactly acc's summed logprob
 };
 ChoicePick pick_choice(const EvalExample& example, const std::vector<LlResult>& results,
                        size_t first);

@@ -23,6 +23,15 @@ struct TaskResult {
   int64_t n = 0;  // examples or documents scored
   int shots = 0;
   int64_t truncated = 0;  // requests cut from the left to fit the model's context
+  // Examples with a continuation longer than the context (the harness stops
+  // on them): left out of the metrics, or scored on their last tokens when
+  // long_scored.
+  int64_t long_continuations = 0;
+  bool long_scored = false;
+  // Multiple-choice examples whose best summed log-likelihood is shared by
+  // two choices or more (acc then takes the first of them, as the harness's
+  // argmax does).
+  int64_t ties = 0;
   std::vector<Metric> metrics;
   std::map<std::string, std::vector<Metric>> groups;  // per group (MMLU subject)
   // Per category of groups (MMLU's stem, humanities, social_sciences, other):
