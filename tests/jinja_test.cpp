@@ -160,6 +160,31 @@ TEST(Jinja, ErrorsNameTheTemplateLineAndColumn) {
             "chat:1:4: roles must alternate");
 }
 
+TEST(Jinja, HostileTemplatesAreErrorsNotCrashes) {
+  const Value none = Value::dict();
+  EXPECT_NE(error_of([] {
+              Template("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}",
+                       "deep");
+            }).find("nested more than 200 levels deep"),
+            std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(error_of([&] { Template(ifs, "ifs"); }).find("nested more than"), std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        Template("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "loop").render(none);
+      }).find("nested more than 100 deep"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] { Template("{{ 'x' * 1000000000000 }}", "big").render(none); }).find("MiB"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        Template("{% for i in range(100000) %}{{ 'x' * 4000 }}{% endfor %}", "long").render(none);
+      }).find("passes 256 MiB"),
+      std::string::npos);
+}
+
 TEST(Jinja, EvaluateKeepsTheValueOfALoneExpression) {
   Value doc = Value::dict();
   doc.set("sol1", Value("it's"));

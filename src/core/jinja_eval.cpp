@@ -44,6 +44,22 @@ class PlacedError : public Error {
 
 enum class Flow { Normal, Break, Continue };
 
+// Bounds on what a template may make: macro calls and recursive loops nested
+// deeper than this, and text or strings longer than this, are errors (not a
+// crashed stack or an exhausted memory).
+constexpr int kMaxCallDepth = 100;
+constexpr size_t kMaxText = size_t(256) << 20;
+
+// One more level of macro call or recursive loop, for its lifetime.
+struct CallDepth {
+  int& depth;
+  explicit CallDepth(int& d) : depth(d) {
+    if (++depth > kMaxCallDepth)
+      fail(cat("macro calls or recursive loops nested more than ", kMaxCallDepth, " deep"));
+  }
+  ~CallDepth() { --depth; }
+};
+
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -57,6 +73,7 @@ class Evaluator {
   Flow render(const Body& body, std::string& out) {
     for (const Node& n : body) {
       const Flow f = node(n, out);
+      if (out.size() > kMaxText) fail(cat("the rendered text passes ", kMaxText >> 20, " MiB"));
       if (f != Flow::Normal) return f;
     }
     return Flow::Normal;
@@ -185,6 +202,7 @@ class Evaluator {
   // loop). Each iteration has its own scope: a name set in the body does not
   // carry over to the next iteration or out of the loop.
   void run_loop(const Node& n, const List& all, int depth, std::string& out) {
+    const CallDepth guard(r_.call_depth);
     List items;
     r_.scopes.emplace_back();
     for (const Value& item : all) {
@@ -255,6 +273,7 @@ class Evaluator {
         if (!known) fail(cat("macro '", def->targets[0], "' has no parameter '", k, "'"));
         frame[k] = v;
       }
+      const CallDepth guard(r->call_depth);
       r->scopes.push_back(std::move(frame));
       std::string text;
       ev.render(def->body, text);
@@ -515,6 +534,9 @@ class Evaluator {
   }
 
   static Value repeat(const Value& v, int64_t n) {
+    const size_t unit = v.is_string() ? v.as_string().size() : v.items().size();
+    if (n > 0 && unit > 0 && size_t(n) > kMaxText / unit)
+      fail(cat("repetition makes more than ", kMaxText >> 20, " MiB"));
     if (v.is_string()) {
       std::string s;
       for (int64_t k = 0; k < n; ++k) s += v.as_string();

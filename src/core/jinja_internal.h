@@ -135,6 +135,7 @@ struct Renderer {
   const Program* program = nullptr;
   std::vector<std::map<std::string, Value>> scopes;  // innermost last
   Value variables;
+  int call_depth = 0;  // macro calls and recursive loops in progress
   // Throws for an undefined value in strict mode (printing, iterating,
   // comparing); returns `v` otherwise.
   const Value& check_defined(const Value& v) const;

@@ -126,6 +126,7 @@ class Parser {
   }
 
   void statement(Body& body) {
+    const Depth guard(*this);
     const Token& tag = cur();
     const std::string& n = tag.text;
     Node node;
@@ -243,7 +244,20 @@ class Parser {
     return make(ExprKind::TupleLit, pos, std::move(items));
   }
 
+  // Nesting of expressions and blocks, bounded so that a hostile template
+  // cannot exhaust the stack.
+  struct Depth {
+    Parser& p;
+    explicit Depth(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth)
+        p.error(p.cur(), cat("nested more than ", kMaxDepth, " levels deep"));
+    }
+    ~Depth() { --p.depth_; }
+  };
+  static constexpr int kMaxDepth = 200;
+
   ExprPtr parse_expression(bool with_cond) {
+    const Depth guard(*this);
     ExprPtr e = parse_or();
     if (!with_cond) return e;
     while (is_name("if")) {
@@ -324,6 +338,7 @@ class Parser {
   ExprPtr parse_unary_filtered() { return parse_unary(true); }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Depth guard(*this);
     const Pos pos = cur().pos;
     ExprPtr e;
     if (skip_op("-"))
@@ -530,6 +545,7 @@ class Parser {
   std::vector<Token> t_;
   const std::string& name_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
