@@ -29,7 +29,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-10}
 shift || true
-all_targets=(recipe shards sft task checkpoint safetensors hf_config llama2c tokenizer)
+all_targets=(recipe shards sft task checkpoint safetensors hf_config llama2c tokenizer jinja)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 build=${STRATA_FUZZ_BUILD:-$repo/build-fuzz}

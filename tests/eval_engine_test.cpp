@@ -658,6 +658,17 @@ TEST(Generate, FiltersAndExactMatch) {
 // re.sub give them (expected values from Python 3.11's re): lookbehind,
 // lookahead, inline (?i) and (?s), several groups, Unicode \w; and a
 // 100,000-character generation, on which std::regex used to overflow the stack.
+// ROUGE-2 F as rouge_score computes it (values worked out by hand).
+TEST(Generate, RougeTwoAsRougeScoreComputesIt) {
+  EXPECT_NEAR(rouge_n("the cat sat on the mat", "the cat sat on a mat", 2), 0.6, 1e-12);
+  EXPECT_EQ(rouge_n("The Cat, sat!", "the cat sat", 2), 1.0);  // case and punctuation
+  EXPECT_NEAR(rouge_n("a b a b a b", "a b a b", 2), 0.75, 1e-12);  // counts clipped
+  EXPECT_EQ(rouge_n("dog", "the cat sat", 2), 0.0);
+  EXPECT_EQ(rouge_n("", "the cat sat", 2), 0.0);
+  EXPECT_EQ(rouge_n("caf\xc3\xa9 au lait", "caf au lait", 2), 1.0);  // non-ASCII breaks words
+  EXPECT_NEAR(rouge_n("the cat sat", "the cat", 1), 0.8, 1e-12);
+}
+
 TEST(Generate, HarnessRegexesActAsPythons) {
   const auto f = [](const char* p, const std::string& text, int g) {
     return apply_filters({{"regex", p, g, "[invalid]"}}, text);

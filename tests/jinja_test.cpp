@@ -161,6 +161,13 @@ TEST(Jinja, ErrorsNameTheTemplateLineAndColumn) {
 }
 
 TEST(Jinja, HostileTemplatesAreErrorsNotCrashes) {
+  for (const char* t :
+       {"{{ 9223372036854775807 + 1 }}", "{{ 3 ** 64 }}", "{{ -(-9223372036854775807 - 1) }}",
+        "{{ (-9223372036854775807 - 1) // -1 }}", "{{ [9223372036854775807, 1] | sum }}"})
+    EXPECT_NE(error_of([&] { Template(t, "int").render(Value::dict()); }).find("overflow"),
+              std::string::npos)
+        << t;
+  EXPECT_EQ(Template("{{ (-9223372036854775807 - 1) % 3 }}", "mod").render(Value::dict()), "1");
   const Value none = Value::dict();
   EXPECT_NE(error_of([] {
               Template("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}",

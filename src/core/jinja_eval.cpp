@@ -2,6 +2,7 @@
 // operator semantics and Jinja's scoping (a {% for %} body and a macro have
 // their own names; {% if %} does not; namespace() attributes cross scopes).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -48,7 +49,6 @@ enum class Flow { Normal, Break, Continue };
 // deeper than this, and text or strings longer than this, are errors (not a
 // crashed stack or an exhausted memory).
 constexpr int kMaxCallDepth = 100;
-constexpr size_t kMaxText = size_t(256) << 20;
 
 // One more level of macro call or recursive loop, for its lifetime.
 struct CallDepth {
@@ -59,12 +59,6 @@ struct CallDepth {
   }
   ~CallDepth() { --depth; }
 };
-
-int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
 
 class Evaluator {
  public:
@@ -314,7 +308,9 @@ class Evaluator {
         const Value v = defined(eval(*e.args[0]));
         if (!v.is_number()) fail(cat("bad operand type for unary -: '", v.type_name(), "'"));
         if (e.kind == ExprKind::Plus) return v.kind() == Value::Kind::Bool ? Value(v.as_int()) : v;
-        return v.kind() == Value::Kind::Float ? Value(-v.as_double()) : Value(-v.as_int());
+        if (v.kind() == Value::Kind::Float) return Value(-v.as_double());
+        if (v.as_int() == INT64_MIN) fail("integer overflow (template integers are 64-bit)");
+        return Value(-v.as_int());
       }
       case ExprKind::And: {
         Value a = eval(*e.args[0]);
@@ -343,12 +339,12 @@ class Evaluator {
         return d;
       }
       case ExprKind::Binary:
-        return binary(e.name, eval(*e.args[0]), eval(*e.args[1]));
+        return binary_op(r_, e.name, eval(*e.args[0]), eval(*e.args[1]));
       case ExprKind::Compare: {
         Value left = eval(*e.args[0]);
         for (size_t i = 0; i < e.ops.size(); ++i) {
           Value right = eval(*e.args[i + 1]);
-          if (!compare(e.ops[i], left, right)) return Value(false);
+          if (!compare_op(r_, e.ops[i], left, right)) return Value(false);
           left = std::move(right);
         }
         return Value(true);
@@ -448,133 +444,6 @@ class Evaluator {
     for (int64_t i : picked)
       s += v.as_string().substr(off[size_t(i)], off[size_t(i) + 1] - off[size_t(i)]);
     return Value(s);
-  }
-
-  bool compare(const std::string& op, const Value& a, const Value& b) const {
-    if (op == "in" || op == "not in") return contains(b, a) == (op == "in");
-    if (op == "==" || op == "!=") {
-      if (a.is_undefined() || b.is_undefined()) {
-        defined(a);
-        defined(b);
-      }
-      return equal(a, b) == (op == "==");
-    }
-    defined(a);
-    defined(b);
-    if (op == "<") return less(a, b);
-    if (op == ">") return less(b, a);
-    if (op == "<=") return !less(b, a);
-    return !less(a, b);  // >=
-  }
-
-  bool contains(const Value& hay, const Value& needle) const {
-    switch (defined(hay).kind()) {
-      case Value::Kind::Undefined:
-        return false;
-      case Value::Kind::String:
-        if (!defined(needle).is_string())
-          fail(cat("'in <string>' requires string as left operand, not ", needle.type_name()));
-        return hay.as_string().find(needle.as_string()) != std::string::npos;
-      case Value::Kind::List:
-        for (const Value& x : hay.items())
-          if (equal(x, needle)) return true;
-        return false;
-      case Value::Kind::Dict:
-        return needle.is_string() && hay.find(needle.as_string()) != nullptr;
-      default:
-        fail(cat("argument of type '", hay.type_name(), "' is not iterable"));
-    }
-  }
-
-  Value binary(const std::string& op, const Value& a0, const Value& b0) const {
-    const Value& a = op == "~" ? defined(a0) : a0;
-    const Value& b = op == "~" ? defined(b0) : b0;
-    if (op == "~") return Value(a.str() + b.str());
-    if (op == "in" || op == "not in") return Value(contains(b, a) == (op == "in"));
-    if (a.is_undefined()) fail(a.undefined_message());
-    if (b.is_undefined()) fail(b.undefined_message());
-    const bool floats = a.kind() == Value::Kind::Float || b.kind() == Value::Kind::Float;
-    if (a.is_number() && b.is_number()) {
-      const double x = a.as_double(), y = b.as_double();
-      const int64_t i = a.as_int(), j = b.as_int();
-      if (op == "+") return floats ? Value(x + y) : Value(i + j);
-      if (op == "-") return floats ? Value(x - y) : Value(i - j);
-      if (op == "*") return floats ? Value(x * y) : Value(i * j);
-      if ((op == "/" || op == "//" || op == "%") && y == 0) fail("division by zero");
-      if (op == "/") return Value(x / y);
-      if (op == "//") return floats ? Value(std::floor(x / y)) : Value(floor_div(i, j));
-      if (op == "%") {
-        if (!floats) return Value(i - floor_div(i, j) * j);
-        double m = std::fmod(x, y);
-        if (m != 0 && ((m < 0) != (y < 0))) m += y;
-        return Value(m);
-      }
-      if (op == "**") {
-        if (!floats && j >= 0) {
-          int64_t r = 1;
-          for (int64_t k = 0; k < j; ++k) r *= i;
-          return Value(r);
-        }
-        return Value(std::pow(x, y));
-      }
-    }
-    if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-    if (op == "+" && a.is_list() && b.is_list()) {
-      List l = a.items();
-      l.insert(l.end(), b.items().begin(), b.items().end());
-      return Value::list(std::move(l));
-    }
-    if (op == "*" && (a.is_string() || a.is_list()) && b.kind() == Value::Kind::Int)
-      return repeat(a, b.as_int());
-    if (op == "*" && (b.is_string() || b.is_list()) && a.kind() == Value::Kind::Int)
-      return repeat(b, a.as_int());
-    if (op == "%" && a.is_string()) return percent_format(a.as_string(), b);
-    fail(cat("unsupported operand type(s) for ", op, ": '", a.type_name(), "' and '", b.type_name(),
-             "'"));
-  }
-
-  static Value repeat(const Value& v, int64_t n) {
-    const size_t unit = v.is_string() ? v.as_string().size() : v.items().size();
-    if (n > 0 && unit > 0 && size_t(n) > kMaxText / unit)
-      fail(cat("repetition makes more than ", kMaxText >> 20, " MiB"));
-    if (v.is_string()) {
-      std::string s;
-      for (int64_t k = 0; k < n; ++k) s += v.as_string();
-      return Value(s);
-    }
-    List l;
-    for (int64_t k = 0; k < n; ++k) l.insert(l.end(), v.items().begin(), v.items().end());
-    return Value::list(std::move(l));
-  }
-
-  // Python's "%s %d" % args, for %s, %d, %i, %r and %%.
-  static Value percent_format(const std::string& f, const Value& args) {
-    const List list = args.is_list() ? args.items() : List{args};
-    size_t next = 0;
-    std::string out;
-    for (size_t i = 0; i < f.size(); ++i) {
-      if (f[i] != '%' || i + 1 >= f.size()) {
-        out += f[i];
-        continue;
-      }
-      const char c = f[++i];
-      if (c == '%') {
-        out += '%';
-        continue;
-      }
-      if (next >= list.size()) fail("not enough arguments for format string");
-      const Value& v = list[next++];
-      if (c == 's')
-        out += v.str();
-      else if (c == 'r')
-        out += v.repr();
-      else if ((c == 'd' || c == 'i') && v.is_number())
-        out += std::to_string(v.as_int());
-      else
-        fail(cat("unsupported format character '", std::string(1, c), "'"));
-    }
-    if (next < list.size()) fail("not all arguments converted during string formatting");
-    return Value(out);
   }
 
   Renderer& r_;

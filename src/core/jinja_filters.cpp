@@ -2,6 +2,7 @@
 // defines them, and lm-evaluation-harness's regex_replace.
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +79,7 @@ Value sort_key(const Value& v, bool case_sensitive) {
 }
 
 std::string indent(const std::string& s0, const Value& width, bool first, bool blank) {
+  if (!width.is_string() && width.as_int() > 4096) fail("indent: a width over 4096");
   const std::string pad = width.is_string()
                               ? width.as_string()
                               : std::string(size_t(std::max<int64_t>(0, width.as_int())), ' ');
@@ -116,7 +118,7 @@ Value round_value(const Value& v, int64_t precision, const std::string& method) 
 
 Value to_int(const Value& v, const Value& dflt, int base) {
   if (v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool) return Value(v.as_int());
-  if (v.kind() == Value::Kind::Float) return Value(int64_t(v.as_double()));
+  if (v.kind() == Value::Kind::Float) return Value(float_to_int(v.as_double()));
   if (v.is_string()) {
     const std::string s = py_strip(v.as_string(), nullptr, 'b');
     char* end = nullptr;
@@ -124,7 +126,7 @@ Value to_int(const Value& v, const Value& dflt, int base) {
     if (!s.empty() && *end == 0) return Value(int64_t(i));
     if (base != 10) return dflt;
     const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == 0 && std::isfinite(d)) return Value(int64_t(d));
+    if (!s.empty() && *end == 0 && std::isfinite(d)) return Value(float_to_int(d));
   }
   return dflt;
 }
@@ -259,7 +261,8 @@ std::string truncate(const std::string& s, Args& a) {
   const auto off = code_point_offsets(s);
   const int64_t n = int64_t(off.size()) - 1, n_end = Value(end).length();
   if (length < n_end) fail("truncate: length is shorter than the end marker");
-  if (n <= length + leeway) return s;
+  if (leeway < 0) fail("truncate: leeway must be >= 0");
+  if (length >= n || n - length <= leeway) return s;
   std::string head = s.substr(0, off[size_t(length - n_end)]);
   if (killwords) return head + end;
   const size_t sp = head.rfind(' ');
@@ -385,8 +388,9 @@ Value apply_filter(Renderer& r, const std::string& n, Value v, Args& a) {
   }
   if (n == "abs") {
     if (!v.is_number()) fail(cat("bad operand type for abs(): '", v.type_name(), "'"));
-    return v.kind() == Value::Kind::Float ? Value(std::fabs(v.as_double()))
-                                          : Value(int64_t(std::llabs(v.as_int())));
+    return v.kind() == Value::Kind::Float
+               ? Value(std::fabs(v.as_double()))
+               : Value(int64_t(std::llabs(v.as_int() == INT64_MIN ? INT64_MAX : v.as_int())));
   }
   if (n == "round") {
     static const Value zero(int64_t(0)), common("common");
@@ -522,9 +526,13 @@ Value apply_filter(Renderer& r, const std::string& n, Value v, Args& a) {
     for (const Value& x : items) {
       const Value y = attribute.is_none() ? x : attr_path(x, attribute.str());
       if (!y.is_number() || !total.is_number()) fail("sum needs numbers");
-      total = total.kind() == Value::Kind::Float || y.kind() == Value::Kind::Float
-                  ? Value(total.as_double() + y.as_double())
-                  : Value(total.as_int() + y.as_int());
+      int64_t r = 0;
+      if (total.kind() == Value::Kind::Float || y.kind() == Value::Kind::Float)
+        total = Value(total.as_double() + y.as_double());
+      else if (__builtin_add_overflow(total.as_int(), y.as_int(), &r))
+        fail("sum: integer overflow (template integers are 64-bit)");
+      else
+        total = Value(r);
     }
     return total;
   }

@@ -129,6 +129,18 @@ List iterable_items(const Value& v);
 // null: whitespace.
 std::string py_strip(const std::string& s, const Value* chars, char which);
 
+// The most text a template may make, and the longest string it may build.
+constexpr size_t kMaxText = size_t(256) << 20;
+
+// Python's operators on template values (jinja_ops.cpp): + - * / // % ** ~
+// and `in` / `not in` (binary_op), == != < <= > >= in, not in (compare_op),
+// and `needle in hay` (contains). Undefined operands follow the renderer's
+// strictness.
+struct Renderer;
+Value binary_op(const Renderer& r, const std::string& op, const Value& a, const Value& b);
+bool compare_op(const Renderer& r, const std::string& op, const Value& a, const Value& b);
+bool contains(const Renderer& r, const Value& hay, const Value& needle);
+
 // The evaluator's state, shared with the built-ins that call back into it
 // (filters that apply tests, map with a filter name).
 struct Renderer {

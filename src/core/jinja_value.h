@@ -29,6 +29,14 @@ struct Args {
 };
 using Function = std::function<Value(Args&)>;
 
+// A double truncated toward zero into int64, saturating (NaN: 0).
+inline int64_t float_to_int(double d) {
+  if (!(d == d)) return 0;
+  if (d >= 9223372036854775807.0) return INT64_MAX;
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  return int64_t(d);
+}
+
 class Value {
  public:
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Function };
@@ -69,7 +77,8 @@ class Value {
   bool is_function() const { return kind_ == Kind::Function; }
 
   bool as_bool() const { return i_ != 0; }
-  int64_t as_int() const { return kind_ == Kind::Float ? int64_t(d_) : i_; }
+  // A float truncated toward zero, saturated at the int64 range (NaN: 0).
+  int64_t as_int() const { return kind_ == Kind::Float ? float_to_int(d_) : i_; }
   double as_double() const { return kind_ == Kind::Float ? d_ : double(i_); }
   const std::string& as_string() const { return s_; }
   // For undefined values: what is undefined ("'x' is undefined", "'dict

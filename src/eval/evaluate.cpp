@@ -221,6 +221,7 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
       tr.n = int64_t(task.examples.size());
       tr.shots = task.shots;
       tr.metrics.push_back(mean_metric(task.execute.empty() ? "exact_match" : "pass@1", g.score));
+      if (!g.rouge2.empty()) tr.metrics.push_back(mean_metric("rouge2", g.rouge2));
       per_exit.push_back(tr);
     } else if (task.kind == TaskKind::Perplexity) {
       std::vector<std::vector<RollingResult>> per_doc;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+
 #include "core/regex.h"
 #include "core/text.h"
 #include "eval/evaluate.h"
@@ -70,6 +72,36 @@ bool exact_match(const ExactMatchSpec& spec, std::string pred, std::string ref) 
   norm(pred);
   norm(ref);
   return pred == ref;
+}
+
+double rouge_n(const std::string& prediction, const std::string& reference, int n) {
+  auto grams = [n](const std::string& text) {
+    std::vector<std::string> words;
+    std::string w;
+    for (char c : text + " ") {
+      const char l = char(std::tolower(static_cast<unsigned char>(c)));
+      if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) {
+        w += l;
+      } else if (!w.empty()) {
+        words.push_back(std::move(w));
+        w.clear();
+      }
+    }
+    std::map<std::vector<std::string>, int64_t> counts;
+    for (size_t i = 0; i + size_t(n) <= words.size(); ++i)
+      ++counts[std::vector<std::string>(words.begin() + long(i), words.begin() + long(i) + n)];
+    return counts;
+  };
+  const auto p = grams(prediction), r = grams(reference);
+  int64_t overlap = 0, np = 0, nr = 0;
+  for (const auto& [g, c] : p) {
+    np += c;
+    if (const auto it = r.find(g); it != r.end()) overlap += std::min(c, it->second);
+  }
+  for (const auto& [g, c] : r) nr += c;
+  const double precision = double(overlap) / double(std::max<int64_t>(np, 1));
+  const double recall = double(overlap) / double(std::max<int64_t>(nr, 1));
+  return precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
 }
 
 // The generated text up to the first stop string.
@@ -160,6 +192,7 @@ Generated generate_answers(Model<float>& model, const Tokenizer& tok, const Task
       out.status.push_back(sandbox_status_name(r.status));
     } else {
       out.filtered.push_back(apply_filters(task.filters, out.raw[i]));
+      out.rouge2.push_back(rouge_n(out.filtered.back(), ex.target, 2));
       out.score.push_back(exact_match(task.exact_match, out.filtered.back(), ex.target) ? 1.0
                                                                                         : 0.0);
     }

@@ -22,12 +22,19 @@ struct EvalOptions;  // eval/evaluate.h
 std::string cut_at_stops(std::string text, const std::vector<std::string>& until);
 std::string apply_filters(const std::vector<FilterStep>& filters, std::string text);
 bool exact_match(const ExactMatchSpec& spec, std::string prediction, std::string reference);
+// ROUGE-N F-measure as Google's rouge_score computes it without stemming:
+// both texts lower-cased, every run of characters other than a-z and 0-9 a
+// word break, n-grams counted with multiplicity; precision = overlap /
+// prediction n-grams, recall = overlap / reference n-grams, F = 2PR / (P + R)
+// (0 when there is no overlap).
+double rouge_n(const std::string& prediction, const std::string& reference, int n);
 
 // A task's answers: as generated (cut at the stop strings), after the
 // filters (HumanEval: the program), and each example's score.
 struct Generated {
   std::vector<std::string> raw, filtered;
   std::vector<double> score;        // exact_match or pass@1 per example
+  std::vector<double> rouge2;       // ROUGE-2 F of the filtered answer (not HumanEval)
   std::vector<std::string> status;  // HumanEval: the sandbox's verdict
   GenerationSpec spec;              // the settings used (task + overrides)
 };

@@ -88,9 +88,11 @@ void read_filters(const json& cfg, Spec& s) {
       f.group_select = st.value("group_select", 0);
       f.fallback = st.value("fallback", std::string("[invalid]"));
       Regex::compile(f.pattern, cat(s.file, ": filter_list regex_pattern"));
+    } else if (f.function == "remove_whitespace") {
+      f.function = "strip";  // the harness's WhitespaceFilter: str.strip()
     } else if (f.function != "take_first" && f.function != "lowercase") {
       fail(cat(s.file, ": task '", s.name, "': filter '", f.function,
-               "' is not supported (regex, take_first, lowercase)"));
+               "' is not supported (regex, take_first, lowercase, remove_whitespace)"));
     }
     s.filters.push_back(std::move(f));
   }
@@ -101,11 +103,12 @@ void read_metrics(const json& cfg, Spec& s) {
       {TaskKind::MultipleChoice, {"acc", "acc_norm", "acc_bytes"}},
       {TaskKind::LastWord, {"perplexity", "acc"}},
       {TaskKind::Perplexity, {"word_perplexity", "byte_perplexity", "bits_per_byte"}},
-      {TaskKind::Generate, {"exact_match"}}};
+      {TaskKind::Generate, {"exact_match", "rouge2"}}};
   const std::vector<std::string>& ok = known.at(s.kind);
   if (!cfg.contains("metric_list")) {
-    s.metrics =
-        s.kind == TaskKind::MultipleChoice ? std::vector<std::string>{"acc", "acc_norm"} : ok;
+    s.metrics = s.kind == TaskKind::MultipleChoice ? std::vector<std::string>{"acc", "acc_norm"}
+                : s.kind == TaskKind::Generate   ? std::vector<std::string>{"exact_match"}
+                                                 : ok;
     return;
   }
   for (const json& m : cfg["metric_list"]) {

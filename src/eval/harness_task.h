@@ -6,9 +6,9 @@
 // `fewshot_delimiter`, `num_fewshot`, `fewshot_config` (`sampler`,
 // `samples`), `output_type` (multiple_choice, loglikelihood,
 // loglikelihood_rolling, generate_until), `generation_kwargs`, `filter_list`
-// (regex, take_first, lowercase, uppercase, remove_whitespace) and
-// `metric_list` (acc, acc_norm, exact_match with its options, perplexity,
-// word_perplexity, byte_perplexity, bits_per_byte). Templates are rendered by
+// (the first pipeline: regex, take_first, lowercase, remove_whitespace) and
+// `metric_list` (acc, acc_norm, exact_match with its options, rouge2,
+// perplexity, word_perplexity, byte_perplexity, bits_per_byte). Templates are rendered by
 // core/jinja.h in the harness's environment (StrictUndefined, trailing newline
 // kept, regex_replace). A Python `!function` is refused in one line naming
 // the task and the function.

@@ -361,7 +361,7 @@ Config read_config(const std::string& path) {
   const std::vector<std::string> known_metrics =
       bit == kMC    ? std::vector<std::string>{"acc", "acc_norm", "acc_bytes", "acc_macro"}
       : bit == kLW  ? std::vector<std::string>{"acc", "perplexity"}
-      : bit == kGen ? std::vector<std::string>{"exact_match", "pass@1"}
+      : bit == kGen ? std::vector<std::string>{"exact_match", "pass@1", "rouge2"}
                     : std::vector<std::string>{"word_perplexity", "byte_perplexity",
                                                "bits_per_byte", "token_perplexity"};
   c.metrics = tf.str_list("metrics");
