@@ -16,13 +16,6 @@ namespace strata::jinja {
 
 namespace {
 
-const Value& arg(Args& a, size_t i, const char* name, const Value& dflt) {
-  if (i < a.positional.size()) return a.positional[i];
-  for (const auto& [k, v] : a.named)
-    if (k == name) return v;
-  return dflt;
-}
-
 const Value kNone(nullptr), kFalse(false), kEmpty("");
 
 }  // namespace

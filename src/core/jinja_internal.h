@@ -1,6 +1,6 @@
 // The Jinja interpreter's syntax tree, shared by its parser
 // (jinja_parse.cpp), evaluator (jinja_eval.cpp) and built-ins
-// (jinja_builtins.cpp). Not for use outside core/jinja*.
+// (jinja_methods.cpp, jinja_filters.cpp). Not for use outside core/jinja*.
 #pragma once
 
 #include <map>
@@ -110,7 +110,16 @@ std::shared_ptr<Program> parse_template(const std::string& source, const std::st
 // "<template>:<line>:<col>: <message>", thrown as strata::Error.
 [[noreturn]] void fail_at(const std::string& tmpl, Pos pos, const std::string& message);
 
-// Built-ins (jinja_builtins.cpp). Each throws strata::Error with a plain
+// A call's argument: the i-th positional one, else the one named `name`,
+// else `dflt`.
+inline const Value& arg(Args& a, size_t i, const char* name, const Value& dflt) {
+  if (i < a.positional.size()) return a.positional[i];
+  for (const auto& [k, v] : a.named)
+    if (k == name) return v;
+  return dflt;
+}
+
+// Built-ins (jinja_methods.cpp, jinja_filters.cpp). Each throws strata::Error with a plain
 // message; the evaluator adds the template and position.
 struct Renderer;
 Value apply_filter(Renderer& r, const std::string& name, Value subject, Args& args);

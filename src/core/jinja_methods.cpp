@@ -11,13 +11,6 @@ namespace strata::jinja {
 
 namespace {
 
-const Value& arg(Args& a, size_t i, const char* name, const Value& dflt) {
-  if (i < a.positional.size()) return a.positional[i];
-  for (const auto& [k, v] : a.named)
-    if (k == name) return v;
-  return dflt;
-}
-
 const std::string& string_arg(Args& a, size_t i, const char* what) {
   if (i >= a.positional.size() || !a.positional[i].is_string())
     fail(cat(what, "() needs a string argument"));

@@ -147,6 +147,8 @@ std::vector<size_t> code_point_offsets(std::string_view s);
 // The code point at s[i], advancing i past it; a byte that does not start
 // valid UTF-8 is returned as itself.
 uint32_t next_code_point(std::string_view s, size_t& i);
+// Appends a code point's UTF-8 bytes (jinja_text.cpp).
+void append_utf8(std::string& out, uint32_t cp);
 // Python's str.isspace() for one code point.
 bool is_python_space(uint32_t cp);
 
