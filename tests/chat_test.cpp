@@ -20,6 +20,8 @@
 namespace strata {
 namespace {
 
+using testing::error_of;
+
 using Ids = std::vector<int32_t>;
 
 std::string source(const std::string& rel) { return std::string(STRATA_SOURCE_DIR) + "/" + rel; }
@@ -32,15 +34,6 @@ const Tokenizer& llama3_tokenizer() {
 const Tokenizer& sentencepiece() {
   static const Tokenizer t = Tokenizer::load(source("data/tokenizers/tok512.model"));
   return t;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 Ids flagged(const ChatTokens& c) {

@@ -18,9 +18,12 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/jinja.h"
+#include "testing.h"
 
 namespace strata::jinja {
 namespace {
+
+using strata::testing::error_of;
 
 using json = nlohmann::ordered_json;
 
@@ -32,15 +35,6 @@ json fixture(const std::string& name) {
 // The records of a fixture file: its top-level array, or the array under
 // "records".
 const json& records(const json& j) { return j.is_array() ? j : j.at("records"); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // strftime_now as the fixtures' generator defines it: the date 2026-11-26.
 Value fixed_strftime() {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/jinja_internal.h"
+#include "core/text.h"
 
 namespace strata::jinja {
 

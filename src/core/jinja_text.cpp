@@ -1,6 +1,7 @@
 #include "core/jinja_text.h"
 
 #include "core/jinja_internal.h"
+#include "core/text.h"
 
 namespace strata::jinja {
 
@@ -40,24 +41,6 @@ std::string map_cps(const std::string& s, F f) {
 }
 
 }  // namespace
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
 
 std::string py_strip(const std::string& s, const Value* chars, char which) {
   std::vector<uint32_t> set;

@@ -174,25 +174,6 @@ std::string float_repr(double d) {
 }
 
 // Decodes the code point at s[i] (advancing i); an invalid byte is itself.
-uint32_t next_code_point(std::string_view s, size_t& i) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  const int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
-  if (n <= 0 || i + size_t(n) >= s.size()) {
-    ++i;
-    return b;
-  }
-  uint32_t cp = b & (0x3F >> n);
-  for (int k = 1; k <= n; ++k) {
-    const auto c = static_cast<unsigned char>(s[i + size_t(k)]);
-    if ((c >> 6) != 2) {
-      ++i;
-      return b;
-    }
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  i += size_t(n) + 1;
-  return cp;
-}
 
 std::vector<size_t> code_point_offsets(std::string_view s) {
   std::vector<size_t> out;

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/text.h"
+
 namespace strata::jinja {
 
 class Value;
@@ -146,9 +148,9 @@ std::string dump_json(const Value& v, const JsonStyle& style);
 std::vector<size_t> code_point_offsets(std::string_view s);
 // The code point at s[i], advancing i past it; a byte that does not start
 // valid UTF-8 is returned as itself.
-uint32_t next_code_point(std::string_view s, size_t& i);
-// Appends a code point's UTF-8 bytes (jinja_text.cpp).
-void append_utf8(std::string& out, uint32_t cp);
+inline uint32_t next_code_point(std::string_view s, size_t& i) {
+  return strata::next_code_point(s, &i);  // core/text.h's decoder
+}
 // Python's str.isspace() for one code point.
 bool is_python_space(uint32_t cp);
 

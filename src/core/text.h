@@ -64,6 +64,9 @@ std::string fixed(double v, int digits);
 // s as a whole decimal int (optional sign); false when it is anything else.
 bool parse_int(const std::string& s, int* out);
 
+// Appends the UTF-8 bytes of code point `cp`.
+void append_utf8(std::string& out, uint32_t cp);
+
 // ---- UTF-8 text measured the way Python measures str (the evaluation
 // harness's rules). A byte that does not start a valid UTF-8 sequence counts
 // as one character of its own.

@@ -72,8 +72,12 @@ class Render {
  private:
   json field(const json& spec, const Doc& d, const std::string& key);
   const jinja::Template& tmpl(const std::string& key, const std::string& source);
+  // The document as template variables, converted once per document.
+  const jinja::Value& vars(const Doc& d);
   const Spec& s_;
   std::map<std::string, std::unique_ptr<jinja::Template>> cache_;
+  const Doc* vars_of_ = nullptr;
+  jinja::Value vars_;
 };
 
 // The gold choice: an index, or a choice's text.

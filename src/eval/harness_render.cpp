@@ -31,6 +31,14 @@ const jinja::Template& Render::tmpl(const std::string& key, const std::string& s
   return *slot;
 }
 
+const jinja::Value& Render::vars(const Doc& d) {
+  if (vars_of_ != &d) {
+    vars_ = jinja::Value::from_json(d.fields);
+    vars_of_ = &d;
+  }
+  return vars_;
+}
+
 json Render::field(const json& spec, const Doc& d, const std::string& key) {
   if (spec.is_number_integer()) return spec;
   if (spec.is_string()) {
@@ -38,7 +46,7 @@ json Render::field(const json& spec, const Doc& d, const std::string& key) {
     if (d.fields.contains(src)) return d.fields[src];  // a column
     std::string out;
     try {
-      out = tmpl(key, src).render(jinja::Value::from_json(d.fields));
+      out = tmpl(key, src).render(vars(d));
     } catch (const Error& e) {
       fail(cat(d.where, ": ", e.what()));
     }
@@ -58,7 +66,7 @@ json Render::target(const Doc& d) { return field(*s_.doc_to_target, d, "doc_to_t
 std::string Render::text_of(const json& spec, const Doc& d, const std::string& key) {
   if (spec.is_string() && !d.fields.contains(spec.get<std::string>())) {
     try {
-      return tmpl(key, spec.get<std::string>()).render(jinja::Value::from_json(d.fields));
+      return tmpl(key, spec.get<std::string>()).render(vars(d));
     } catch (const Error& e) {
       fail(cat(d.where, ": ", e.what()));
     }
@@ -82,7 +90,7 @@ std::vector<std::string> Render::choices(const Doc& d) {
     }
     jinja::Value v;
     try {
-      v = tmpl("doc_to_choice", src).evaluate(jinja::Value::from_json(d.fields));
+      v = tmpl("doc_to_choice", src).evaluate(vars(d));
     } catch (const Error& e) {
       fail(cat(d.where, ": ", e.what()));
     }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -216,6 +217,7 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
     task.shots = std::min(task.shots, have);
   }
 
+  std::vector<std::optional<std::pair<std::string, std::string>>> solved_shots(pool.size());
   for (size_t i = 0; i < n; ++i) {
     const Doc& d = docs[i];
     EvalExample ex;
@@ -226,13 +228,15 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
       const PhiloxStream rng(seed, kFewshotStream, uint32_t(i));
       for (int k : task_internal::draw_shots(candidates, own_pool ? int(i) : -1, task.shots,
                                              s.first_n || s.samples, rng)) {
-        const Doc& shot = pool[size_t(k)];
-        const std::vector<std::string> shot_choices =
-            s.has_choice ? r.choices(shot) : std::vector<std::string>{};
-        const std::string q = r.text(shot),
-                          a = target_text(r.target(shot), shot_choices, shot.where);
-        prefix += q + s.target_delimiter + a + s.fewshot_delimiter;
-        ex.shots.emplace_back(q, a);
+        auto& solved = solved_shots[size_t(k)];  // each pool document rendered once
+        if (!solved) {
+          const Doc& shot = pool[size_t(k)];
+          const std::vector<std::string> shot_choices =
+              s.has_choice ? r.choices(shot) : std::vector<std::string>{};
+          solved.emplace(r.text(shot), target_text(r.target(shot), shot_choices, shot.where));
+        }
+        prefix += solved->first + s.target_delimiter + solved->second + s.fewshot_delimiter;
+        ex.shots.push_back(*solved);
       }
     }
     ex.prefix_size = prefix.size();
