@@ -224,3 +224,39 @@ TEST(Jinja, PrintsNumbersAndStringsAsPython) {
 
 }  // namespace
 }  // namespace strata::jinja
+
+namespace strata::jinja {
+namespace {
+
+// literal_eval reads what Python's ast.literal_eval reads (the values below
+// are what Python prints for each), and nothing else.
+TEST(JinjaLiteralEval, ReadsPythonLiterals) {
+  EXPECT_EQ(literal_eval("[{'answer': 'A', 'options': ['x', \"it's\"]}, (1, -2.5)]").repr(),
+            "[{'answer': 'A', 'options': ['x', \"it's\"]}, (1, -2.5)]");
+  EXPECT_EQ(literal_eval("'a\\nb\\t\\x41\\u00e9\\\\\\''").str(), "a\nb\tA\xc3\xa9\\'");
+  EXPECT_EQ(literal_eval("r'a\\n' 'b'").str(), "a\\nb");  // raw, then adjacent strings joined
+  EXPECT_EQ(literal_eval("'''x\ny'''").str(), "x\ny");
+  EXPECT_EQ(literal_eval("'\\d'").str(), "\\d");  // unknown escapes kept
+  EXPECT_EQ(literal_eval(" (True, False, None, 1_000, 2e3) ").repr(),
+            "(True, False, None, 1000, 2000.0)");
+  EXPECT_EQ(literal_eval("(1,)").repr(), "(1,)");
+  EXPECT_EQ(literal_eval("(1)").repr(), "1");
+  EXPECT_EQ(literal_eval("{'a': 1, 'a': 2}").repr(), "{'a': 2}");
+  EXPECT_EQ(literal_eval("[]").repr(), "[]");
+  for (const char* bad : {"", "[1, 2", "x", "[1 2]", "{'a' 1}", "{1: 2}", "'abc", "'a\nb'", "1 2",
+                          "99999999999999999999", "'\\x4'", "--1", "'\\U00110000'"})
+    EXPECT_THROW(literal_eval(bad), Error) << bad;
+  EXPECT_ERROR(literal_eval("[1, oops]"), "literal_eval: not a Python literal at offset 4");
+  EXPECT_THROW(literal_eval(std::string(300, '[')), Error);  // nesting bound
+}
+
+TEST(JinjaLiteralEval, IsAFilterThatPassesStructuresThrough) {
+  const Template t("{{ (p | literal_eval)[-1].q }}|{{ (l | literal_eval)[0] }}", "t",
+                   harness_options());
+  EXPECT_EQ(t.render(Value::from_json(nlohmann::json{{"p", "[{'q': 'one'}, {'q': 'two'}]"},
+                                                     {"l", nlohmann::json::array({"x"})}})),
+            "two|x");
+}
+
+}  // namespace
+}  // namespace strata::jinja

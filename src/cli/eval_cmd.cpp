@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/text.h"
+#include "core/yaml.h"
 #include "data/tokenizer.h"
 #include "eval/eval_job.h"
 #include "eval/evaluate.h"
@@ -35,6 +37,23 @@ std::string default_datasets_dir() {
   if (const char* d = std::getenv("STRATA_DATASETS"); d && *d) return d;
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : ".") + "/.cache/strata/datasets";
+}
+
+// The task YAMLs of --include-path, then those shipped in <eval-dir>/harness
+// (where this build reads YAML); null when there are none.
+std::shared_ptr<const HarnessTasks> harness_tasks(const Args& args) {
+  const std::string eval_dir = args.get("eval-dir");
+  const std::string shipped = (std::filesystem::path(eval_dir) / "harness").string();
+  const bool has_shipped = yaml_available() && std::filesystem::is_directory(shipped);
+  if (!args.has("include-path") && !has_shipped) return nullptr;
+  HarnessTasks h =
+      index_harness_tasks(args.has("include-path") ? split_commas(args.get("include-path"))
+                                                   : std::vector<std::string>{},
+                          args.get("datasets-dir"));
+  if (has_shipped)
+    add_shipped_tasks(h, shipped,
+                      [&](const std::string& n) { return !resolve_task(eval_dir, n).empty(); });
+  return std::make_shared<const HarnessTasks>(std::move(h));
 }
 
 // Where lm-evaluation-harness task YAMLs and their data are.
@@ -190,9 +209,7 @@ EvalJob read_eval_job(const Args& args) {
   o.batch_size = args.get_int("batch-size");
   STRATA_CHECK(o.batch_size >= 1, "strata eval: --batch-size must be >= 1, got ", o.batch_size);
   o.eval_dir = args.get("eval-dir");
-  if (args.has("include-path"))
-    o.harness = std::make_shared<const HarnessTasks>(
-        index_harness_tasks(split_commas(args.get("include-path")), args.get("datasets-dir")));
+  o.harness = harness_tasks(args);
   for (const std::string& t : split_commas(args.get("tasks")))  // YAML names win
     o.tasks.push_back(
         o.harness && !o.harness->expand(t).empty() ? t : resolve_tasks(o.eval_dir, {t}).front());
@@ -220,12 +237,12 @@ void check_tasks(const Args& args, const EvalJob& job) {
     if (t != "all" && resolve_task(args.get("eval-dir"), t).empty() && (!h || h->expand(t).empty()))
       fail(cat("strata eval: unknown task '", t, "' (", args.get("eval-dir"),
                "/ has: ", join(known, ", "),
-               h ? cat("; --include-path has ", h->files.size(), " tasks: --tasks list shows them")
+               h ? cat("; and ", h->files.size(), " task YAMLs: --tasks list shows them")
                  : std::string(),
                ")"));
   require_code_permission(args.get("eval-dir"),
                           resolve_tasks(args.get("eval-dir"), split_commas(args.get("tasks"))),
-                          args.has("allow-code-execution"));
+                          args.has("allow-code-execution"), "pass --allow-code-execution", h);
 }
 
 // At most: a batch of full windows through the model and its logits.
@@ -272,11 +289,7 @@ int cmd_eval(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   if (args.has("tasks") && args.get("tasks") == "list") {
     std::fputs(task_table(args.get("eval-dir")).c_str(), stdout);
-    if (args.has("include-path"))
-      std::fputs(harness_task_table(index_harness_tasks(split_commas(args.get("include-path")),
-                                                        args.get("datasets-dir")))
-                     .c_str(),
-                 stdout);
+    if (const auto h = harness_tasks(args)) std::fputs(harness_task_table(*h).c_str(), stdout);
     return 0;
   }
   STRATA_USAGE_CHECK(args.has("checkpoint"), "strata eval: --checkpoint is required");

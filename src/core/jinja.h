@@ -72,4 +72,11 @@ class Template {
 // throws strata::Error "<message>".
 Value raise_exception_function();
 
+// A Python literal as ast.literal_eval reads it ("[{'a': 1}, (2, 'b')]",
+// strings, numbers, True/False/None, lists, tuples, dicts); throws
+// strata::Error naming the offset for anything else. Also the `literal_eval`
+// filter, a strata extension for datasets that store structure as Python
+// text (RACE's problems); a list or dict passes through unchanged.
+Value literal_eval(const std::string& text);
+
 }  // namespace strata::jinja

@@ -1,5 +1,5 @@
 // Jinja built-ins, part two: the filters (x | name(args)), as Jinja 3
-// defines them, and lm-evaluation-harness's regex_replace.
+// defines them, lm-evaluation-harness's regex_replace and strata's literal_eval.
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/jinja.h"
 #include "core/jinja_internal.h"
 #include "core/jinja_text.h"
 #include "core/regex.h"
@@ -338,7 +339,7 @@ const char* kFilters[] = {"default",    "d",           "length", "count",       
                           "sum",        "min",         "max",    "batch",         "wordcount",
                           "center",     "truncate",    "tojson", "safe",          "e",
                           "escape",     "forceescape", "attr",   "regex_replace", "format",
-                          "pprint"};
+                          "pprint",     "literal_eval"};
 
 }  // namespace
 
@@ -396,6 +397,7 @@ Value apply_filter(Renderer& r, const std::string& n, Value v, Args& a) {
   }
   if (n == "tojson") return Value(tojson(r, v, a));
   if (n == "regex_replace") return Value(regex_replace(v.str(), a));
+  if (n == "literal_eval") return v.is_list() || v.is_dict() ? v : literal_eval(v.str());
   if (n == "format") {
     const std::string f = v.str();
     std::string out;

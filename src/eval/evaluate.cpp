@@ -68,6 +68,15 @@ std::vector<TaskResult> score_choices(Scorer& scorer, const TaskData& task, bool
       const Metric mll = mean_metric("ll", ll);
       const double ppl = std::exp(-mll.value);
       tr.metrics.push_back(Metric{"perplexity", ppl, mll.stderr_ >= 0 ? ppl * mll.stderr_ : -1});
+    } else if (task.process_results == "truthfulqa_mc2") {
+      std::vector<double> mass;
+      for (const EvalExample& ex : task.examples) {
+        const size_t first = k;
+        k += ex.requests.size();
+        if (left_out(first, ex.requests.size())) continue;
+        mass.push_back(true_mass(ex, res, first));
+      }
+      tr.metrics.push_back(mean_metric("acc", mass));
     } else {
       std::vector<double> acc, acc_norm, acc_bytes;
       std::map<std::string, std::vector<double>> group_acc, group_norm;
@@ -159,6 +168,18 @@ std::vector<PerplexityResult> rolling_docs(
 
 }  // namespace
 
+double true_mass(const EvalExample& ex, const std::vector<LlResult>& results, size_t first) {
+  double top = -INFINITY;
+  for (size_t c = 0; c < ex.requests.size(); ++c) top = std::max(top, results[first + c].logprob);
+  double all = 0, truth = 0;
+  for (size_t c = 0; c < ex.requests.size(); ++c) {
+    const double p = std::exp(results[first + c].logprob - top);
+    all += p;
+    if (c < ex.labels.size() && ex.labels[c] == 1) truth += p;
+  }
+  return truth / all;
+}
+
 ChoicePick pick_choice(const EvalExample& ex, const std::vector<LlResult>& results, size_t first) {
   ChoicePick p;
   double top = -INFINITY, top_norm = -INFINITY, top_bytes = -INFINITY;
@@ -189,7 +210,8 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
                                     : std::vector<std::string>{t})
       if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   STRATA_CHECK(!names.empty(), "eval: no tasks given");
-  require_code_permission(o.eval_dir, names, o.allow_code_execution);  // before any work
+  require_code_permission(o.eval_dir, names, o.allow_code_execution,  // before any work
+                          "pass --allow-code-execution", o.harness.get());
   if (!o.log_samples_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.log_samples_dir, ec);
@@ -310,10 +332,12 @@ std::vector<PerplexityResult> text_perplexity(Model<float>& model, const Tokeniz
 }
 
 void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,
-                             bool allowed, const std::string& how) {
+                             bool allowed, const std::string& how, const HarnessTasks* harness) {
   if (allowed) return;
   for (const std::string& name : names)
-    if (name != "all" && task_runs_code(eval_dir, name))
+    if (name != "all" &&
+        (harness && harness->files.count(name) ? harness_task_runs_code(*harness, name)
+                                               : task_runs_code(eval_dir, name)))
       fail_one_line("eval: task '", name, "' executes model-written code; ", how,
                     " to run it (in a sandbox: a subprocess without network, with time and "
                     "memory limits)");

@@ -64,11 +64,18 @@ struct ChoicePick {
 ChoicePick pick_choice(const EvalExample& example, const std::vector<LlResult>& results,
                        size_t first);
 
+// TruthfulQA's MC2 (the harness's process_results_mc2): the choices'
+// probabilities exp(logprob) normalised to sum 1, summed over the true ones
+// (example.labels[c] == 1).
+double true_mass(const EvalExample& example, const std::vector<LlResult>& results, size_t first);
+
 // Throws (one line) when a task of `names` executes model-written code
 // (HumanEval) and `allowed` is false.
-// `how` says how to allow it.
+// `how` says how to allow it. Names `harness` has are its task YAMLs (a
+// strata.pass_at_1 metric runs code).
 void require_code_permission(const std::string& eval_dir, const std::vector<std::string>& names,
-                             bool allowed, const std::string& how = "pass --allow-code-execution");
+                             bool allowed, const std::string& how = "pass --allow-code-execution",
+                             const HarnessTasks* harness = nullptr);
 
 // results[e][t]: task t at exits[e] (or the full model).
 std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const Tokenizer& tok,

@@ -42,9 +42,12 @@ std::string regex_filter(const FilterStep& f, const std::string& text) {
   return python_strip(picked);
 }
 
-std::string apply_filters(const std::vector<FilterStep>& filters, std::string text) {
+std::string apply_filters(const std::vector<FilterStep>& filters, std::string text,
+                          const std::string& prompt) {
   for (const FilterStep& f : filters) {
-    if (f.function == "regex") {
+    if (f.function == "prepend_prompt") {
+      text = prompt + text;
+    } else if (f.function == "regex") {
       text = regex_filter(f, text);
     } else if (f.function == "strip") {
       text = python_strip(text);
@@ -102,6 +105,16 @@ double rouge_n(const std::string& prediction, const std::string& reference, int 
   const double precision = double(overlap) / double(std::max<int64_t>(np, 1));
   const double recall = double(overlap) / double(std::max<int64_t>(nr, 1));
   return precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
+}
+
+AnswerScore score_answer(const TaskData& task, const EvalExample& ex, const std::string& answer) {
+  AnswerScore a;
+  for (const std::string& ref :
+       ex.targets.empty() ? std::vector<std::string>{ex.target} : ex.targets) {
+    a.rouge2 = std::max(a.rouge2, rouge_n(answer, ref, 2));
+    if (exact_match(task.exact_match, answer, ref)) a.exact_match = 1;
+  }
+  return a;
 }
 
 // The generated text up to the first stop string.
@@ -184,17 +197,21 @@ Generated generate_answers(Model<float>& model, const Tokenizer& tok, const Task
   for (size_t i = 0; i < n; ++i) {
     const EvalExample& ex = task.examples[i];
     if (!task.execute.empty()) {
-      // HumanEval: the prompt, the completion and the tests run as one program.
-      const std::string program = ex.prompt + out.raw[i] + "\n" + ex.target + "\n";
+      // HumanEval (TOML): the prompt, the completion and the tests run as one
+      // program; "program" (YAML): the filtered answer and the tests.
+      const std::string answer = task.execute == "program"
+                                     ? apply_filters(task.filters, out.raw[i], ex.prompt)
+                                     : ex.prompt + out.raw[i];
+      const std::string program = answer + "\n" + ex.target + "\n";
       const SandboxResult r = run_python_sandboxed(program, o.sandbox);
-      out.filtered.push_back(ex.prompt + out.raw[i]);
+      out.filtered.push_back(answer);
       out.score.push_back(r.status == SandboxStatus::Passed ? 1.0 : 0.0);
       out.status.push_back(sandbox_status_name(r.status));
     } else {
-      out.filtered.push_back(apply_filters(task.filters, out.raw[i]));
-      out.rouge2.push_back(rouge_n(out.filtered.back(), ex.target, 2));
-      out.score.push_back(exact_match(task.exact_match, out.filtered.back(), ex.target) ? 1.0
-                                                                                        : 0.0);
+      out.filtered.push_back(apply_filters(task.filters, out.raw[i], ex.prompt));
+      const AnswerScore a = score_answer(task, ex, out.filtered.back());
+      out.rouge2.push_back(a.rouge2);
+      out.score.push_back(a.exact_match);
     }
   }
   return out;

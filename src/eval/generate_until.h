@@ -20,7 +20,9 @@ struct EvalOptions;  // eval/evaluate.h
 // its first non-empty group, stripped, else the fallback); exact_match after
 // regexes_to_ignore, ignore_case and ignore_punctuation.
 std::string cut_at_stops(std::string text, const std::vector<std::string>& until);
-std::string apply_filters(const std::vector<FilterStep>& filters, std::string text);
+// prepend_prompt (strata.humaneval_program) puts the example's prompt first.
+std::string apply_filters(const std::vector<FilterStep>& filters, std::string text,
+                          const std::string& prompt = "");
 bool exact_match(const ExactMatchSpec& spec, std::string prediction, std::string reference);
 // ROUGE-N F-measure as Google's rouge_score computes it without stemming:
 // both texts lower-cased, every run of characters other than a-z and 0-9 a
@@ -28,6 +30,15 @@ bool exact_match(const ExactMatchSpec& spec, std::string prediction, std::string
 // prediction n-grams, recall = overlap / reference n-grams, F = 2PR / (P + R)
 // (0 when there is no overlap).
 double rouge_n(const std::string& prediction, const std::string& reference, int n);
+
+// A filtered answer scored against the example's references (every accepted
+// one when there are several): exact_match 1 when any matches, the best
+// ROUGE-2.
+struct AnswerScore {
+  double exact_match = 0, rouge2 = 0;
+};
+AnswerScore score_answer(const TaskData& task, const EvalExample& example,
+                         const std::string& answer);
 
 // A task's answers: as generated (cut at the stop strings), after the
 // filters (HumanEval: the program), and each example's score.

@@ -37,8 +37,18 @@ struct Spec {
   GenerationSpec generation;
   std::vector<FilterStep> filters;
   ExactMatchSpec exact_match;
+  std::string process_results;  // a strata built-in ("truthfulqa_mc2") or ""
+  std::string execute;          // "program": pass@1 runs answer + "\n" + target
   int version = 0;
 };
+
+// strata's own versions of lm-evaluation-harness Python functions, which a
+// task YAML names `!function strata.<name>` (docs/evaluation.md):
+//   process_results: strata.truthfulqa_mc2  truthfulqa's process_results_mc2
+//   metric: strata.pass_at_1                 pass@1 of humaneval and mbpp
+//   filter custom: strata.humaneval_program  humaneval's build_predictions
+// Any other !function is refused with one line.
+extern const char* const kBuiltins[3];
 Spec read_spec(const std::string& file, const std::string& name, const json& cfg);
 
 // The split scored (test_split, else validation_split) and the one few-shot
@@ -50,6 +60,8 @@ std::string fewshot_split(const json& cfg);
 struct DataSource {
   std::string format;  // json, csv or text
   std::vector<std::string> files;
+  char delimiter = ',';  // csv: dataset_kwargs delimiter / sep
+  bool quoting = true;   // csv: false with dataset_kwargs quoting: 3 (QUOTE_NONE)
 };
 DataSource data_source(const HarnessTasks& h, const std::string& file, const json& cfg,
                        const std::string& split);
@@ -59,11 +71,15 @@ std::vector<Doc> read_docs(const HarnessTasks& h, const std::string& file, const
 // The harness's doc_to_text, doc_to_target and doc_to_choice: a column name
 // gives the document's field, an int itself, anything else is a Jinja
 // template; a template's digits are an int where the task has choices, and
-// doc_to_choice's text is read as a Python list literal.
+// doc_to_choice's text is read as a Python list literal, and so is a
+// doc_to_target text in brackets (several accepted answers).
 class Render {
  public:
   explicit Render(const Spec& s) : s_(s) {}
   std::string text(const Doc& d);
+  // doc_to_text as the harness returns it: an int (digits, with choices)
+  // marks a multiple-input task (Winogrande: the choices are contexts).
+  json text_value(const Doc& d);
   json target(const Doc& d);
   std::vector<std::string> choices(const Doc& d);
   // A template or column field as text (description, ...).

@@ -50,16 +50,25 @@ json Render::field(const json& spec, const Doc& d, const std::string& key) {
     } catch (const Error& e) {
       fail(cat(d.where, ": ", e.what()));
     }
-    if (s_.has_choice && all_digits(out)) return std::stoll(out);
+    if (s_.has_choice && all_digits(out) && out.size() < 19) return std::stoll(out);
+    // The harness reads a bracketed target as a Python literal (a list of
+    // accepted answers), keeping the text when it is not one.
+    if (key == "doc_to_target" && out.size() >= 2 && out.front() == '[' && out.back() == ']') {
+      try {
+        const jinja::Value v = jinja::literal_eval(out);
+        if (v.is_list()) return v.to_json();
+      } catch (const Error&) {
+      }
+    }
     return out;
   }
   if (spec.is_array()) return spec;
   fail(cat(s_.file, ": task '", s_.name, "': ", key, " must be a template, a column or a number"));
 }
 
-std::string Render::text(const Doc& d) {
-  return text_of_json(field(*s_.doc_to_text, d, "doc_to_text"));
-}
+std::string Render::text(const Doc& d) { return text_of_json(text_value(d)); }
+
+json Render::text_value(const Doc& d) { return field(*s_.doc_to_text, d, "doc_to_text"); }
 
 json Render::target(const Doc& d) { return field(*s_.doc_to_target, d, "doc_to_target"); }
 

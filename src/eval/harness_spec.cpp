@@ -14,6 +14,9 @@
 
 namespace strata::harness_internal {
 
+const char* const kBuiltins[3] = {"strata.truthfulqa_mc2", "strata.pass_at_1",
+                                  "strata.humaneval_program"};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,15 +25,28 @@ std::string function_of(const json& v) {
   return v.is_object() && v.contains("!function") ? v["!function"].get<std::string>() : "";
 }
 
+// The built-in `!function strata.<name>` expected for `key`, or a one-line
+// refusal naming the task and the function.
+void check_builtin(const Spec& s, const std::string& key, const std::string& fn,
+                   const std::string& want) {
+  if (!want.empty() && fn == "strata." + want) return;
+  if (fn.starts_with("strata."))
+    fail(cat(s.file, ": task '", s.name, "': ", key, ": !function ", fn,
+             " is not a strata built-in here (strata has ",
+             join(std::vector<std::string>(std::begin(kBuiltins), std::end(kBuiltins)), ", "),
+             ")"));
+  fail(cat(s.file, ": task '", s.name, "': ", key, " is a Python function (!function ", fn,
+           "), which strata cannot run; write it as a Jinja template or a column name, or use a "
+           "strata built-in (docs/evaluation.md)"));
+}
+
 // Python callables cannot run here: one line naming the task and function.
-void refuse_functions(const std::string& file, const std::string& name, const json& cfg) {
+void refuse_functions(const Spec& s, const json& cfg) {
   for (const char* key : {"doc_to_text", "doc_to_target", "doc_to_choice", "process_docs",
-                          "process_results", "description", "doc_to_image", "doc_to_audio"}) {
+                          "description", "doc_to_image", "doc_to_audio"}) {
     if (!cfg.contains(key)) continue;
     const std::string fn = function_of(cfg[key]);
-    if (!fn.empty())
-      fail(cat(file, ": task '", name, "': ", key, " is a Python function (!function ", fn,
-               "), which strata cannot run; write it as a Jinja template or a column name"));
+    if (!fn.empty()) check_builtin(s, key, fn, "");
   }
 }
 
@@ -83,7 +99,11 @@ void read_filters(const json& cfg, Spec& s) {
   for (const json& st : steps) {
     FilterStep f;
     f.function = st.value("function", std::string());
-    if (f.function == "regex") {
+    if (f.function == "custom") {
+      check_builtin(s, "filter custom", function_of(st.value("filter_fn", json())),
+                    "humaneval_program");
+      f.function = "prepend_prompt";
+    } else if (f.function == "regex") {
       f.pattern = st.value("regex_pattern", std::string(R"(#### (\-?[0-9\.\,]+))"));
       f.group_select = st.value("group_select", 0);
       f.fallback = st.value("fallback", std::string("[invalid]"));
@@ -107,17 +127,29 @@ void read_metrics(const json& cfg, Spec& s) {
   const std::vector<std::string>& ok = known.at(s.kind);
   if (!cfg.contains("metric_list")) {
     s.metrics = s.kind == TaskKind::MultipleChoice ? std::vector<std::string>{"acc", "acc_norm"}
-                : s.kind == TaskKind::Generate   ? std::vector<std::string>{"exact_match"}
-                                                 : ok;
+                : s.kind == TaskKind::Generate     ? std::vector<std::string>{"exact_match"}
+                                                   : ok;
     return;
   }
   for (const json& m : cfg["metric_list"]) {
     STRATA_CHECK(m.is_object() && m.contains("metric"), s.file,
                  ": metric_list entries must be {metric: ...}");
     const std::string fn = function_of(m["metric"]);
-    STRATA_CHECK(fn.empty(), s.file, ": task '", s.name, "': metric !function ", fn,
-                 " is a Python function, which strata cannot run");
+    if (!fn.empty()) {
+      check_builtin(s, "metric", fn, "pass_at_1");
+      STRATA_CHECK(s.kind == TaskKind::Generate, s.file, ": task '", s.name,
+                   "': strata.pass_at_1 needs output_type generate_until");
+      s.metrics.push_back("pass@1");
+      s.execute = "program";
+      continue;
+    }
     const std::string name = m["metric"].get<std::string>();
+    if (!s.process_results.empty()) {  // the built-in reports acc itself
+      STRATA_CHECK(name == "acc", s.file, ": task '", s.name, "': strata.", s.process_results,
+                   " reports acc only, not '", name, "'");
+      s.metrics.push_back(name);
+      continue;
+    }
     STRATA_CHECK(std::find(ok.begin(), ok.end(), name) != ok.end(), s.file, ": task '", s.name,
                  "': metric '", name, "' is not supported for this output_type (", join(ok, ", "),
                  ")");
@@ -127,6 +159,25 @@ void read_metrics(const json& cfg, Spec& s) {
     s.exact_match.ignore_punctuation = m.value("ignore_punctuation", false);
     if (m.contains("regexes_to_ignore"))
       for (const json& r : m["regexes_to_ignore"]) s.exact_match.regexes_to_ignore.push_back(r);
+  }
+}
+
+// dataset_kwargs' CSV reader options (pandas.read_csv's): delimiter or
+// sep (one character), quoting 3 (QUOTE_NONE).
+void csv_options(const std::string& file, const json& kwargs, DataSource& src) {
+  if (!kwargs.is_object()) return;
+  for (const char* key : {"delimiter", "sep"})
+    if (kwargs.contains(key)) {
+      const json& d = kwargs[key];
+      STRATA_CHECK(d.is_string() && d.get<std::string>().size() == 1, file, ": dataset_kwargs.",
+                   key, " must be one character");
+      src.delimiter = d.get<std::string>()[0];
+    }
+  if (kwargs.contains("quoting")) {
+    const json& q = kwargs["quoting"];
+    STRATA_CHECK(q.is_number_integer() && (q.get<int>() == 0 || q.get<int>() == 3), file,
+                 ": dataset_kwargs.quoting must be 0 (QUOTE_MINIMAL) or 3 (QUOTE_NONE)");
+    src.quoting = q.get<int>() != 3;
   }
 }
 
@@ -140,7 +191,7 @@ std::string locate(const std::string& path, const std::string& yaml) {
 
 std::string format_of(const std::string& file) {
   const std::string ext = fs::path(file).extension().string();
-  if (ext == ".csv") return "csv";
+  if (ext == ".csv" || ext == ".tsv") return "csv";
   if (ext == ".txt") return "text";
   return "json";
 }
@@ -166,10 +217,10 @@ void type_csv_columns(std::vector<Doc>& docs) {
 }  // namespace
 
 Spec read_spec(const std::string& file, const std::string& name, const json& cfg) {
-  refuse_functions(file, name, cfg);
   Spec s;
   s.file = file;
   s.name = name;
+  refuse_functions(s, cfg);
   const std::string type = str_of(cfg, "output_type", "generate_until", file);
   if (type == "multiple_choice")
     s.kind = TaskKind::MultipleChoice;
@@ -188,6 +239,12 @@ Spec read_spec(const std::string& file, const std::string& name, const json& cfg
                            {"description", &s.description}})
     if (cfg.contains(key) && !cfg[key].is_null()) *slot = cfg[key];
   s.has_choice = s.doc_to_choice.has_value();
+  if (cfg.contains("process_results") && !cfg["process_results"].is_null()) {
+    check_builtin(s, "process_results", function_of(cfg["process_results"]), "truthfulqa_mc2");
+    STRATA_CHECK(s.kind == TaskKind::MultipleChoice, file, ": task '", name,
+                 "': strata.truthfulqa_mc2 needs output_type multiple_choice");
+    s.process_results = "truthfulqa_mc2";
+  }
   STRATA_CHECK(s.kind != TaskKind::MultipleChoice || s.has_choice, file, ": task '", name,
                "': multiple_choice needs doc_to_choice");
   STRATA_CHECK(s.kind == TaskKind::Perplexity || s.doc_to_text, file, ": task '", name,
@@ -259,6 +316,8 @@ DataSource data_source(const HarnessTasks& h, const std::string& file, const jso
     for (const json& f : chosen.is_array() ? chosen : json::array({chosen}))
       src.files.push_back(locate(f.get<std::string>(), file));
     src.format = builder ? path : format_of(src.files.at(0));
+    if (fs::path(src.files.at(0)).extension() == ".tsv") src.delimiter = '\t';
+    csv_options(file, kwargs, src);
     return src;
   }
   STRATA_CHECK(!path.empty(), file, ": no dataset_path");
@@ -301,7 +360,8 @@ std::vector<Doc> read_docs(const HarnessTasks& h, const std::string& file, const
       continue;
     }
     const std::vector<task_internal::Row> rows =
-        src.format == "csv" ? task_internal::read_csv(f) : task_internal::read_jsonl(f);
+        src.format == "csv" ? task_internal::read_csv(f, src.delimiter, src.quoting)
+                            : task_internal::read_jsonl(f);
     const size_t first = docs.size();
     for (const auto& r : rows) docs.push_back({json::parse(r.fields.dump()), r.where});
     if (src.format == "csv") {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -72,6 +73,24 @@ std::string target_text(const json& target, const std::vector<std::string>& choi
   return jinja::Value::from_json(target).str();
 }
 
+// truthfulqa_mc2: the document's mc2_targets.labels, one per choice.
+std::vector<int> mc2_labels(const Doc& d, size_t choices) {
+  const json* labels = nullptr;
+  if (d.fields.contains("mc2_targets") && d.fields["mc2_targets"].is_object() &&
+      d.fields["mc2_targets"].contains("labels"))
+    labels = &d.fields["mc2_targets"]["labels"];
+  STRATA_CHECK(labels && labels->is_array(), d.where,
+               ": strata.truthfulqa_mc2 needs the document's mc2_targets.labels");
+  STRATA_CHECK(labels->size() == choices, d.where, ": mc2_targets.labels has ", labels->size(),
+               " labels for ", choices, " choices");
+  std::vector<int> out;
+  for (const json& l : *labels) {
+    STRATA_CHECK(l.is_number_integer(), d.where, ": mc2_targets.labels must be 0 or 1");
+    out.push_back(l.get<int>());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> HarnessTasks::expand(const std::string& name) const {
@@ -91,37 +110,76 @@ std::vector<std::string> HarnessTasks::expand(const std::string& name) const {
   return out;
 }
 
+namespace {
+
+// Every task and group of the YAML files under `dir` into `files` and
+// `groups`; a task defined twice (here or before) is an error.
+void scan(const std::string& dir, std::map<std::string, std::string>& files,
+          std::map<std::string, std::vector<std::string>>& groups) {
+  std::error_code ec;
+  STRATA_CHECK(fs::is_directory(dir, ec), "--include-path ", dir, ": no such folder");
+  std::vector<std::string> yamls;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file() && (e.path().extension() == ".yaml" || e.path().extension() == ".yml"))
+      yamls.push_back(e.path().string());
+  std::sort(yamls.begin(), yamls.end());
+  for (const std::string& file : yamls) {
+    const json cfg = load_config(file);
+    const json task = cfg.value("task", json());
+    if (task.is_string()) {
+      const std::string name = task.get<std::string>();
+      if (const auto it = files.find(name); it != files.end())
+        fail(cat("task '", name, "' is defined twice: ", it->second, " and ", file));
+      files[name] = file;
+      for (const char* key : {"tag", "group"})
+        for (const std::string& g : names_of(cfg.value(key, json()))) groups[g].push_back(name);
+    } else if (cfg.contains("group") && cfg["group"].is_string() && task.is_array()) {
+      auto& members = groups[cfg["group"].get<std::string>()];
+      for (const std::string& m : names_of(task)) members.push_back(m);
+    }
+  }
+}
+
+}  // namespace
+
 HarnessTasks index_harness_tasks(const std::vector<std::string>& dirs,
                                  const std::string& datasets_dir) {
   HarnessTasks h;
   h.dirs = dirs;
   h.datasets_dir = datasets_dir;
-  for (const std::string& dir : dirs) {
-    std::error_code ec;
-    STRATA_CHECK(fs::is_directory(dir, ec), "--include-path ", dir, ": no such folder");
-    std::vector<std::string> yamls;
-    for (const auto& e : fs::recursive_directory_iterator(dir, ec))
-      if (e.is_regular_file() &&
-          (e.path().extension() == ".yaml" || e.path().extension() == ".yml"))
-        yamls.push_back(e.path().string());
-    std::sort(yamls.begin(), yamls.end());
-    for (const std::string& file : yamls) {
-      const json cfg = load_config(file);
-      const json task = cfg.value("task", json());
-      if (task.is_string()) {
-        const std::string name = task.get<std::string>();
-        if (const auto it = h.files.find(name); it != h.files.end())
-          fail(cat("task '", name, "' is defined twice: ", it->second, " and ", file));
-        h.files[name] = file;
-        for (const char* key : {"tag", "group"})
-          for (const std::string& g : names_of(cfg.value(key, json()))) h.groups[g].push_back(name);
-      } else if (cfg.contains("group") && cfg["group"].is_string() && task.is_array()) {
-        auto& members = h.groups[cfg["group"].get<std::string>()];
-        for (const std::string& m : names_of(task)) members.push_back(m);
-      }
-    }
-  }
+  for (const std::string& dir : dirs) scan(dir, h.files, h.groups);
   return h;
+}
+
+void add_shipped_tasks(HarnessTasks& h, const std::string& dir,
+                       const std::function<bool(const std::string&)>& taken) {
+  std::error_code ec;
+  for (const std::string& d : h.dirs)
+    if (fs::equivalent(d, dir, ec)) return;  // given as --include-path: already there
+  std::map<std::string, std::string> files;
+  std::map<std::string, std::vector<std::string>> groups;
+  scan(dir, files, groups);
+  h.shipped_dir = dir;
+  for (const auto& [name, file] : files) {
+    if (h.files.count(name) || h.groups.count(name)) continue;
+    if (taken(name))
+      h.shadowed[name] = file;
+    else
+      h.files[name] = file;
+  }
+  for (const auto& [group, members] : groups)
+    if (!h.groups.count(group) && !h.files.count(group) && !taken(group)) h.groups[group] = members;
+}
+
+bool harness_task_runs_code(const HarnessTasks& h, const std::string& name) {
+  const auto it = h.files.find(name);
+  if (it == h.files.end()) return false;
+  const json cfg = load_config(it->second);
+  if (!cfg.contains("metric_list") || !cfg["metric_list"].is_array()) return false;
+  for (const json& m : cfg["metric_list"])
+    if (m.is_object() && m.value("metric", json()) == json{{"!function", "strata.pass_at_1"}})
+      return true;
+  return false;
 }
 
 std::string harness_data_status(const HarnessTasks& h, const std::string& name) {
@@ -139,10 +197,13 @@ std::string harness_data_status(const HarnessTasks& h, const std::string& name) 
 }
 
 std::string harness_task_table(const HarnessTasks& h) {
-  std::string out = cat("\nlm-evaluation-harness tasks of --include-path (", join(h.dirs, ", "),
+  std::vector<std::string> where = h.dirs;
+  if (!h.shipped_dir.empty()) where.push_back(h.shipped_dir + " (shipped)");
+  std::string out = cat("\nlm-evaluation-harness task YAMLs (", join(where, ", "),
                         "; hub datasets from ", h.datasets_dir, "):\n");
   size_t width = 4;
   for (const auto& [name, file] : h.files) width = std::max(width, name.size());
+  for (const auto& [name, file] : h.shadowed) width = std::max(width, name.size());
   for (const auto& [name, file] : h.files) {
     const std::string status = harness_data_status(h, name);
     const bool present = !status.starts_with("missing") && !status.starts_with("error");
@@ -150,6 +211,9 @@ std::string harness_task_table(const HarnessTasks& h) {
                present ? "data present  " : "no data       ", file, "\n");
     if (!present) out += cat("  ", std::string(width + 2, ' '), status, "\n");
   }
+  for (const auto& [name, file] : h.shadowed)
+    out += cat("  ", name, std::string(width - name.size() + 2, ' '), "(the TOML task runs; ",
+               "--include-path ", h.shipped_dir, " runs ", file, ")\n");
   for (const auto& [group, members] : h.groups)
     out += cat("  group/tag ", group, ": ", join(h.expand(group), ", "), "\n");
   return out;
@@ -176,6 +240,8 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
   task.generation = s.generation;
   task.filters = s.filters;
   task.exact_match = s.exact_match;
+  task.execute = s.execute;
+  task.process_results = s.process_results;
 
   const std::string split = eval_split(cfg);
   STRATA_CHECK(!split.empty(), file, ": task '", name, "' names no test_split or validation_split");
@@ -233,28 +299,49 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
           const Doc& shot = pool[size_t(k)];
           const std::vector<std::string> shot_choices =
               s.has_choice ? r.choices(shot) : std::vector<std::string>{};
-          solved.emplace(r.text(shot), target_text(r.target(shot), shot_choices, shot.where));
+          const json q = r.text_value(shot);
+          // Multiple inputs (an int text): the shot's text is the gold choice.
+          const std::string shot_text =
+              q.is_number_integer() ? target_text(q, shot_choices, shot.where) : r.text(shot);
+          const json a = r.target(shot);
+          solved.emplace(shot_text, q.is_number_integer() && !a.is_number_integer()
+                                        ? target_text(a, {}, shot.where)
+                                        : target_text(a, shot_choices, shot.where));
         }
         prefix += solved->first + s.target_delimiter + solved->second + s.fewshot_delimiter;
         ex.shots.push_back(*solved);
       }
     }
     ex.prefix_size = prefix.size();
-    const std::string text = r.text(d);
+    const json text_value = r.text_value(d);
     const json target = r.target(d);
+    const std::string text =
+        text_value.is_string() ? text_value.get<std::string>() : target_text(text_value, {}, "");
     if (s.kind == TaskKind::MultipleChoice) {
       ex.choices = r.choices(d);
       STRATA_CHECK(!ex.choices.empty(), d.where, ": doc_to_choice gave no choices");
-      ex.gold = gold_index(target, ex.choices, d.where);
-      for (const std::string& c : ex.choices)
-        ex.requests.push_back({prefix + text, s.target_delimiter + c});
+      if (text_value.is_number_integer()) {
+        // Multiple inputs (Winogrande): each choice ends its own context, the
+        // target is the one continuation, the text gives the gold index.
+        ex.gold = gold_index(text_value, ex.choices, d.where);
+        const std::string cont = s.target_delimiter + target_text(target, {}, d.where);
+        for (const std::string& c : ex.choices) ex.requests.push_back({prefix + c, cont});
+      } else {
+        ex.gold = gold_index(target, ex.choices, d.where);
+        for (const std::string& c : ex.choices)
+          ex.requests.push_back({prefix + text, s.target_delimiter + c});
+      }
+      if (s.process_results == "truthfulqa_mc2") ex.labels = mc2_labels(d, ex.choices.size());
     } else if (s.kind == TaskKind::LastWord) {
       ex.requests.push_back({prefix + text, s.target_delimiter + target_text(target, {}, d.where)});
     } else {  // generate_until
       ex.requests.push_back({prefix + text, ""});
       ex.prompt = text;
-      ex.target =
-          target_text(target, s.has_choice ? r.choices(d) : std::vector<std::string>{}, d.where);
+      const std::vector<std::string> choices =
+          s.has_choice ? r.choices(d) : std::vector<std::string>{};
+      ex.target = target_text(target, choices, d.where);
+      if (target.is_array() && !s.has_choice)  // several accepted answers
+        for (const json& t : target) ex.targets.push_back(target_text(t, {}, d.where));
     }
     task.examples.push_back(std::move(ex));
   }

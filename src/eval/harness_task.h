@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ struct HarnessTasks {
   std::string datasets_dir;
   std::map<std::string, std::string> files;                // task -> its YAML file
   std::map<std::string, std::vector<std::string>> groups;  // tag or group -> members
+  std::string shipped_dir;                                 // eval/harness when indexed
+  std::map<std::string, std::string> shadowed;             // shipped tasks a TOML task's name hides
 
   // The tasks a name stands for: a task itself, a tag's or group's tasks
   // (recursively, in order); empty for an unknown name.
@@ -50,6 +53,14 @@ struct HarnessTasks {
 HarnessTasks index_harness_tasks(const std::vector<std::string>& dirs,
                                  const std::string& datasets_dir);
 
+// The task YAMLs shipped with strata (eval/harness), added after the
+// --include-path folders: a name those define stays theirs, and a name
+// `taken` says a TOML task has stays the TOML task's (listed in `shadowed`;
+// --include-path eval/harness makes the YAML win). Nothing when `dir` is one
+// of the --include-path folders.
+void add_shipped_tasks(HarnessTasks& h, const std::string& dir,
+                       const std::function<bool(const std::string&)>& taken);
+
 // Loads and renders a task as load_task() does a TOML one (shots < 0: the
 // YAML's num_fewshot; limit > 0: the first `limit` documents).
 TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int shots, uint64_t seed,
@@ -58,6 +69,9 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
 // `strata eval --tasks list --include-path DIR`: every YAML task, its
 // output type, file and whether its data is present.
 std::string harness_task_table(const HarnessTasks& h);
+
+// Whether a task YAML runs model-written code (a strata.pass_at_1 metric).
+bool harness_task_runs_code(const HarnessTasks& h, const std::string& name);
 
 // Where a task's evaluation split is read from, and whether it is there:
 // "data/x.jsonl" / "missing: <path>" (for --tasks list).

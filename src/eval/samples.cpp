@@ -51,6 +51,11 @@ void write_samples(const std::string& path, const TaskData& task,
       j["metrics"] = {"acc", "perplexity"};
       j["acc"] = res[k].greedy ? 1.0 : 0.0;
       j["perplexity"] = res[k].logprob;  // the harness logs the loglikelihood under this name
+    } else if (task.process_results == "truthfulqa_mc2") {
+      target = std::to_string(ex.gold);
+      j["target"] = ex.gold;
+      j["metrics"] = {"acc"};
+      j["acc"] = true_mass(ex, res, k);  // the probability mass of the true answers
     } else {
       const ChoicePick pick = pick_choice(ex, res, k);
       target = std::to_string(ex.gold);

@@ -84,6 +84,10 @@ struct EvalExample {
   int gold = 0;                      // MultipleChoice: index of the correct choice
   std::vector<std::string> choices;  // MultipleChoice: the choice texts (acc_norm's lengths)
   std::string target;                // Generate: the reference (exact_match) or test program
+  std::vector<std::string> targets;  // Generate: every accepted reference when there are several
+                                     // (a list target: TriviaQA's aliases); exact_match when
+                                     // any matches, ROUGE-2 the best; empty: just `target`
+  std::vector<int> labels;           // MultipleChoice with truthfulqa_mc2: 1 marks a true choice
   std::string prompt;                // Generate: the example's own text (no shots), HumanEval's
                                      // program prefix
   std::string group;                 // sub-task for per-group metrics (MMLU subject), "" if none
@@ -123,7 +127,10 @@ struct TaskData {
   GenerationSpec generation;        // Generate
   std::vector<FilterStep> filters;  // Generate
   ExactMatchSpec exact_match;       // Generate
-  std::string execute;              // Generate: "humaneval" runs completions (pass@1)
+  std::string execute;              // Generate: "humaneval" runs prompt + completion + tests,
+                                    // "program" the filtered answer + tests (pass@1)
+  std::string process_results;      // MultipleChoice: "truthfulqa_mc2" makes acc the
+                                    // probability mass of the true choices
 };
 
 // Every task TOML in `eval_dir` (its stem is the task name), sorted.

@@ -67,8 +67,10 @@ std::vector<Row> read_jsonl(const std::string& path) {
 
 // RFC 4180 CSV: fields separated by commas, records by LF or CRLF; a quoted
 // field may hold commas, line breaks and doubled quotes (""). The first record
-// is the header naming the fields; blank lines are skipped.
-std::vector<Row> read_csv(const std::string& path) {
+// is the header naming the fields; blank lines are skipped. `delimiter`
+// replaces the comma (a tab for TSV); without `quoting` quotes are plain
+// characters (Python's csv.QUOTE_NONE).
+std::vector<Row> read_csv(const std::string& path, char delimiter, bool quoting) {
   const std::string text = read_file(path, "data file");
   std::vector<std::vector<std::string>> records;
   std::vector<size_t> lines;  // first line of each record
@@ -91,7 +93,7 @@ std::vector<Row> read_csv(const std::string& path) {
   };
   for (size_t i = 0; i < text.size(); ++i) {
     const char ch = text[i];
-    if (in_quotes) {
+    if (in_quotes && quoting) {
       if (ch == '"' && i + 1 < text.size() && text[i + 1] == '"') {
         field += '"';
         ++i;
@@ -103,7 +105,7 @@ std::vector<Row> read_csv(const std::string& path) {
       }
       continue;
     }
-    if (ch == ',') {
+    if (ch == delimiter) {
       end_field();
     } else if (ch == '\n' || (ch == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) {
       i += ch == '\r';
@@ -111,7 +113,7 @@ std::vector<Row> read_csv(const std::string& path) {
       rec_line = ++line;
     } else if (quoted) {
       fail_one_line(path, ":", line, ": unexpected text after a closing quote");
-    } else if (ch == '"') {
+    } else if (ch == '"' && quoting) {
       if (!field.empty()) fail_one_line(path, ":", line, ": quote inside an unquoted field");
       in_quotes = quoted = true;
       quote_line = line;

@@ -15,9 +15,10 @@
 namespace strata::task_internal {
 
 // A JSONL file's objects, one row per non-blank line; a CSV file's records
-// (RFC 4180, first record the header) as objects of strings.
+// (RFC 4180, first record the header) as objects of strings; another
+// delimiter (a tab), or quotes read as plain characters (quoting = false).
 std::vector<Row> read_jsonl(const std::string& path);
-std::vector<Row> read_csv(const std::string& path);
+std::vector<Row> read_csv(const std::string& path, char delimiter = ',', bool quoting = true);
 
 // All rows of one split (`files`, and PIQA's `labels` file) through the
 // task's format adapter, with strip_prefix, replace_suffix and group_by
