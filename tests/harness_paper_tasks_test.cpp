@@ -22,6 +22,7 @@
 #include "eval/evaluate.h"
 #include "eval/generate_until.h"
 #include "eval/harness_task.h"
+#include "eval/math_answer.h"
 #include "eval/task.h"
 #include "testing.h"
 
@@ -85,10 +86,13 @@ TEST(PaperTasks, EveryShippedTaskLoadsOnFixtureOrShippedData) {
         "hellaswag", "winogrande", "piqa", "mmlu_abstract_algebra"})
     ASSERT_TRUE(h.files.count(name)) << name;
   EXPECT_EQ(h.expand("mmlu").size(), 57u);
+  EXPECT_EQ(h.expand("hendrycks_math").size(), 7u);
+  EXPECT_EQ(h.expand("math_word_problems").size(), 8u);  // with gsm8k
   EXPECT_EQ(h.expand("mmlu_stem").size(), 19u);
   EXPECT_EQ(h.expand("truthfulqa"), (std::vector<std::string>{"truthfulqa_mc1", "truthfulqa_mc2"}));
   for (const auto& [name, file] : h.files) {
-    if (name.starts_with("mmlu_") && name != "mmlu_abstract_algebra") {
+    if ((name.starts_with("mmlu_") && name != "mmlu_abstract_algebra") ||
+        (name.starts_with("hendrycks_math_") && name != "hendrycks_math_algebra")) {
       EXPECT_TRUE(harness_data_status(h, name).starts_with("missing: ")) << name;
       continue;
     }
@@ -97,6 +101,34 @@ TEST(PaperTasks, EveryShippedTaskLoadsOnFixtureOrShippedData) {
     EXPECT_FALSE(t.examples.empty());
     EXPECT_EQ(harness_task_runs_code(h, name), name == "mbpp" || name == "humaneval");
   }
+}
+
+// strata.hendrycks_math(_docs): the boxed reference, the answer between the
+// dollar signs, and the harness's normalisation with its corners (where its
+// Python raises, raw texts compared), case by case as lm_eval computed them.
+TEST(PaperTasks, MathAnswersCompareAsTheHarnessCompares) {
+  const json expected = json::parse(read_file(kDatasets + "/expected_paper_tasks.json", "test"));
+  const json& cases = expected["hendrycks_math_answers"];
+  ASSERT_GE(cases.size(), 30u);
+  int correct = 0;
+  for (const json& c : cases) {
+    const std::string g = c["generation"], sol = c["solution"], ref = c["reference"];
+    EXPECT_EQ(math_answer::reference(sol, "case"), ref);
+    EXPECT_EQ(math_answer::correct(g, ref), c["exact_match"].get<int>() == 1) << g << " vs " << ref;
+    correct += c["exact_match"].get<int>();
+  }
+  EXPECT_GT(correct, 5);
+  EXPECT_LT(correct, int(cases.size()));
+  EXPECT_ERROR(math_answer::reference("no box here", "t.jsonl:3"),
+               "t.jsonl:3: the solution has no \\boxed{...} answer");
+  EXPECT_ERROR(math_answer::reference("$\\fbox{2}$", "t.jsonl:4"),
+               "t.jsonl:4: the solution's answer");
+  if (!yaml_available()) return;
+  const TaskData t = load_harness_task(shipped(), "hendrycks_math_algebra", 0, 7, 0);
+  EXPECT_EQ(t.process_results, "hendrycks_math");
+  EXPECT_EQ(score_answer(t, t.examples[1], " $\\dfrac34$.").exact_match, 1.0);
+  EXPECT_EQ(score_answer(t, t.examples[1], " 3/4").exact_match, 1.0);  // 3/4 becomes \frac{3}{4}
+  EXPECT_EQ(score_answer(t, t.examples[1], " 4/3").exact_match, 0.0);
 }
 
 TEST(PaperTasks, Topv2ReadsTheShippedTsvWithoutQuoting) {
@@ -224,7 +256,8 @@ TEST(PaperTasks, StrataBuiltinsAndPythonFunctionsAreNamedInOneLine) {
                "task 'a': process_results is a Python function (!function utils.process_results)",
                "strata built-in");
   EXPECT_ERROR(load_harness_task(h, "b", 0, 1, 0), "task 'b': metric: !function strata.nosuch",
-               "strata.truthfulqa_mc2, strata.pass_at_1, strata.humaneval_program");
+               "strata.truthfulqa_mc2, strata.pass_at_1, strata.humaneval_program, "
+               "strata.hendrycks_math_docs, strata.hendrycks_math");
   EXPECT_ERROR(load_harness_task(h, "c", 0, 1, 0), "filter custom is a Python function",
                "utils.build");
   EXPECT_ERROR(load_harness_task(h, "d", 0, 1, 0),

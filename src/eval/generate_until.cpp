@@ -9,6 +9,7 @@
 #include "core/regex.h"
 #include "core/text.h"
 #include "eval/evaluate.h"
+#include "eval/math_answer.h"
 #include "eval/progress.h"
 #include "eval/sandbox.h"
 #include "infer/generate.h"
@@ -109,6 +110,11 @@ double rouge_n(const std::string& prediction, const std::string& reference, int 
 
 AnswerScore score_answer(const TaskData& task, const EvalExample& ex, const std::string& answer) {
   AnswerScore a;
+  if (task.process_results == "hendrycks_math") {
+    a.exact_match = math_answer::correct(answer, ex.target) ? 1 : 0;
+    a.rouge2 = rouge_n(answer, ex.target, 2);
+    return a;
+  }
   for (const std::string& ref :
        ex.targets.empty() ? std::vector<std::string>{ex.target} : ex.targets) {
     a.rouge2 = std::max(a.rouge2, rouge_n(answer, ref, 2));

@@ -14,8 +14,9 @@
 
 namespace strata::harness_internal {
 
-const char* const kBuiltins[3] = {"strata.truthfulqa_mc2", "strata.pass_at_1",
-                                  "strata.humaneval_program"};
+const char* const kBuiltins[5] = {"strata.truthfulqa_mc2", "strata.pass_at_1",
+                                  "strata.humaneval_program", "strata.hendrycks_math_docs",
+                                  "strata.hendrycks_math"};
 
 namespace {
 
@@ -42,8 +43,8 @@ void check_builtin(const Spec& s, const std::string& key, const std::string& fn,
 
 // Python callables cannot run here: one line naming the task and function.
 void refuse_functions(const Spec& s, const json& cfg) {
-  for (const char* key : {"doc_to_text", "doc_to_target", "doc_to_choice", "process_docs",
-                          "description", "doc_to_image", "doc_to_audio"}) {
+  for (const char* key : {"doc_to_text", "doc_to_target", "doc_to_choice", "description",
+                          "doc_to_image", "doc_to_audio"}) {
     if (!cfg.contains(key)) continue;
     const std::string fn = function_of(cfg[key]);
     if (!fn.empty()) check_builtin(s, key, fn, "");
@@ -144,9 +145,10 @@ void read_metrics(const json& cfg, Spec& s) {
       continue;
     }
     const std::string name = m["metric"].get<std::string>();
-    if (!s.process_results.empty()) {  // the built-in reports acc itself
-      STRATA_CHECK(name == "acc", s.file, ": task '", s.name, "': strata.", s.process_results,
-                   " reports acc only, not '", name, "'");
+    if (!s.process_results.empty()) {  // the built-in reports its metric itself
+      const std::string own = s.kind == TaskKind::Generate ? "exact_match" : "acc";
+      STRATA_CHECK(name == own, s.file, ": task '", s.name, "': strata.", s.process_results,
+                   " reports ", own, " only, not '", name, "'");
       s.metrics.push_back(name);
       continue;
     }
@@ -240,10 +242,17 @@ Spec read_spec(const std::string& file, const std::string& name, const json& cfg
     if (cfg.contains(key) && !cfg[key].is_null()) *slot = cfg[key];
   s.has_choice = s.doc_to_choice.has_value();
   if (cfg.contains("process_results") && !cfg["process_results"].is_null()) {
-    check_builtin(s, "process_results", function_of(cfg["process_results"]), "truthfulqa_mc2");
-    STRATA_CHECK(s.kind == TaskKind::MultipleChoice, file, ": task '", name,
-                 "': strata.truthfulqa_mc2 needs output_type multiple_choice");
-    s.process_results = "truthfulqa_mc2";
+    const std::string fn = function_of(cfg["process_results"]);
+    const bool math = fn == "strata.hendrycks_math";
+    check_builtin(s, "process_results", fn, math ? "hendrycks_math" : "truthfulqa_mc2");
+    const TaskKind need = math ? TaskKind::Generate : TaskKind::MultipleChoice;
+    STRATA_CHECK(s.kind == need, file, ": task '", name, "': ", fn, " needs output_type ",
+                 math ? "generate_until" : "multiple_choice");
+    s.process_results = fn.substr(7);
+  }
+  if (cfg.contains("process_docs") && !cfg["process_docs"].is_null()) {
+    check_builtin(s, "process_docs", function_of(cfg["process_docs"]), "hendrycks_math_docs");
+    s.process_docs = "hendrycks_math_docs";
   }
   STRATA_CHECK(s.kind != TaskKind::MultipleChoice || s.has_choice, file, ": task '", name,
                "': multiple_choice needs doc_to_choice");

@@ -17,6 +17,7 @@
 #include "core/text.h"
 #include "core/yaml.h"
 #include "eval/harness_internal.h"
+#include "eval/math_answer.h"
 #include "eval/task_rows.h"
 
 namespace strata {
@@ -71,6 +72,18 @@ std::string target_text(const json& target, const std::vector<std::string>& choi
     return choices[size_t(t)];
   }
   return jinja::Value::from_json(target).str();
+}
+
+// strata.hendrycks_math_docs: each document gains `answer`, its solution's
+// boxed answer.
+std::vector<Doc> process_docs(const Spec& s, std::vector<Doc> docs) {
+  if (s.process_docs != "hendrycks_math_docs") return docs;
+  for (Doc& d : docs) {
+    STRATA_CHECK(d.fields.contains("solution") && d.fields["solution"].is_string(), d.where,
+                 ": strata.hendrycks_math_docs needs a 'solution' text");
+    d.fields["answer"] = math_answer::reference(d.fields["solution"].get<std::string>(), d.where);
+  }
+  return docs;
 }
 
 // truthfulqa_mc2: the document's mc2_targets.labels, one per choice.
@@ -245,7 +258,7 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
 
   const std::string split = eval_split(cfg);
   STRATA_CHECK(!split.empty(), file, ": task '", name, "' names no test_split or validation_split");
-  const std::vector<Doc> docs = read_docs(h, file, cfg, split);
+  const std::vector<Doc> docs = process_docs(s, read_docs(h, file, cfg, split));
   STRATA_CHECK(!docs.empty(), file, ": task '", name, "': split '", split, "' has no documents");
   task.available = int64_t(docs.size());
   const size_t n = limit > 0 ? std::min(docs.size(), size_t(limit)) : docs.size();
@@ -270,7 +283,7 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
     for (size_t i = 0; i < s.samples->size(); ++i)
       pool_docs.push_back({(*s.samples)[i], cat(file, ": fewshot_config.samples[", i, "]")});
   } else if (!own_pool) {
-    pool_docs = read_docs(h, file, cfg, pool_split);
+    pool_docs = process_docs(s, read_docs(h, file, cfg, pool_split));
   }
   const std::vector<Doc>& pool = own_pool ? docs : pool_docs;
   std::vector<int> candidates(pool.size());

@@ -130,7 +130,8 @@ struct TaskData {
   std::string execute;              // Generate: "humaneval" runs prompt + completion + tests,
                                     // "program" the filtered answer + tests (pass@1)
   std::string process_results;      // MultipleChoice: "truthfulqa_mc2" makes acc the
-                                    // probability mass of the true choices
+                                    // probability mass of the true choices; Generate:
+                                    // "hendrycks_math" compares MATH answers (math_answer.h)
 };
 
 // Every task TOML in `eval_dir` (its stem is the task name), sorted.
