@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "eval/evaluate.h"
 #include "eval/generate_until.h"
 #include "eval/harness_task.h"
+#include "eval/ifeval.h"
 #include "eval/math_answer.h"
 #include "eval/task.h"
 #include "testing.h"
@@ -81,9 +83,10 @@ TEST(PaperTasks, EveryShippedTaskLoadsOnFixtureOrShippedData) {
   if (!yaml_available()) GTEST_SKIP() << "built without yaml-cpp";
   const HarnessTasks& h = shipped();
   for (const char* name :
-       {"social_iqa", "race", "nq_open", "triviaqa", "gsm8k", "mbpp", "humaneval", "cnn_dailymail",
-        "xsum", "topv2", "sciq", "truthfulqa_mc1", "truthfulqa_mc2", "arc_easy", "arc_challenge",
-        "hellaswag", "winogrande", "piqa", "mmlu_abstract_algebra"})
+       {"social_iqa",    "race",      "nq_open",        "triviaqa",       "gsm8k",
+        "mbpp",          "humaneval", "ifeval",         "cnn_dailymail",  "xsum",
+        "topv2",         "sciq",      "truthfulqa_mc1", "truthfulqa_mc2", "arc_easy",
+        "arc_challenge", "hellaswag", "winogrande",     "piqa",           "mmlu_abstract_algebra"})
     ASSERT_TRUE(h.files.count(name)) << name;
   EXPECT_EQ(h.expand("mmlu").size(), 57u);
   EXPECT_EQ(h.expand("hendrycks_math").size(), 7u);
@@ -129,6 +132,80 @@ TEST(PaperTasks, MathAnswersCompareAsTheHarnessCompares) {
   EXPECT_EQ(score_answer(t, t.examples[1], " $\\dfrac34$.").exact_match, 1.0);
   EXPECT_EQ(score_answer(t, t.examples[1], " 3/4").exact_match, 1.0);  // 3/4 becomes \frac{3}{4}
   EXPECT_EQ(score_answer(t, t.examples[1], " 4/3").exact_match, 0.0);
+}
+
+// strata.ifeval: every check, followed and not, as the harness's
+// instructions.py judged it (the language checks on texts whose script
+// settles the language); whole documents strict and loose; the harness's
+// sentence splitter; what validate() refuses.
+TEST(PaperTasks, IfevalChecksAsTheHarnessChecks) {
+  const json expected = json::parse(read_file(kDatasets + "/expected_paper_tasks.json", "test"));
+  const json& e = expected["ifeval"];
+  std::set<std::string> ids;
+  for (const json& c : e["cases"]) {
+    const nlohmann::ordered_json kw = nlohmann::ordered_json::parse(c["kwargs"].dump());
+    EXPECT_EQ(ifeval::follows(c["id"], kw, c["response"]), c["followed"].get<bool>())
+        << c["id"] << ": " << c["response"];
+    ids.insert(c["id"].get<std::string>());
+  }
+  EXPECT_EQ(ids.size(), 23u);  // all but the two that need NLTK's punkt
+  for (const json& d : e["documents"]) {
+    const ifeval::Verdict v =
+        ifeval::judge(nlohmann::ordered_json::parse(d["doc"].dump()), d["response"]);
+    EXPECT_EQ(v.strict, d["strict"].get<std::vector<bool>>()) << d["response"];
+    EXPECT_EQ(v.loose, d["loose"].get<std::vector<bool>>()) << d["response"];
+  }
+  for (const json& c : e["sentences"])
+    EXPECT_EQ(ifeval::split_into_sentences(c["text"]),
+              c["sentences"].get<std::vector<std::string>>());
+  // The two approximated ones: punkt's and word_tokenize's stand-ins.
+  const nlohmann::ordered_json sentences = {{"num_sentences", 3}, {"relation", "at least"}};
+  EXPECT_TRUE(
+      ifeval::follows("length_constraints:number_sentences", sentences, "One. Two! Three?"));
+  EXPECT_FALSE(ifeval::follows("length_constraints:number_sentences", sentences, "One. Two!"));
+  const nlohmann::ordered_json caps = {{"capital_frequency", 2}, {"capital_relation", "at least"}};
+  EXPECT_TRUE(ifeval::follows("change_case:capital_word_frequency", caps, "The NASA and (ESA)."));
+  EXPECT_FALSE(ifeval::follows("change_case:capital_word_frequency", caps, "The NASA, 42 and x."));
+
+  const auto doc = [](const std::string& id, const std::string& kwargs) {
+    return nlohmann::ordered_json::parse(R"({"instruction_id_list": [")" + id +
+                                         R"("], "kwargs": [)" + kwargs + "]}");
+  };
+  EXPECT_ERROR(ifeval::validate(doc("keywords:nosuch", "{}"), "d.jsonl:2"),
+               "d.jsonl:2: unknown IFEval instruction 'keywords:nosuch'");
+  EXPECT_ERROR(ifeval::validate(doc("keywords:frequency", R"({"keyword": "x", "frequency": 0,
+               "relation": "at least"})"),
+                                "d.jsonl:3"),
+               "d.jsonl:3: instruction 'keywords:frequency' has no 'frequency'",
+               "draw one at random");
+  EXPECT_ERROR(
+      ifeval::validate(
+          doc("length_constraints:number_words", R"({"num_words": 5, "relation": "about"})"), "d"),
+      "relation must be 'less than' or 'at least', got 'about'");
+  EXPECT_ERROR(ifeval::validate(doc("length_constraints:number_words",
+                                    R"({"num_words": "five", "relation": "at least"})"),
+                                "d"),
+               "a parameter has the wrong type");
+  EXPECT_ERROR(ifeval::validate(doc("language:response_language", R"({"language": "xx"})"), "d"),
+               "unknown language 'xx'");
+  if (!yaml_available()) return;
+  const TaskData t = load_harness_task(shipped(), "ifeval", -1, 7, 0);
+  EXPECT_EQ(t.process_results, "ifeval");
+  EXPECT_EQ(t.examples.size(), 3u);
+  EXPECT_FALSE(t.comparable);
+  EXPECT_NE(t.not_comparable_because.find("language:response_language"), std::string::npos);
+  EXPECT_TRUE(t.generation.until.empty());
+  EXPECT_EQ(t.generation.max_gen_toks, 1280);
+  EXPECT_EQ(t.examples[1].requests[0].context, "Reply in JSON.");
+  const auto metrics = ifeval_metrics(
+      {ifeval::Verdict{{true, false}, {true, true}}, ifeval::Verdict{{true}, {true}}});
+  ASSERT_EQ(metrics.size(), 4u);
+  EXPECT_EQ(metrics[0].name, "prompt_level_strict_acc");
+  EXPECT_DOUBLE_EQ(metrics[0].value, 0.5);
+  EXPECT_EQ(metrics[1].name, "inst_level_strict_acc");
+  EXPECT_DOUBLE_EQ(metrics[1].value, 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(metrics[2].value, 1.0);
+  EXPECT_DOUBLE_EQ(metrics[3].value, 1.0);
 }
 
 TEST(PaperTasks, Topv2ReadsTheShippedTsvWithoutQuoting) {
@@ -257,7 +334,7 @@ TEST(PaperTasks, StrataBuiltinsAndPythonFunctionsAreNamedInOneLine) {
                "strata built-in");
   EXPECT_ERROR(load_harness_task(h, "b", 0, 1, 0), "task 'b': metric: !function strata.nosuch",
                "strata.truthfulqa_mc2, strata.pass_at_1, strata.humaneval_program, "
-               "strata.hendrycks_math_docs, strata.hendrycks_math");
+               "strata.hendrycks_math_docs, strata.hendrycks_math, strata.ifeval");
   EXPECT_ERROR(load_harness_task(h, "c", 0, 1, 0), "filter custom is a Python function",
                "utils.build");
   EXPECT_ERROR(load_harness_task(h, "d", 0, 1, 0),

@@ -16,17 +16,18 @@ std::string fmt(double v) { return strprintf(std::fabs(v) >= 1000 ? "%.1f" : "%.
 std::string stderr_text(const Metric& m) { return m.stderr_ >= 0 ? "±" + fmt(m.stderr_) : ""; }
 
 std::string one_exit_table(const std::vector<TaskResult>& results) {
-  int w = 16;  // the first column fits every task and category label
+  int w = 16, mw = 18;  // the first columns fit every task, category and metric name
   for (const TaskResult& t : results) {
     w = std::max(w, int(t.task.size()));
     for (const auto& [c, ms] : t.categories) w = std::max(w, int(c.size()) + 3);
+    for (const Metric& m : t.metrics) mw = std::max(mw, int(m.name.size()));
   }
-  std::string out = strprintf("%-*s %-18s %10s %10s %7s %6s\n", w, "task", "metric", "value",
+  std::string out = strprintf("%-*s %-*s %10s %10s %7s %6s\n", w, "task", mw, "metric", "value",
                               "stderr", "n", "shots");
   for (const TaskResult& t : results) {
     bool first = true;
     for (const Metric& m : t.metrics) {
-      out += strprintf("%-*s %-18s %10s %10s", w, first ? t.task.c_str() : "", m.name.c_str(),
+      out += strprintf("%-*s %-*s %10s %10s", w, first ? t.task.c_str() : "", mw, m.name.c_str(),
                        fmt(m.value).c_str(), stderr_text(m).c_str());
       if (first)
         out += strprintf(" %7lld %6d%s", (long long)t.n, t.shots, t.comparable ? "" : "  *");
@@ -35,7 +36,7 @@ std::string one_exit_table(const std::vector<TaskResult>& results) {
     }
     for (const auto& [c, ms] : t.categories)
       for (const Metric& m : ms)
-        out += strprintf("%-*s %-18s %10s %10s\n", w, (" - " + c).c_str(), m.name.c_str(),
+        out += strprintf("%-*s %-*s %10s %10s\n", w, (" - " + c).c_str(), mw, m.name.c_str(),
                          fmt(m.value).c_str(), stderr_text(m).c_str());
   }
   for (const TaskResult& t : results)
@@ -138,12 +139,17 @@ std::vector<int> all_exits(const LayerPlan& plan) {
 std::string results_table(const std::vector<std::vector<TaskResult>>& results,
                           const std::vector<int>& exits) {
   if (exits.size() == 1) return one_exit_table(results[0]);
-  std::string out = strprintf("%-16s %-18s", "task", "metric");
+  int w = 16, mw = 18;
+  for (const TaskResult& t : results[0]) {
+    w = std::max(w, int(t.task.size()));
+    for (const Metric& m : t.metrics) mw = std::max(mw, int(m.name.size()));
+  }
+  std::string out = strprintf("%-*s %-*s", w, "task", mw, "metric");
   for (int e : exits) out += strprintf(" %9s", ("exit " + std::to_string(e)).c_str());
   out += "\n";
   for (size_t t = 0; t < results[0].size(); ++t)
     for (size_t k = 0; k < results[0][t].metrics.size(); ++k) {
-      out += strprintf("%-16s %-18s", k == 0 ? results[0][t].task.c_str() : "",
+      out += strprintf("%-*s %-*s", w, k == 0 ? results[0][t].task.c_str() : "", mw,
                        results[0][t].metrics[k].name.c_str());
       for (size_t e = 0; e < exits.size(); ++e)
         out += strprintf(" %9s", fmt(results[e][t].metrics[k].value).c_str());

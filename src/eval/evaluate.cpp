@@ -168,6 +168,23 @@ std::vector<PerplexityResult> rolling_docs(
 
 }  // namespace
 
+std::vector<Metric> ifeval_metrics(const std::vector<ifeval::Verdict>& verdicts) {
+  std::vector<Metric> out;
+  for (const bool strict : {true, false}) {
+    std::vector<double> prompts, instructions;
+    for (const ifeval::Verdict& v : verdicts) {
+      prompts.push_back(strict ? v.all_strict() : v.all_loose());
+      for (bool b : strict ? v.strict : v.loose) instructions.push_back(b);
+    }
+    const std::string kind = strict ? "strict" : "loose";
+    out.push_back(mean_metric("prompt_level_" + kind + "_acc", prompts));
+    Metric inst = mean_metric("inst_level_" + kind + "_acc", instructions);
+    inst.stderr_ = -1;  // the harness reports none (its examples are prompts)
+    out.push_back(inst);
+  }
+  return out;
+}
+
 double true_mass(const EvalExample& ex, const std::vector<LlResult>& results, size_t first) {
   double top = -INFINITY;
   for (size_t c = 0; c < ex.requests.size(); ++c) top = std::max(top, results[first + c].logprob);
@@ -242,8 +259,12 @@ std::vector<std::vector<TaskResult>> evaluate_tasks(Model<float>& model, const T
       tr.task = name;
       tr.n = int64_t(task.examples.size());
       tr.shots = task.shots;
-      tr.metrics.push_back(mean_metric(task.execute.empty() ? "exact_match" : "pass@1", g.score));
-      if (!g.rouge2.empty()) tr.metrics.push_back(mean_metric("rouge2", g.rouge2));
+      if (task.process_results == "ifeval") {
+        tr.metrics = ifeval_metrics(g.instructions);
+      } else {
+        tr.metrics.push_back(mean_metric(task.execute.empty() ? "exact_match" : "pass@1", g.score));
+        if (!g.rouge2.empty()) tr.metrics.push_back(mean_metric("rouge2", g.rouge2));
+      }
       per_exit.push_back(tr);
     } else if (task.kind == TaskKind::Perplexity) {
       std::vector<std::vector<RollingResult>> per_doc;

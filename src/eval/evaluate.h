@@ -64,6 +64,11 @@ struct ChoicePick {
 ChoicePick pick_choice(const EvalExample& example, const std::vector<LlResult>& results,
                        size_t first);
 
+// IFEval's four metrics: prompt_level_strict_acc, inst_level_strict_acc,
+// prompt_level_loose_acc, inst_level_loose_acc (the instruction-level ones
+// without a standard error, as the harness).
+std::vector<Metric> ifeval_metrics(const std::vector<ifeval::Verdict>& verdicts);
+
 // TruthfulQA's MC2 (the harness's process_results_mc2): the choices'
 // probabilities exp(logprob) normalised to sum 1, summed over the true ones
 // (example.labels[c] == 1).

@@ -215,6 +215,12 @@ Generated generate_answers(Model<float>& model, const Tokenizer& tok, const Task
       out.status.push_back(sandbox_status_name(r.status));
     } else {
       out.filtered.push_back(apply_filters(task.filters, out.raw[i], ex.prompt));
+      if (task.process_results == "ifeval") {
+        out.instructions.push_back(
+            ifeval::judge(nlohmann::ordered_json::parse(ex.document), out.filtered.back()));
+        out.score.push_back(out.instructions.back().all_strict() ? 1.0 : 0.0);
+        continue;
+      }
       const AnswerScore a = score_answer(task, ex, out.filtered.back());
       out.rouge2.push_back(a.rouge2);
       out.score.push_back(a.exact_match);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "eval/ifeval.h"
 #include "eval/task.h"
 #include "model/model.h"
 
@@ -44,10 +45,11 @@ AnswerScore score_answer(const TaskData& task, const EvalExample& example,
 // filters (HumanEval: the program), and each example's score.
 struct Generated {
   std::vector<std::string> raw, filtered;
-  std::vector<double> score;        // exact_match or pass@1 per example
-  std::vector<double> rouge2;       // ROUGE-2 F of the filtered answer (not HumanEval)
-  std::vector<std::string> status;  // HumanEval: the sandbox's verdict
-  GenerationSpec spec;              // the settings used (task + overrides)
+  std::vector<double> score;                  // exact_match or pass@1 per example
+  std::vector<double> rouge2;                 // ROUGE-2 F of the filtered answer (not HumanEval)
+  std::vector<std::string> status;            // HumanEval: the sandbox's verdict
+  std::vector<ifeval::Verdict> instructions;  // ifeval: each example's verdicts (score: strict)
+  GenerationSpec spec;                        // the settings used (task + overrides)
 };
 
 // Generates and scores every example of a generate_until task, batch_size

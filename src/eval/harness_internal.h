@@ -37,7 +37,7 @@ struct Spec {
   GenerationSpec generation;
   std::vector<FilterStep> filters;
   ExactMatchSpec exact_match;
-  std::string process_results;  // a strata built-in ("truthfulqa_mc2", "hendrycks_math") or ""
+  std::string process_results;  // a strata built-in (truthfulqa_mc2, hendrycks_math, ifeval) or ""
   std::string process_docs;     // a strata built-in ("hendrycks_math_docs") or ""
   std::string execute;          // "program": pass@1 runs answer + "\n" + target
   int version = 0;
@@ -50,8 +50,9 @@ struct Spec {
 //   filter custom: strata.humaneval_program  humaneval's build_predictions
 //   process_docs: strata.hendrycks_math_docs  hendrycks_math's process_docs
 //   process_results: strata.hendrycks_math    hendrycks_math's process_results
+//   process_results: strata.ifeval            ifeval's process_results
 // Any other !function is refused with one line.
-extern const char* const kBuiltins[5];
+extern const char* const kBuiltins[6];
 Spec read_spec(const std::string& file, const std::string& name, const json& cfg);
 
 // The split scored (test_split, else validation_split) and the one few-shot

@@ -14,9 +14,9 @@
 
 namespace strata::harness_internal {
 
-const char* const kBuiltins[5] = {"strata.truthfulqa_mc2", "strata.pass_at_1",
+const char* const kBuiltins[6] = {"strata.truthfulqa_mc2",    "strata.pass_at_1",
                                   "strata.humaneval_program", "strata.hendrycks_math_docs",
-                                  "strata.hendrycks_math"};
+                                  "strata.hendrycks_math",    "strata.ifeval"};
 
 namespace {
 
@@ -145,10 +145,16 @@ void read_metrics(const json& cfg, Spec& s) {
       continue;
     }
     const std::string name = m["metric"].get<std::string>();
-    if (!s.process_results.empty()) {  // the built-in reports its metric itself
-      const std::string own = s.kind == TaskKind::Generate ? "exact_match" : "acc";
-      STRATA_CHECK(name == own, s.file, ": task '", s.name, "': strata.", s.process_results,
-                   " reports ", own, " only, not '", name, "'");
+    if (!s.process_results.empty()) {  // the built-in reports its metrics itself
+      const std::vector<std::string> own =
+          s.process_results == "ifeval"
+              ? std::vector<std::string>{"prompt_level_strict_acc", "inst_level_strict_acc",
+                                         "prompt_level_loose_acc", "inst_level_loose_acc"}
+          : s.kind == TaskKind::Generate ? std::vector<std::string>{"exact_match"}
+                                         : std::vector<std::string>{"acc"};
+      STRATA_CHECK(std::find(own.begin(), own.end(), name) != own.end(), s.file, ": task '", s.name,
+                   "': strata.", s.process_results, " reports ", join(own, ", "), ", not '", name,
+                   "'");
       s.metrics.push_back(name);
       continue;
     }
@@ -243,11 +249,11 @@ Spec read_spec(const std::string& file, const std::string& name, const json& cfg
   s.has_choice = s.doc_to_choice.has_value();
   if (cfg.contains("process_results") && !cfg["process_results"].is_null()) {
     const std::string fn = function_of(cfg["process_results"]);
-    const bool math = fn == "strata.hendrycks_math";
-    check_builtin(s, "process_results", fn, math ? "hendrycks_math" : "truthfulqa_mc2");
-    const TaskKind need = math ? TaskKind::Generate : TaskKind::MultipleChoice;
+    const bool generate = fn == "strata.hendrycks_math" || fn == "strata.ifeval";
+    check_builtin(s, "process_results", fn, generate ? fn.substr(7) : "truthfulqa_mc2");
+    const TaskKind need = generate ? TaskKind::Generate : TaskKind::MultipleChoice;
     STRATA_CHECK(s.kind == need, file, ": task '", name, "': ", fn, " needs output_type ",
-                 math ? "generate_until" : "multiple_choice");
+                 generate ? "generate_until" : "multiple_choice");
     s.process_results = fn.substr(7);
   }
   if (cfg.contains("process_docs") && !cfg["process_docs"].is_null()) {

@@ -17,6 +17,7 @@
 #include "core/text.h"
 #include "core/yaml.h"
 #include "eval/harness_internal.h"
+#include "eval/ifeval.h"
 #include "eval/math_answer.h"
 #include "eval/task_rows.h"
 
@@ -255,6 +256,16 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
   task.exact_match = s.exact_match;
   task.execute = s.execute;
   task.process_results = s.process_results;
+  if (s.process_results == "ifeval") {
+    task.comparable = false;
+    task.not_comparable_because =
+        "5 of IFEval's 25 checks are approximated (langdetect's language and NLTK's sentence "
+        "and word tokenizers: " +
+        join(std::vector<std::string>(std::begin(ifeval::kApproximate),
+                                      std::end(ifeval::kApproximate)),
+             ", ") +
+        ")";
+  }
 
   const std::string split = eval_split(cfg);
   STRATA_CHECK(!split.empty(), file, ": task '", name, "' names no test_split or validation_split");
@@ -348,6 +359,10 @@ TaskData load_harness_task(const HarnessTasks& h, const std::string& name, int s
     } else if (s.kind == TaskKind::LastWord) {
       ex.requests.push_back({prefix + text, s.target_delimiter + target_text(target, {}, d.where)});
     } else {  // generate_until
+      if (s.process_results == "ifeval") {
+        ifeval::validate(d.fields, d.where);
+        ex.document = d.fields.dump();
+      }
       ex.requests.push_back({prefix + text, ""});
       ex.prompt = text;
       const std::vector<std::string> choices =

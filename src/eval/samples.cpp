@@ -126,6 +126,16 @@ void write_generate_samples(const std::string& path, const TaskData& task, const
                         {"metrics", nlohmann::json::array({metric})},
                         {metric, g.score[i]}};
     if (!g.status.empty()) j["sandbox"] = g.status[i];
+    if (!g.instructions.empty()) {  // ifeval: the harness's four per-document fields
+      const ifeval::Verdict& v = g.instructions[i];
+      j.erase(metric);
+      j["metrics"] = {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
+                      "inst_level_loose_acc"};
+      j["prompt_level_strict_acc"] = v.all_strict();
+      j["inst_level_strict_acc"] = v.strict;
+      j["prompt_level_loose_acc"] = v.all_loose();
+      j["inst_level_loose_acc"] = v.loose;
+    }
     j["doc_hash"] = sha256_hex(doc.dump());
     j["prompt_hash"] = sha256_hex(ex.requests[0].context);
     j["target_hash"] = sha256_hex(ex.target);

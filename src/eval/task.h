@@ -88,6 +88,8 @@ struct EvalExample {
                                      // (a list target: TriviaQA's aliases); exact_match when
                                      // any matches, ROUGE-2 the best; empty: just `target`
   std::vector<int> labels;           // MultipleChoice with truthfulqa_mc2: 1 marks a true choice
+  std::string document;              // Generate with ifeval: the document (JSON), whose
+                                     // instructions the answer is checked against
   std::string prompt;                // Generate: the example's own text (no shots), HumanEval's
                                      // program prefix
   std::string group;                 // sub-task for per-group metrics (MMLU subject), "" if none
@@ -131,7 +133,8 @@ struct TaskData {
                                     // "program" the filtered answer + tests (pass@1)
   std::string process_results;      // MultipleChoice: "truthfulqa_mc2" makes acc the
                                     // probability mass of the true choices; Generate:
-                                    // "hendrycks_math" compares MATH answers (math_answer.h)
+                                    // "hendrycks_math" compares MATH answers (math_answer.h),
+                                    // "ifeval" checks IFEval's instructions (ifeval.h)
 };
 
 // Every task TOML in `eval_dir` (its stem is the task name), sorted.
