@@ -105,6 +105,13 @@ TEST(Text, PythonStringRules) {
   EXPECT_EQ(python_split_count("a\xc3\xa9"
                                "b"),
             1);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(python_split("a/b//c", "/"), (V{"a", "b", "", "c"}));
+  EXPECT_EQ(python_split("", "/"), (V{""}));
+  EXPECT_EQ(python_split("x***", "**"), (V{"x", "*"}));
+  EXPECT_EQ(python_replace("aaa", "aa", "b"), "ba");  // left to right, no overlaps
+  EXPECT_EQ(python_replace("a.b.", ".", ".<stop>"), "a.<stop>b.<stop>");
+  EXPECT_EQ(python_replace("abc", "x", "y"), "abc");
 }
 
 // The shared helpers of core/text.h: one trim, one edit distance, counts.

@@ -32,7 +32,7 @@ class LiteralReader {
 
  private:
   [[noreturn]] void bad(const char* what) const {
-    fail(cat("literal_eval: ", what, " at offset ", i_, " of '", s_.substr(0, 60),
+    fail(cat("literal_eval: ", what, " at offset ", i_, " of '", one_line(s_.substr(0, 60)),
              s_.size() > 60 ? "...'" : "'"));
   }
   void skip() {

@@ -141,6 +141,26 @@ uint32_t next_code_point(std::string_view s, size_t* at) {
   return b0;  // ASCII, or a stray byte counted on its own
 }
 
+std::vector<std::string> python_split(std::string_view s, std::string_view sep) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t at; (at = s.find(sep, from)) != std::string_view::npos; from = at + sep.size())
+    out.emplace_back(s.substr(from, at - from));
+  out.emplace_back(s.substr(from));
+  return out;
+}
+
+std::string python_replace(std::string_view s, std::string_view old, std::string_view with) {
+  std::string out;
+  size_t last = 0;
+  for (size_t at; (at = s.find(old, last)) != std::string_view::npos; last = at + old.size()) {
+    out += s.substr(last, at - last);
+    out += with;
+  }
+  out += s.substr(last);
+  return out;
+}
+
 int64_t utf8_length(std::string_view s) {
   int64_t n = 0;
   for (size_t at = 0; at < s.size(); ++n) next_code_point(s, &at);

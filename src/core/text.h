@@ -92,6 +92,12 @@ void require_text(std::string_view s, const std::string& what);
 // len(s.rstrip()) in bytes: where s's trailing Unicode whitespace starts.
 size_t python_strip_end(std::string_view s);
 
+// Python's s.split(sep) (sep not empty): the pieces between occurrences.
+std::vector<std::string> python_split(std::string_view s, std::string_view sep);
+
+// Python's s.replace(old, new) (old not empty): every occurrence replaced.
+std::string python_replace(std::string_view s, std::string_view old, std::string_view with);
+
 // len(re.split(r"\s+", s)): runs of whitespace split s, and a leading or
 // trailing run still yields an (empty) piece.
 int64_t python_split_count(std::string_view s);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/jinja.h"
+#include "core/text.h"
 #include "eval/harness_internal.h"
 
 namespace strata::harness_internal {
@@ -147,7 +148,8 @@ std::vector<std::string> python_list(const std::string& text, const std::string&
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   };
   auto bad = [&](const char* what) {
-    fail(cat(where, ": '", text.substr(0, 80), "' is not a Python list of strings (", what, ")"));
+    fail(cat(where, ": '", one_line(text.substr(0, 80)), "' is not a Python list of strings (",
+             what, ")"));
   };
   skip();
   if (i >= text.size() || (text[i] != '[' && text[i] != '(')) bad("no opening bracket");

@@ -10,8 +10,14 @@
 // `metric_list` (acc, acc_norm, exact_match with its options, rouge2,
 // perplexity, word_perplexity, byte_perplexity, bits_per_byte). Templates are rendered by
 // core/jinja.h in the harness's environment (StrictUndefined, trailing newline
-// kept, regex_replace). A Python `!function` is refused in one line naming
-// the task and the function.
+// kept, regex_replace, strata's literal_eval). An int doc_to_text makes a
+// multiple-input task (WinoGrande), a bracketed doc_to_target several
+// accepted answers (TriviaQA). A Python `!function` is refused in one line
+// naming the task and the function, except strata's built-ins
+// (`!function strata.<name>`, harness_internal.h: truthfulqa_mc2,
+// hendrycks_math_docs, hendrycks_math, ifeval, pass_at_1,
+// humaneval_program), which do what the harness's Python does for the
+// papers' tasks shipped in eval/harness.
 //
 // Data: `dataset_path: json | csv | text` with `data_files` (paths relative
 // to the working directory, else to the YAML's folder), or a Hugging Face hub

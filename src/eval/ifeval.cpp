@@ -74,33 +74,10 @@ std::string sub(const std::string& pattern, const std::string& repl, const std::
   return out + text.substr(last);
 }
 
-std::string replace(const std::string& s, const std::string& from, const std::string& to) {
-  std::string out;
-  size_t last = 0;
-  for (size_t at; (at = s.find(from, last)) != std::string::npos; last = at + from.size())
-    out += s.substr(last, at - last) + to;
-  return out + s.substr(last);
-}
-
-std::vector<std::string> split(const std::string& s, const std::string& sep) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  for (size_t at; (at = s.find(sep, from)) != std::string::npos; from = at + sep.size())
-    out.push_back(s.substr(from, at - from));
-  out.push_back(s.substr(from));
-  return out;
-}
-
 std::string lower(std::string s) {
   for (char& c : s)
     if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
   return s;
-}
-
-size_t code_points(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
 }
 
 // Python's str.isupper / str.islower: some cased letter, none of the other case.
@@ -167,7 +144,7 @@ bool paragraphs_ok(const std::string& value, int64_t want) {
 
 bool nth_paragraph_ok(const std::string& value, int64_t want, int64_t nth,
                       const std::string& first) {
-  const auto paragraphs = split(value, "\n\n");
+  const auto paragraphs = python_split(value, "\n\n");
   int64_t n = int64_t(paragraphs.size());
   for (const std::string& p : paragraphs) n -= python_strip(p).empty();
   if (nth > n) return false;
@@ -205,7 +182,7 @@ bool json_ok(std::string v) {
 }
 
 bool two_responses_ok(const std::string& value) {
-  const auto parts = split(value, "******");
+  const auto parts = python_split(value, "******");
   std::vector<std::string> valid;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (python_strip(parts[i]).empty()) {
@@ -367,7 +344,7 @@ const std::map<std::string, Check>& checks() {
        {{},
         [](P, S v) {
           const std::string s = python_strip(v);
-          return code_points(s) > 1 && s.front() == '"' && s.back() == '"';
+          return utf8_length(s) > 1 && s.front() == '"' && s.back() == '"';
         }}},
   };
   return m;
@@ -392,7 +369,7 @@ void validate(const json& doc, const std::string& where) {
   for (size_t i = 0; i < doc["instruction_id_list"].size(); ++i) {
     const std::string id = doc["instruction_id_list"][i].get<std::string>();
     const auto it = checks().find(id);
-    STRATA_CHECK(it != checks().end(), where, ": unknown IFEval instruction '", id, "'");
+    STRATA_CHECK(it != checks().end(), where, ": unknown IFEval instruction '", one_line(id), "'");
     const Params p{doc["kwargs"][i]};
     for (const char* k : it->second.needs)
       STRATA_CHECK(p.has(k), where, ": instruction '", id, "' has no '", k,
@@ -400,11 +377,13 @@ void validate(const json& doc, const std::string& where) {
     for (const char* k : kRelationParams)
       if (p.has(k))
         STRATA_CHECK(p.str(k) == "less than" || p.str(k) == "at least", where, ": instruction '",
-                     id, "': ", k, " must be 'less than' or 'at least', got '", p.str(k), "'");
+                     id, "': ", k, " must be 'less than' or 'at least', got '", one_line(p.str(k)),
+                     "'");
     if (id == "keywords:letter_frequency") {
       const std::string l = p.str("letter");
       STRATA_CHECK(l.size() == 1 && std::isalpha(static_cast<unsigned char>(l[0])), where,
-                   ": instruction '", id, "': letter must be one ASCII letter, got '", l, "'");
+                   ": instruction '", id, "': letter must be one ASCII letter, got '", one_line(l),
+                   "'");
     }
     if (id == "length_constraints:nth_paragraph_first_word")
       STRATA_CHECK(p.num("nth_paragraph") >= 1 && p.num("nth_paragraph") <= p.num("num_paragraphs"),
@@ -417,7 +396,7 @@ void validate(const json& doc, const std::string& where) {
     }
     if (id == "language:response_language")
       STRATA_CHECK(language_scripts().count(p.str("language")), where, ": unknown language '",
-                   p.str("language"), "'");
+                   one_line(p.str("language")), "'");
   }
 }
 
@@ -428,7 +407,7 @@ bool follows(const std::string& id, const json& kwargs, const std::string& respo
 }
 
 Verdict judge(const json& doc, const std::string& response) {
-  const auto lines = split(response, "\n");
+  const auto lines = python_split(response, "\n");
   auto join_lines = [&](size_t from, size_t to) {
     std::string out;
     for (size_t i = from; i < to; ++i) out += (i > from ? "\n" : "") + lines[i];
@@ -438,13 +417,13 @@ Verdict judge(const json& doc, const std::string& response) {
   const std::string no_last = join_lines(0, lines.size() - 1);
   const std::string no_both = lines.size() >= 2 ? join_lines(1, lines.size() - 1) : "";
   const std::vector<std::string> variants = {response,
-                                             replace(response, "*", ""),
+                                             python_replace(response, "*", ""),
                                              no_first,
                                              no_last,
                                              no_both,
-                                             replace(no_first, "*", ""),
-                                             replace(no_last, "*", ""),
-                                             replace(no_both, "*", "")};
+                                             python_replace(no_first, "*", ""),
+                                             python_replace(no_last, "*", ""),
+                                             python_replace(no_both, "*", "")};
   Verdict v;
   for (size_t i = 0; i < doc["instruction_id_list"].size(); ++i) {
     const std::string id = doc["instruction_id_list"][i].get<std::string>();
@@ -465,7 +444,7 @@ std::vector<std::string> split_into_sentences(const std::string& input) {
           R"((Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever))",
       acronyms = "([A-Z][.][A-Z][.](?:[A-Z][.])?)", websites = "[.](com|net|org|io|gov|edu|me)",
       digits = "([0-9])";
-  std::string t = replace(" " + input + "  ", "\n", " ");
+  std::string t = python_replace(" " + input + "  ", "\n", " ");
   t = sub(prefixes, "\\1<prd>", t);
   t = sub(websites, "<prd>\\1", t);
   t = sub(digits + "[.]" + digits, "\\1<prd>\\2", t);
@@ -480,7 +459,7 @@ std::vector<std::string> split_into_sentences(const std::string& input) {
     }
     t = out + t.substr(last);
   }
-  t = replace(t, "Ph.D.", "Ph<prd>D<prd>");
+  t = python_replace(t, "Ph.D.", "Ph<prd>D<prd>");
   t = sub("\\s" + alpha + "[.] ", " \\1<prd> ", t);
   t = sub(acronyms + " " + starters, "\\1<stop> \\2", t);
   t = sub(alpha + "[.]" + alpha + "[.]" + alpha + "[.]", "\\1<prd>\\2<prd>\\3<prd>", t);
@@ -488,16 +467,16 @@ std::vector<std::string> split_into_sentences(const std::string& input) {
   t = sub(" " + suffixes + "[.] " + starters, " \\1<stop> \\2", t);
   t = sub(" " + suffixes + "[.]", " \\1<prd>", t);
   t = sub(" " + alpha + "[.]", " \\1<prd>", t);
-  t = replace(t, ".\u201d", "\u201d.");
-  t = replace(t, ".\"", "\".");
-  t = replace(t, "!\"", "\"!");
-  t = replace(t, "?\"", "\"?");
-  t = replace(t, ".", ".<stop>");
-  t = replace(t, "?", "?<stop>");
-  t = replace(t, "!", "!<stop>");
-  t = replace(t, "<prd>", ".");
+  t = python_replace(t, ".\u201d", "\u201d.");
+  t = python_replace(t, ".\"", "\".");
+  t = python_replace(t, "!\"", "\"!");
+  t = python_replace(t, "?\"", "\"?");
+  t = python_replace(t, ".", ".<stop>");
+  t = python_replace(t, "?", "?<stop>");
+  t = python_replace(t, "!", "!<stop>");
+  t = python_replace(t, "<prd>", ".");
   std::vector<std::string> out;
-  for (const std::string& s : split(t, "<stop>")) out.push_back(python_strip(s));
+  for (const std::string& s : python_split(t, "<stop>")) out.push_back(python_strip(s));
   if (!out.empty() && out.back().empty()) out.pop_back();
   return out;
 }

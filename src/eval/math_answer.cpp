@@ -14,23 +14,6 @@ namespace {
 
 struct Raise {};  // where the harness's Python raises (is_equiv then compares raw texts)
 
-std::vector<std::string> split(const std::string& s, const std::string& sep) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  for (size_t at; (at = s.find(sep, from)) != std::string::npos; from = at + sep.size())
-    out.push_back(s.substr(from, at - from));
-  out.push_back(s.substr(from));
-  return out;
-}
-
-std::string replace(std::string s, const std::string& from, const std::string& to) {
-  std::string out;
-  size_t last = 0;
-  for (size_t at; (at = s.find(from, last)) != std::string::npos; last = at + from.size())
-    out += s.substr(last, at - last) + to;
-  return out + s.substr(last);
-}
-
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
@@ -43,22 +26,16 @@ std::string head(const std::string& s) {
   return s.substr(0, n);
 }
 
-size_t code_points(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
-
 std::string remove_right_units(const std::string& s) {
   if (!contains(s, "\\text{ ")) return s;
-  const auto parts = split(s, "\\text{ ");
+  const auto parts = python_split(s, "\\text{ ");
   if (parts.size() != 2) throw Raise{};
   return parts[0];
 }
 
 std::string fix_sqrt(const std::string& s) {
   if (!contains(s, "\\sqrt")) return s;
-  const auto parts = split(s, "\\sqrt");
+  const auto parts = python_split(s, "\\sqrt");
   std::string out = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string a = head(parts[i]);
@@ -68,7 +45,7 @@ std::string fix_sqrt(const std::string& s) {
 }
 
 std::string fix_fracs(const std::string& s) {
-  const auto parts = split(s, "\\frac");
+  const auto parts = python_split(s, "\\frac");
   std::string out = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
@@ -78,7 +55,7 @@ std::string fix_fracs(const std::string& s) {
       out += p;
       continue;
     }
-    if (code_points(p) < 2) return s;  // the harness gives up on the whole string
+    if (utf8_length(p) < 2) return s;  // the harness gives up on the whole string
     const std::string b = head(p.substr(a.size()));
     const std::string rest = p.substr(a.size() + b.size());
     out += b != "{" ? "{" + a + "}{" + b + "}" + rest : "{" + a + "}" + b + rest;
@@ -111,7 +88,7 @@ std::string python_int(const std::string& t) {
 }
 
 std::string fix_a_slash_b(const std::string& s) {
-  const auto parts = split(s, "/");
+  const auto parts = python_split(s, "/");
   if (parts.size() != 2) return s;
   const std::string a = python_int(parts[0]), b = python_int(parts[1]);
   if (s != a + "/" + b) return s;
@@ -119,25 +96,25 @@ std::string fix_a_slash_b(const std::string& s) {
 }
 
 std::string strip_string(std::string s) {
-  s = replace(s, "\n", "");
-  s = replace(s, "\\!", "");
-  s = replace(s, "\\\\", "\\");
-  s = replace(s, "tfrac", "frac");
-  s = replace(s, "dfrac", "frac");
-  s = replace(s, "\\left", "");
-  s = replace(s, "\\right", "");
-  s = replace(s, "^{\\circ}", "");
-  s = replace(s, "^\\circ", "");
-  s = replace(s, "\\$", "");
+  s = python_replace(s, "\n", "");
+  s = python_replace(s, "\\!", "");
+  s = python_replace(s, "\\\\", "\\");
+  s = python_replace(s, "tfrac", "frac");
+  s = python_replace(s, "dfrac", "frac");
+  s = python_replace(s, "\\left", "");
+  s = python_replace(s, "\\right", "");
+  s = python_replace(s, "^{\\circ}", "");
+  s = python_replace(s, "^\\circ", "");
+  s = python_replace(s, "\\$", "");
   s = remove_right_units(s);
-  s = replace(s, "\\%", "");
-  s = replace(s, " .", " 0.");
-  s = replace(s, "{.", "{0.");
+  s = python_replace(s, "\\%", "");
+  s = python_replace(s, " .", " 0.");
+  s = python_replace(s, "{.", "{0.");
   if (s.empty()) return s;
   if (s[0] == '.') s = "0" + s;
-  if (const auto eq = split(s, "="); eq.size() == 2 && code_points(eq[0]) <= 2) s = eq[1];
+  if (const auto eq = python_split(s, "="); eq.size() == 2 && utf8_length(eq[0]) <= 2) s = eq[1];
   s = fix_sqrt(s);
-  s = replace(s, " ", "");
+  s = python_replace(s, " ", "");
   s = fix_fracs(s);
   if (s == "0.5") s = "\\frac{1}{2}";
   return fix_a_slash_b(s);
@@ -147,7 +124,7 @@ std::string strip_string(std::string s) {
 
 std::optional<std::string> last_boxed(const std::string& solution) {
   if (contains(solution, "\\boxed "))
-    return "\\boxed " + split(split(solution, "\\boxed ").back(), "$")[0];
+    return "\\boxed " + python_split(python_split(solution, "\\boxed ").back(), "$")[0];
   size_t idx = solution.rfind("\\boxed");
   if (idx == std::string::npos) idx = solution.rfind("\\fbox");
   if (idx == std::string::npos) return std::nullopt;
@@ -161,10 +138,10 @@ std::optional<std::string> last_boxed(const std::string& solution) {
 
 std::string remove_boxed(const std::string& s) {
   if (contains(s, "\\boxed ")) {
-    STRATA_CHECK(s.starts_with("\\boxed "), "'", s.substr(0, 40), "' is not \\boxed ...");
+    STRATA_CHECK(s.starts_with("\\boxed "), "'", one_line(s.substr(0, 40)), "' is not \\boxed ...");
     return s.substr(7);
   }
-  STRATA_CHECK(s.starts_with("\\boxed{") && s.ends_with("}"), "'", s.substr(0, 40),
+  STRATA_CHECK(s.starts_with("\\boxed{") && s.ends_with("}"), "'", one_line(s.substr(0, 40)),
                "' is not \\boxed{...}");
   return s.substr(7, s.size() - 8);
 }
