@@ -73,7 +73,9 @@ TEST(PaperTasks, EveryTaskBuildsTheHarnesssRequestsOnTheFixtureRows) {
         EXPECT_EQ(ex.requests[0].context, w["context"].get<std::string>());
         const auto targets = w["targets"].get<std::vector<std::string>>();
         EXPECT_EQ(ex.target, targets[0]);
-        if (targets.size() > 1) EXPECT_EQ(ex.targets, targets);
+        if (targets.size() > 1) {
+          EXPECT_EQ(ex.targets, targets);
+        }
       }
     }
   }

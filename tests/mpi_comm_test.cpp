@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,8 @@
 #include "parallel/delayed_comm.h"
 #include "parallel/grid.h"
 #include "parallel/ordered_comm.h"
+#include "parallel/pipeline.h"
+#include "testing.h"
 
 namespace strata {
 namespace {
@@ -467,6 +470,79 @@ TEST(CollectiveOrder, SimtGroupsIssueOneSequenceOnEveryRank) {
 
 // Counts above the per-call limit go through several MPI calls: the limit is
 // lowered to a few elements so every chunked path runs on small buffers.
+// Point-to-point (pipeline stages): a ring of async sends and receives, three
+// messages each way arriving in order, in chunks as well; and the three
+// pipeline schedules (parallel/pipeline.h) run over real messages, one stage
+// per rank of the world: each forward adds its stage's number to the
+// activation it receives, each backward doubles the gradient it receives, and
+// every micro-batch ends where sequential code would. Alone: one-line errors.
+TEST(Comm, PointToPoint) {
+  Communicator& w = *g_grid->world;
+  if (w.size() == 1) {
+    float x = 0;
+    EXPECT_ERROR(w.send_async(&x, 1, 0), "no point-to-point send");
+    EXPECT_ERROR(w.recv_async(&x, 1, 0), "no point-to-point receive");
+    return;
+  }
+  const int r = w.rank(), n = w.size(), next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int64_t chunk : {int64_t(0), int64_t(7)}) {
+    if (chunk > 0) MpiComm::set_max_chunk(chunk);
+    std::vector<std::vector<float>> out(3), in(3);
+    std::vector<int64_t> handles;
+    for (int k = 0; k < 3; ++k) {  // receives first, as a pipeline posts them
+      in[size_t(k)].assign(size_t(10 + k * 5), -1);
+      handles.push_back(w.recv_async(in[size_t(k)].data(), int64_t(in[size_t(k)].size()), prev));
+    }
+    for (int k = 0; k < 3; ++k) {
+      out[size_t(k)].resize(size_t(10 + k * 5));
+      for (size_t i = 0; i < out[size_t(k)].size(); ++i)
+        out[size_t(k)][i] = float(r * 1000 + k * 100) + float(i);
+      handles.push_back(w.send_async(out[size_t(k)].data(), int64_t(out[size_t(k)].size()), next));
+    }
+    for (int64_t h : handles) w.wait(h);
+    for (int k = 0; k < 3; ++k)
+      for (size_t i = 0; i < in[size_t(k)].size(); ++i)
+        ASSERT_EQ(in[size_t(k)][i], float(prev * 1000 + k * 100) + float(i)) << k << " " << i;
+    if (chunk > 0) MpiComm::set_max_chunk(INT_MAX);
+  }
+  EXPECT_ERROR(w.send_async(nullptr, 0, r), "send from rank");
+  EXPECT_ERROR(w.recv_async(nullptr, 0, n), "receive on rank");
+
+  const int m = 2 * n;
+  for (pipeline::Schedule sched :
+       {pipeline::Schedule::GPipe, pipeline::Schedule::OneFOneB, pipeline::Schedule::Interleaved}) {
+    const int v = sched == pipeline::Schedule::Interleaved ? 2 : 1, stages = n * v;
+    const auto plan = pipeline::make_schedule(sched, n, m, v);
+    std::map<std::pair<int, int>, float> act, grad;  // (stage, micro-batch) -> value kept
+    for (const pipeline::Pass& x : plan[size_t(r)]) {
+      float value = 0;
+      if (x.forward) {
+        if (x.stage > 0)
+          w.recv(&value, 1, (x.stage - 1) % n);
+        else
+          value = float(x.micro_batch);
+        value += float(x.stage);
+        act[{x.stage, x.micro_batch}] = value;
+        if (x.stage + 1 < stages) w.send(&value, 1, (x.stage + 1) % n);
+      } else {
+        if (x.stage + 1 < stages)
+          w.recv(&value, 1, (x.stage + 1) % n);
+        else
+          value = act.at({x.stage, x.micro_batch});  // the loss's gradient: the output
+        value *= 2;
+        grad[{x.stage, x.micro_batch}] = value;
+        if (x.stage > 0) w.send(&value, 1, (x.stage - 1) % n);
+      }
+    }
+    const float sum_stages = float(stages * (stages - 1) / 2);
+    for (int b = 0; b < m; ++b)
+      if (r == 0) {  // stage 0's backward ends the micro-batch: output * 2^stages
+        EXPECT_EQ(grad.at({0, b}), (float(b) + sum_stages) * std::pow(2.0f, float(stages)))
+            << pipeline::schedule_name(sched) << " micro-batch " << b;
+      }
+  }
+}
+
 TEST(Comm, ChunkedCounts) {
   if (!dynamic_cast<MpiComm*>(g_grid->world.get())) GTEST_SKIP() << "not under MPI";
   EXPECT_THROW(MpiComm::set_max_chunk(0), Error);

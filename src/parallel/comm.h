@@ -59,6 +59,16 @@ class Communicator {
   virtual double allreduce_sum(double x) = 0;
   virtual int64_t allreduce_sum(int64_t x) = 0;
   virtual void barrier() = 0;
+  // Point-to-point, for pipeline stages: buf[n] to / from rank `peer` of this
+  // group. Messages from one rank to another arrive in the order they were
+  // sent (a stage's activations, its neighbour's gradients). The async forms
+  // return a handle for wait(); the buffer stays untouched until then, so a
+  // receive posted early overlaps the compute before it. A communicator
+  // without them (one process, or a wrapper) fails in one line.
+  virtual int64_t send_async(const float* buf, int64_t n, int peer);
+  virtual int64_t recv_async(float* buf, int64_t n, int peer);
+  void send(const float* buf, int64_t n, int peer) { wait(send_async(buf, n, peer)); }
+  void recv(float* buf, int64_t n, int peer) { wait(recv_async(buf, n, peer)); }
   // Ends every process of the job with an error (after printing `why`).
   [[noreturn]] virtual void abort(const std::string& why) = 0;
 };

@@ -85,4 +85,15 @@ int64_t Communicator::allreduce_sum_bf16_async(uint16_t*, int64_t) {
   fail(cat(name(), " communicator: no bf16 sums (sum fp32 copies)"));
 }
 
+int64_t Communicator::send_async(const float*, int64_t, int peer) {
+  fail(cat(name(), " communicator of ", size(), " process(es): no point-to-point send (to rank ",
+           peer, ")"));
+}
+int64_t Communicator::recv_async(float*, int64_t, int peer) {
+  fail(cat(name(), " communicator of ", size(),
+           " process(es): no point-to-point receive (from "
+           "rank ",
+           peer, ")"));
+}
+
 }  // namespace strata

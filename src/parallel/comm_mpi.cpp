@@ -300,6 +300,40 @@ int64_t MpiComm::allreduce_sum(int64_t x) {
   return x;
 }
 
+namespace {
+constexpr int kPointToPointTag = 41;  // pipeline messages; MPI keeps them in order per pair
+}  // namespace
+
+int64_t MpiComm::send_async(const float* buf, int64_t n, int peer) {
+  check_count(n, "send");
+  STRATA_CHECK(peer >= 0 && peer < size_ && peer != rank_, "mpi communicator: send from rank ",
+               rank_, " to rank ", peer, " of a group of ", size_);
+  Pending p;
+  for_chunks(n, [&](int64_t off, int len) {
+    MPI_Request req;
+    MPI_Isend(buf + off, len, MPI_FLOAT, peer, kPointToPointTag, comm_, &req);
+    p.reqs.push_back(req);
+  });
+  p.kind = "send";
+  p.seq = seq_;  // not a collective: the sequence does not advance
+  return push(std::move(p));
+}
+
+int64_t MpiComm::recv_async(float* buf, int64_t n, int peer) {
+  check_count(n, "receive");
+  STRATA_CHECK(peer >= 0 && peer < size_ && peer != rank_, "mpi communicator: receive on rank ",
+               rank_, " from rank ", peer, " of a group of ", size_);
+  Pending p;
+  for_chunks(n, [&](int64_t off, int len) {
+    MPI_Request req;
+    MPI_Irecv(buf + off, len, MPI_FLOAT, peer, kPointToPointTag, comm_, &req);
+    p.reqs.push_back(req);
+  });
+  p.kind = "receive";
+  p.seq = seq_;
+  return push(std::move(p));
+}
+
 void MpiComm::barrier() {
   WaitGuard guard(group_, "barrier", ++seq_);
   MPI_Barrier(comm_);

@@ -60,6 +60,8 @@ class MpiComm final : public Communicator {
   double allreduce_sum(double x) override;
   int64_t allreduce_sum(int64_t x) override;
   void barrier() override;
+  int64_t send_async(const float* buf, int64_t n, int peer) override;
+  int64_t recv_async(float* buf, int64_t n, int peer) override;
   [[noreturn]] void abort(const std::string& why) override;
 
   MPI_Comm handle() const { return comm_; }
