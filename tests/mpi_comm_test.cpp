@@ -297,6 +297,46 @@ TEST(Grid, SecondGridAfterTheFirst) {
   EXPECT_EQ(g.tp_comm->allreduce_sum(int64_t{1}), 1);
 }
 
+// Pipeline groups: for every (tp, pp) the world allows, world rank = (dp_rank
+// * pp + pp_rank) * tp + tp_rank; the pipeline group holds one rank per stage
+// (same dp and tp ranks), the dp group one per data-parallel replica of the
+// same stage and tp slot; neighbouring stages exchange a message; pp that
+// does not divide the world is one line.
+TEST(Grid, PipelineGroups) {
+  const int w = g_grid->world_size;
+  for (int tp = 1; tp <= w; tp *= 2)
+    for (int pp = 2; tp * pp <= w; pp *= 2) {
+      SCOPED_TRACE(cat("tp=", tp, " pp=", pp));
+      ProcessGrid g = make_grid(tp, 0, pp);
+      ASSERT_EQ(g.dp * g.pp * g.tp, w);
+      EXPECT_EQ(g.world_rank, (g.dp_rank * pp + g.pp_rank) * tp + g.tp_rank);
+      const float me = static_cast<float>(g.world_rank);
+      std::vector<float> pp_members(static_cast<size_t>(pp)), dp_members(static_cast<size_t>(g.dp)),
+          tp_members(static_cast<size_t>(tp));
+      g.pp_comm->allgather(&me, pp_members.data(), 1);
+      g.dp_comm->allgather(&me, dp_members.data(), 1);
+      g.tp_comm->allgather(&me, tp_members.data(), 1);
+      for (int s = 0; s < pp; ++s)
+        EXPECT_EQ(pp_members[size_t(s)], float((g.dp_rank * pp + s) * tp + g.tp_rank));
+      for (int d = 0; d < g.dp; ++d)
+        EXPECT_EQ(dp_members[size_t(d)], float((d * pp + g.pp_rank) * tp + g.tp_rank));
+      for (int t = 0; t < tp; ++t)
+        EXPECT_EQ(tp_members[size_t(t)], float((g.dp_rank * pp + g.pp_rank) * tp + t));
+      float got = -1;  // stage s sends its world rank on to stage s + 1
+      const int64_t h = g.pp_rank > 0 ? g.pp_comm->recv_async(&got, 1, g.pp_rank - 1) : -1;
+      if (g.pp_rank + 1 < pp) g.pp_comm->send(&me, 1, g.pp_rank + 1);
+      if (h >= 0) {
+        g.pp_comm->wait(h);
+        EXPECT_EQ(got, pp_members[size_t(g.pp_rank - 1)]);
+      }
+    }
+  EXPECT_ERROR(make_grid(1, 0, w + 1), cat("pp=", w + 1, " with tp=1 does not divide the world"));
+  EXPECT_ERROR(make_grid(1, 0, 0), "pp=0: must be at least 1");
+  ProcessGrid one = make_grid(1, 0);
+  EXPECT_EQ(one.pp, 1);
+  EXPECT_EQ(one.pp_comm->size(), 1);
+}
+
 // ---------------------------------------------------------------------------
 // The collectives, on the world, tp and dp communicators
 // ---------------------------------------------------------------------------

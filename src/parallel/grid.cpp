@@ -104,8 +104,9 @@ bool launched_by_mpi() {
   return slurm_step_tasks() > 1;  // srun --mpi=pmix sets PMIX_RANK as well
 }
 
-ProcessGrid make_grid(int tp, int dp_request) {
+ProcessGrid make_grid(int tp, int dp_request, int pp) {
   STRATA_CHECK(tp >= 1, "tensor-parallel degree tp=", tp, ": must be at least 1");
+  STRATA_CHECK(pp >= 1, "pipeline-parallel degree pp=", pp, ": must be at least 1");
   STRATA_CHECK(dp_request >= 0, "data-parallel degree dp=", dp_request,
                ": must be positive (or 0: world / tp)");
   const bool mpi = launched_by_mpi();
@@ -122,32 +123,46 @@ ProcessGrid make_grid(int tp, int dp_request) {
 #endif
   }
   STRATA_CHECK(world_size % tp == 0, "tensor-parallel degree tp=", tp,
-               " does not divide the world of ", world_size, " process(es) (world = dp x tp)");
-  const int dp = world_size / tp;
+               " does not divide the world of ", world_size, " process(es) (world = dp x ",
+               pp > 1 ? "pp x " : "", "tp)");
+  STRATA_CHECK(world_size % (tp * pp) == 0, "pipeline-parallel degree pp=", pp, " with tp=", tp,
+               " does not divide the world of ", world_size, " process(es) (world = dp x pp x tp)");
+  const int dp = world_size / (tp * pp);
   STRATA_CHECK(dp_request == 0 || dp_request == dp, "data-parallel degree dp=", dp_request,
                " does not match the world of ", world_size, " process(es) with tp=", tp,
-               " (dp x tp must equal the world: dp=", dp, ")");
+               pp > 1 ? cat(" and pp=", pp) : std::string(), " (dp x ", pp > 1 ? "pp x " : "",
+               "tp must equal the world: dp=", dp, ")");
 
   ProcessGrid g;
   g.world_rank = world_rank;
   g.world_size = world_size;
   g.tp = tp;
   g.dp = dp;
+  g.pp = pp;
   g.tp_rank = world_rank % tp;
-  g.dp_rank = world_rank / tp;
+  g.pp_rank = (world_rank / tp) % pp;
+  g.dp_rank = world_rank / (tp * pp);
   if (!mpi) {
     g.world = make_local_comm();
     g.tp_comm = make_local_comm();
     g.dp_comm = make_local_comm();
+    g.pp_comm = make_local_comm();
     return g;
   }
 #if defined(STRATA_HAVE_MPI)
   auto world = make_mpi_world_comm();
-  // Both splits are collective over the world, made in the same order by all.
-  auto tp_comm = world->split(/*color=*/g.dp_rank, /*key=*/g.tp_rank);
-  auto dp_comm = world->split(/*color=*/g.tp_rank, /*key=*/g.dp_rank);
+  // The splits are collective over the world, made in the same order by all.
+  auto tp_comm = world->split(/*color=*/world_rank / tp, /*key=*/g.tp_rank);
+  auto dp_comm = world->split(/*color=*/g.pp_rank * tp + g.tp_rank, /*key=*/g.dp_rank);
   tp_comm->set_label("tp group");
   dp_comm->set_label("dp group");
+  if (pp > 1) {
+    auto pp_comm = world->split(/*color=*/g.dp_rank * tp + g.tp_rank, /*key=*/g.pp_rank);
+    pp_comm->set_label("pipeline");
+    g.pp_comm = std::move(pp_comm);
+  } else {
+    g.pp_comm = make_local_comm();
+  }
   g.tp_comm = std::move(tp_comm);
   g.dp_comm = std::move(dp_comm);
   g.world = std::move(world);

@@ -1,5 +1,7 @@
-// The process grid: world = dp x tp with tp fastest-varying (a tensor-parallel
-// group is `tp` consecutive ranks, inside a node). Rank and size come from MPI
+// The process grid: world = dp x pp x tp with tp fastest-varying (a
+// tensor-parallel group is `tp` consecutive ranks, inside a node), then pp
+// (pipeline stages, across nodes), then dp: world rank = (dp_rank * pp +
+// pp_rank) * tp + tp_rank. Rank and size come from MPI
 // when the process was started by mpirun / srun; otherwise the grid is one
 // process.
 #pragma once
@@ -13,9 +15,11 @@ namespace strata {
 
 struct ProcessGrid {
   int world_rank = 0, world_size = 1;
-  int dp = 1, tp = 1;
-  int dp_rank = 0, tp_rank = 0;
-  std::unique_ptr<Communicator> world, dp_comm, tp_comm;
+  int dp = 1, tp = 1, pp = 1;
+  int dp_rank = 0, tp_rank = 0, pp_rank = 0;
+  // pp_comm: the ranks of one pipeline (same dp and tp rank), ranked by stage;
+  // MPI even on GPUs for now (point-to-point; NCCL's send/receive to come).
+  std::unique_ptr<Communicator> world, dp_comm, tp_comm, pp_comm;
   bool is_root() const { return world_rank == 0; }
 };
 
@@ -35,7 +39,8 @@ bool launched_by_mpi();
 // the other MPI thread is the hang watchdog's, started here: hang_watch.h) and
 // a fatal one-line error handler on the world. Under MPI the three communicators are
 // MpiComm ("mpi"; world is a duplicate of MPI_COMM_WORLD); alone, LocalComm.
-ProcessGrid make_grid(int tp, int dp_request);
+// `pp` pipeline stages (default 1) split the world too: dp = world / (tp pp).
+ProcessGrid make_grid(int tp, int dp_request, int pp = 1);
 
 // Puts the tensor- and data-parallel groups of more than one process on the
 // device's communicator: for device "cuda", NCCL (NcclComm over the MPI
@@ -47,8 +52,7 @@ ProcessGrid make_grid(int tp, int dp_request);
 // several processes in a build without NCCL. Called again on a grid already
 // on NCCL, it only sets the stream.
 // `gpu`: this process's CUDA device (NCCL binds to it).
-void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream,
-                      int gpu = 0);
+void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream, int gpu = 0);
 
 // Finalises MPI if it was initialised (call at exit, after the grid's
 // communicators are gone or no longer used). Only on a path every rank takes:
