@@ -9,6 +9,9 @@
 #include <functional>
 #include <random>
 
+#include "model/config.h"
+#include "model/plan.h"
+#include "model/stages.h"
 #include "parallel/pipeline.h"
 #include "testing.h"
 
@@ -139,6 +142,43 @@ TEST(PipelineSchedules, BadRequestsAreOneLineErrors) {
   std::vector<std::vector<Pass>> twice = make_schedule(Schedule::GPipe, 1, 2);
   twice[0][1] = twice[0][0];
   EXPECT_ERROR(simulate(twice, {1}, {1}), "twice");
+}
+
+// A model's stages: units of its plan, costed by FLOPs (model/stages.h).
+LlamaConfig small_model(int layers, int vocab) {
+  LlamaConfig c;
+  c.hidden_size = 256;
+  c.intermediate_size = 688;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.num_hidden_layers = layers;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 512;
+  c.finalize();
+  return c;
+}
+
+TEST(PipelineModelStages, LayersByFlopsWithTheHeadOnTheLastStage) {
+  // h 256, q 256, kv 128, ffn 688, seq 512: 2 (2*256*256 + 2*256*128) +
+  // 6*256*688 + 2*256*512 = 393,216 + 1,056,768 + 262,144 = 1,712,128 per layer.
+  const LlamaConfig small = small_model(12, 512);
+  EXPECT_DOUBLE_EQ(layer_forward_flops(small, 512), 1712128.0);
+  const auto even = plan_stages(small, LayerPlan::standard(12), 512, 4);
+  EXPECT_EQ(even.first, (std::vector<int>{0, 3, 6, 9, 12}));  // a 512-token head costs little
+  // A 128k vocabulary: the head (2 * 256 * 128000 = 65.5 M, about 38 layers)
+  // gets a stage of its own nearly; the split stays optimal.
+  const LlamaConfig big_vocab = small_model(12, 128000);
+  const auto head = plan_stages(big_vocab, LayerPlan::standard(12), 512, 2);
+  EXPECT_EQ(head.first, (std::vector<int>{0, 11, 12}));
+  // Skipped layers cost nothing: the stage holding them takes more layers.
+  const LayerPlan skips = LayerPlan::parse("standard*6,skip*6", 12);
+  EXPECT_EQ(plan_stages(small, skips, 512, 2).first, (std::vector<int>{0, 3, 12}));
+  // LP pairs are units: never split, so 3 pairs cannot make 4 stages.
+  const LayerPlan lp = LayerPlan::parse("lp*6", 6);
+  const LlamaConfig six = small_model(6, 512);
+  EXPECT_EQ(lp.units().size(), 3u);
+  EXPECT_EQ(plan_stages(six, lp, 512, 3).first, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_ERROR(plan_stages(six, lp, 512, 4), "4 stages for 3 units");
 }
 
 }  // namespace
