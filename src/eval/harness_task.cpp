@@ -218,9 +218,11 @@ std::string harness_task_table(const HarnessTasks& h) {
   size_t width = 4;
   for (const auto& [name, file] : h.files) width = std::max(width, name.size());
   for (const auto& [name, file] : h.shadowed) width = std::max(width, name.size());
+  bool missing = false;
   for (const auto& [name, file] : h.files) {
     const std::string status = harness_data_status(h, name);
     const bool present = !status.starts_with("missing") && !status.starts_with("error");
+    missing = missing || !present;
     out += cat("  ", name, std::string(width - name.size() + 2, ' '),
                present ? "data present  " : "no data       ", file, "\n");
     if (!present) out += cat("  ", std::string(width + 2, ' '), status, "\n");
@@ -230,6 +232,10 @@ std::string harness_task_table(const HarnessTasks& h) {
                "--include-path ", h.shipped_dir, " runs ", file, ")\n");
   for (const auto& [group, members] : h.groups)
     out += cat("  group/tag ", group, ": ", join(h.expand(group), ", "), "\n");
+  if (missing)
+    out += cat("(no data: copy the hub dataset to ", h.datasets_dir,
+               "/<dataset_path>/<dataset_name or default>/<split>.jsonl, or give --datasets-dir; "
+               "docs/evaluation.md shows how)\n");
   return out;
 }
 
