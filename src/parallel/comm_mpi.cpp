@@ -305,32 +305,30 @@ constexpr int kPointToPointTag = 41;  // pipeline messages; MPI keeps them in or
 }  // namespace
 
 int64_t MpiComm::send_async(const float* buf, int64_t n, int peer) {
-  check_count(n, "send");
-  STRATA_CHECK(peer >= 0 && peer < size_ && peer != rank_, "mpi communicator: send from rank ",
-               rank_, " to rank ", peer, " of a group of ", size_);
-  Pending p;
-  for_chunks(n, [&](int64_t off, int len) {
-    MPI_Request req;
-    MPI_Isend(buf + off, len, MPI_FLOAT, peer, kPointToPointTag, comm_, &req);
-    p.reqs.push_back(req);
-  });
-  p.kind = "send";
-  p.seq = seq_;  // not a collective: the sequence does not advance
-  return push(std::move(p));
+  return point_to_point(true, const_cast<float*>(buf), n, peer);
 }
 
 int64_t MpiComm::recv_async(float* buf, int64_t n, int peer) {
-  check_count(n, "receive");
-  STRATA_CHECK(peer >= 0 && peer < size_ && peer != rank_, "mpi communicator: receive on rank ",
-               rank_, " from rank ", peer, " of a group of ", size_);
+  return point_to_point(false, buf, n, peer);
+}
+
+int64_t MpiComm::point_to_point(bool send, float* buf, int64_t n, int peer) {
+  const char* what = send ? "send" : "receive";
+  check_count(n, what);
+  STRATA_CHECK(peer >= 0 && peer < size_ && peer != rank_, "mpi communicator: ", what,
+               send ? " from rank " : " on rank ", rank_, send ? " to rank " : " from rank ", peer,
+               " of a group of ", size_);
   Pending p;
   for_chunks(n, [&](int64_t off, int len) {
     MPI_Request req;
-    MPI_Irecv(buf + off, len, MPI_FLOAT, peer, kPointToPointTag, comm_, &req);
+    if (send)
+      MPI_Isend(buf + off, len, MPI_FLOAT, peer, kPointToPointTag, comm_, &req);
+    else
+      MPI_Irecv(buf + off, len, MPI_FLOAT, peer, kPointToPointTag, comm_, &req);
     p.reqs.push_back(req);
   });
-  p.kind = "receive";
-  p.seq = seq_;
+  p.kind = what;
+  p.seq = seq_;  // not a collective: the sequence does not advance
   return push(std::move(p));
 }
 

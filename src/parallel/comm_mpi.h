@@ -109,6 +109,8 @@ class MpiComm final : public Communicator {
   // The requests of an allgather / reduce-scatter (blocking calls wait on them).
   Pending start_allgather(const float* in, float* out, int64_t n);
   Pending start_reduce_scatter(const float* in, float* out, int64_t n);
+  // A nonblocking send (the buffer is only read) or receive.
+  int64_t point_to_point(bool send, float* buf, int64_t n, int peer);
 };
 
 // A duplicate of MPI_COMM_WORLD (MPI must be initialised; see make_grid).
