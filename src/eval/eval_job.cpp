@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include "core/text.h"
 #include "core/timer.h"
@@ -15,13 +16,21 @@ std::string fmt(double v) { return strprintf(std::fabs(v) >= 1000 ? "%.1f" : "%.
 
 std::string stderr_text(const Metric& m) { return m.stderr_ >= 0 ? "±" + fmt(m.stderr_) : ""; }
 
-std::string one_exit_table(const std::vector<TaskResult>& results) {
-  int w = 16, mw = 18;  // the first columns fit every task, category and metric name
+// The first two columns' widths: every task (and, with categories, every
+// " - category" label) and every metric name fits.
+std::pair<int, int> name_widths(const std::vector<TaskResult>& results, bool categories) {
+  int w = 16, mw = 18;
   for (const TaskResult& t : results) {
     w = std::max(w, int(t.task.size()));
-    for (const auto& [c, ms] : t.categories) w = std::max(w, int(c.size()) + 3);
+    if (categories)
+      for (const auto& [c, ms] : t.categories) w = std::max(w, int(c.size()) + 3);
     for (const Metric& m : t.metrics) mw = std::max(mw, int(m.name.size()));
   }
+  return {w, mw};
+}
+
+std::string one_exit_table(const std::vector<TaskResult>& results) {
+  const auto [w, mw] = name_widths(results, true);
   std::string out = strprintf("%-*s %-*s %10s %10s %7s %6s\n", w, "task", mw, "metric", "value",
                               "stderr", "n", "shots");
   for (const TaskResult& t : results) {
@@ -139,11 +148,7 @@ std::vector<int> all_exits(const LayerPlan& plan) {
 std::string results_table(const std::vector<std::vector<TaskResult>>& results,
                           const std::vector<int>& exits) {
   if (exits.size() == 1) return one_exit_table(results[0]);
-  int w = 16, mw = 18;
-  for (const TaskResult& t : results[0]) {
-    w = std::max(w, int(t.task.size()));
-    for (const Metric& m : t.metrics) mw = std::max(mw, int(m.name.size()));
-  }
+  const auto [w, mw] = name_widths(results[0], false);
   std::string out = strprintf("%-*s %-*s", w, "task", mw, "metric");
   for (int e : exits) out += strprintf(" %9s", ("exit " + std::to_string(e)).c_str());
   out += "\n";

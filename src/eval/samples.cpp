@@ -122,13 +122,13 @@ void write_generate_samples(const std::string& path, const TaskData& task, const
                               {"do_sample", gs.do_sample}}}}}}},
                         {"resps", nlohmann::json::array({nlohmann::json::array({g.raw[i]})})},
                         {"filtered_resps", nlohmann::json::array({g.filtered[i]})},
-                        {"filter", task.filters.empty() ? "none" : "custom"},
-                        {"metrics", nlohmann::json::array({metric})},
-                        {metric, g.score[i]}};
+                        {"filter", task.filters.empty() ? "none" : "custom"}};
     if (!g.status.empty()) j["sandbox"] = g.status[i];
-    if (!g.instructions.empty()) {  // ifeval: the harness's four per-document fields
+    if (g.instructions.empty()) {
+      j["metrics"] = nlohmann::json::array({metric});
+      j[metric] = g.score[i];
+    } else {  // ifeval: the harness's four per-document fields
       const ifeval::Verdict& v = g.instructions[i];
-      j.erase(metric);
       j["metrics"] = {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
                       "inst_level_loose_acc"};
       j["prompt_level_strict_acc"] = v.all_strict();
