@@ -1,8 +1,9 @@
 // The model (model.h): its construction, plan and weights (with the ZeRO
 // buckets they live in), initialisation, the trainable mask, the activation
 // arena, and the executor's helpers (deferred streams and gradients, norm
-// backwards, LayerSkip's sample packing). The units are model_units.cpp; the
-// walk over them and the entry points model_walk.cpp.
+// backwards). The units and LayerSkip's sample packing are model_units.cpp; the
+// walk over them and the entry points model_walk.cpp; pipeline stages
+// model_stage.cpp.
 #include "model/model.h"
 
 #include <algorithm>
@@ -29,9 +30,15 @@ template <typename T>
 Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
                 std::unique_ptr<ops::Backend<T>> backend, Communicator* tp,
                 const WeightStoreFactory<T>& make_store)
+    : Model(cfg, plan, std::move(backend), tp, make_store, StageHolding{}) {}
+
+template <typename T>
+Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
+                std::unique_ptr<ops::Backend<T>> backend, Communicator* tp,
+                const WeightStoreFactory<T>& make_store, const StageHolding& stage)
     : cfg_(cfg),
       layout_((cfg_.finalize(), cfg_), tp ? tp->size() : 1, tp ? tp->rank() : 0,
-              plan.tp_shards(tp ? tp->size() : 1)),
+              plan.tp_shards(tp ? tp->size() : 1), stage),
       dims_(LayerDims::of(cfg_, tp ? tp->size() : 1)),
       be_(std::move(backend)),
       tp_(tp, be_.get()) {
@@ -45,6 +52,22 @@ Model<T>::Model(const LlamaConfig& cfg, const LayerPlan& plan,
   gopen_.assign(buckets_.size(), 0);
   for (const auto& L : layout_.layers)
     layer_dims_.push_back(LayerDims::of(cfg_, L.parts, L.part >= 0));
+  staged_ = !stage.whole();
+  chunks_ = stage.chunks;
+  for (int l = 0; l < cfg_.num_hidden_layers && stage.chunks.empty(); ++l) {
+    if (!stage.holds_layer(l)) continue;
+    if (!chunks_.empty() && chunks_.back().second == l)
+      chunks_.back().second = l + 1;
+    else
+      chunks_.push_back({l, l + 1});
+  }
+  if (staged_) {
+    STRATA_CHECK(!chunks_.empty(), "a pipeline stage must hold at least one layer");
+    STRATA_CHECK(stage.embedding == (chunks_.front().first == 0),
+                 "a pipeline stage holds the embedding exactly when it holds layer 0");
+    STRATA_CHECK(!(chunks_.back().second == cfg_.num_hidden_layers) || stage.head,
+                 "the pipeline stage holding the last layer must hold the head");
+  }
   set_plan(plan);
   STRATA_CHECK((!tp_.active() || std::is_same_v<T, float>),
                "tensor parallelism runs float models only");
@@ -74,6 +97,10 @@ void Model<T>::set_plan(const LayerPlan& plan) {
                "' places layers on other tensor-parallel ranks than plan '", plan_.to_string(),
                "' the model was loaded with; load the checkpoint with it");
   plan.check_model(cfg_, tp_size());
+  for (const auto& [lo, hi] : chunks_)
+    STRATA_CHECK(plan.unit_boundary(lo) && plan.unit_boundary(hi), "layer plan '", plan.to_string(),
+                 "' has a unit across the pipeline stage boundary at layer ",
+                 plan.unit_boundary(lo) ? hi : lo, ": a stage holds whole units");
   plan_ = plan;
   units_ = plan_.units();
   have_forward_ = false;
@@ -283,6 +310,10 @@ void Model<T>::ensure_activations(int B, int T_) {
   if (B == batch_ && T_ == seq_) return;
   const int64_t N = int64_t(B) * T_, C = cfg_.hidden_size;
   const int L = cfg_.num_hidden_layers;
+  // A pipeline stage's pass carves the layers and streams of its chunk only.
+  const bool by_chunk = active_hi_ >= 0;
+  const int lo = by_chunk ? active_lo_ : 0, hi = by_chunk ? active_hi_ : L;
+  auto in_chunk = [&](int l) { return l >= lo && l < hi; };
   int64_t F = 0, QKV = 0, Q = 0;  // the largest layer's, for the backward scratch
   for (const LayerDims& d : layer_dims_) {
     F = std::max<int64_t>(F, d.F);
@@ -307,8 +338,8 @@ void Model<T>::ensure_activations(int B, int T_) {
       return p;
     };
     streams_.assign(2 * L + 1, ops::Act<T>());
-    for (auto& s : streams_) s = carve(N * C);
-    layer_acts_.resize(L);
+    for (int i = std::max(2 * lo - 1, 0); i <= 2 * hi; ++i) streams_[size_t(i)] = carve(N * C);
+    layer_acts_.assign(size_t(L), LayerActs());
     // With recomputation every layer shares one set (sized for the largest
     // layer) and keeps only its norm statistics: the norm backwards of kinds
     // that defer them read a layer's rstd after other layers have run again.
@@ -325,12 +356,14 @@ void Model<T>::ensure_activations(int B, int T_) {
     // Selective: one norm output and one SwiGLU output, recomputed before
     // each module's backward (SPD layers keep their own).
     bool dropping = false;
-    for (int l = 0; l < L; ++l) dropping |= selective && !plan_.spd_block(l);
+    for (int l = lo; l < hi; ++l) dropping |= selective && !plan_.spd_block(l);
     shared_ln_ = dropping ? carve(N * C) : nullptr;
     shared_h_ = dropping ? carve(N * F) : nullptr;
+    bool have_shared = false;
     for (int l = 0; l < L; ++l) {
+      if (!in_chunk(l)) continue;
       auto& a = layer_acts_[size_t(l)];
-      if (full && l > 0) {
+      if (full && have_shared) {
         a = shared;
         a.attn.rstd = carve_stat(N);
         a.mlp.rstd = carve_stat(N);
@@ -362,7 +395,7 @@ void Model<T>::ensure_activations(int B, int T_) {
           a.spd.push_back(s);
         }
       }
-      if (full) shared = a;
+      if (full) shared = a, have_shared = true;
     }
     lnf_ = carve(N * C);
     rstdf_ = carve_stat(N);
@@ -391,6 +424,7 @@ void Model<T>::ensure_activations(int B, int T_) {
       spd_wacc_ = carve_stat(3 * C);
     }
     sum_out_ = buffers.output_slot_2 ? carve(N * C) : nullptr;
+    d_boundary_ = by_chunk ? carve(N * C) : nullptr;
     return std::pair(used, used_stats);
   };
   batch_ = seq_ = 0;  // invalid until the arena is carved for the new shape
@@ -497,7 +531,10 @@ void Model<T>::settle(int stream, ops::Act<T> grad) {
     }
     pending_grad_.erase(pending_grad_.begin() + long(k));
     tp_.wait(p.handle);
-    norm_backward(p.layer, p.mlp, grad, p.d_ln, streams_[size_t(stream)], p.rows);
+    if (p.layer < 0)  // a gradient the next pipeline stage computed (stage_backward)
+      be_->residual_forward(grad, grad, p.d_ln, p.rows * cfg_.hidden_size);
+    else
+      norm_backward(p.layer, p.mlp, grad, p.d_ln, streams_[size_t(stream)], p.rows);
   }
 }
 
@@ -538,45 +575,6 @@ T* Model<T>::mix_norms(int a, int b, double alpha) {
 template <typename T>
 void Model<T>::settle_all(ops::Act<T> grad) {
   while (!pending_grad_.empty()) settle(pending_grad_.front().stream, grad);
-}
-
-template <typename T>
-void Model<T>::gather_samples(const std::vector<int>& kept, ops::ActIn<T> full,
-                              ops::Act<T> compact) {
-  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
-  for (size_t k = 0; k < kept.size(); ++k)
-    be_->copy(compact + int64_t(k) * S, full + int64_t(kept[k]) * S, S);
-}
-
-template <typename T>
-void Model<T>::scatter_samples(const std::vector<int>& kept, ops::ActIn<T> compact,
-                               ops::Act<T> full) {
-  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
-  for (size_t k = 0; k < kept.size(); ++k)
-    be_->copy(full + int64_t(kept[k]) * S, compact + int64_t(k) * S, S);
-}
-
-// In place: sample k moves to kept[k] >= k (last first, so no source is
-// overwritten before it moves), the dropped samples become zero.
-template <typename T>
-void Model<T>::spread_samples(const std::vector<int>& kept, int B, ops::Act<T> buf) {
-  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
-  for (size_t k = kept.size(); k-- > 0;)
-    if (kept[k] != int(k)) be_->copy(buf + int64_t(kept[k]) * S, buf + int64_t(k) * S, S);
-  zero_dropped(kept, B, buf);
-}
-
-template <typename T>
-void Model<T>::zero_dropped(const std::vector<int>& kept, int B, ops::Act<T> buf) {
-  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
-  size_t k = 0;
-  for (int b = 0; b < B; ++b) {
-    if (k < kept.size() && kept[k] == b) {
-      ++k;
-      continue;
-    }
-    be_->zero(buf + int64_t(b) * S, S);
-  }
 }
 
 template class Model<float>;

@@ -15,6 +15,7 @@
 // forward (one logits GEMM less) and needs the loss scale up front.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -83,6 +84,11 @@ class Model {
   // bucket only while the executor holds it open (weight_store.h).
   Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
         Communicator* tp, const WeightStoreFactory<T>& make_store);
+  // A pipeline rank's part of the model (`stage`, params.h): the tensors it
+  // does not hold take no memory, and it runs through the stage entry points
+  // below only (forward, forward_backward, ... need the whole model).
+  Model(const LlamaConfig& cfg, const LayerPlan& plan, std::unique_ptr<ops::Backend<T>> backend,
+        Communicator* tp, const WeightStoreFactory<T>& make_store, const StageHolding& stage);
 
   const LlamaConfig& config() const { return cfg_; }
   const LayerPlan& plan() const { return plan_; }
@@ -213,6 +219,43 @@ class Model {
   // Hidden state after layer l (l = 0..L-1), i.e. x_{2(l+1)}.
   ops::ActIn<T> hidden_state(int layer) const { return stream(2 * (layer + 1)); }
 
+  // ---- Pipeline stages (a model made with a StageHolding) ----
+  // The contiguous layer ranges [first, end) this rank holds, bottom up: one
+  // per virtual stage (several under the interleaved schedule). Each starts
+  // and ends between plan units.
+  bool staged() const { return staged_; }
+  const std::vector<std::pair<int, int>>& stage_chunks() const { return chunks_; }
+  // How many streams cross a stage boundary below layer `layer` (> 0): 2
+  // when the layer's unit reads the stream below its input (a ladder layer
+  // reads x_{2l-1} and x_{2l}), else 1 (x_{2l}). Each is B * seq * C values
+  // in the activations' storage, one after the other.
+  int boundary_streams(int layer) const;
+  // Activation slots: each holds one micro-batch's activations for one chunk
+  // (a schedule keeps several micro-batches in flight). use_activation_slot
+  // selects slot k (allocated at its first use); what a slot holds survives
+  // the use of others. Every model starts in slot 0.
+  void use_activation_slot(int k);
+  int activation_slots() const { return std::max(1, int(slots_.size())); }
+  // Forward of chunk `chunk` on B x seq tokens as forward pass `pass` (the
+  // same number as the whole model's micro-batch would have): the embedding
+  // when the chunk starts at layer 0, else the boundary streams from `in`
+  // (backend memory, as boundary_streams says). Keeps the tokens and targets
+  // (for the head, exits and the embedding's backward) in the current slot.
+  void stage_forward(int chunk, const int32_t* tokens, const int32_t* targets, int B, int seq,
+                     uint64_t pass, ops::ActIn<T> in, const LayerSkipStep* skip = nullptr);
+  // The boundary streams above the chunk of the current slot's forward
+  // (for the next stage; not the last chunk).
+  void stage_output(ops::Act<T> out);
+  // Backward of the current slot's forward: the head's fused loss and
+  // gradient (dloss times the last layer's weight) when the chunk ends the
+  // model, else from `dout`, the gradient of the boundary streams above it;
+  // early exits of its layers as in forward_backward; the embedding's
+  // backward when it starts the model, else the gradient of the boundary
+  // streams below it into `din`. The result holds this chunk's losses
+  // (loss_sum and n_valid from the head's chunk only; exit sums of its layers).
+  LossResult stage_backward(double dloss, ops::ActIn<T> dout, ops::Act<T> din,
+                            const LayerSkipStep* skip = nullptr);
+
   // RoPE tables [max_position_embeddings, head_dim / 2] (generation engine).
   const T* rope_cos() const { return rope_cos_.data(); }
   const T* rope_sin() const { return rope_sin_.data(); }
@@ -264,7 +307,24 @@ class Model {
   void close_unit_weights(const PlanUnit& u);
   void prefetch_unit_weights(const PlanUnit& u);
   int head_bucket() const { return int(buckets_.size()) - 1; }
-  class OpenHead;  // the embedding and head buckets' weights open for a scope
+  // The embedding and head buckets' weights, open for a scope (the store
+  // keeps them gathered for the step, so opening them again costs nothing).
+  class OpenHead {
+   public:
+    explicit OpenHead(Model& m) : m_(m) {
+      m_.open_weights(0);
+      m_.open_weights(m_.head_bucket());
+    }
+    ~OpenHead() {
+      m_.close_weights(m_.head_bucket());
+      m_.close_weights(0);
+    }
+    OpenHead(const OpenHead&) = delete;
+    OpenHead& operator=(const OpenHead&) = delete;
+
+   private:
+    Model& m_;
+  };
   void open_head_grads();
   class ForwardPass;   // UnitForward for training and evaluation (model_units.cpp)
   class BackwardPass;  // UnitBackward for training
@@ -279,8 +339,26 @@ class Model {
   void begin_pass(int B, int seq);
   void run_forward(const int32_t* tokens, int B, int seq, int exit_layer = -1,
                    const LayerSkipStep* skip = nullptr);
+  // Units [k0, k1) of units_ forward (no embedding, no final materialize).
+  void forward_units(size_t k0, size_t k1, int B, int seq, int exit_layer,
+                     const LayerSkipStep* skip);
+  // Units [k0, k1) backward from dstream_ (the gradient of their output
+  // stream); the whole model by default. `head_open`: the head's gradient
+  // buckets were opened (the last chunk, or exits on the chunk's layers).
   void run_backward(const int32_t* tokens, int B, int seq, const LayerSkipStep* skip = nullptr,
-                    LossResult* result = nullptr, double dloss = 0);
+                    LossResult* result = nullptr, double dloss = 0, size_t k0 = 0,
+                    size_t k1 = size_t(-1), ops::Act<T> din = nullptr);
+  // Pipeline: the units of chunk c, and the chunk being carved and run.
+  std::pair<size_t, size_t> chunk_units(int c) const;
+  // Back to carving the whole model (after stage passes on a whole model).
+  void whole_passes() {
+    if (active_hi_ < 0) return;
+    active_lo_ = 0, active_hi_ = -1;
+    batch_ = seq_ = 0;
+  }
+  bool staged_ = false;
+  std::vector<std::pair<int, int>> chunks_;
+  int active_lo_ = 0, active_hi_ = -1;  // layers of the carved chunk (-1: to the end)
   // LayerSkip: how a unit ran in the last forward.
   enum class RunMode { All, None, Gathered, Dense };
   void unit_forward_mode(const PlanUnit& u, int B, int seq, RunMode mode);
@@ -417,6 +495,25 @@ class Model {
   ops::Act<T> shared_ln_, shared_h_;  // selective: recomputed before each backward
   void record_module(int layer, int slot, const ModuleRecord& r);
   void replay_module(int layer, int slot);
+  // Activation slots (use_activation_slot): each one's arenas and what a
+  // forward leaves for its backward. The current slot's live in the members
+  // above; its entry here is empty until another slot is selected.
+  struct Slot {
+    ops::ActBuffer<T> acts;
+    ops::DeviceBuffer<T> stats;
+    int batch = 0, seq = 0, lo = 0, hi = -1, chunk = -1;
+    std::vector<int32_t> tokens, targets;
+    std::vector<RunMode> run_mode;
+    std::vector<std::vector<int>> kept;
+    std::vector<std::array<ModuleRecord, 2>> records;
+    uint64_t pass = 0;
+    bool have_forward = false;
+  };
+  std::vector<Slot> slots_;
+  int slot_ = 0;
+  int slot_chunk_ = -1;     // the chunk of the current slot's forward (-1: none)
+  ops::Act<T> d_boundary_;  // a received gradient of the stream below a ladder boundary
+  void swap_slot_state(Slot& s);
 };
 
 }  // namespace strata

@@ -1,7 +1,8 @@
 // The executor's units (model.h): the passes that implement model/unit.h
 // for training and evaluation (ForwardPass, BackwardPass), a unit run under
-// LayerSkip's keep masks, and activation recomputation (a module's forward
-// recorded and run again before its backward). The model's storage is
+// LayerSkip's keep masks (and its sample packing), and activation
+// recomputation (a module's forward recorded and run again before its
+// backward). The model's storage is
 // model.cpp; the walk over the units, the head and the entry points are
 // model_walk.cpp.
 #include <algorithm>
@@ -409,6 +410,46 @@ void Model<T>::unit_backward_mode(const PlanUnit& u, int B, int T_, RunMode mode
   unit_backward<T>(b, u);
 }
 
+// LayerSkip's sample packing (model.h).
+template <typename T>
+void Model<T>::gather_samples(const std::vector<int>& kept, ops::ActIn<T> full,
+                              ops::Act<T> compact) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
+  for (size_t k = 0; k < kept.size(); ++k)
+    be_->copy(compact + int64_t(k) * S, full + int64_t(kept[k]) * S, S);
+}
+
+template <typename T>
+void Model<T>::scatter_samples(const std::vector<int>& kept, ops::ActIn<T> compact,
+                               ops::Act<T> full) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
+  for (size_t k = 0; k < kept.size(); ++k)
+    be_->copy(full + int64_t(kept[k]) * S, compact + int64_t(k) * S, S);
+}
+
+// In place: sample k moves to kept[k] >= k (last first, so no source is
+// overwritten before it moves), the dropped samples become zero.
+template <typename T>
+void Model<T>::spread_samples(const std::vector<int>& kept, int B, ops::Act<T> buf) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
+  for (size_t k = kept.size(); k-- > 0;)
+    if (kept[k] != int(k)) be_->copy(buf + int64_t(kept[k]) * S, buf + int64_t(k) * S, S);
+  zero_dropped(kept, B, buf);
+}
+
+template <typename T>
+void Model<T>::zero_dropped(const std::vector<int>& kept, int B, ops::Act<T> buf) {
+  const int64_t S = int64_t(seq_) * cfg_.hidden_size;
+  size_t k = 0;
+  for (int b = 0; b < B; ++b) {
+    if (k < kept.size() && kept[k] == b) {
+      ++k;
+      continue;
+    }
+    be_->zero(buf + int64_t(b) * S, S);
+  }
+}
+
 // (The other members are instantiated with the class in model.cpp.)
 template void Model<float>::unit_forward_mode(const PlanUnit& u, int B, int T_, RunMode mode);
 template void Model<float>::set_recompute(Recompute mode);
@@ -420,5 +461,13 @@ template void Model<double>::set_recompute(Recompute mode);
 template void Model<double>::record_module(int l, int slot, const ModuleRecord& r);
 template void Model<double>::replay_module(int l, int slot);
 template void Model<double>::unit_backward_mode(const PlanUnit& u, int B, int T_, RunMode mode);
+#define STRATA_SAMPLE_MEMBERS(T)                                                                \
+  template void Model<T>::gather_samples(const std::vector<int>&, ops::ActIn<T>, ops::Act<T>);  \
+  template void Model<T>::scatter_samples(const std::vector<int>&, ops::ActIn<T>, ops::Act<T>); \
+  template void Model<T>::spread_samples(const std::vector<int>&, int, ops::Act<T>);            \
+  template void Model<T>::zero_dropped(const std::vector<int>&, int, ops::Act<T>);
+STRATA_SAMPLE_MEMBERS(float)
+STRATA_SAMPLE_MEMBERS(double)
+#undef STRATA_SAMPLE_MEMBERS
 
 }  // namespace strata

@@ -15,26 +15,6 @@
 
 namespace strata {
 
-// The embedding and head buckets' weights, open for a scope (the store keeps
-// them gathered for the step, so opening them again costs nothing).
-template <typename T>
-class Model<T>::OpenHead {
- public:
-  explicit OpenHead(Model& m) : m_(m) {
-    m_.open_weights(0);
-    m_.open_weights(m_.head_bucket());
-  }
-  ~OpenHead() {
-    m_.close_weights(m_.head_bucket());
-    m_.close_weights(0);
-  }
-  OpenHead(const OpenHead&) = delete;
-  OpenHead& operator=(const OpenHead&) = delete;
-
- private:
-  Model& m_;
-};
-
 template <typename T>
 void Model<T>::exit_loss(int l, int B, int T_, double scale, LossResult* result) {
   OpenHead head(*this);
@@ -69,26 +49,34 @@ void Model<T>::begin_pass(int B, int T_) {
 template <typename T>
 void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
                            const LayerSkipStep* skip) {
+  STRATA_CHECK(!staged_, "this model holds a pipeline stage only: run it by stages");
   if (exit_layer < 0) exit_layer = cfg_.num_hidden_layers;
   plan_.check_exit(exit_layer, "exit layer");
+  whole_passes();
   begin_pass(B, T_);
   block_unit_ = -1;
   const int64_t N = int64_t(B) * T_;
   tokens_.assign(tokens, tokens + N);
   embed(tokens, N, streams_[0]);
+  forward_units(0, units_.size(), B, T_, exit_layer, skip);
+  materialize(2 * cfg_.num_hidden_layers);  // every stream, before the head or an exit
+}
+
+template <typename T>
+void Model<T>::forward_units(size_t k0, size_t k1, int B, int T_, int exit_layer,
+                             const LayerSkipStep* skip) {
   const int L = cfg_.num_hidden_layers;
   const bool dropping = skip && !skip->keep.empty();
   if (dropping)
     STRATA_CHECK(int(skip->keep.size()) == L, "layer skip: keep masks for ", skip->keep.size(),
                  " layers, the model has ", L);
-  for (size_t k = 0; k < units_.size(); ++k) {
+  for (size_t k = k0; k < k1; ++k) {
     const PlanUnit& u = units_[k];
     if (u.end() > exit_layer) break;
     // ZeRO-3: this unit's weights gathered (waited for), the next one's asked
     // for while this one computes, this one's freed after it.
     open_unit_weights(u);
-    if (k + 1 < units_.size() && units_[k + 1].end() <= exit_layer)
-      prefetch_unit_weights(units_[k + 1]);
+    if (k + 1 < k1 && units_[k + 1].end() <= exit_layer) prefetch_unit_weights(units_[k + 1]);
     RunMode mode = RunMode::All;
     if (dropping) {  // a unit is dropped as a whole: its layers share one mask
       const auto& k = skip->keep[size_t(u.first)];
@@ -112,35 +100,42 @@ void Model<T>::run_forward(const int32_t* tokens, int B, int T_, int exit_layer,
     unit_forward_mode(u, B, T_, mode);
     close_unit_weights(u);
   }
-  materialize(2 * cfg_.num_hidden_layers);  // every stream, before the head or an exit
 }
 
 // Expects dstream_ to hold the gradient of the final stream x_2L (from the
 // last layer's loss); early-exit losses add theirs on the way down.
 template <typename T>
 void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSkipStep* skip,
-                            LossResult* result, double dloss) {
+                            LossResult* result, double dloss, size_t k0, size_t k1,
+                            ops::Act<T> din) {
   const int64_t N = int64_t(B) * T_;
   const int L = cfg_.num_hidden_layers;
+  k1 = std::min(k1, units_.size());
+  // A pipeline chunk: its layers, whether the head (the last chunk, or exits
+  // on its layers) and the embedding are its to finish.
+  const int lo = units_[k0].first, hi = units_[k1 - 1].end();
   // Early exits below the last layer (weight > 0) add to the head's gradients.
   auto exit_weight = [&](int l) {
     return skip && !skip->exit_weight.empty() && l < L - 1 ? skip->exit_weight[size_t(l)] : 0.0;
   };
   bool exits = false;
-  for (int l = 0; l + 1 < L; ++l)
+  for (int l = lo; l + 1 < L && l < hi; ++l)
     if (exit_weight(l) > 0) {
       plan_.check_exit(l + 1, "an early-exit loss after layer");
       exits = true;
     }
   // The final norm and the head (when untied) end the arena: done now unless
   // early exits still add to them.
-  if (!exits) {
+  if (!exits && hi == L) {
     grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
     close_grads(head_bucket());
   }
   // A unit's gradients are complete once no deferred input gradient of its
   // layers is pending (their norm weights' gradients come with it).
   pending_grad_.clear();
+  if (hi < L && boundary_streams(hi) == 2)  // the next stage's gradient of x_{2hi-1}
+    pending_grad_.push_back({2 * hi - 1, -1, false, d_boundary_, -1, N});
+  const bool head_open = hi == L || exits;
   std::vector<PlanUnit> waiting;
   // Units whose weights and gradient buckets are open (ZeRO-2/3), by first layer.
   std::vector<bool> opened(size_t(L), false);
@@ -164,7 +159,8 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
       waiting.erase(waiting.begin() + long(k));
     }
   };
-  for (auto u = units_.rbegin(); u != units_.rend(); ++u) {
+  const auto u_end = units_.rbegin() + long(units_.size() - k0);
+  for (auto u = units_.rbegin() + long(units_.size() - k1); u != u_end; ++u) {
     const int last = u->end() - 1;
     if (exit_weight(last) > 0) exit_loss(last, B, T_, dloss * exit_weight(last), result);
     if (u->first >= backward_floor_) {  // below it every layer is frozen
@@ -172,7 +168,7 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
       // ZeRO-2/3: its gradient buckets, handed on once final (release).
       open_unit_weights(*u);
       const auto next = std::next(u);
-      if (next != units_.rend() && next->first >= backward_floor_) prefetch_unit_weights(*next);
+      if (next != u_end && next->first >= backward_floor_) prefetch_unit_weights(*next);
       for (int l = u->first; l < u->end(); ++l) open_grads(1 + l);
       opened[size_t(u->first)] = true;
       unit_backward_mode(*u, B, T_, run_mode_[size_t(u->first)]);
@@ -184,6 +180,25 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
     grad_ready(layout_.final_norm, int(layout_.tensors().size()) - 1);
     close_grads(head_bucket());
   }
+  if (lo > 0) {
+    // A later pipeline chunk: the gradient of its input stream, and of the
+    // stream below it where a ladder layer read that, go to the stage below.
+    settle(2 * lo, dstream_);
+    be_->copy(din, dstream_, N * cfg_.hidden_size);
+    if (boundary_streams(lo) == 2) {
+      ops::Act<T> below = din + N * cfg_.hidden_size;
+      be_->zero(below, N * cfg_.hidden_size);
+      settle(2 * lo - 1, below);
+    }
+    STRATA_CHECK(pending_grad_.empty(), "internal error: a deferred input gradient crosses ",
+                 "the pipeline stage boundary at layer ", lo, " to a stream not sent");
+    release(true);
+    if (head_open && layout_.lm_head < 0) {  // a tied head's gradient, in the embedding
+      grad_ready(layout_.embed, layout_.embed);
+      close_grads(0);
+    }
+    return;
+  }
   settle_all(dstream_);  // what is still in flight flows into x_0
   release(true);
   open_grads(0);
@@ -193,7 +208,7 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
   grad_ready(layout_.embed, layout_.embed);
   // Twice when the head is the embedding (opened for the head's gradient too).
   close_grads(0);
-  if (layout_.lm_head < 0) close_grads(0);
+  if (head_open && layout_.lm_head < 0) close_grads(0);
 }
 
 // The gradient buckets the head's backward writes (ZeRO-2/3): the final norm
@@ -285,6 +300,7 @@ ops::ActIn<T> Model<T>::block_forward(int layer, ops::ActIn<T> x, int B, int T_)
     if (units_[k].first == layer) block_unit_ = int(k);
   STRATA_CHECK(block_unit_ >= 0, "block_forward: no unit of plan '", plan_.to_string(),
                "' starts at layer ", layer);
+  whole_passes();
   begin_pass(B, T_);
   const PlanUnit& u = units_[size_t(block_unit_)];
   be_->copy(streams_[size_t(2 * u.first)], x, int64_t(B) * T_ * cfg_.hidden_size);
@@ -326,7 +342,9 @@ template void Model<float>::run_forward(const int32_t* tokens, int B, int T_, in
                                         const LayerSkipStep* skip);
 template void Model<float>::run_backward(const int32_t* tokens, int B, int T_,
                                          const LayerSkipStep* skip, LossResult* result,
-                                         double dloss);
+                                         double dloss, size_t k0, size_t k1, ops::Act<float> din);
+template void Model<float>::forward_units(size_t k0, size_t k1, int B, int T_, int exit_layer,
+                                          const LayerSkipStep* skip);
 template void Model<float>::open_head_grads();
 template LossResult Model<float>::forward(const int32_t* tokens, const int32_t* targets, int B,
                                           int T_);
@@ -348,7 +366,9 @@ template void Model<double>::run_forward(const int32_t* tokens, int B, int T_, i
                                          const LayerSkipStep* skip);
 template void Model<double>::run_backward(const int32_t* tokens, int B, int T_,
                                           const LayerSkipStep* skip, LossResult* result,
-                                          double dloss);
+                                          double dloss, size_t k0, size_t k1, ops::Act<double> din);
+template void Model<double>::forward_units(size_t k0, size_t k1, int B, int T_, int exit_layer,
+                                           const LayerSkipStep* skip);
 template void Model<double>::open_head_grads();
 template LossResult Model<double>::forward(const int32_t* tokens, const int32_t* targets, int B,
                                            int T_);

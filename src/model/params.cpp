@@ -6,9 +6,18 @@
 
 namespace strata {
 
+bool StageHolding::whole() const {
+  for (bool b : layers)
+    if (!b) return false;
+  return embedding && head;
+}
+
 ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank,
-                         const std::vector<TpShard>& shards)
-    : tp_(tp), tp_rank_(tp_rank), shards_(shards) {
+                         const std::vector<TpShard>& shards, const StageHolding& stage)
+    : tp_(tp), tp_rank_(tp_rank), shards_(shards), stage_(stage) {
+  STRATA_CHECK(stage_.layers.empty() || int(stage_.layers.size()) == cfg.num_hidden_layers,
+               "pipeline stage of ", stage_.layers.size(), " layers for a model of ",
+               cfg.num_hidden_layers);
   STRATA_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "bad tensor-parallel rank ", tp_rank,
                " of ", tp);
   if (shards_.empty()) shards_.assign(size_t(cfg.num_hidden_layers), TpShard{0, tp});
@@ -27,9 +36,11 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank,
   divides(cfg.vocab_size, "vocab_size");
   const int64_t C = cfg.hidden_size, F = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
+  holding_ = stage_.embedding || (cfg.tie_word_embeddings && stage_.head);
   embed = add("model.embed_tokens.weight", {V, C}, -1, true, 0);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    holding_ = stage_.holds_layer(l);
     Layer L{};
     std::tie(L.parts, L.part) = share(l);
     L.input_norm = add(p + "input_layernorm.weight", {C}, l, true);
@@ -49,6 +60,7 @@ ParamLayout::ParamLayout(const LlamaConfig& cfg, int tp, int tp_rank,
     L.down = add(p + "mlp.down_proj.weight", {C, F}, l, true, 1);
     layers.push_back(L);
   }
+  holding_ = stage_.head;
   final_norm = add("model.norm.weight", {C}, -1, true);
   if (!cfg.tie_word_embeddings) lm_head = add("lm_head.weight", {V, C}, -1, true, 0);
 }
@@ -62,6 +74,11 @@ int ParamLayout::add(const std::string& name, std::vector<int64_t> shape, int la
   if (info.split_dim >= 0) {
     std::tie(info.parts, info.part) = share(layer);
     shape[info.split_dim] = info.part < 0 ? 0 : shape[info.split_dim] / info.parts;
+  }
+  info.held = holding_;
+  if (!holding_) {
+    for (int64_t& d : shape) d = 0;
+    info.part = -1;
   }
   info.numel = 1;
   for (int64_t d : shape) info.numel *= d;

@@ -31,6 +31,24 @@ struct ParamInfo {
   std::vector<int64_t> full_shape;
   int split_dim = -1;
   int parts = 1, part = 0;
+  // Pipeline parallelism: whether this rank's stage holds the tensor at all
+  // (numel 0 when not; see StageHolding).
+  bool held = true;
+};
+
+// Pipeline parallelism: what one rank's stages hold of the model. Tensors
+// outside keep their index and name (checkpoints stay full: each tensor comes
+// from a rank that holds it) but take no memory. With tied embeddings the
+// one embedding tensor is held by the stages holding the embedding or the head.
+struct StageHolding {
+  std::vector<bool> layers;  // per decoder layer; empty: every layer
+  bool embedding = true;     // the token embedding (the first stage)
+  bool head = true;          // the final norm and LM head (the last stage, and exit stages)
+  // The stages' layer ranges [first, end), bottom up (several under the
+  // interleaved schedule); empty: the held layers' contiguous runs.
+  std::vector<std::pair<int, int>> chunks;
+  bool holds_layer(int l) const { return layers.empty() || layers[size_t(l)]; }
+  bool whole() const;  // every layer, the embedding and the head
 };
 
 class ParamLayout {
@@ -44,8 +62,9 @@ class ParamLayout {
   // a layer's split tensors on a subset of the ranks instead: a rank outside
   // it holds none of them (a Layer-Parallel pair's layer on the other half).
   // Checkpoints hold full tensors, so every layout reads and writes the same.
+  // `stage`: the part of the model this pipeline rank holds (default all).
   explicit ParamLayout(const LlamaConfig& cfg, int tp = 1, int tp_rank = 0,
-                       const std::vector<TpShard>& shards = {});
+                       const std::vector<TpShard>& shards = {}, const StageHolding& stage = {});
 
   struct Layer {
     int input_norm, q, k, v, o, post_norm, gate, up, down;
@@ -63,6 +82,7 @@ class ParamLayout {
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
   const std::vector<TpShard>& shards() const { return shards_; }
+  const StageHolding& stage() const { return stage_; }
   // Index in the full tensor of element `i` of this rank's part of tensor t.
   int64_t full_index(int t, int64_t i) const;
 
@@ -75,6 +95,8 @@ class ParamLayout {
           int split_dim = -1);
   int tp_ = 1, tp_rank_ = 0;
   std::vector<TpShard> shards_;
+  StageHolding stage_;
+  bool holding_ = true;  // whether the tensors being added are held (add())
   // How a split tensor of `layer` (-1: outside the layers) is cut: {parts,
   // this rank's part or -1}.
   std::pair<int, int> share(int layer) const;

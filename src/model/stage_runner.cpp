@@ -1,0 +1,247 @@
+#include "model/stage_runner.h"
+
+#include <cmath>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace strata {
+
+StageHolding stage_holding(const std::vector<int>& first, int p, int rank,
+                           const std::vector<bool>& exit_stages) {
+  const int S = int(first.size()) - 1;
+  STRATA_CHECK(S >= 1 && p >= 1 && S % p == 0 && rank >= 0 && rank < p, "pipeline: ", S,
+               " stages over ", p, " ranks (rank ", rank, ")");
+  StageHolding h;
+  h.layers.assign(size_t(first.back()), false);
+  h.embedding = false;
+  h.head = false;
+  for (int s = rank; s < S; s += p) {
+    STRATA_CHECK(first[size_t(s)] < first[size_t(s) + 1], "pipeline stage ", s, " holds no layer");
+    for (int l = first[size_t(s)]; l < first[size_t(s) + 1]; ++l) h.layers[size_t(l)] = true;
+    h.chunks.push_back({first[size_t(s)], first[size_t(s) + 1]});
+    h.embedding |= s == 0;
+    h.head |= s == S - 1 || (size_t(s) < exit_stages.size() && exit_stages[size_t(s)]);
+  }
+  return h;
+}
+
+std::vector<int> stage_layers(const LayerPlan& plan, const std::vector<int>& unit_first) {
+  const std::vector<PlanUnit> units = plan.units();
+  std::vector<int> out;
+  for (int k : unit_first)
+    out.push_back(k < int(units.size()) ? units[size_t(k)].first : plan.num_layers());
+  return out;
+}
+
+void sum_shared_gradients(Model<float>& model, Communicator& pp) {
+  if (pp.size() == 1) return;
+  const ParamLayout& layout = model.layout();
+  // The sizes a holder has (this rank's layout has 0 where it holds none).
+  const ParamLayout whole(model.config(), layout.tp(), layout.tp_rank(), layout.shards());
+  std::vector<float> buf;
+  for (int t : {layout.embed, layout.final_norm, layout.lm_head}) {
+    if (t < 0) continue;
+    const bool held = layout[t].held;
+    if (pp.allreduce_sum(int64_t(held)) < 2) continue;
+    const int64_t n = whole[t].numel;
+    buf.assign(size_t(n), 0.f);
+    ops::Backend<float>& be = model.backend();
+    if (held) be.to_host(buf.data(), model.grad(t), n);
+    pp.allreduce_sum(buf.data(), n);
+    if (held) be.from_host(model.grad(t), buf.data(), n);
+  }
+}
+
+// A boundary's streams (forward) or their gradient (backward) for stage
+// `to` of micro-batch `mb`.
+template <typename T>
+struct StageRunner<T>::Message {
+  bool forward;
+  int mb, to;
+  auto key() const { return std::tuple(forward, mb, to); }
+  bool operator<(const Message& o) const { return key() < o.key(); }
+};
+
+template <typename T>
+StageRunner<T>::StageRunner(Model<T>& model, Communicator& pp, std::vector<int> first,
+                            pipeline::Schedule schedule, int virtual_stages)
+    : model_(model), pp_(pp), first_(std::move(first)), kind_(schedule), v_(virtual_stages) {
+  STRATA_CHECK(stages() == pp_.size() * v_, "pipeline: ", stages(), " stages for ", pp_.size(),
+               " ranks x ", v_, " virtual stages");
+  const auto& chunks = model_.stage_chunks();
+  STRATA_CHECK(int(chunks.size()) == v_, "pipeline: the model holds ", chunks.size(),
+               " layer ranges, the rank has ", v_, " stages");
+  for (int c = 0; c < v_; ++c) {
+    const int s = pp_.rank() + c * pp_.size();
+    STRATA_CHECK(chunks[size_t(c)].first == first_[size_t(s)] &&
+                     chunks[size_t(c)].second == first_[size_t(s) + 1],
+                 "pipeline: stage ", s, " is layers [", first_[size_t(s)], ", ",
+                 first_[size_t(s) + 1], ") but the model holds [", chunks[size_t(c)].first, ", ",
+                 chunks[size_t(c)].second, ")");
+  }
+}
+
+template <typename T>
+StageRunner<T>::~StageRunner() = default;
+
+template <typename T>
+void StageRunner<T>::make_schedule(int m) {
+  if (m == m_) return;
+  sched_ = pipeline::make_schedule(kind_, pp_.size(), m, v_);
+  m_ = m;
+}
+
+template <typename T>
+int64_t StageRunner<T>::boundary_elems(int stage, int64_t N) const {
+  return int64_t(model_.boundary_streams(first_[size_t(stage)])) * N * model_.config().hidden_size;
+}
+
+template <typename T>
+typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatch>& micro, int B,
+                                                     int seq, double dloss) {
+  make_schedule(int(micro.size()));
+  const int p = pp_.size(), me = pp_.rank(), S = stages();
+  const int L = model_.config().num_hidden_layers;
+  const int64_t N = int64_t(B) * seq;
+  const ops::Dtype dt = model_.activation_storage();
+  ops::Backend<T>& be = model_.backend();
+  auto buffer = [&](int64_t n) { return ops::ActBuffer<T>(&be, size_t(n), dt); };
+  auto floats = [&](int64_t n) {  // a message's length in the communicator's unit
+    return (n * int64_t(ops::dtype_size(dt)) + 3) / 4;
+  };
+  auto raw = [](ops::ActBuffer<T>& b) { return static_cast<float*>(b.data().raw()); };
+
+  // What each other rank sends this one, in its order.
+  std::vector<std::vector<Message>> inbox(static_cast<size_t>(p));
+  std::map<Message, std::pair<int, int>> where;  // message -> (peer, position)
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    for (const pipeline::Pass& ps : sched_[size_t(q)]) {
+      Message msg{ps.forward, ps.micro_batch, ps.forward ? ps.stage + 1 : ps.stage - 1};
+      if (msg.to < 0 || msg.to >= S || rank_of(msg.to) != me) continue;
+      where[msg] = {q, int(inbox[size_t(q)].size())};
+      inbox[size_t(q)].push_back(msg);
+    }
+  }
+  struct Posted {
+    ops::ActBuffer<T> buf;
+    int64_t handle = -1;
+  };
+  std::map<Message, Posted> posted, local;
+  std::vector<int> next_post(static_cast<size_t>(p), 0);
+  Result res;
+  auto post_through = [&](const Message& msg) {  // receives from its sender up to msg
+    const auto it = where.find(msg);
+    if (it == where.end()) return;  // from this rank
+    const auto [q, pos] = it->second;
+    for (int& k = next_post[size_t(q)]; k <= pos; ++k) {
+      const Message& mk = inbox[size_t(q)][size_t(k)];
+      const int64_t n = boundary_elems(mk.forward ? mk.to : mk.to + 1, N);
+      Posted& slot = posted[mk];
+      slot.buf = buffer(n);
+      slot.handle = pp_.recv_async(raw(slot.buf), floats(n), q);
+      ++res.receives;
+    }
+  };
+  // The message a pass reads, if any.
+  auto input_of = [&](const pipeline::Pass& ps, Message* msg) {
+    if (ps.forward ? ps.stage == 0 : ps.stage == S - 1) return false;
+    *msg = Message{ps.forward, ps.micro_batch, ps.stage};
+    return true;
+  };
+  auto take = [&](const Message& msg) {
+    if (auto it = local.find(msg); it != local.end()) {
+      Posted out = std::move(it->second);
+      local.erase(it);
+      return out;
+    }
+    post_through(msg);
+    const auto it = posted.find(msg);
+    STRATA_CHECK(it != posted.end(), "internal error: pipeline message not posted");
+    pp_.wait(it->second.handle);
+    Posted out = std::move(it->second);
+    posted.erase(it);
+    return out;
+  };
+  std::vector<Posted> sending;
+  auto deliver = [&](const Message& msg, ops::ActBuffer<T> buf, int64_t n) {
+    const int to = rank_of(msg.to);
+    if (to == me) {
+      local[msg] = Posted{std::move(buf), -1};
+      return;
+    }
+    Posted s{std::move(buf), -1};
+    s.handle = pp_.send_async(raw(s.buf), floats(n), to);
+    ++res.sends;
+    sending.push_back(std::move(s));
+  };
+
+  res.loss.exit_loss_sum.assign(size_t(L), std::nan(""));
+  std::map<std::pair<int, int>, int> slot_of;  // (micro-batch, stage) -> activation slot
+  std::vector<int> free_slots;
+  int slots = 0;
+  const auto& mine = sched_[size_t(me)];
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const pipeline::Pass& ps = mine[i];
+    Message ahead;  // the next pass's receive, posted before this pass computes
+    if (i + 1 < mine.size() && input_of(mine[i + 1], &ahead)) post_through(ahead);
+    const MicroBatch& mb = micro[size_t(ps.micro_batch)];
+    const int chunk = ps.stage / p;
+    Message in_msg;
+    const bool has_in = input_of(ps, &in_msg);
+    if (ps.forward) {
+      int slot = slots;
+      if (!free_slots.empty()) {
+        slot = free_slots.back();
+        free_slots.pop_back();
+      } else {
+        ++slots;
+      }
+      slot_of[{ps.micro_batch, ps.stage}] = slot;
+      res.max_slots = std::max(res.max_slots, int(slot_of.size()));
+      model_.use_activation_slot(slot);
+      Posted in;
+      if (has_in) in = take(in_msg);
+      model_.stage_forward(chunk, mb.tokens, mb.targets, B, seq, mb.pass,
+                           has_in ? ops::ActIn<T>(in.buf.data()) : ops::ActIn<T>(), mb.skip);
+      if (ps.stage < S - 1) {
+        const int64_t n = boundary_elems(ps.stage + 1, N);
+        ops::ActBuffer<T> out = buffer(n);
+        model_.stage_output(out.data());
+        deliver(Message{true, ps.micro_batch, ps.stage + 1}, std::move(out), n);
+      }
+    } else {
+      const auto it = slot_of.find({ps.micro_batch, ps.stage});
+      STRATA_CHECK(it != slot_of.end(), "internal error: a backward before its forward");
+      model_.use_activation_slot(it->second);
+      Posted dout;
+      if (has_in) dout = take(in_msg);
+      const int64_t n = ps.stage > 0 ? boundary_elems(ps.stage, N) : 0;
+      ops::ActBuffer<T> din = n ? buffer(n) : ops::ActBuffer<T>();
+      const LossResult r = model_.stage_backward(
+          dloss, has_in ? ops::ActIn<T>(dout.buf.data()) : ops::ActIn<T>(), din.data(), mb.skip);
+      res.loss.loss_sum += r.loss_sum;
+      res.loss.n_valid += r.n_valid;
+      res.loss.objective += r.objective;
+      for (int l = 0; l < L; ++l) {
+        const double x = r.exit_loss_sum[size_t(l)];
+        if (std::isnan(x)) continue;
+        double& acc = res.loss.exit_loss_sum[size_t(l)];
+        acc = std::isnan(acc) ? x : acc + x;
+      }
+      if (ps.stage > 0) deliver(Message{false, ps.micro_batch, ps.stage - 1}, std::move(din), n);
+      free_slots.push_back(it->second);
+      slot_of.erase(it);
+    }
+  }
+  for (Posted& s : sending) pp_.wait(s.handle);
+  STRATA_CHECK(local.empty() && slot_of.empty(), "internal error: the pipeline step left ",
+               local.size(), " messages and ", slot_of.size(), " micro-batches behind");
+  return res;
+}
+
+template class StageRunner<float>;
+template class StageRunner<double>;
+
+}  // namespace strata

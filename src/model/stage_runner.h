@@ -1,0 +1,101 @@
+// One pipeline rank's part of an optimizer step (issue 41): the micro-batches
+// run through this rank's stages in the order a schedule gives
+// (parallel/pipeline.h), with the streams at the stage boundaries and their
+// gradients sent to the neighbouring ranks by point-to-point messages.
+//
+//   StageRunner<float> run(model, *grid.pp_comm, split, Schedule::OneFOneB, v);
+//   auto r = run.step(micro_batches, B, seq, dloss);   // gradients accumulated
+//
+// Stages. The split names S = p * v stages by their first layers; stage s
+// lives on rank s % p, so this rank's model holds stages r, r + p, ...
+// (StageHolding; its chunks, bottom up, are those stages).
+//
+// Messages. Every rank derives the whole schedule, so it knows the order in
+// which each neighbour sends to it and posts its receives in that order:
+// point-to-point matching is first-in first-out per pair of ranks (MPI
+// without tags, NCCL by design), so the k-th receive from a rank is its k-th
+// send. A receive is posted before the pass ahead of the one that needs it,
+// so it overlaps that pass's compute; sends complete in the background and
+// are waited for at the end of the step. A stage boundary on one rank (p = 1)
+// is a copy.
+//
+// Activations. Each micro-batch in flight on a stage keeps its activations
+// in a slot of the model (Model::use_activation_slot), freed by its backward:
+// a 1F1B rank holds at most p - r, GPipe m.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/comm.h"
+#include "parallel/pipeline.h"
+
+namespace strata {
+
+// What this rank's pipeline stages hold of a model cut at `first` (S + 1
+// layer boundaries, first[0] = 0, first[S] = L) over p ranks: stages rank,
+// rank + p, ... The head goes with the last stage and with `exit_stages`
+// (those whose layers may carry an early-exit loss).
+StageHolding stage_holding(const std::vector<int>& first, int p, int rank,
+                           const std::vector<bool>& exit_stages = {});
+
+// The layers' stage boundaries of a unit split (plan_stages' first[] counts
+// units): first layer of each stage, then L.
+std::vector<int> stage_layers(const LayerPlan& plan, const std::vector<int>& unit_first);
+
+// Sums, over the pipeline group, the gradients of the tensors that more than
+// one stage holds (the final norm and head on the stages with early exits, a
+// tied embedding on the first and last stage), so each holder ends with the
+// whole gradient and takes the same optimizer step. Collective over pp (every
+// rank calls it); float models (the communicator's element type).
+void sum_shared_gradients(Model<float>& model, Communicator& pp);
+
+struct MicroBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  const LayerSkipStep* skip = nullptr;
+  uint64_t pass = 0;  // the whole model's forward-pass number for it
+};
+
+template <typename T>
+class StageRunner {
+ public:
+  // `first`: the stages' first layers (S + 1 entries); S = pp.size() * v.
+  StageRunner(Model<T>& model, Communicator& pp, std::vector<int> first,
+              pipeline::Schedule schedule, int virtual_stages = 1);
+  ~StageRunner();
+
+  struct Result {
+    // Over this rank's stages and micro-batches: the head's summed loss and
+    // token count (the last stage), each exit's summed loss (NaN where this
+    // rank had none), and the weighted objective.
+    LossResult loss;
+    int64_t sends = 0, receives = 0;  // point-to-point messages this step
+    int max_slots = 0;                // micro-batches held at once
+  };
+  // Runs the step's micro-batches (each B x seq tokens; every rank passes the
+  // same list) forward and backward; gradients accumulate in the model with
+  // loss scale dloss.
+  Result step(const std::vector<MicroBatch>& micro, int B, int seq, double dloss);
+
+  int stages() const { return int(first_.size()) - 1; }
+  const std::vector<std::vector<pipeline::Pass>>& schedule() const { return sched_; }
+
+ private:
+  struct Message;
+  Model<T>& model_;
+  Communicator& pp_;
+  std::vector<int> first_;
+  pipeline::Schedule kind_;
+  int v_ = 1;
+  std::vector<std::vector<pipeline::Pass>> sched_;
+  int m_ = 0;  // micro-batches the schedule was made for
+  void make_schedule(int m);
+  int rank_of(int stage) const { return stage % pp_.size(); }
+  int64_t boundary_elems(int stage, int64_t N) const;  // the boundary below stage's first layer
+};
+
+}  // namespace strata
