@@ -12,6 +12,7 @@
 #include "core/memory_info.h"
 #include "model/memory.h"
 #include "model/model.h"
+#include "model/stage_runner.h"
 #include "testing.h"
 
 namespace strata {
@@ -67,6 +68,46 @@ TEST(Memory, EstimateEqualsTheModelsArenas) {
                                    e.bytes_of("workspace"));
         }
   }
+}
+
+// A pipeline rank's figures: the weights of its stages' layers (and the
+// embedding or head where it holds them), and one activation slot per
+// micro-batch in flight, carved for its stage's layers and boundary streams.
+TEST(Memory, PipelineStageEqualsTheStagesArenas) {
+  for (const char* text : {"standard*4", "ladder*4", "lp*2,standard*2", "standard*2,spd*2"})
+    for (bool tied : {false, true})
+      for (Recompute recompute : {Recompute::None, Recompute::Full})
+        for (int rank : {0, 1}) {
+          SCOPED_TRACE(cat(text, tied ? " tied" : "", " recompute ", recompute_name(recompute),
+                           " rank ", rank));
+          const LlamaConfig c = config(tied, true);
+          const LayerPlan plan = LayerPlan::parse(text, 4);
+          const StageHolding holding = stage_holding({0, 2, 4}, 2, rank, {false, true});
+          Model<float> m(c, plan, ops::make_backend<float>(), nullptr, WeightStoreFactory<float>(),
+                         holding);
+          m.set_recompute(recompute);
+          m.init_weights(5);
+          const int B = 3, T = 7, slots = 2;
+          const auto tokens = testing::random_tokens(B * T, c.vocab_size, 1);
+          ops::ActBuffer<float> in(&m.backend(), size_t(2 * B * T * c.hidden_size));
+          m.backend().zero(in.data(), int64_t(in.size()));
+          for (int k = 0; k < slots; ++k) {
+            m.use_activation_slot(k);
+            m.stage_forward(0, tokens.data(), tokens.data(), B, T, uint64_t(k), in.data());
+          }
+          MemoryUse u;
+          u.gradients = true;
+          u.optimizer_share = 1;
+          u.batch = B, u.seq = T;
+          u.recompute = recompute;
+          u.stage = holding;
+          u.activation_slots = slots;
+          const MemoryEstimate e = estimate_memory(c, plan, u);
+          EXPECT_EQ(e.parameters, m.num_params());
+          EXPECT_EQ(e.bytes_of("activations"), m.activation_bytes());
+          // A stage holds less than the whole model.
+          EXPECT_LT(m.num_params(), Model<float>(c, plan, ops::make_backend<float>()).num_params());
+        }
 }
 
 // Under tensor parallelism the figures are rank 0's layout, including plans

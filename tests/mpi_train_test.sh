@@ -27,6 +27,12 @@
 #            the same order, the ranks' orders have no cycle, all on one queue
 #            (STRATA_COLLECTIVE_TRACE; the rule NcclComm follows:
 #            parallel/collective_order.h)
+#   pipeline a 4-layer model: pp 2 (1f1b, gpipe, interleaved x 2), pp 4, pp 2 x dp 2,
+#            pp 2 x tp 2 (ZeRO-1) follow the single run (the same layout to 1e-6,
+#            bit for bit where the summation order is the same); LayerSkip exits on
+#            both stages of a ladder plan with a tied embedding and recomputation;
+#            save at pp 2 x tp 2, resume alone and the reverse; a killed stage
+#            ends the job
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -51,7 +57,7 @@ train1() {  # run_dir steps [args]: alone, micro-batch 4
     --set training.steps="$steps" --set training.micro_batch_size=4 "$@" >"$dir.log" 2>&1 ||
     { cat "$dir.log"; fail "single-process run $dir failed"; }
 }
-trainp() {  # np tp run_dir steps [args]: micro-batch 8 / (2 x dp)
+trainp() {  # np tp run_dir steps [args]: micro-batch 8 / (2 x np / tp) (pp: give it)
   local np=$1 tp=$2 dir=$3 steps=$4
   shift 4
   local dp=$((np / tp))
@@ -109,11 +115,12 @@ weights_match() {
 # signal_one_rank SIG name: starts a long 2-rank run in $work/name, sends SIG
 # to its last rank once it trains, and waits (60 s at most) for mpirun to end;
 # sets job (mpirun's pid, for `wait`) and start.
-signal_one_rank() {
+signal_one_rank() {  # SIG name [args]
   local sig=$1 name=$2
+  shift 2
   "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml \
     "${common[@]}" --set run.dir="$work/$name" --set training.steps=100000 \
-    --set training.micro_batch_size=2 >"$work/$name.log" 2>&1 &
+    --set training.micro_batch_size=2 "$@" >"$work/$name.log" 2>&1 &
   job=$!
   for _ in $(seq 600); do
     [[ -s $work/$name/metrics.jsonl ]] && break
@@ -305,6 +312,62 @@ case $phase in
     trainp 4 1 "$work/c" 10 --set parallelism.zero=3
     trainp 4 2 "$work/c" 20 --set parallelism.zero=2
     compare "$work/dp4" "$work/c" 11
+    ;;
+  pipeline)
+    four=(--set model.num_hidden_layers=4)
+    train1 "$work/single" 20 "${four[@]}"
+    for variant in "1f1b 1" "gpipe 1" "interleaved 2"; do
+      read -r sched v <<<"$variant"
+      trainp 2 1 "$work/pp2-$sched" 20 "${four[@]}" --set parallelism.pp=2 \
+        --set parallelism.schedule="$sched" --set parallelism.virtual_stages="$v" \
+        --set training.micro_batch_size=4
+      grep -q "pipeline: pp 2.*$sched" "$work/pp2-$sched.log" || fail "no pipeline line ($sched)"
+      echo "pp 2, $sched:"
+      compare_rel "$work/single" "$work/pp2-$sched"
+      weights_match "$work/single" "$work/pp2-$sched"
+    done
+    trainp 4 1 "$work/pp4" 20 "${four[@]}" --set parallelism.pp=4 --set training.micro_batch_size=4
+    echo "pp 4:"
+    compare_rel "$work/single" "$work/pp4"
+    weights_match "$work/single" "$work/pp4"
+    # pp 2 x dp 2 against dp 2 alone; pp 2 x tp 2 (ZeRO-1) against tp 2.
+    trainp 2 1 "$work/dp2" 20 "${four[@]}"
+    trainp 4 1 "$work/pp2dp2" 20 "${four[@]}" --set parallelism.pp=2 --set training.micro_batch_size=2
+    echo "pp 2 x dp 2:"
+    compare_rel "$work/dp2" "$work/pp2dp2"
+    weights_match "$work/dp2" "$work/pp2dp2"
+    trainp 2 2 "$work/tp2" 20 "${four[@]}" --set parallelism.zero=1
+    trainp 4 2 "$work/pp2tp2" 20 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=1 \
+      --set training.micro_batch_size=4
+    echo "pp 2 x tp 2, ZeRO-1:"
+    compare_rel "$work/tp2" "$work/pp2tp2"
+    weights_match "$work/tp2" "$work/pp2tp2"
+    # LayerSkip: dropout and rotational exits on both stages (each holds the
+    # head; the gradients summed), a ladder boundary between the stages, a
+    # tied embedding, full recomputation.
+    ls=(--set layerskip.p_max=0.5 --set layerskip.e_scale=1.0 --set layerskip.curriculum=rotational
+      --set layerskip.rotation=1 --set model.plan=ladder*4 --set model.tie_word_embeddings=true
+      --set training.recompute=full)
+    train1 "$work/ls1" 20 "${four[@]}" "${ls[@]}"
+    trainp 2 1 "$work/ls2" 20 "${four[@]}" "${ls[@]}" --set parallelism.pp=2 \
+      --set training.micro_batch_size=4
+    echo "LayerSkip on a ladder plan, tied, recomputed, pp 2:"
+    compare_rel "$work/ls1" "$work/ls2"
+    weights_match "$work/ls1" "$work/ls2"
+    # Layout changes on resume: pp 2 x tp 2 for 10 steps, then alone; alone,
+    # then pp 2 x dp 2.
+    trainp 4 2 "$work/a" 10 "${four[@]}" --set parallelism.pp=2 --set training.micro_batch_size=4
+    train1 "$work/a" 20 "${four[@]}"
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/a.log" || fail "run a did not resume"
+    compare "$work/single" "$work/a" 11
+    train1 "$work/b" 10 "${four[@]}"
+    trainp 4 1 "$work/b" 20 "${four[@]}" --set parallelism.pp=2 --set training.micro_batch_size=2
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/b.log" || fail "run b did not resume"
+    compare "$work/single" "$work/b" 11
+    # A stage killed mid-run ends the job.
+    signal_one_rank KILL kill "${four[@]}" --set parallelism.pp=2
+    wait "$job" && fail "SIGKILL to one stage: mpirun exited 0"
+    echo "SIGKILL to one stage: job ended after $((SECONDS - start)) s"
     ;;
   *) fail "unknown phase '$phase'" ;;
 esac

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -90,23 +91,38 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     bool spd = false;
     double count = 0;
   };
-  std::vector<Group> groups;
   const bool have_plan = plan.num_layers() == L;
-  for (int l = 0; l < L; ++l) {
-    const Dims d = dims(l);
-    const bool spd_layer = have_plan && plan.spd_block(l);
-    if (!have_plan && l > 0) {  // no plan: every layer is the first one's
-      groups[0].count = double(L);
-      break;
+  const StageHolding& stage = u.stage;
+  const bool staged = !stage.whole();
+  STRATA_CHECK(stage.layers.empty() || int(stage.layers.size()) == L,
+               "memory estimate: a stage of ", stage.layers.size(), " layers for a model of ", L);
+  // The layers [lo, hi) that `keep` accepts, grouped (without a plan every
+  // layer is the first one's).
+  auto group_layers = [&](int lo, int hi, const std::function<bool(int)>& keep) {
+    std::vector<Group> gs;
+    for (int l = lo; l < hi; ++l) {
+      if (!keep(l)) continue;
+      const Dims d = dims(l);
+      const bool spd_layer = have_plan && plan.spd_block(l);
+      auto it = std::find_if(gs.begin(), gs.end(), [&](const Group& g) {
+        return !have_plan ||
+               (g.d.Hq == d.Hq && g.d.Hkv == d.Hkv && g.d.F == d.F && g.spd == spd_layer);
+      });
+      if (it == gs.end())
+        gs.push_back({d, spd_layer, 1});
+      else
+        ++it->count;
     }
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-      return g.d.Hq == d.Hq && g.d.Hkv == d.Hkv && g.d.F == d.F && g.spd == spd_layer;
-    });
-    if (it == groups.end())
-      groups.push_back({d, spd_layer, 1});
-    else
-      ++it->count;
-  }
+    return gs;
+  };
+  // An absurd layer count without a plan costs nothing to count.
+  auto all_layers = [&] {
+    return have_plan ? group_layers(0, L, [](int) { return true; })
+                     : std::vector<Group>{{dims(0), false, double(L)}};
+  };
+  const std::vector<Group> all_groups = all_layers();  // the backward scratch's largest
+  const std::vector<Group> groups =                    // this rank's layers
+      staged ? group_layers(0, L, [&](int l) { return stage.holds_layer(l); }) : all_groups;
 
   // Parameters: the order and alignment of ParamLayout. Each layer starts
   // aligned (its input norm), so a layer adds its span rounded to 16; its
@@ -135,14 +151,18 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     return n;
   };
   auto span = [&](const Dims& d) { return round16(bucket(d)); };
-  // The embedding's bucket, and the final norm's with the untied head.
-  const double embed_n = V / tp * C;
-  const double head_n = c.tie_word_embeddings ? C : round16(C) + V / tp * C;
+  // The embedding's bucket, and the final norm's with the untied head (a
+  // pipeline stage holds them or not).
+  const bool holds_embed = stage.embedding || (c.tie_word_embeddings && stage.head);
+  const double embed_n = holds_embed ? V / tp * C : 0;
+  const double head_n = !stage.head ? 0 : c.tie_word_embeddings ? C : round16(C) + V / tp * C;
   double P = round16(embed_n);
   double maxF = 0, maxQKV = 0, maxQ = 0, widest = 0;  // widest: the largest layer bucket
   for (const Group& g : groups) {
     P += g.count * span(g.d);
     widest = std::max(widest, bucket(g.d));
+  }
+  for (const Group& g : all_groups) {
     maxF = std::max(maxF, g.d.F);
     maxQKV = std::max(maxQKV, (g.d.Hq + 2 * g.d.Hkv) * D);
     maxQ = std::max(maxQ, g.d.Hq * D);
@@ -219,63 +239,78 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
     const double N = double(u.batch) * u.seq;
     const double af = u.bf16_activations ? 2 : f;
     auto ra = [&](double n) { return u.bf16_activations ? std::ceil(n / 32) * 32 : round16(n); };
-    double a = (2 * double(L) + 1) * ra(N * C), s = 0;
-    // The buffers the plan's kinds add (KindBuffers).
-    const KindBuffers kb = have_plan ? plan.buffers() : KindBuffers();
-    const bool deferring = kb.grad_slot_1, pairs = kb.grad_slot_2, par_groups = kb.output_slot_2,
-               spd = kb.spd_block;
-    const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
-    struct Sizes {  // one layer's: in the activations' storage, statistics
-      double a = 0, s = 0;
-    };
-    auto per_layer = [&](const Dims& d, bool with_spd) {
-      Sizes p;
-      p.a = 2 * ra(N * C) + ra(N * (d.Hq + 2 * d.Hkv) * D) + ra(N * d.Hq * D) + ra(N * 2 * d.F) +
-            ra(N * d.F);
-      p.s = 2 * round16(N) + round16(double(u.batch) * d.Hq * u.seq);
-      if (with_spd) {
-        p.a += spd_v * (2 * ra(N * C) + ra(N * std::floor(2 * d.F / spd_v)) +
-                        ra(N * std::floor(d.F / spd_v)));
-        p.s += spd_v * round16(N);
+    // One slot's arenas for `layers` layers (`gs`) and `streams` streams,
+    // with a stage pass's boundary gradient buffer: bytes of the elements in
+    // the activations' storage and of the statistics in fp32.
+    auto arena = [&](const std::vector<Group>& gs, double layers, double streams, bool boundary) {
+      double a = streams * ra(N * C) + (boundary ? ra(N * C) : 0), s = 0;
+      // The buffers the plan's kinds add (KindBuffers).
+      const KindBuffers kb = have_plan ? plan.buffers() : KindBuffers();
+      const bool deferring = kb.grad_slot_1, pairs = kb.grad_slot_2, par_groups = kb.output_slot_2,
+                 spd = kb.spd_block;
+      const int spd_v = spd ? std::max(1, int(plan.number("spd_degree", 2)) / tp) : 1;
+      struct Sizes {  // one layer's: in the activations' storage, statistics
+        double a = 0, s = 0;
+      };
+      auto per_layer = [&](const Dims& d, bool with_spd) {
+        Sizes p;
+        p.a = 2 * ra(N * C) + ra(N * (d.Hq + 2 * d.Hkv) * D) + ra(N * d.Hq * D) + ra(N * 2 * d.F) +
+              ra(N * d.F);
+        p.s = 2 * round16(N) + round16(double(u.batch) * d.Hq * u.seq);
+        if (with_spd) {
+          p.a += spd_v * (2 * ra(N * C) + ra(N * std::floor(2 * d.F / spd_v)) +
+                          ra(N * std::floor(d.F / spd_v)));
+          p.s += spd_v * round16(N);
+        }
+        return p;
+      };
+      if (u.recompute == Recompute::Full) {  // one set for the widest layer, every layer's rstd
+        Dims w;
+        for (const Group& g : gs)
+          w.Hq = std::max(w.Hq, g.d.Hq), w.Hkv = std::max(w.Hkv, g.d.Hkv),
+          w.F = std::max(w.F, g.d.F);
+        const Sizes p = per_layer(w, spd);
+        a += p.a;
+        s += p.s + (layers - 1) * 2 * round16(N);
+      } else if (u.recompute == Recompute::Selective) {
+        // One shared norm output and SwiGLU output; SPD layers keep their own.
+        bool dropping = false;
+        for (const Group& g : gs) dropping |= !g.spd;
+        if (dropping) a += ra(N * C) + ra(N * maxF);
+        for (const Group& g : gs) {
+          const Sizes p = per_layer(g.d, g.spd);
+          a += g.count * (p.a - (g.spd ? 0 : 2 * ra(N * C) + ra(N * g.d.F)));
+          s += g.count * p.s;
+        }
+      } else {
+        for (const Group& g : gs) {
+          const Sizes p = per_layer(g.d, g.spd);
+          a += g.count * p.a;
+          s += g.count * p.s;
+        }
       }
-      return p;
-    };
-    if (u.recompute == Recompute::Full) {  // one set for the widest layer, every layer's rstd
-      Dims w;
-      for (const Group& g : groups)
-        w.Hq = std::max(w.Hq, g.d.Hq), w.Hkv = std::max(w.Hkv, g.d.Hkv), w.F = std::max(w.F, g.d.F);
-      const Sizes p = per_layer(w, spd);
-      a += p.a;
-      s += p.s + (double(L) - 1) * 2 * round16(N);
-    } else if (u.recompute == Recompute::Selective) {
-      // One shared norm output and SwiGLU output; SPD layers keep their own.
-      bool dropping = false;
-      for (const Group& g : groups) dropping |= !g.spd;
-      if (dropping) a += ra(N * C) + ra(N * maxF);
-      for (const Group& g : groups) {
-        const Sizes p = per_layer(g.d, g.spd);
-        a += g.count * (p.a - (g.spd ? 0 : 2 * ra(N * C) + ra(N * g.d.F)));
-        s += g.count * p.s;
+      a += ra(N * C);       // final norm
+      s += 2 * round16(N);  // its rstd, the head's LSE
+      a += 7 * ra(N * C);   // module outputs, sub-batches, backward streams
+      a += ra(N * maxQKV) + ra(N * maxQ) + ra(N * 2 * maxF) + ra(N * maxF);
+      a += (double(deferring) + double(pairs) + 2 * double(spd) + double(par_groups)) * ra(N * C);
+      if (spd && u.bf16_activations) {  // SPD's backward sum: [N, C] and [3C] apart
+        a += ra(N * C);
+        s += round16(3 * C);
+      } else if (spd) {
+        a += round16(N * C + 3 * C);  // one message
       }
+      return a * af + s * f;
+    };
+    double slot = 0;  // the largest slot's
+    if (stage.chunks.empty()) {
+      slot = arena(all_groups, double(L), 2 * double(L) + 1, false);
     } else {
-      for (const Group& g : groups) {
-        const Sizes p = per_layer(g.d, g.spd);
-        a += g.count * p.a;
-        s += g.count * p.s;
-      }
+      for (const auto& [lo, hi] : stage.chunks)
+        slot = std::max(slot, arena(group_layers(lo, hi, [](int) { return true; }), double(hi - lo),
+                                    double(2 * hi - std::max(2 * lo - 1, 0) + 1), true));
     }
-    a += ra(N * C);       // final norm
-    s += 2 * round16(N);  // its rstd, the head's LSE
-    a += 7 * ra(N * C);   // module outputs, sub-batches, backward streams
-    a += ra(N * maxQKV) + ra(N * maxQ) + ra(N * 2 * maxF) + ra(N * maxF);
-    a += (double(deferring) + double(pairs) + 2 * double(spd) + double(par_groups)) * ra(N * C);
-    if (spd && u.bf16_activations) {  // SPD's backward sum: [N, C] and [3C] apart
-      a += ra(N * C);
-      s += round16(3 * C);
-    } else if (spd) {
-      a += round16(N * C + 3 * C);  // one message
-    }
-    e.parts.push_back({"activations", bytes(a * af + s * f)});
+    e.parts.push_back({"activations", bytes(slot * std::max(1, u.activation_slots))});
     if (u.bf16_activations) {
       // The kernels without a bf16 path yet run on fp32 copies kept for
       // reuse (the CPU backend's Staged buffers, per kernel and slot; the

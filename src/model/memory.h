@@ -15,6 +15,7 @@
 #include "core/memory_info.h"
 #include "core/threads.h"  // processes_on_this_node
 #include "model/config.h"
+#include "model/params.h"
 #include "model/plan.h"
 
 namespace strata {
@@ -58,6 +59,11 @@ struct MemoryUse {
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine
   bool kv_bf16 = false;          // stored in bf16 (--kv-cache bf16)
   int64_t other_bytes = 0;       // anything else large (a conversion's read buffer)
+  // Pipeline parallelism: what this rank's stages hold (params.h; the
+  // default is the whole model), and how many micro-batches' activations it
+  // keeps at once, each in a slot carved for one of its stages (the largest).
+  StageHolding stage;
+  int activation_slots = 1;
   // The program itself (its code, libraries and their buffers), as measured
   // before the model is built (process_rss_bytes()); 0: not counted.
   int64_t runtime_bytes = 0;

@@ -445,7 +445,12 @@ void Model<T>::ensure_activations(int B, int T_) {
 
 template <typename T>
 int64_t Model<T>::activation_bytes() const {
-  return int64_t(acts_.size() * ops::dtype_size(acts_.dtype()) + stats_.size() * sizeof(T));
+  int64_t n = int64_t(acts_.size() * ops::dtype_size(acts_.dtype()) + stats_.size() * sizeof(T));
+  for (size_t k = 0; k < slots_.size(); ++k)  // the other activation slots
+    if (int(k) != slot_)
+      n += int64_t(slots_[k].acts.size() * ops::dtype_size(slots_[k].acts.dtype()) +
+                   slots_[k].stats.size() * sizeof(T));
+  return n;
 }
 
 template <typename T>

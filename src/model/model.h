@@ -182,6 +182,7 @@ class Model {
   // shuffle kind's order, is a function of the number): the next forward
   // takes number `next` (a test replays one pass, e.g. for finite differences).
   void restart_passes(uint64_t next = 0) { next_pass_ = next; }
+  uint64_t next_pass() const { return next_pass_; }
 
   // Runs the model on tokens[B*T] and returns the summed cross-entropy against
   // targets[B*T] (kIgnoreIndex entries are skipped). Keeps what backward needs.
@@ -243,6 +244,9 @@ class Model {
   // (for the head, exits and the embedding's backward) in the current slot.
   void stage_forward(int chunk, const int32_t* tokens, const int32_t* targets, int B, int seq,
                      uint64_t pass, ops::ActIn<T> in, const LayerSkipStep* skip = nullptr);
+  // The last chunk's loss on the current slot's forward (evaluation: the
+  // head's summed cross-entropy and its token count; nothing kept).
+  LossResult stage_loss();
   // The boundary streams above the chunk of the current slot's forward
   // (for the next stage; not the last chunk).
   void stage_output(ops::Act<T> out);
@@ -276,7 +280,8 @@ class Model {
   void set_activation_storage(ops::Dtype dt);
   ops::Dtype activation_storage() const { return act_dtype_; }
 
-  // Bytes held by the activation arena for the current (B, T).
+  // Bytes held by the activation arenas for the current (B, T), every
+  // activation slot's.
   int64_t activation_bytes() const;
   // Bytes held by the gradient arena (0 until a training call needs it).
   int64_t gradient_bytes() const { return int64_t(grads_.size() * sizeof(T)); }

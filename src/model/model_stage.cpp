@@ -116,6 +116,20 @@ void Model<T>::stage_output(ops::Act<T> out) {
 }
 
 template <typename T>
+LossResult Model<T>::stage_loss() {
+  STRATA_CHECK(have_forward_ && slot_chunk_ >= 0, "stage_loss needs a stage_forward first");
+  const int L = cfg_.num_hidden_layers;
+  STRATA_CHECK(chunks_[size_t(slot_chunk_)].second == L, "stage_loss: not the last chunk");
+  const int64_t N = int64_t(batch_) * seq_;
+  LossResult r;
+  OpenHead head(*this);
+  r.loss_sum = head_ce().forward(lnf_, rstdf_, lsef_, nullptr, &r.n_valid, streams_[size_t(2 * L)],
+                                 param(layout_.final_norm), head_weight(), targets_.data(), N,
+                                 cfg_.hidden_size, v_local(), cfg_.rms_norm_eps);
+  return r;
+}
+
+template <typename T>
 LossResult Model<T>::stage_backward(double dloss, ops::ActIn<T> dout, ops::Act<T> din,
                                     const LayerSkipStep* skip) {
   STRATA_CHECK(have_forward_ && slot_chunk_ >= 0,
@@ -174,6 +188,7 @@ LossResult Model<T>::stage_backward(double dloss, ops::ActIn<T> dout, ops::Act<T
   template void Model<T>::stage_forward(int, const int32_t*, const int32_t*, int, int, uint64_t, \
                                         ops::ActIn<T>, const LayerSkipStep*);                    \
   template void Model<T>::stage_output(ops::Act<T>);                                             \
+  template LossResult Model<T>::stage_loss();                                                    \
   template LossResult Model<T>::stage_backward(double, ops::ActIn<T>, ops::Act<T>,               \
                                                const LayerSkipStep*);
 STRATA_STAGE_MEMBERS(float)

@@ -182,6 +182,9 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
   std::vector<int> free_slots;
   int slots = 0;
   const auto& mine = sched_[size_t(me)];
+  std::vector<size_t> last_backward(size_t(v_), 0);  // per chunk: the index of its last backward
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (!mine[i].forward) last_backward[size_t(mine[i].stage / p)] = i;
   for (size_t i = 0; i < mine.size(); ++i) {
     const pipeline::Pass& ps = mine[i];
     Message ahead;  // the next pass's receive, posted before this pass computes
@@ -215,6 +218,7 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
       const auto it = slot_of.find({ps.micro_batch, ps.stage});
       STRATA_CHECK(it != slot_of.end(), "internal error: a backward before its forward");
       model_.use_activation_slot(it->second);
+      if (before_backward_) before_backward_(chunk, i == last_backward[size_t(chunk)]);
       Posted dout;
       if (has_in) dout = take(in_msg);
       const int64_t n = ps.stage > 0 ? boundary_elems(ps.stage, N) : 0;
@@ -238,6 +242,55 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
   for (Posted& s : sending) pp_.wait(s.handle);
   STRATA_CHECK(local.empty() && slot_of.empty(), "internal error: the pipeline step left ",
                local.size(), " messages and ", slot_of.size(), " micro-batches behind");
+  return res;
+}
+
+template <typename T>
+LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, int B, int seq) {
+  const int p = pp_.size(), me = pp_.rank(), S = stages();
+  const int64_t N = int64_t(B) * seq;
+  const ops::Dtype dt = model_.activation_storage();
+  ops::Backend<T>& be = model_.backend();
+  auto floats = [&](int64_t n) { return (n * int64_t(ops::dtype_size(dt)) + 3) / 4; };
+  model_.use_activation_slot(0);
+  LossResult res;
+  ops::ActBuffer<T> in, local;
+  std::vector<std::pair<ops::ActBuffer<T>, int64_t>> sending;
+  // Messages between two ranks go in (micro-batch, stage) order on both sides.
+  for (size_t j = 0; j < micro.size(); ++j) {
+    for (int s = me; s < S; s += p) {
+      const MicroBatch& mb = micro[j];
+      ops::ActIn<T> x;
+      if (s > 0) {
+        const int64_t n = boundary_elems(s, N);
+        if (rank_of(s - 1) == me) {
+          in = std::move(local);
+        } else {
+          in = ops::ActBuffer<T>(&be, size_t(n), dt);
+          pp_.recv(static_cast<float*>(in.data().raw()), floats(n), rank_of(s - 1));
+        }
+        x = in.data();
+      }
+      model_.stage_forward(s / p, mb.tokens, mb.targets, B, seq, mb.pass, x, mb.skip);
+      if (s == S - 1) {
+        const LossResult r = model_.stage_loss();
+        res.loss_sum += r.loss_sum;
+        res.n_valid += r.n_valid;
+        continue;
+      }
+      const int64_t n = boundary_elems(s + 1, N);
+      ops::ActBuffer<T> out(&be, size_t(n), dt);
+      model_.stage_output(out.data());
+      if (rank_of(s + 1) == me) {
+        local = std::move(out);
+        continue;
+      }
+      const int64_t h =
+          pp_.send_async(static_cast<float*>(out.data().raw()), floats(n), rank_of(s + 1));
+      sending.emplace_back(std::move(out), h);
+    }
+  }
+  for (auto& [buf, h] : sending) pp_.wait(h);
   return res;
 }
 

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -80,6 +81,16 @@ class StageRunner {
   // same list) forward and backward; gradients accumulate in the model with
   // loss scale dloss.
   Result step(const std::vector<MicroBatch>& micro, int B, int seq, double dloss);
+  // Forward only (validation): each micro-batch through the stages in order;
+  // the head's summed loss and token count on the rank of the last stage
+  // (zero elsewhere). Slot 0 throughout.
+  LossResult forward_loss(const std::vector<MicroBatch>& micro, int B, int seq);
+  // Called before each backward pass with its chunk and whether it is that
+  // chunk's last backward of the step (its gradients are final after it:
+  // data parallelism starts their all-reduce there).
+  void set_before_backward(std::function<void(int chunk, bool last)> hook) {
+    before_backward_ = std::move(hook);
+  }
 
   int stages() const { return int(first_.size()) - 1; }
   const std::vector<std::vector<pipeline::Pass>>& schedule() const { return sched_; }
@@ -93,6 +104,7 @@ class StageRunner {
   int v_ = 1;
   std::vector<std::vector<pipeline::Pass>> sched_;
   int m_ = 0;  // micro-batches the schedule was made for
+  std::function<void(int, bool)> before_backward_;
   void make_schedule(int m);
   int rank_of(int stage) const { return stage % pp_.size(); }
   int64_t boundary_elems(int stage, int64_t N) const;  // the boundary below stage's first layer

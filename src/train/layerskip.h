@@ -14,15 +14,16 @@ namespace strata {
 
 struct LayerSkipConfig {
   // Layer dropout.
-  double p_max = 0;                  // rate of the last layer at the end (0: off)
-  std::string layer_scale = "exp";   // D(l): "exp" (2^{l/(L-1)} - 1), "linear" (l/(L-1)), "const" (1)
-  std::string time_scale = "none";   // S(t): "none" (1) or "exp" (2^{t/(T-1)} - 1)
+  double p_max = 0;  // rate of the last layer at the end (0: off)
+  std::string layer_scale =
+      "exp";  // D(l): "exp" (2^{l/(L-1)} - 1), "linear" (l/(L-1)), "const" (1)
+  std::string time_scale = "none";  // S(t): "none" (1) or "exp" (2^{t/(T-1)} - 1)
   // Early-exit loss.
-  double e_scale = 0;                // 0: only the last layer's loss (no early exit)
-  std::string curriculum = "none";   // "none" (every layer), "rotational", "gradual"
-  int rotation = 0;                  // R of the rotational curriculum (>= 1)
-  bool always_last = true;           // the last layer's loss is always on
-  std::string e_formula = "paper";   // e(l): "paper" (as printed) or "cumulative" (torchtune-like)
+  double e_scale = 0;               // 0: only the last layer's loss (no early exit)
+  std::string curriculum = "none";  // "none" (every layer), "rotational", "gradual"
+  int rotation = 0;                 // R of the rotational curriculum (>= 1)
+  bool always_last = true;          // the last layer's loss is always on
+  std::string e_formula = "paper";  // e(l): "paper" (as printed) or "cumulative" (torchtune-like)
 
   bool dropout() const { return p_max > 0; }
   bool early_exit() const { return e_scale > 0; }

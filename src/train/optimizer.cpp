@@ -32,7 +32,7 @@ AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfi
   }
   m_ = ops::DeviceBuffer<T>(&be, size_t(total));
   v_ = ops::DeviceBuffer<T>(&be, size_t(total));
-  squares_ = {be.alloc_scalars(2), [&be](double* p) { be.free_scalars(p); }};
+  squares_ = {be.alloc_scalars(3), [&be](double* p) { be.free_scalars(p); }};
 }
 
 template <typename T>
@@ -47,23 +47,27 @@ AdamW<T>::AdamW(ops::Backend<T>& be, const ParamLayout& layout, const AdamWConfi
   }
   m_ = ops::DeviceBuffer<T>(&be, size_t(moment_elements));
   v_ = ops::DeviceBuffer<T>(&be, size_t(moment_elements));
-  squares_ = {be.alloc_scalars(2), [&be](double* p) { be.free_scalars(p); }};
+  squares_ = {be.alloc_scalars(3), [&be](double* p) { be.free_scalars(p); }};
 }
 
 template <typename T>
 double AdamW<T>::step(T* params, T* grads, double lr) {
-  double* acc = squares_.get();  // [split, replicated]
-  be_.zero_scalars(acc, 2);
-  for (const Piece& p : pieces_)
-    be_.sum_squares(acc + (layout_[p.tensor].split_dim >= 0 ? 0 : 1), grads + p.grad_offset,
-                    p.numel);
+  double* acc = squares_.get();  // [split, replicated, not counted here]
+  be_.zero_scalars(acc, 3);
+  for (const Piece& p : pieces_) {
+    const bool counted = counted_.empty() || counted_[size_t(p.tensor)];
+    be_.sum_squares(acc + (!counted                           ? 2
+                           : layout_[p.tensor].split_dim >= 0 ? 0
+                                                              : 1),
+                    grads + p.grad_offset, p.numel);
+  }
   ops::AdamWStep s;
   s.lr = lr;
   s.beta1 = cfg_.beta1;
   s.beta2 = cfg_.beta2;
   s.eps = cfg_.eps;
   s.step = step_ + 1;
-  const bool local = !dp_ && !tp_;
+  const bool local = !dp_ && !tp_ && !pp_;
   double norm = 0;
   if (local) {
     // The update computes the clipping factor from the sums where it runs,
@@ -81,7 +85,9 @@ double AdamW<T>::step(T* params, T* grads, double lr) {
       replicated = dp_->allreduce_sum(replicated);
     }
     if (tp_) split = tp_->allreduce_sum(split);
-    norm = std::sqrt(split + replicated);
+    double total = split + replicated;
+    if (pp_) total = pp_->allreduce_sum(total);  // every stage's tensors
+    norm = std::sqrt(total);
     if (!std::isfinite(norm)) return norm;
     s.clip = cfg_.grad_clip > 0 ? ops::clip_coefficient(norm, cfg_.grad_clip) : 1.0;
   }

@@ -53,6 +53,14 @@ class AdamW {
   // Under tensor parallelism the global gradient norm adds the squares of the
   // split tensors over the tp group (replicated tensors count once).
   void set_tp_comm(Communicator* tp) { tp_ = tp; }
+  // Under pipeline parallelism the norm adds every stage's squares over the
+  // pp group; `counted[t]` false leaves out this rank's copy of a tensor that
+  // several stages hold (summed by sum_shared_gradients: it counts once, on
+  // one of them).
+  void set_pp_comm(Communicator* pp, std::vector<bool> counted) {
+    pp_ = pp;
+    counted_ = std::move(counted);
+  }
 
   // Updates the owned trainable parameters with learning rate `lr` from the
   // trainable gradients clipped to the global norm (if configured; the
@@ -87,6 +95,8 @@ class AdamW {
   std::vector<Piece> pieces_;    // the norm covers all, the update those with moments
   std::vector<int64_t> offset_;  // per tensor: offset into m_/v_, -1 without state (ZeRO 0/1)
   Communicator* tp_ = nullptr;
+  Communicator* pp_ = nullptr;
+  std::vector<bool> counted_;
   Communicator* dp_ = nullptr;  // ZeRO-2/3: the norm's squares summed over it
   ops::DeviceBuffer<T> m_, v_;
   // Two scalar accumulators in backend memory (squares of the split and of

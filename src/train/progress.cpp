@@ -202,8 +202,12 @@ void finish_run(Run& run, const DataParallel& dp, const MetricsWindow& window,
     log::info(
         "sample: none under ZeRO-3 (the weights are sharded); generate from the checkpoint "
         "with `strata generate`");
+  if (!prompt.empty() && run.grid.pp > 1 && !result.interrupted)
+    log::info(
+        "sample: none under pipeline parallelism (each rank holds some layers); generate from "
+        "the checkpoint with `strata generate`");
   if (!prompt.empty() && run.tokenizer && !result.interrupted && run.grid.tp == 1 && run.root() &&
-      run.zero() != 3)
+      run.zero() != 3 && run.grid.pp == 1)
     write_sample(run);
   if (result.losses.empty())  // resumed at its last step: nothing was trained
     log::info("done: the run is already at step ", run.step, " of ", run.c.training.steps,

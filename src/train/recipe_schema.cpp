@@ -30,7 +30,6 @@ const char* key_type_name(KeyType t) {
   return "?";
 }
 
-
 std::string key_part(const std::string& path) { return path.substr(path.find('.') + 1); }
 std::string section_part(const std::string& path) { return path.substr(0, path.find('.')); }
 

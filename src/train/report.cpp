@@ -373,9 +373,8 @@ Report build_report(const std::vector<RunLog>& runs, const std::vector<EvalLog>&
       h += "<tr><td class=\"l\"><span class=\"swatch\" style=\"background:" + run_color(i) +
            "\"></span>" + html_escape(r.name) + "</td><td class=\"l\"><code>" + html_escape(r.dir) +
            "</code></td><td>" + (r.rows.empty() ? "-" : std::to_string(r.rows.rbegin()->first)) +
-           "</td><td>" +
-           (tokens.empty() ? "-" : human_count(tokens.back().second)) +
-           "</td><td>" + (loss.empty() ? "-" : fmt(loss.back().second)) + "</td><td>" +
+           "</td><td>" + (tokens.empty() ? "-" : human_count(tokens.back().second)) + "</td><td>" +
+           (loss.empty() ? "-" : fmt(loss.back().second)) + "</td><td>" +
            (val.empty() ? "-" : fmt(val.back().second)) + "</td><td>" +
            (val.empty() ? "-" : fmt(best) + " (" + std::to_string(int64_t(best_step)) + ")") +
            "</td><td>" + (tps.empty() ? "-" : fmt(mean_tps, 0)) + "</td><td>" +

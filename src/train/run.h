@@ -30,6 +30,7 @@
 #include "io/model_io.h"
 #include "model/memory.h"
 #include "model/model.h"
+#include "model/stage_runner.h"
 #include "model/zero.h"
 #include "parallel/grid.h"
 #include "parallel/timed_comm.h"
@@ -59,11 +60,18 @@ struct Run {
   ProcessGrid grid;
   TimedComm* tp = nullptr;                       // owned by grid.tp_comm
   TimedComm* dp = nullptr;                       // owned by grid.dp_comm
+  Communicator* pp = nullptr;                    // grid.pp_comm (pipeline stages)
   std::string device;                            // resolved run.device
   std::unique_ptr<ops::Backend<float>> backend;  // made before the grid's comms, moved into model
   std::unique_ptr<Model<float>> model;
-  std::string precision;    // as resolved ("auto -> bf16")
-  std::string activations;  // their storage, as resolved
+  // Pipeline parallelism (pp > 1): the stages' first layers (pp x
+  // virtual_stages + 1 entries, then L) and this rank's runner of them.
+  std::vector<int> stage_first;
+  std::unique_ptr<StageRunner<float>> pipe;
+  bool piped() const { return pipe != nullptr; }
+  std::vector<int> pp_holder;  // per tensor: the lowest pipeline rank holding it
+  std::string precision;       // as resolved ("auto -> bf16")
+  std::string activations;     // their storage, as resolved
   std::unique_ptr<AdamW<float>> opt;
   std::vector<bool> trainable;  // per tensor
   std::unique_ptr<Loader> train_loader;

@@ -30,10 +30,9 @@ namespace {
 
 // Keys whose change makes a resumed state mean something else: the data
 // position (dataset, split, tokens per row, seed of the order).
-const char* const kStateKeys[] = {"data.kind",      "data.tokenizer",    "data.dataset",
-                                  "data.inputs",    "data.doc_split",    "data.val_fraction",
-                                  "data.sft_train", "data.packing",      "training.seq_len",
-                                  "run.seed"};
+const char* const kStateKeys[] = {
+    "data.kind",         "data.tokenizer", "data.dataset", "data.inputs",      "data.doc_split",
+    "data.val_fraction", "data.sft_train", "data.packing", "training.seq_len", "run.seed"};
 
 // Keys that differ on a resume by their nature (where and how long it runs).
 bool expected_to_change(const std::string& key) {
@@ -100,7 +99,8 @@ void check_run_dir(Run& run, const Source& src) {
     if (!ckpts.empty())
       c.fail("model.init_from",
              cat("is set, but run.dir ", run.dir(), " has checkpoints (newest: step ",
-                 ckpts.back().first, ") that a resume would continue instead; drop "
+                 ckpts.back().first,
+                 ") that a resume would continue instead; drop "
                  "model.init_from to resume, or set checkpoint.resume = \"none\" to start over "
                  "from init_from (the earlier run is archived)"));
   }
@@ -121,20 +121,22 @@ void check_run_dir(Run& run, const Source& src) {
     const std::string was = value_text(saved, k), is = value_text(now, k);
     if (was == is) continue;
     changed.push_back(cat(k.path, " ", was, " -> ", is));
-    const bool state_key = std::find_if(std::begin(kStateKeys), std::end(kStateKeys),
-                                        [&](const char* s) { return k.path == s; }) !=
-                           std::end(kStateKeys);
+    const bool state_key =
+        std::find_if(std::begin(kStateKeys), std::end(kStateKeys),
+                     [&](const char* s) { return k.path == s; }) != std::end(kStateKeys);
     if (state_key && std::find(allowed.begin(), allowed.end(), k.path) == allowed.end())
       refused.push_back(k.path);
   }
   if (!refused.empty())
     fail_one_line(src.resume, ": resuming with another ", join(refused, ", "),
                   " than the checkpoint's changes what its saved data position means (",
-                  join(changed, "; "), "); put back the checkpoint's values, name the keys in "
+                  join(changed, "; "),
+                  "); put back the checkpoint's values, name the keys in "
                   "checkpoint.resume_changes to resume anyway, or set checkpoint.resume = "
                   "\"none\" to start over");
   if (!changed.empty())  // said once the run starts (a later refusal stays one line)
-    run.resume_note = cat("resume: the recipe differs from ", src.resume, "'s: ", join(changed, "; "));
+    run.resume_note =
+        cat("resume: the recipe differs from ", src.resume, "'s: ", join(changed, "; "));
   // Allowed changes of the data: the saved position means nothing in the new data.
   for (const std::string& k : allowed)
     if (k.rfind("data.", 0) == 0 || k == "run.seed" || k == "training.seq_len")
@@ -146,7 +148,8 @@ void archive_previous_run(const Run& run) {
   const std::vector<fs::path> files = previous_run_files(run.dir());
   if (!holds_a_run(files)) return;
   fs::path to = fs::path(run.dir()) / "archive" / utc_stamp();
-  for (int n = 2; fs::exists(to); ++n) to = fs::path(run.dir()) / "archive" / cat(utc_stamp(), "-", n);
+  for (int n = 2; fs::exists(to); ++n)
+    to = fs::path(run.dir()) / "archive" / cat(utc_stamp(), "-", n);
   std::error_code ec;
   fs::create_directories(to, ec);
   if (ec) fail_one_line("run.dir ", run.dir(), ": cannot create ", to.string(), ": ", ec.message());

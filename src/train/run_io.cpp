@@ -40,7 +40,23 @@ double evaluate(Run& run, int batches) {
   Batch b;
   double sum = 0;
   int64_t count = 0;
-  for (int i = 0; i < n; ++i) {
+  if (run.piped()) {
+    // Through the stages; the last one scores (the pass numbers as one
+    // process would take them).
+    std::vector<Batch> bs(static_cast<size_t>(n));
+    std::vector<MicroBatch> mbs;
+    const uint64_t base = run.model->next_pass();
+    for (int i = 0; i < n; ++i) {
+      loader->next(micro_batch, bs[size_t(i)], run.grid.dp_rank, run.grid.dp);
+      mbs.push_back(
+          {bs[size_t(i)].tokens.data(), bs[size_t(i)].targets.data(), nullptr, base + uint64_t(i)});
+    }
+    const LossResult res = run.pipe->forward_loss(mbs, bs[0].B, bs[0].T);
+    run.model->restart_passes(base + uint64_t(n));
+    sum = run.pp->allreduce_sum(res.loss_sum);
+    count = run.pp->allreduce_sum(res.n_valid);
+  }
+  for (int i = 0; i < n && !run.piped(); ++i) {
     loader->next(micro_batch, b, run.grid.dp_rank, run.grid.dp);
     const LossResult res = run.model->forward(b.tokens.data(), b.targets.data(), b.B, b.T);
     sum += res.loss_sum;
@@ -117,15 +133,26 @@ std::string save(Run& run) {
   ops::Backend<float>& be = run.model->backend();
   ZeroShards* const z = run.zero_store;
   std::vector<float> host_part;
+  // Pipeline parallelism: a tensor comes from its lowest holding stage (its
+  // tp rank 0 of dp rank 0) to world rank 0, in the pipeline group of both.
+  const bool piped = run.grid.pp > 1;
+  const bool pipe_root = piped && assemble && run.grid.tp_rank == 0;
   // This rank's (tensor-parallel) part of tensor t, in backend memory or on
   // the host, into the full tensor `out` (assembling ranks).
   auto to_full = [&](int t, const float* part, bool on_device, float* out) {
+    const int holder = piped ? run.pp_holder[size_t(t)] : 0;
+    if (piped && !L[t].held) {  // another stage's
+      if (pipe_root && run.grid.pp_rank == 0) run.pp->recv(out, full_numel(L[t]), holder);
+      return;
+    }
     if (on_device && !be.is_host()) {
       host_part.resize(size_t(L[t].numel));
       be.to_host(host_part.data(), part, L[t].numel);
       part = host_part.data();
     }
     if (assemble) gather_full_tensor(L, t, part, out, *run.tp);
+    if (pipe_root && holder != 0 && holder == run.grid.pp_rank)
+      run.pp->send(out, full_numel(L[t]), 0);
   };
   // ZeRO-2/3: the bucket of tensor t whole, gathered from the shards of
   // `arena` (one bucket held at a time, while its tensors are written).

@@ -37,9 +37,12 @@ void setup_grid(Run& run) {
   const TrainConfig& c = run.c;
   set_collective_timeout(c.parallel.collective_timeout, c.parallel.collective_timeout_given);
   try {
-    run.grid = make_grid(c.parallel.tp, c.parallel.dp);
+    run.grid = make_grid(c.parallel.tp, c.parallel.dp, c.parallel.pp);
   } catch (const Error& e) {
-    c.fail(c.parallel.dp_given ? "parallelism.dp" : "parallelism.tp", e.what());
+    c.fail(c.parallel.dp_given ? "parallelism.dp"
+           : c.parallel.pp > 1 ? "parallelism.pp"
+                               : "parallelism.tp",
+           e.what());
   }
   // The device first: on GPUs the groups' collectives run on NCCL, ordered
   // after the backend's stream.
@@ -68,6 +71,11 @@ void setup_grid(Run& run) {
   };
   run.tp = wrap(run.grid.tp_comm);
   run.dp = wrap(run.grid.dp_comm);
+  run.pp = run.grid.pp_comm.get();  // point-to-point: not wrapped (the runner times it)
+  if (run.grid.pp > 1 && run.device == "cuda")
+    c.fail("parallelism.pp",
+           "pipeline stages on cuda need NCCL send/recv between the stages, which is not built "
+           "yet; pipeline parallelism runs on the cpu (and the simt device) for now");
   // One rank speaks for the job; the others only report errors.
   if (!run.root()) log::set_level(log::Level::Error);
   if (run.device != "cpu") log::info(ops::device_choice(device));

@@ -13,6 +13,7 @@
 #include "io/model_io.h"
 #include "model/params.h"
 #include "model/sharding.h"
+#include "model/stages.h"
 #include "train/run.h"
 #include "train/trainer.h"
 
@@ -230,9 +231,60 @@ void resolve_shape(Run& run, const Source& src, LlamaConfig& cfg, LayerPlan& pla
     c.fail("eval.tasks",
            "benchmark tasks during training need parallelism.zero < 3 (the "
            "weights are sharded); evaluate the checkpoints with `strata eval`");
+  if (run.grid.pp > 1 && !c.eval.tasks.empty())
+    c.fail("eval.tasks", cat("benchmark tasks during training need parallelism.pp = 1 (this run: ",
+                             run.grid.pp, "); evaluate the checkpoints with `strata eval`"));
+  if (run.grid.pp > 1 && run.zero() >= 2)
+    c.fail("parallelism.zero",
+           cat(run.zero(),
+               " with parallelism.pp > 1 is not built yet (the stages' weight stores); "
+               "use parallelism.zero = 1 (sharded moments) or 0"));
   if (run.grid.tp > 1 && !c.eval.tasks.empty())
     c.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));
+}
+
+// Pipeline stages: the first layer of each of the pp x virtual_stages
+// stages, then L; from parallelism.stages, or balanced by the cost model
+// (model/stages.h). A stage holds whole units.
+std::vector<int> stage_split(const Run& run, const LlamaConfig& cfg, const LayerPlan& plan) {
+  const TrainConfig& c = run.c;
+  const int S = run.grid.pp * c.parallel.virtual_stages, L = cfg.num_hidden_layers;
+  if (!c.parallel.stage_layers.empty()) {
+    std::vector<int> first = {0};
+    for (int n : c.parallel.stage_layers) first.push_back(first.back() + n);
+    if (first.back() != L)
+      c.fail("parallelism.stages",
+             cat("the stages hold ", first.back(), " layers; the model has ", L));
+    for (int k = 1; k < S; ++k)
+      if (!plan.unit_boundary(first[size_t(k)]))
+        c.fail("parallelism.stages", cat("the boundary before layer ", first[size_t(k)],
+                                         " splits a unit of plan '", plan.to_string(),
+                                         "' (a stage holds whole units: an LP pair, a PAR group, a "
+                                         "shuffle run)"));
+    return first;
+  }
+  const int units = int(plan.units().size());
+  if (units < S)
+    c.fail(c.parallel.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
+           cat(S, " pipeline stages need as many plan units; plan '", plan.to_string(), "' has ",
+               units));
+  return stage_layers(plan, plan_stages(cfg, plan, c.training.seq_len, S).first);
+}
+
+void log_pipeline(const Run& run) {
+  const TrainConfig& c = run.c;
+  const auto kind = pipeline::parse_schedule(c.parallel.schedule);
+  const int p = run.grid.pp, v = c.parallel.virtual_stages, m = c.training.accum;
+  std::string stages;
+  for (size_t k = 0; k + 1 < run.stage_first.size(); ++k)
+    stages += cat(k ? " " : "", "[", run.stage_first[k], ",", run.stage_first[k + 1], ")");
+  log::info("pipeline: pp ", p, v > 1 ? cat(" x ", v, " stages per rank") : "", ", ",
+            pipeline::schedule_name(kind), ", ", m, " micro-batches; layers ", stages, "; bubble ",
+            fixed(100 * pipeline::bubble_formula(kind, p, m, v), 1), "% (equal stages)");
+  if (m < p)
+    log::warn("pipeline: ", m, " micro-batches for ", p,
+              " stages leave most of each step idle; raise training.grad_accum_steps");
 }
 
 // The model under the run's layout: the tensor-parallel split and the plan
@@ -250,14 +302,32 @@ void build_model(Run& run, const LlamaConfig& cfg, const LayerPlan& plan) {
   } catch (const Error& e) {
     c.fail("model.plan", e.what());
   }
+  StageHolding holding;
+  if (run.grid.pp > 1) {
+    if (c.parallel.schedule == "interleaved" && c.training.accum % run.grid.pp != 0)
+      c.fail("training.grad_accum_steps",
+             cat("the interleaved schedule needs a multiple of parallelism.pp = ", run.grid.pp,
+                 " micro-batches (got ", c.training.accum, ")"));
+    run.stage_first = stage_split(run, cfg, plan);
+    // Stages with early exits hold the head too (its gradients summed).
+    const int S = int(run.stage_first.size()) - 1;
+    holding = stage_holding(run.stage_first, run.grid.pp, run.grid.pp_rank,
+                            std::vector<bool>(size_t(S), c.layerskip.early_exit()));
+  }
   try {
     run.model = std::make_unique<Model<float>>(
         cfg, plan, std::move(run.backend), run.grid.tp > 1 ? run.tp : nullptr,
         run.zero() >= 2 ? zero_store_factory(*run.dp, run.zero(), &run.zero_store)
-                        : WeightStoreFactory<float>());
+                        : WeightStoreFactory<float>(),
+        holding);
+    if (run.grid.pp > 1)
+      run.pipe = std::make_unique<StageRunner<float>>(*run.model, *run.pp, run.stage_first,
+                                                      pipeline::parse_schedule(c.parallel.schedule),
+                                                      c.parallel.virtual_stages);
   } catch (const Error& e) {
     fail_one_line(c.files().back(), ": ", e.what());
   }
+  if (run.grid.pp > 1) log_pipeline(run);
 }
 
 // training.precision: bf16 under auto only where every process has native
@@ -333,7 +403,8 @@ void setup_model(Run& run, const Source& src) {
   if (src.reader) {
     run.model->write_weights([&](const WeightBucket& k, float* base) {
       std::vector<int> ts;
-      for (int t = k.first; t <= k.last; ++t) ts.push_back(t);
+      for (int t = k.first; t <= k.last; ++t)
+        if (layout[t].held) ts.push_back(t);  // (a pipeline stage reads its own)
       read_parts(run, *src.reader, "params", ts,
                  [&](int t) { return base + (layout[t].offset - k.offset); });
     });

@@ -74,7 +74,7 @@ void read_moments(Run& run, const CheckpointReader& rd) {
   }
   std::vector<int> stateful;
   for (int t = 0; t < int(layout.tensors().size()); ++t)
-    if (run.opt->has_state(t)) stateful.push_back(t);
+    if (run.opt->has_state(t) && layout[t].held) stateful.push_back(t);  // (a stage: its own)
   read_parts(run, rd, "optimizer/exp_avg", stateful, [&](int t) { return run.opt->exp_avg(t); });
   read_parts(run, rd, "optimizer/exp_avg_sq", stateful,
              [&](int t) { return run.opt->exp_avg_sq(t); });
@@ -123,6 +123,23 @@ void setup_optimizer(Run& run) {
         std::make_unique<AdamW<float>>(run.model->backend(), layout, c.optimizer, mask, owned);
   }
   if (run.grid.tp > 1) run.opt->set_tp_comm(run.tp);
+  if (run.grid.pp > 1) {
+    // The gradient norm adds every stage's; a tensor several stages hold
+    // (the head on exit stages, a tied embedding) counts on the lowest.
+    // (Every tensor's lowest holder is where a checkpoint takes it from.)
+    const size_t n = layout.tensors().size();
+    std::vector<bool> counted(n, true);
+    std::vector<int64_t> holders(n);
+    for (size_t t = 0; t < n; ++t) holders[t] = int64_t(layout[int(t)].held) << run.grid.pp_rank;
+    for (int64_t& h : holders) h = run.pp->allreduce_sum(h);
+    run.pp_holder.assign(n, -1);
+    for (size_t t = 0; t < n; ++t) {
+      for (int r = 0; r < run.grid.pp && run.pp_holder[t] < 0; ++r)
+        if (holders[t] >> r & 1) run.pp_holder[t] = r;
+      counted[t] = run.pp_holder[t] == run.grid.pp_rank;
+    }
+    run.opt->set_pp_comm(run.pp, counted);
+  }
 }
 
 void restore_state(Run& run, const Source& src) {
@@ -136,8 +153,9 @@ void restore_state(Run& run, const Source& src) {
     STRATA_CHECK(src.info.state.contains("loader"), src.resume,
                  ": state has no data loader position");
     if (run.restart_data)
-      log::info("resume: the data changed (checkpoint.resume_changes): the loader starts at its "
-                "beginning");
+      log::info(
+          "resume: the data changed (checkpoint.resume_changes): the loader starts at its "
+          "beginning");
     else
       run.train_loader->set_state(src.info.state.at("loader"));
     if (run.root()) truncate_metrics(run.metrics_path, run.step);

@@ -167,6 +167,67 @@ LayerSkipStep StepRunner::layerskip(size_t i, const Batch& b,
   return skip;
 }
 
+// The step's micro-batches through the whole model, one after the other.
+void StepRunner::whole_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
+                                     double& loss_sum, std::vector<double>& exit_sum,
+                                     std::vector<bool>& exit_on) {
+  Run& run = run_;
+  const LayerSkipConfig& ls = run.c.layerskip;
+  const int L = run.model->config().num_hidden_layers;
+  for (size_t i = 0; i < micro_.size(); ++i) {
+    dp_->before_micro_batch(i, micro_.size());
+    const Batch& b = micro_[i];
+    LayerSkipStep skip;
+    if (ls.enabled()) skip = layerskip(i, b, exit_weight);
+    const LossResult res = run.model->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T,
+                                                       n_valid ? 1.0 / double(n_valid) : 0.0,
+                                                       ls.enabled() ? &skip : nullptr);
+    loss_sum += res.loss_sum;
+    if (ls.early_exit())
+      for (int l = 0; l < L; ++l)
+        if (!std::isnan(res.exit_loss_sum[size_t(l)])) {
+          exit_sum[size_t(l)] += res.exit_loss_sum[size_t(l)];
+          exit_on[size_t(l)] = true;
+        }
+  }
+}
+
+// Pipeline parallelism: the step's micro-batches through this rank's stages
+// in the schedule's order (StageRunner); each stage's gradients are final
+// after its last backward, where the data-parallel all-reduce starts. Every
+// stage then learns the loss (the last stage's) and each exit's.
+void StepRunner::pipeline_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
+                                        double& loss_sum, std::vector<double>& exit_sum,
+                                        std::vector<bool>& exit_on) {
+  Run& run = run_;
+  Model<float>& m = *run.model;
+  const LayerSkipConfig& ls = run.c.layerskip;
+  const size_t n = micro_.size();
+  std::vector<LayerSkipStep> skips(n);
+  std::vector<MicroBatch> mbs;
+  // The whole model's pass numbers: the step's micro-batches take the next n.
+  const uint64_t base = m.next_pass();
+  for (size_t i = 0; i < n; ++i) {
+    const Batch& b = micro_[i];
+    if (ls.enabled()) skips[i] = layerskip(i, b, exit_weight);
+    mbs.push_back(
+        {b.tokens.data(), b.targets.data(), ls.enabled() ? &skips[i] : nullptr, base + i});
+  }
+  run.pipe->set_before_backward(
+      [&](int, bool last) { dp_->before_micro_batch(last ? n - 1 : 0, n); });
+  const auto res =
+      run.pipe->step(mbs, micro_[0].B, micro_[0].T, n_valid ? 1.0 / double(n_valid) : 0.0);
+  run.pipe->set_before_backward(nullptr);
+  m.restart_passes(base + n);
+  loss_sum = run.pp->allreduce_sum(res.loss.loss_sum);
+  if (!ls.early_exit()) return;
+  for (size_t l = 0; l < exit_sum.size(); ++l) {
+    const double x = res.loss.exit_loss_sum[l];
+    exit_on[l] = run.pp->allreduce_sum(int64_t(!std::isnan(x))) > 0;
+    exit_sum[l] = run.pp->allreduce_sum(std::isnan(x) ? 0.0 : x);
+  }
+}
+
 StepResult StepRunner::run_step(double lr) {
   Run& run = run_;
   const TrainingSection& t = run.c.training;
@@ -197,22 +258,10 @@ StepResult StepRunner::run_step(double lr) {
   Model<float>& m = *run.model;
   const ops::HeldWeights<float> held(m.backend(), m.weights_resident() ? m.params() : nullptr,
                                      m.num_params());
-  for (size_t i = 0; i < micro_.size(); ++i) {
-    dp_->before_micro_batch(i, micro_.size());
-    const Batch& b = micro_[i];
-    LayerSkipStep skip;
-    if (ls.enabled()) skip = layerskip(i, b, exit_weight);
-    const LossResult res = run.model->forward_backward(b.tokens.data(), b.targets.data(), b.B, b.T,
-                                                       n_valid ? 1.0 / double(n_valid) : 0.0,
-                                                       ls.enabled() ? &skip : nullptr);
-    loss_sum += res.loss_sum;
-    if (ls.early_exit())
-      for (int l = 0; l < L; ++l)
-        if (!std::isnan(res.exit_loss_sum[size_t(l)])) {
-          exit_sum[size_t(l)] += res.exit_loss_sum[size_t(l)];
-          r.exit_on[size_t(l)] = true;
-        }
-  }
+  if (run.piped())
+    pipeline_micro_batches(n_valid, exit_weight, loss_sum, exit_sum, r.exit_on);
+  else
+    whole_micro_batches(n_valid, exit_weight, loss_sum, exit_sum, r.exit_on);
   if (synced) {
     // STRATA_DEBUG_DP_WAIT: the barrier separates the ranks' imbalance from
     // the all-reduces' own tail (the waits after it).
@@ -236,6 +285,9 @@ StepResult StepRunner::run_step(double lr) {
       for (int l = 0; l < L; ++l)
         if (r.exit_on[size_t(l)]) exit_sum[size_t(l)] = run.dp->allreduce_sum(exit_sum[size_t(l)]);
   }
+  // The stages that hold the head or a tied embedding beside another sum
+  // their gradients of it (after data parallelism summed each stage's).
+  if (run.piped()) sum_shared_gradients(m, *run.pp);
   r.exit_loss.assign(size_t(L), 0.0);
   for (int l = 0; l < L; ++l) {
     r.exit_on[size_t(l)] = r.exit_on[size_t(l)] && n_valid && ls.early_exit();

@@ -74,6 +74,12 @@ class StepRunner {
  private:
   // The micro-batch's LayerSkip masks and exit weights (global sample indices).
   LayerSkipStep layerskip(size_t i, const Batch& b, const std::vector<double>& exit_weight) const;
+  void whole_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
+                           double& loss_sum, std::vector<double>& exit_sum,
+                           std::vector<bool>& exit_on);
+  void pipeline_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
+                              double& loss_sum, std::vector<double>& exit_sum,
+                              std::vector<bool>& exit_on);
   Run& run_;
   DebugSwitches debug_;
   std::unique_ptr<DataParallel> dp_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "core/error.h"
@@ -13,6 +14,7 @@
 #include "eval/task.h"
 #include "ops/backend.h"
 #include "ops/types.h"
+#include "parallel/pipeline.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -78,6 +80,37 @@ ParallelSection read_parallel(const Recipe& r) {
   s.dp_given = r.given("parallelism.dp");
   s.zero = int_in(r, "parallelism.zero", 0, 3,
                   "0, 1, 2 or 3 (the ZeRO stage: what is sharded over the data-parallel ranks)");
+  s.pp = int(at_least(r, "parallelism.pp", 1));
+  s.schedule = r.get_string("parallelism.schedule");
+  try {
+    pipeline::parse_schedule(s.schedule);
+  } catch (const Error& e) {
+    r.fail("parallelism.schedule", e.what());
+  }
+  s.virtual_stages = int(at_least(r, "parallelism.virtual_stages", 1));
+  if (s.schedule == "interleaved" && s.virtual_stages < 2)
+    r.fail("parallelism.virtual_stages",
+           "the interleaved schedule needs 2 or more stages per rank (1 is the 1f1b schedule)");
+  if (s.schedule != "interleaved" && s.virtual_stages > 1)
+    r.fail("parallelism.virtual_stages",
+           cat(s.virtual_stages, " stages per rank need parallelism.schedule = \"interleaved\""));
+  const std::string stages = r.get_string("parallelism.stages");
+  for (const std::string& part :
+       stages.empty() ? std::vector<std::string>() : python_split(stages, ",")) {
+    const std::string t = trim(part);
+    char* end = nullptr;
+    const long n = t.empty() ? 0 : std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end || n < 1 || n > 1 << 20)
+      r.fail("parallelism.stages",
+             cat("must be a comma-separated list of layer counts >= 1, e.g. \"5,5,6\"; got \"",
+                 stages, "\""));
+    s.stage_layers.push_back(int(n));
+  }
+  if (!s.stage_layers.empty() && int(s.stage_layers.size()) != s.pp * s.virtual_stages)
+    r.fail("parallelism.stages",
+           cat(s.stage_layers.size(), " stages for parallelism.pp = ", s.pp,
+               s.virtual_stages > 1 ? cat(" x virtual_stages = ", s.virtual_stages) : "", " (",
+               s.pp * s.virtual_stages, " needed)"));
   s.collective_timeout = r.get_float("parallelism.collective_timeout");
   if (!(s.collective_timeout >= 0) || !std::isfinite(s.collective_timeout))
     r.fail("parallelism.collective_timeout",

@@ -82,6 +82,10 @@ struct ParallelSection {
   int dp = 0;                             // 0: world size / tp
   bool dp_given = false;                  // written in the recipe (errors of the grid name it)
   int zero = 0;                           // ZeRO stage
+  int pp = 1;                             // pipeline stages (ranks)
+  std::string schedule = "1f1b";          // gpipe, 1f1b or interleaved (parallel/pipeline.h)
+  int virtual_stages = 1;                 // stages per pipeline rank (interleaved)
+  std::vector<int> stage_layers;          // layers per stage (empty: the planner's split)
   double collective_timeout = 1800;       // seconds (0: none), parallel/hang_watch.h
   bool collective_timeout_given = false;  // else STRATA_COLLECTIVE_TIMEOUT may set it
 };

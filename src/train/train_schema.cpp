@@ -109,6 +109,17 @@ const std::vector<KeySpec>& train_recipe_schema() {
       {"parallelism.zero", K::Int, "0",
        "ZeRO stage over the data-parallel ranks: 1 shards the AdamW moments, 2 also the "
        "gradients (reduce-scattered), 3 also the weights (gathered per unit)"},
+      {"parallelism.pp", K::Int, "1",
+       "pipeline stages: world = dp x pp x tp (tp fastest, then pp); each rank holds whole "
+       "units of consecutive layers"},
+      {"parallelism.schedule", K::String, "\"1f1b\"",
+       "pipeline schedule: gpipe, 1f1b or interleaved (micro-batches: "
+       "training.grad_accum_steps)"},
+      {"parallelism.virtual_stages", K::Int, "1",
+       "interleaved: stages per pipeline rank (2 or more; grad_accum_steps a multiple of pp)"},
+      {"parallelism.stages", K::String, "\"\"",
+       "layers per pipeline stage, e.g. \"5,5,6\" (pp x virtual_stages entries; empty: "
+       "balanced by the cost model)"},
       {"parallelism.collective_timeout", K::Float, "1800",
        "seconds a rank may wait in one collective before the job ends naming the missing rank "
        "(0: no limit; long by default: rank 0 alone prepares data, saves and evaluates)"},
