@@ -364,6 +364,19 @@ case $phase in
     trainp 4 1 "$work/b" 20 "${four[@]}" --set parallelism.pp=2 --set training.micro_batch_size=2
     grep -q "resume: .*step_00000010.h5 at step 10" "$work/b.log" || fail "run b did not resume"
     compare "$work/single" "$work/b" 11
+    # The dry run: each stage's rank says its layers and its estimate (rank 0
+    # keeps two micro-batches in flight under 1F1B, rank 1 one); a stage
+    # boundary inside an LP pair is refused.
+    "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml "${common[@]}" \
+      "${four[@]}" --set parallelism.pp=2 --dry-run >"$work/dry.log" 2>&1 || fail "pp 2 dry run failed"
+    grep -q "^# memory of pipeline rank 0 (layers \[0,2)) (estimate): " "$work/dry.log" &&
+      grep -q "^# memory of pipeline rank 1 (layers \[2,4)) (estimate): " "$work/dry.log" ||
+      fail "the dry run does not give each stage's estimate"
+    "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" train recipes/debug.toml "${common[@]}" \
+      "${four[@]}" --set parallelism.pp=2 --set model.plan='"standard,lp*2,standard"' \
+      --set parallelism.stages='"2,2"' --dry-run >"$work/lp.log" 2>&1 && fail "an LP pair across stages ran"
+    grep -q "parallelism.stages: the boundary before layer 2 splits a unit" "$work/lp.log" ||
+      fail "no one-line refusal of an LP pair across stages"
     # A stage killed mid-run ends the job.
     signal_one_rank KILL kill "${four[@]}" --set parallelism.pp=2
     wait "$job" && fail "SIGKILL to one stage: mpirun exited 0"

@@ -83,8 +83,12 @@ int cmd_train(int argc, char** argv, int first) {
     own.tp = p.tp;
     own.dp = p.dp;
     own.zero = p.zero;
+    own.pp = p.pp;
     rc.sets.push_back("parallelism.tp=1");
     rc.sets.push_back("parallelism.dp=0");
+    for (const char* k : {"parallelism.pp=1", "parallelism.virtual_stages=1",
+                          "parallelism.schedule=\"1f1b\"", "parallelism.stages=\"\""})
+      rc.sets.push_back(k);
   }
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
   if (dry_run) {  // everything checked as a run would, nothing written

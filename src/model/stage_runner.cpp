@@ -1,5 +1,6 @@
 #include "model/stage_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -51,6 +52,16 @@ void sum_shared_gradients(Model<float>& model, Communicator& pp) {
     pp.allreduce_sum(buf.data(), n);
     if (held) be.from_host(model.grad(t), buf.data(), n);
   }
+}
+
+int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank) {
+  int held = 0, most = 0;
+  const auto schedule = pipeline::make_schedule(s, p, m, v);
+  for (const pipeline::Pass& ps : schedule[size_t(rank)]) {
+    held += ps.forward ? 1 : -1;
+    most = std::max(most, held);
+  }
+  return most;
 }
 
 // A boundary's streams (forward) or their gradient (backward) for stage

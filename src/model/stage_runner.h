@@ -54,6 +54,11 @@ std::vector<int> stage_layers(const LayerPlan& plan, const std::vector<int>& uni
 // rank calls it); float models (the communicator's element type).
 void sum_shared_gradients(Model<float>& model, Communicator& pp);
 
+// The most micro-batches rank `rank` keeps activations of at once (one
+// activation slot each, per stage) under schedule s with p ranks, m
+// micro-batches and v stages per rank.
+int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank);
+
 struct MicroBatch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;

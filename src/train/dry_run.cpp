@@ -22,7 +22,16 @@ std::string train_dry_run(const Recipe& recipe, int64_t device_bytes, int world,
   setup(run);
   std::string out;
   if (!run.plan_memory) {
-    out = cat("# memory per process (estimate): ", run.memory.to_string(), "\n");
+    std::string who = "per process";
+    if (run.grid.pp > 1) {  // each stage's rank says its own
+      const int S = int(run.stage_first.size()) - 1;
+      std::string layers;
+      for (int st = run.grid.pp_rank; st < S; st += run.grid.pp)
+        layers += cat(layers.empty() ? "" : " ", "[", run.stage_first[size_t(st)], ",",
+                      run.stage_first[size_t(st) + 1], ")");
+      who = cat("of pipeline rank ", run.grid.pp_rank, " (layers ", layers, ")");
+    }
+    out = cat("# memory ", who, " (estimate): ", run.memory.to_string(), "\n");
     if (run.memory_limit.bytes >= 0)
       out += cat("# memory available: ", human_bytes(double(run.memory_limit.bytes)), " (",
                  run.memory_limit.source, ")\n");
@@ -30,6 +39,11 @@ std::string train_dry_run(const Recipe& recipe, int64_t device_bytes, int world,
   }
   if (world <= 0) world = run.world();
   const std::string file = config.file();
+  if (own.pp > 1)
+    fail_one_line(file, ": parallelism.pp = ", own.pp,
+                  ": --plan-memory does not plan pipeline layouts yet (it searches tp, dp, ZeRO, "
+                  "recomputation and the micro-batch); `mpirun -np <world> strata train ",
+                  file, " --dry-run` prints the estimate of each stage's rank");
   // The recipe's layout on `world` devices, and its global batch (kept by
   // every layout).
   STRATA_CHECK(own.tp >= 1 && world % own.tp == 0, file, ": parallelism.tp = ", own.tp,

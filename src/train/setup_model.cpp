@@ -184,6 +184,14 @@ void check_train_memory(Run& run, const LlamaConfig& cfg, const LayerPlan& plan)
   u.optimizer_share = share;
   u.dp = run.grid.dp;
   u.zero = run.zero();
+  if (run.grid.pp > 1) {  // this rank's stages, and a slot per micro-batch it keeps
+    const int S = int(run.stage_first.size()) - 1;
+    u.stage = stage_holding(run.stage_first, run.grid.pp, run.grid.pp_rank,
+                            std::vector<bool>(size_t(S), c.layerskip.early_exit()));
+    u.activation_slots =
+        pipeline_slots(pipeline::parse_schedule(c.parallel.schedule), run.grid.pp, c.training.accum,
+                       c.parallel.virtual_stages, run.grid.pp_rank);
+  }
   run.memory = estimate_memory(cfg, plan, u);  // printed once the run starts
   const bool activations_first = run.memory.bytes_of("activations") * 2 > run.memory.total();
   run.planned_cfg = cfg;
@@ -304,11 +312,6 @@ void build_model(Run& run, const LlamaConfig& cfg, const LayerPlan& plan) {
   }
   StageHolding holding;
   if (run.grid.pp > 1) {
-    if (c.parallel.schedule == "interleaved" && c.training.accum % run.grid.pp != 0)
-      c.fail("training.grad_accum_steps",
-             cat("the interleaved schedule needs a multiple of parallelism.pp = ", run.grid.pp,
-                 " micro-batches (got ", c.training.accum, ")"));
-    run.stage_first = stage_split(run, cfg, plan);
     // Stages with early exits hold the head too (its gradients summed).
     const int S = int(run.stage_first.size()) - 1;
     holding = stage_holding(run.stage_first, run.grid.pp, run.grid.pp_rank,
@@ -391,6 +394,13 @@ void setup_model(Run& run, const Source& src) {
     run.c.fail(run.c.data.tokenizer.empty() ? "model.init_from" : "data.tokenizer",
                cat("the tokenizer ", run.tokenizer->name(), " has ", run.tokenizer->vocab_size(),
                    " pieces but the model's vocabulary is ", cfg.vocab_size));
+  if (run.grid.pp > 1) {
+    if (run.c.parallel.schedule == "interleaved" && run.c.training.accum % run.grid.pp != 0)
+      run.c.fail("training.grad_accum_steps",
+                 cat("the interleaved schedule needs a multiple of parallelism.pp = ", run.grid.pp,
+                     " micro-batches (got ", run.c.training.accum, ")"));
+    run.stage_first = stage_split(run, cfg, plan);
+  }
   check_train_memory(run, cfg, plan);
   if (run.dry_run) return;
   run.runtime_rss = process_rss_bytes();

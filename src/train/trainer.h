@@ -53,7 +53,7 @@ TrainResult train(const Recipe& recipe);
 // is still returned). A model.init_from that is not on this machine is then
 // planned from model.config.
 struct RecipeLayout {
-  int tp = 1, dp = 0, zero = 0;
+  int tp = 1, dp = 0, zero = 0, pp = 1;
 };
 std::string train_dry_run(const Recipe& recipe, int64_t device_bytes = 0, int world = 0,
                           RecipeLayout own = {}, std::string* refusal = nullptr);
