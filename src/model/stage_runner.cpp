@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace strata {
 
@@ -112,6 +113,13 @@ template <typename T>
 typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatch>& micro, int B,
                                                      int seq, double dloss) {
   make_schedule(int(micro.size()));
+  const Timer wall;
+  double idle = 0;
+  auto wait = [&](int64_t handle) {  // waiting on another stage is idle time
+    const Timer t;
+    pp_.wait(handle);
+    idle += t.seconds();
+  };
   const int p = pp_.size(), me = pp_.rank(), S = stages();
   const int L = model_.config().num_hidden_layers;
   const int64_t N = int64_t(B) * seq;
@@ -170,7 +178,7 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
     post_through(msg);
     const auto it = posted.find(msg);
     STRATA_CHECK(it != posted.end(), "internal error: pipeline message not posted");
-    pp_.wait(it->second.handle);
+    wait(it->second.handle);
     Posted out = std::move(it->second);
     posted.erase(it);
     return out;
@@ -250,7 +258,9 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
       slot_of.erase(it);
     }
   }
-  for (Posted& s : sending) pp_.wait(s.handle);
+  for (Posted& s : sending) wait(s.handle);
+  res.wall = wall.seconds();
+  res.idle = idle;
   STRATA_CHECK(local.empty() && slot_of.empty(), "internal error: the pipeline step left ",
                local.size(), " messages and ", slot_of.size(), " micro-batches behind");
   return res;

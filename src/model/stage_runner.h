@@ -81,6 +81,9 @@ class StageRunner {
     LossResult loss;
     int64_t sends = 0, receives = 0;  // point-to-point messages this step
     int max_slots = 0;                // micro-batches held at once
+    // Seconds: the step's wall time in the runner, and the part of it this
+    // rank waited for other stages' messages (its share of the bubble).
+    double wall = 0, idle = 0;
   };
   // Runs the step's micro-batches (each B x seq tokens; every rank passes the
   // same list) forward and backward; gradients accumulate in the model with

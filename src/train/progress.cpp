@@ -21,6 +21,7 @@ MetricsWindow::MetricsWindow(const Run& run)
       exit_n_(exit_.size(), 0) {}
 
 void MetricsWindow::add(const StepResult& s) {
+  if (run_.step > first_step_ + 1) run_bubble_ += s.bubble;  // the first step warms up
   run_tokens_ += s.tokens;
   run_wall_ += s.wall;
   run_comm_ += s.comm;
@@ -76,6 +77,7 @@ nlohmann::json MetricsWindow::flush(const StepResult& last) {
   m["loss_window"] = loss_ / steps_;  // the console's loss (TensorBoard only)
   m["step_s"] = wall_ / steps_;       // wall time per step, of which
   m["comm_s"] = comm_ / steps_;       // waiting in collectives
+  if (run.grid.pp > 1) m["pipeline_bubble"] = last.bubble;
   if (run.grid.dp > 1) {  // of which: the gradient all-reduces' tail after backward, and polls
     m["grad_wait_s"] = grad_wait_ / steps_;
     m["poll_s"] = poll_ / steps_;
@@ -97,6 +99,7 @@ int64_t MetricsWindow::summarize(TrainResult& r) const {
     r.step_s = run_wall_ / double(steps);
     r.comm_s = run_comm_ / double(steps);
   }
+  if (steps > 1) r.bubble = run_bubble_ / double(steps - 1);
   return steps;
 }
 
@@ -184,6 +187,17 @@ void finish_run(Run& run, const DataParallel& dp, const MetricsWindow& window,
                 fixed(1e3 * (result.step_s - result.comm_s), 1), " ms + communication ",
                 fixed(1e3 * result.comm_s, 1), " ms (dp ", run.grid.dp, " x tp ", run.grid.tp,
                 ", communication not hidden by compute)");
+  }
+  if (run.grid.pp > 1 && steps_run > 1) {
+    const auto kind = pipeline::parse_schedule(run.c.parallel.schedule);
+    log::info("pipeline: the stages waited for each other ", fixed(100 * result.bubble, 1),
+              "% of the schedule's time (the measured bubble, mean over the ", run.grid.pp,
+              " ranks and the steps after the first; with equal stages and free messages ",
+              pipeline::schedule_name(kind), " leaves ",
+              fixed(100 * pipeline::bubble_formula(kind, run.grid.pp, run.c.training.accum,
+                                                   run.c.parallel.virtual_stages),
+                    1),
+              "%)");
   }
   // Memory, before the sample (generation holds caches of its own): the peak
   // against the estimate checked before the model was built.

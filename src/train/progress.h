@@ -36,6 +36,7 @@ class MetricsWindow {
   int64_t first_step_ = 0;
   int64_t tokens_ = 0, run_tokens_ = 0;
   double run_wall_ = 0, run_comm_ = 0;
+  double run_bubble_ = 0;  // summed over the steps after the first (pipeline)
   double loss_ = 0, comm_ = 0, wall_ = 0, grad_wait_ = 0, poll_ = 0;
   int steps_ = 0;
   std::vector<double> exit_;

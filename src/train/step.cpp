@@ -195,10 +195,11 @@ void StepRunner::whole_micro_batches(int64_t n_valid, const std::vector<double>&
 // Pipeline parallelism: the step's micro-batches through this rank's stages
 // in the schedule's order (StageRunner); each stage's gradients are final
 // after its last backward, where the data-parallel all-reduce starts. Every
-// stage then learns the loss (the last stage's) and each exit's.
-void StepRunner::pipeline_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
-                                        double& loss_sum, std::vector<double>& exit_sum,
-                                        std::vector<bool>& exit_on) {
+// stage then learns the loss (the last stage's) and each exit's. Returns the
+// step's measured bubble.
+double StepRunner::pipeline_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
+                                          double& loss_sum, std::vector<double>& exit_sum,
+                                          std::vector<bool>& exit_on) {
   Run& run = run_;
   Model<float>& m = *run.model;
   const LayerSkipConfig& ls = run.c.layerskip;
@@ -220,12 +221,15 @@ void StepRunner::pipeline_micro_batches(int64_t n_valid, const std::vector<doubl
   run.pipe->set_before_backward(nullptr);
   m.restart_passes(base + n);
   loss_sum = run.pp->allreduce_sum(res.loss.loss_sum);
-  if (!ls.early_exit()) return;
+  const double bubble =
+      run.pp->allreduce_sum(res.wall > 0 ? res.idle / res.wall : 0.0) / run.grid.pp;
+  if (!ls.early_exit()) return bubble;
   for (size_t l = 0; l < exit_sum.size(); ++l) {
     const double x = res.loss.exit_loss_sum[l];
     exit_on[l] = run.pp->allreduce_sum(int64_t(!std::isnan(x))) > 0;
     exit_sum[l] = run.pp->allreduce_sum(std::isnan(x) ? 0.0 : x);
   }
+  return bubble;
 }
 
 StepResult StepRunner::run_step(double lr) {
@@ -259,7 +263,7 @@ StepResult StepRunner::run_step(double lr) {
   const ops::HeldWeights<float> held(m.backend(), m.weights_resident() ? m.params() : nullptr,
                                      m.num_params());
   if (run.piped())
-    pipeline_micro_batches(n_valid, exit_weight, loss_sum, exit_sum, r.exit_on);
+    r.bubble = pipeline_micro_batches(n_valid, exit_weight, loss_sum, exit_sum, r.exit_on);
   else
     whole_micro_batches(n_valid, exit_weight, loss_sum, exit_sum, r.exit_on);
   if (synced) {

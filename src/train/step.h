@@ -37,6 +37,9 @@ struct StepResult {
   double wall = 0, comm = 0, grad_wait = 0, poll = 0;
   // Early exits: the step's mean loss at each exit l (0-based layer) that had
   // one; exit_on[l] false for the others.
+  // Pipeline parallelism: the share of the stages' time in the schedule
+  // spent waiting for each other (the measured bubble; mean over the ranks).
+  double bubble = 0;
   std::vector<double> exit_loss;
   std::vector<bool> exit_on;
 };
@@ -77,9 +80,9 @@ class StepRunner {
   void whole_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
                            double& loss_sum, std::vector<double>& exit_sum,
                            std::vector<bool>& exit_on);
-  void pipeline_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
-                              double& loss_sum, std::vector<double>& exit_sum,
-                              std::vector<bool>& exit_on);
+  double pipeline_micro_batches(int64_t n_valid, const std::vector<double>& exit_weight,
+                                double& loss_sum, std::vector<double>& exit_sum,
+                                std::vector<bool>& exit_on);
   Run& run_;
   DebugSwitches debug_;
   std::unique_ptr<DataParallel> dp_;

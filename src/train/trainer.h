@@ -27,6 +27,7 @@ struct TrainResult {
   int stop_signal = 0;          // the signal that stopped it (every rank reports the same)
   double step_s = 0;            // mean wall time per optimizer step of this invocation
   double comm_s = 0;            // of which waiting in collectives (not hidden by compute)
+  double bubble = 0;            // pipeline: the measured bubble (StepResult::bubble)
   // Resident memory: this process's peak, and what the estimate said (the
   // estimate plus the program's own memory measured before the model).
   int64_t peak_rss_bytes = 0, estimate_bytes = 0;
