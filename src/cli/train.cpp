@@ -40,6 +40,24 @@ const char* kUsage =
     "  --help-recipe            list every recipe key with its default\n"
     "  --help                   show this help\n";
 
+// Planning ranks every parallel layout itself: the recipe's own (made for
+// its cluster) is set aside so that one process can resolve it, and checked
+// against the others afterwards.
+RecipeLayout set_layout_aside(RecipeCommand& rc) {
+  const Recipe as_written = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
+  const ParallelSection p = read_train_config(as_written).parallel;
+  RecipeLayout own;
+  own.tp = p.tp;
+  own.dp = p.dp;
+  own.zero = p.zero;
+  own.pp = p.pp;
+  for (const char* k : {"parallelism.tp=1", "parallelism.dp=0", "parallelism.pp=1",
+                        "parallelism.virtual_stages=1", "parallelism.schedule=\"1f1b\"",
+                        "parallelism.stages=\"\""})
+    rc.sets.push_back(k);
+  return own;
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv, int first) {
@@ -73,23 +91,7 @@ int cmd_train(int argc, char** argv, int first) {
   STRATA_USAGE_CHECK(dry_run || (device_bytes == 0 && world == 0),
                      "strata train: --plan-memory and --world go with --dry-run");
   STRATA_USAGE_CHECK(world == 0 || device_bytes > 0, "strata train: --world needs --plan-memory");
-  // Planning ranks every parallel layout itself: the recipe's own (made for
-  // its cluster) is set aside so that one process can resolve it, and
-  // checked against the others afterwards.
-  RecipeLayout own;
-  if (device_bytes > 0) {
-    const Recipe as_written = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
-    const ParallelSection p = read_train_config(as_written).parallel;
-    own.tp = p.tp;
-    own.dp = p.dp;
-    own.zero = p.zero;
-    own.pp = p.pp;
-    rc.sets.push_back("parallelism.tp=1");
-    rc.sets.push_back("parallelism.dp=0");
-    for (const char* k : {"parallelism.pp=1", "parallelism.virtual_stages=1",
-                          "parallelism.schedule=\"1f1b\"", "parallelism.stages=\"\""})
-      rc.sets.push_back(k);
-  }
+  const RecipeLayout own = device_bytes > 0 ? set_layout_aside(rc) : RecipeLayout{};
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
   if (dry_run) {  // everything checked as a run would, nothing written
     std::string refusal;
