@@ -27,8 +27,8 @@
 #            the same order, the ranks' orders have no cycle, all on one queue
 #            (STRATA_COLLECTIVE_TRACE; the rule NcclComm follows:
 #            parallel/collective_order.h)
-#   pipeline a 4-layer model: pp 2 (1f1b, gpipe, interleaved x 2), pp 4, pp 2 x dp 2,
-#            pp 2 x tp 2 (ZeRO-1) follow the single run (the same layout to 1e-6,
+#   pipeline a 4-layer model: pp 2 (1f1b, gpipe, interleaved x 2), pp 4, pp 2 x dp 2
+#            (ZeRO-0 and -1), pp 2 x tp 2 (ZeRO-1) follow the single run (the same layout to 1e-6,
 #            bit for bit where the summation order is the same); LayerSkip exits on
 #            both stages of a ladder plan with a tied embedding and recomputation;
 #            save at pp 2 x tp 2, resume alone and the reverse; a killed stage
@@ -338,6 +338,19 @@ case $phase in
     echo "pp 2 x dp 2:"
     compare_rel "$work/dp2" "$work/pp2dp2"
     weights_match "$work/dp2" "$work/pp2dp2"
+    # ZeRO-1 within each stage's data-parallel group.
+    trainp 2 1 "$work/dp2z1" 20 "${four[@]}" --set parallelism.zero=1
+    trainp 4 1 "$work/pp2dp2z1" 20 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=1 \
+      --set training.micro_batch_size=2
+    echo "pp 2 x dp 2, ZeRO-1:"
+    compare_rel "$work/dp2z1" "$work/pp2dp2z1"
+    weights_match "$work/dp2z1" "$work/pp2dp2z1"
+    # ZeRO-2/3 with stages is not built: refused in one line before training.
+    "$mpirun" -np 4 --oversubscribe --bind-to none "$strata" train recipes/debug.toml "${common[@]}" \
+      "${four[@]}" --set run.dir="$work/z3" --set parallelism.pp=2 --set parallelism.zero=3 \
+      >"$work/z3.log" 2>&1 && fail "ZeRO-3 with pp ran"
+    grep -q "parallelism.zero: 3 with parallelism.pp > 1 is not built yet" "$work/z3.log" ||
+      fail "no one-line refusal of ZeRO-3 with pp"
     trainp 2 2 "$work/tp2" 20 "${four[@]}" --set parallelism.zero=1
     trainp 4 2 "$work/pp2tp2" 20 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=1 \
       --set training.micro_batch_size=4
