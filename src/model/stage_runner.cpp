@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -65,16 +64,6 @@ int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank) {
   return most;
 }
 
-// A boundary's streams (forward) or their gradient (backward) for stage
-// `to` of micro-batch `mb`.
-template <typename T>
-struct StageRunner<T>::Message {
-  bool forward;
-  int mb, to;
-  auto key() const { return std::tuple(forward, mb, to); }
-  bool operator<(const Message& o) const { return key() < o.key(); }
-};
-
 template <typename T>
 StageRunner<T>::StageRunner(Model<T>& model, Communicator& pp, std::vector<int> first,
                             pipeline::Schedule schedule, int virtual_stages)
@@ -102,6 +91,18 @@ void StageRunner<T>::make_schedule(int m) {
   if (m == m_) return;
   sched_ = pipeline::make_schedule(kind_, pp_.size(), m, v_);
   m_ = m;
+  const int p = pp_.size(), me = pp_.rank(), S = stages();
+  inbox_.assign(size_t(p), {});
+  where_.clear();
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    for (const pipeline::Pass& ps : sched_[size_t(q)]) {
+      const Message msg{ps.forward, ps.micro_batch, ps.forward ? ps.stage + 1 : ps.stage - 1};
+      if (msg.to < 0 || msg.to >= S || rank_of(msg.to) != me) continue;
+      where_[msg] = {q, int(inbox_[size_t(q)].size())};
+      inbox_[size_t(q)].push_back(msg);
+    }
+  }
 }
 
 template <typename T>
@@ -123,26 +124,6 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
   const int p = pp_.size(), me = pp_.rank(), S = stages();
   const int L = model_.config().num_hidden_layers;
   const int64_t N = int64_t(B) * seq;
-  const ops::Dtype dt = model_.activation_storage();
-  ops::Backend<T>& be = model_.backend();
-  auto buffer = [&](int64_t n) { return ops::ActBuffer<T>(&be, size_t(n), dt); };
-  auto floats = [&](int64_t n) {  // a message's length in the communicator's unit
-    return (n * int64_t(ops::dtype_size(dt)) + 3) / 4;
-  };
-  auto raw = [](ops::ActBuffer<T>& b) { return static_cast<float*>(b.data().raw()); };
-
-  // What each other rank sends this one, in its order.
-  std::vector<std::vector<Message>> inbox(static_cast<size_t>(p));
-  std::map<Message, std::pair<int, int>> where;  // message -> (peer, position)
-  for (int q = 0; q < p; ++q) {
-    if (q == me) continue;
-    for (const pipeline::Pass& ps : sched_[size_t(q)]) {
-      Message msg{ps.forward, ps.micro_batch, ps.forward ? ps.stage + 1 : ps.stage - 1};
-      if (msg.to < 0 || msg.to >= S || rank_of(msg.to) != me) continue;
-      where[msg] = {q, int(inbox[size_t(q)].size())};
-      inbox[size_t(q)].push_back(msg);
-    }
-  }
   struct Posted {
     ops::ActBuffer<T> buf;
     int64_t handle = -1;
@@ -151,14 +132,14 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
   std::vector<int> next_post(static_cast<size_t>(p), 0);
   Result res;
   auto post_through = [&](const Message& msg) {  // receives from its sender up to msg
-    const auto it = where.find(msg);
-    if (it == where.end()) return;  // from this rank
+    const auto it = where_.find(msg);
+    if (it == where_.end()) return;  // from this rank
     const auto [q, pos] = it->second;
     for (int& k = next_post[size_t(q)]; k <= pos; ++k) {
-      const Message& mk = inbox[size_t(q)][size_t(k)];
+      const Message& mk = inbox_[size_t(q)][size_t(k)];
       const int64_t n = boundary_elems(mk.forward ? mk.to : mk.to + 1, N);
       Posted& slot = posted[mk];
-      slot.buf = buffer(n);
+      slot.buf = message(n);
       slot.handle = pp_.recv_async(raw(slot.buf), floats(n), q);
       ++res.receives;
     }
@@ -229,7 +210,7 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
                            has_in ? ops::ActIn<T>(in.buf.data()) : ops::ActIn<T>(), mb.skip);
       if (ps.stage < S - 1) {
         const int64_t n = boundary_elems(ps.stage + 1, N);
-        ops::ActBuffer<T> out = buffer(n);
+        ops::ActBuffer<T> out = message(n);
         model_.stage_output(out.data());
         deliver(Message{true, ps.micro_batch, ps.stage + 1}, std::move(out), n);
       }
@@ -241,7 +222,7 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
       Posted dout;
       if (has_in) dout = take(in_msg);
       const int64_t n = ps.stage > 0 ? boundary_elems(ps.stage, N) : 0;
-      ops::ActBuffer<T> din = n ? buffer(n) : ops::ActBuffer<T>();
+      ops::ActBuffer<T> din = n ? message(n) : ops::ActBuffer<T>();
       const LossResult r = model_.stage_backward(
           dloss, has_in ? ops::ActIn<T>(dout.buf.data()) : ops::ActIn<T>(), din.data(), mb.skip);
       res.loss.loss_sum += r.loss_sum;
@@ -270,9 +251,6 @@ template <typename T>
 LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, int B, int seq) {
   const int p = pp_.size(), me = pp_.rank(), S = stages();
   const int64_t N = int64_t(B) * seq;
-  const ops::Dtype dt = model_.activation_storage();
-  ops::Backend<T>& be = model_.backend();
-  auto floats = [&](int64_t n) { return (n * int64_t(ops::dtype_size(dt)) + 3) / 4; };
   model_.use_activation_slot(0);
   LossResult res;
   ops::ActBuffer<T> in, local;
@@ -287,8 +265,8 @@ LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, in
         if (rank_of(s - 1) == me) {
           in = std::move(local);
         } else {
-          in = ops::ActBuffer<T>(&be, size_t(n), dt);
-          pp_.recv(static_cast<float*>(in.data().raw()), floats(n), rank_of(s - 1));
+          in = message(n);
+          pp_.recv(raw(in), floats(n), rank_of(s - 1));
         }
         x = in.data();
       }
@@ -300,14 +278,13 @@ LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, in
         continue;
       }
       const int64_t n = boundary_elems(s + 1, N);
-      ops::ActBuffer<T> out(&be, size_t(n), dt);
+      ops::ActBuffer<T> out = message(n);
       model_.stage_output(out.data());
       if (rank_of(s + 1) == me) {
         local = std::move(out);
         continue;
       }
-      const int64_t h =
-          pp_.send_async(static_cast<float*>(out.data().raw()), floats(n), rank_of(s + 1));
+      const int64_t h = pp_.send_async(raw(out), floats(n), rank_of(s + 1));
       sending.emplace_back(std::move(out), h);
     }
   }

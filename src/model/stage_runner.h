@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "model/model.h"
@@ -104,7 +105,15 @@ class StageRunner {
   const std::vector<std::vector<pipeline::Pass>>& schedule() const { return sched_; }
 
  private:
-  struct Message;
+  // A boundary's streams (forward) or their gradient (backward) for stage
+  // `to` of micro-batch `mb`.
+  struct Message {
+    bool forward;
+    int mb, to;
+    bool operator<(const Message& o) const {
+      return std::tie(forward, mb, to) < std::tie(o.forward, o.mb, o.to);
+    }
+  };
   Model<T>& model_;
   Communicator& pp_;
   std::vector<int> first_;
@@ -112,8 +121,21 @@ class StageRunner {
   int v_ = 1;
   std::vector<std::vector<pipeline::Pass>> sched_;
   int m_ = 0;  // micro-batches the schedule was made for
+  // From the schedule: what each other rank sends this one, in its order,
+  // and each such message's (sender, position).
+  std::vector<std::vector<Message>> inbox_;
+  std::map<Message, std::pair<int, int>> where_;
   std::function<void(int, bool)> before_backward_;
   void make_schedule(int m);
+  // A message of n activation elements: its buffer, and its length in the
+  // communicator's unit (floats).
+  ops::ActBuffer<T> message(int64_t n) {
+    return ops::ActBuffer<T>(&model_.backend(), size_t(n), model_.activation_storage());
+  }
+  int64_t floats(int64_t n) const {
+    return (n * int64_t(ops::dtype_size(model_.activation_storage())) + 3) / 4;
+  }
+  static float* raw(ops::ActBuffer<T>& b) { return static_cast<float*>(b.data().raw()); }
   int rank_of(int stage) const { return stage % pp_.size(); }
   int64_t boundary_elems(int stage, int64_t N) const;  // the boundary below stage's first layer
 };

@@ -127,15 +127,16 @@ void setup_optimizer(Run& run) {
     // The gradient norm adds every stage's; a tensor several stages hold
     // (the head on exit stages, a tied embedding) counts on the lowest.
     // (Every tensor's lowest holder is where a checkpoint takes it from.)
-    const size_t n = layout.tensors().size();
-    std::vector<bool> counted(n, true);
-    std::vector<int64_t> holders(n);
-    for (size_t t = 0; t < n; ++t) holders[t] = int64_t(layout[int(t)].held) << run.grid.pp_rank;
-    for (int64_t& h : holders) h = run.pp->allreduce_sum(h);
+    // One all-reduce: held[t][r] is 1 where pipeline rank r holds tensor t.
+    const size_t n = layout.tensors().size(), p = size_t(run.grid.pp);
+    std::vector<float> held(n * p, 0.f);
+    for (size_t t = 0; t < n; ++t) held[t * p + size_t(run.grid.pp_rank)] = layout[int(t)].held;
+    run.pp->allreduce_sum(held.data(), int64_t(held.size()));
+    std::vector<bool> counted(n);
     run.pp_holder.assign(n, -1);
     for (size_t t = 0; t < n; ++t) {
-      for (int r = 0; r < run.grid.pp && run.pp_holder[t] < 0; ++r)
-        if (holders[t] >> r & 1) run.pp_holder[t] = r;
+      for (size_t r = 0; r < p && run.pp_holder[t] < 0; ++r)
+        if (held[t * p + r] > 0) run.pp_holder[t] = int(r);
       counted[t] = run.pp_holder[t] == run.grid.pp_rank;
     }
     run.opt->set_pp_comm(run.pp, counted);

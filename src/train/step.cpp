@@ -224,9 +224,13 @@ double StepRunner::pipeline_micro_batches(int64_t n_valid, const std::vector<dou
   const double bubble =
       run.pp->allreduce_sum(res.wall > 0 ? res.idle / res.wall : 0.0) / run.grid.pp;
   if (!ls.early_exit()) return bubble;
-  for (size_t l = 0; l < exit_sum.size(); ++l) {
+  // The exits with a loss this step are the weighted ones (and the last
+  // layer), the same on every stage: only their sums cross the group.
+  const size_t L = exit_sum.size();
+  for (size_t l = 0; l < L; ++l) {
+    exit_on[l] = l + 1 == L || exit_weight[l] > 0;
+    if (!exit_on[l]) continue;
     const double x = res.loss.exit_loss_sum[l];
-    exit_on[l] = run.pp->allreduce_sum(int64_t(!std::isnan(x))) > 0;
     exit_sum[l] = run.pp->allreduce_sum(std::isnan(x) ? 0.0 : x);
   }
   return bubble;
