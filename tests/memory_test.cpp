@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include <chrono>
 #include <cstdlib>
@@ -10,9 +11,11 @@
 
 #include "core/error.h"
 #include "core/memory_info.h"
+#include "model/layouts.h"
 #include "model/memory.h"
 #include "model/model.h"
 #include "model/stage_runner.h"
+#include "model/stages.h"
 #include "testing.h"
 
 namespace strata {
@@ -237,7 +240,11 @@ TEST(Memory, PlanLayoutsRanksWhatFits) {
   const int64_t full = estimate_memory(c, plan, u).total();
   ASSERT_LT(full, none);
   const int64_t device = (none + full) / 2;
-  const auto layouts = plan_layouts(c, plan, world, seq, global, micro, device);
+  LayoutSearch search;
+  search.world = world, search.seq = seq, search.global_batch = global;
+  search.max_micro_batch = micro, search.device_bytes = device;
+  search.max_pp = 1;
+  const auto layouts = plan_layouts(c, plan, search);
   ASSERT_FALSE(layouts.empty());
   std::set<int> tps;
   bool seen_unfit = false;
@@ -276,8 +283,107 @@ TEST(Memory, PlanLayoutsRanksWhatFits) {
   };
   EXPECT_FALSE(find(Recompute::None).fits);
   EXPECT_TRUE(find(Recompute::Full).fits);
-  EXPECT_NEAR(find(Recompute::Full).cost, 1.25, 1e-12);
+  // Full recomputation's 1.25, times the cost of 64-token micro-batches
+  // (1 + 0.1 log2(4096 / 64)).
+  EXPECT_NEAR(find(Recompute::Full).cost, 1.25 * 1.6, 1e-12);
   EXPECT_TRUE(layouts.front().fits);
+}
+
+// The planner with pipeline stages: every pp layout's figure is the largest of
+// its pipeline ranks' estimates (each rank's stages, the head on every stage
+// with early exits, one activation slot per micro-batch its schedule keeps),
+// its stages are the trainer's split, its bubble the closed form, its cost
+// the bubble times the stages' imbalance; ZeRO-2/3 are not offered with pp.
+TEST(Memory, PlanLayoutsWithPipelineStages) {
+  const LlamaConfig c = config(false, false, 8);
+  const LayerPlan plan = LayerPlan::parse("lp*2,standard*6", 8);  // 7 units
+  LayoutSearch s;
+  s.world = 4, s.seq = 16, s.global_batch = 32, s.max_micro_batch = 4;
+  s.device_bytes = int64_t(1) << 40;
+  s.exits_on_every_stage = true;
+  const auto layouts = plan_layouts(c, plan, s);
+  std::set<std::tuple<int, int, int>> seen;  // pp, schedule, virtual stages
+  for (const LayoutOption& o : layouts) {
+    SCOPED_TRACE(cat("tp ", o.tp, " pp ", o.pp, " ", pipeline::schedule_name(o.schedule), " v ",
+                     o.virtual_stages, " zero ", o.zero, " m ", o.micro_batch));
+    EXPECT_EQ(o.tp * o.pp * o.dp, s.world);
+    EXPECT_EQ(int64_t(o.micro_batch) * o.grad_accum * o.dp, s.global_batch);
+    if (o.pp == 1) continue;
+    seen.insert({o.pp, int(o.schedule), o.virtual_stages});
+    EXPECT_LE(o.zero, 1);
+    const int S = o.pp * o.virtual_stages;
+    ASSERT_EQ(o.stage_first, stage_layers(plan, plan_stages(c, plan, s.seq, S).first));
+    ASSERT_EQ(int(o.stage_bytes.size()), o.pp);
+    int64_t most = 0;
+    for (int r = 0; r < o.pp; ++r) {
+      MemoryUse u;
+      u.tp = o.tp;
+      u.gradients = true;
+      u.optimizer_share = o.zero ? 1.0 / o.dp : 1.0;
+      u.dp = o.dp, u.zero = o.zero;
+      u.batch = o.micro_batch, u.seq = s.seq;
+      u.recompute = o.recompute;
+      u.stage = stage_holding(o.stage_first, o.pp, r, std::vector<bool>(size_t(S), true));
+      u.activation_slots = pipeline_slots(o.schedule, o.pp, o.grad_accum, o.virtual_stages, r);
+      const int64_t bytes = estimate_memory(c, plan, u).total();
+      EXPECT_EQ(o.stage_bytes[size_t(r)], bytes);
+      most = std::max(most, bytes);
+    }
+    EXPECT_EQ(o.memory.total(), most);
+    EXPECT_DOUBLE_EQ(o.bubble,
+                     pipeline::bubble_formula(o.schedule, o.pp, o.grad_accum, o.virtual_stages));
+    if (o.tp == 1 && o.zero == 0 && o.recompute == Recompute::None && o.micro_batch >= 4) {
+      // The bubble's factor, never less (the imbalance is at least 1).
+      const double vm = double(o.virtual_stages) * o.grad_accum;
+      EXPECT_GE(o.cost, (vm + o.pp - 1) / vm - 1e-12);
+      EXPECT_LT(o.cost, 2 * (vm + o.pp - 1) / vm);
+    }
+  }
+  using pipeline::Schedule;
+  EXPECT_EQ(seen, (std::set<std::tuple<int, int, int>>{{2, int(Schedule::GPipe), 1},
+                                                       {2, int(Schedule::OneFOneB), 1},
+                                                       {2, int(Schedule::Interleaved), 2},
+                                                       {4, int(Schedule::GPipe), 1},
+                                                       {4, int(Schedule::OneFOneB), 1}}))
+      << "interleaved at pp 4 needs 8 units, the plan has 7";
+  // Only 1F1B's memory and GPipe's cost: 1F1B comes first of the two.
+  for (const LayoutOption& o : layouts)
+    if (o.pp > 1) {
+      EXPECT_NE(o.schedule, Schedule::GPipe) << "GPipe ranked before 1F1B";
+      break;
+    }
+  // --max-pp 1 plans without stages.
+  s.max_pp = 1;
+  for (const LayoutOption& o : plan_layouts(c, plan, s)) EXPECT_EQ(o.pp, 1);
+}
+
+// Tensor parallelism across nodes costs more (pipeline stages and data
+// parallelism do not): on a device that tp 4 fits best, four devices to a
+// node take tp 4, two to a node a layout with tp 2 or less.
+TEST(Memory, PlanLayoutsPutsTensorParallelismInsideANode) {
+  LlamaConfig c = config(false, false, 8);
+  c.hidden_size = 64, c.intermediate_size = 256, c.num_attention_heads = 4;
+  c.num_key_value_heads = 4, c.vocab_size = 64;
+  c.finalize();
+  const LayerPlan plan = LayerPlan::standard(8);
+  LayoutSearch s;
+  s.world = 4, s.seq = 8, s.global_batch = 64, s.max_micro_batch = 4;
+  MemoryUse u;
+  u.tp = 4, u.gradients = true, u.optimizer_share = 1;
+  u.batch = 4, u.seq = s.seq;
+  s.device_bytes = estimate_memory(c, plan, u).total();  // tp 4, no recompute, m 4
+  s.node_devices = 4;
+  const LayoutOption one_node = plan_layouts(c, plan, s).front();
+  EXPECT_EQ(one_node.tp, 4);
+  const double small = 1 + 0.1 * std::log2(4096.0 / (4 * s.seq));  // 32-token micro-batches
+  EXPECT_NEAR(one_node.cost, 1.1 * small, 1e-12);
+  s.node_devices = 2;
+  const auto two = plan_layouts(c, plan, s);
+  EXPECT_TRUE(two.front().fits);
+  EXPECT_LE(two.front().tp, 2);
+  for (const LayoutOption& o : two)
+    if (o.tp == 4 && o.recompute == Recompute::None && o.micro_batch == 4)
+      EXPECT_NEAR(o.cost, 1.05 * 1.5 * small, 1e-12);  // two to a node, one doubling across
 }
 
 }  // namespace

@@ -32,7 +32,8 @@
 #            bit for bit where the summation order is the same); LayerSkip exits on
 #            both stages of a ladder plan with a tied embedding and recomputation;
 #            save at pp 2 x tp 2, resume alone and the reverse; a killed stage
-#            ends the job
+#            ends the job; placement over two named nodes (STRATA_NODE_NAME): a
+#            pipeline across them is said, a tp group across them warned about
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -392,6 +393,23 @@ case $phase in
       --set parallelism.stages='"2,2"' --dry-run >"$work/lp.log" 2>&1 && fail "an LP pair across stages ran"
     grep -q "parallelism.stages: the boundary before layer 2 splits a unit" "$work/lp.log" ||
       fail "no one-line refusal of an LP pair across stages"
+    # Placement over (named) nodes: a pipeline across two nodes is said, a
+    # tensor-parallel group across them is warned about in one line.
+    for layout in "pp" "tp"; do
+      run_on=()
+      for node in a b; do
+        run_on+=(-np 1 env STRATA_NODE_NAME="$node" "$strata" train recipes/debug.toml
+          "${common[@]}" "${four[@]}" --set parallelism.$layout=2 --set training.steps=1
+          --set checkpoint.final=false --set run.dir="$work/nodes-$layout" :)
+      done
+      "$mpirun" --oversubscribe --bind-to none "${run_on[@]:0:${#run_on[@]}-1}" \
+        >"$work/nodes-$layout.log" 2>&1 || fail "the $layout 2 run on two named nodes failed"
+    done
+    grep -q "^placement: 2 ranks on 2 nodes (at most 1 on one); tensor-parallel groups inside a node; a pipeline spans up to 2 nodes$" \
+      "$work/nodes-pp.log" && ! grep -q "warning: placement" "$work/nodes-pp.log" ||
+      fail "pp 2 across two nodes: no placement line, or a warning"
+    grep -q "^warning: placement: 1 of 1 tensor-parallel groups span nodes (the first, world ranks 0-1, is on a, b)" \
+      "$work/nodes-tp.log" || fail "tp 2 across two nodes: no warning"
     # A stage killed mid-run ends the job.
     signal_one_rank KILL kill "${four[@]}" --set parallelism.pp=2
     wait "$job" && fail "SIGKILL to one stage: mpirun exited 0"

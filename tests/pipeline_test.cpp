@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/plan.h"
 #include "model/stages.h"
+#include "parallel/grid.h"
 #include "parallel/pipeline.h"
 #include "testing.h"
 
@@ -179,6 +180,59 @@ TEST(PipelineModelStages, LayersByFlopsWithTheHeadOnTheLastStage) {
   EXPECT_EQ(lp.units().size(), 3u);
   EXPECT_EQ(plan_stages(six, lp, 512, 3).first, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_ERROR(plan_stages(six, lp, 512, 4), "4 stages for 3 units");
+}
+
+// Where the grid's groups sit (parallel/grid.h): 2 nodes of 4 ranks at tp 4
+// keep each tp group on a node and a pipeline of pp 2 across both; 3 ranks
+// to a node split the second tp group of 2; one node says nothing.
+TEST(Placement, TensorParallelGroupsInsideANodePipelinesAcross) {
+  const std::vector<std::string> two_by_four = {"a", "a", "a", "a", "b", "b", "b", "b"};
+  Placement p = describe_placement(two_by_four, 4, 2);
+  EXPECT_EQ(p.nodes, 2);
+  EXPECT_EQ(p.most_ranks_on_a_node, 4);
+  EXPECT_TRUE(p.split_tp_groups.empty());
+  EXPECT_EQ(p.pipeline_nodes, 2);
+  EXPECT_EQ(p.dp_nodes, 1);
+  EXPECT_EQ(p.summary,
+            "placement: 8 ranks on 2 nodes (at most 4 on one); tensor-parallel groups inside a "
+            "node; a pipeline spans up to 2 nodes");
+  // The docs' examples: tp 8 x pp 2 on two nodes of 8, tp 4 on 12 ranks, 6 to a node.
+  std::vector<std::string> sixteen(8, "n1"), twelve(6, "n1");
+  sixteen.resize(16, "n2");
+  twelve.resize(12, "n2");
+  EXPECT_EQ(describe_placement(sixteen, 8, 2).summary,
+            "placement: 16 ranks on 2 nodes (at most 8 on one); tensor-parallel groups inside a "
+            "node; a pipeline spans up to 2 nodes");
+  const Placement q = describe_placement(twelve, 4, 1);
+  EXPECT_EQ(q.summary,
+            "placement: 12 ranks on 2 nodes (at most 6 on one); tensor-parallel groups 1 of 3 "
+            "across nodes; a data-parallel group up to 2 nodes");
+  EXPECT_EQ(q.warning.substr(0, 91),
+            "placement: 1 of 3 tensor-parallel groups span nodes (the first, world ranks 4-7, is "
+            "on n1, ");
+  EXPECT_EQ(p.warning, "");
+  // tp 2 x dp 4 on the same nodes: data parallelism crosses them.
+  p = describe_placement(two_by_four, 2, 1);
+  EXPECT_TRUE(p.split_tp_groups.empty());
+  EXPECT_EQ(p.dp_nodes, 2);
+  EXPECT_EQ(p.pipeline_nodes, 1);
+
+  const std::vector<std::string> threes = {"n1", "n1", "n1", "n2", "n2", "n2"};
+  p = describe_placement(threes, 2, 1);
+  EXPECT_EQ(p.split_tp_groups, std::vector<int>{2});
+  EXPECT_NE(p.summary.find("tensor-parallel groups 1 of 3 across nodes"), std::string::npos)
+      << p.summary;
+  EXPECT_EQ(p.warning,
+            "placement: 1 of 3 tensor-parallel groups span nodes (the first, world ranks 2-3, is "
+            "on n1, n2): their all-reduces of every layer cross the network; start a multiple of "
+            "tp = 2 ranks on each node, in rank order (srun --ntasks-per-node, mpirun --map-by "
+            "ppr:N:node)");
+
+  p = describe_placement({"x", "x", "x", "x"}, 2, 2);
+  EXPECT_EQ(p.nodes, 1);
+  EXPECT_EQ(p.summary, "");
+  EXPECT_EQ(p.warning, "");
+  EXPECT_EQ(describe_placement({}, 1, 1).nodes, 1);  // one process: nothing gathered
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ namespace {
 
 const char* kUsage =
     "usage: strata train <recipe.toml> [--set section.key=value ...] [--dry-run\n"
-    "                    [--plan-memory BYTES [--world N]]]\n"
+    "                    [--plan-memory BYTES [--world N] [--node-devices N]\n"
+    "                    [--max-pp N]]]\n"
     "       strata train --help-recipe\n\n"
     "Trains a model from a TOML recipe: pretraining from scratch, continual pretraining\n"
     "(model.init_from) or SFT (data.kind = \"sft\"). Progress goes to stderr; metrics to\n"
@@ -33,10 +34,15 @@ const char* kUsage =
     "                           per process (weights, gradients, AdamW moments, activations)\n"
     "                           and exit; writes nothing\n"
     "  --plan-memory BYTES      with --dry-run: instead of this machine's memory, rank the\n"
-    "                           layouts (tp, ZeRO-1, training.recompute, micro-batch) that fit\n"
-    "                           devices of BYTES (e.g. 80GB) each, by a stated cost model\n"
+    "                           layouts (tp, pp and its schedule, ZeRO, training.recompute,\n"
+    "                           micro-batch) that fit devices of BYTES (e.g. 80GB) each, by a\n"
+    "                           stated cost model\n"
     "  --world N                the number of devices for --plan-memory (default: the\n"
     "                           processes of this run)\n"
+    "  --node-devices N         devices per node for --plan-memory (default 8): tensor\n"
+    "                           parallelism across nodes costs more, pipeline stages do not\n"
+    "  --max-pp N               the largest pipeline degree --plan-memory searches (default:\n"
+    "                           any; 1 plans without pipeline parallelism)\n"
     "  --help-recipe            list every recipe key with its default\n"
     "  --help                   show this help\n";
 
@@ -51,9 +57,11 @@ RecipeLayout set_layout_aside(RecipeCommand& rc) {
   own.dp = p.dp;
   own.zero = p.zero;
   own.pp = p.pp;
-  for (const char* k : {"parallelism.tp=1", "parallelism.dp=0", "parallelism.pp=1",
-                        "parallelism.virtual_stages=1", "parallelism.schedule=\"1f1b\"",
-                        "parallelism.stages=\"\""})
+  own.schedule = p.schedule;
+  own.virtual_stages = p.virtual_stages;
+  for (const char* k :
+       {"parallelism.tp=1", "parallelism.dp=0", "parallelism.pp=1", "parallelism.virtual_stages=1",
+        "parallelism.schedule=\"1f1b\"", "parallelism.stages=\"\""})
     rc.sets.push_back(k);
   return own;
 }
@@ -63,39 +71,43 @@ RecipeLayout set_layout_aside(RecipeCommand& rc) {
 int cmd_train(int argc, char** argv, int first) {
   RecipeCommand rc;
   bool dry_run = false;
-  int64_t device_bytes = 0;
-  int world = 0;
+  PlanRequest plan;
+  bool planning_option = false;  // --world, --node-devices or --max-pp
+  auto count = [&](const std::string& flag, const std::string& v) {
+    const int n = std::atoi(v.c_str());
+    STRATA_USAGE_CHECK(n >= 1 && v.find_first_not_of("0123456789") == std::string::npos,
+                       "strata train: ", flag, " expects a positive integer, got '", v, "'");
+    return n;
+  };
   if (!parse_recipe_command(
           "strata train", kUsage, train_recipe_schema(), argc, argv, first, rc,
           [&](const std::string& a, int& i) {
             if (a == "--dry-run") return dry_run = true;
-            if (a == "--plan-memory" || a == "--world") {
-              STRATA_USAGE_CHECK(i + 1 < argc, "strata train: ", a, " needs a value");
-              const std::string v = argv[++i];
-              if (a == "--world") {
-                world = std::atoi(v.c_str());
-                STRATA_USAGE_CHECK(
-                    world >= 1 && v.find_first_not_of("0123456789") == std::string::npos,
-                    "strata train: --world expects a positive "
-                    "integer, got '",
-                    v, "'");
-              } else {
-                device_bytes = parse_bytes(v, "--plan-memory");
-                STRATA_USAGE_CHECK(device_bytes > 0, "strata train: --plan-memory must be > 0");
-              }
-              return true;
+            if (a != "--plan-memory" && a != "--world" && a != "--node-devices" && a != "--max-pp")
+              return false;
+            STRATA_USAGE_CHECK(i + 1 < argc, "strata train: ", a, " needs a value");
+            const std::string v = argv[++i];
+            if (a == "--world") plan.world = count(a, v);
+            if (a == "--node-devices") plan.node_devices = count(a, v);
+            if (a == "--max-pp") plan.max_pp = count(a, v);
+            planning_option |= a != "--plan-memory";
+            if (a == "--plan-memory") {
+              plan.device_bytes = parse_bytes(v, "--plan-memory");
+              STRATA_USAGE_CHECK(plan.device_bytes > 0, "strata train: --plan-memory must be > 0");
             }
-            return false;
+            return true;
           }))
     return 0;
-  STRATA_USAGE_CHECK(dry_run || (device_bytes == 0 && world == 0),
-                     "strata train: --plan-memory and --world go with --dry-run");
-  STRATA_USAGE_CHECK(world == 0 || device_bytes > 0, "strata train: --world needs --plan-memory");
-  const RecipeLayout own = device_bytes > 0 ? set_layout_aside(rc) : RecipeLayout{};
+  STRATA_USAGE_CHECK(dry_run || (plan.device_bytes == 0 && !planning_option),
+                     "strata train: --plan-memory, --world, --node-devices and --max-pp go with "
+                     "--dry-run");
+  STRATA_USAGE_CHECK(!planning_option || plan.device_bytes > 0,
+                     "strata train: --world, --node-devices and --max-pp need --plan-memory");
+  if (plan.device_bytes > 0) plan.own = set_layout_aside(rc);
   const Recipe recipe = Recipe::load(rc.recipe, rc.sets, train_recipe_schema());
   if (dry_run) {  // everything checked as a run would, nothing written
     std::string refusal;
-    const std::string memory = train_dry_run(recipe, device_bytes, world, own, &refusal);
+    const std::string memory = train_dry_run(recipe, plan, &refusal);
     std::fputs(recipe.to_toml().c_str(), stdout);
     std::fputs(memory.c_str(), stdout);
     std::fflush(stdout);

@@ -342,66 +342,6 @@ MemoryEstimate estimate_memory(const LlamaConfig& cfg_in, const LayerPlan& plan,
   return e;
 }
 
-namespace {
-// Relative step time per ZeRO stage (memory.h).
-constexpr double kZeroCost[4] = {1.0, 1.02, 1.03, 1.10};
-}  // namespace
-
-std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPlan& plan, int world,
-                                       int seq, int64_t global_batch, int max_micro_batch,
-                                       int64_t device_bytes, double trained_share,
-                                       bool bf16_activations, bool bf16_weight_copies) {
-  LlamaConfig c = cfg_in;
-  c.finalize();
-  std::vector<LayoutOption> out;
-  for (int tp = 1; tp <= world; ++tp) {
-    if (world % tp || c.num_attention_heads % tp || c.num_key_value_heads % tp ||
-        c.intermediate_size % tp || c.vocab_size % tp)
-      continue;
-    try {
-      if (plan.num_layers() == c.num_hidden_layers) plan.tp_shards(tp);
-    } catch (const Error&) {
-      continue;  // the plan cannot be laid out over tp ranks
-    }
-    const int dp = world / tp;
-    if (global_batch % dp) continue;  // the batch does not split over the ranks
-    const int64_t per_rank = global_batch / dp;
-    for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
-      for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
-        for (int64_t m = std::min<int64_t>(per_rank, std::max(1, max_micro_batch)); m >= 1; --m) {
-          if (per_rank % m) continue;
-          LayoutOption o;
-          o.tp = tp, o.dp = dp, o.zero = zero, o.recompute = rc;
-          o.micro_batch = int(m);
-          o.grad_accum = int(per_rank / m);
-          MemoryUse u;
-          u.tp = tp;
-          u.gradients = true;
-          u.optimizer_share = trained_share / (zero == 1 ? dp : 1);
-          u.dp = dp, u.zero = zero;
-          u.batch = int(m), u.seq = seq;
-          u.recompute = rc;
-          u.bf16_activations = bf16_activations;
-          u.bf16_weight_copies = bf16_weight_copies;
-          o.memory = estimate_memory(c, plan, u);
-          o.fits = o.memory.total() <= device_bytes;
-          o.cost = (rc == Recompute::Full        ? 1.25
-                    : rc == Recompute::Selective ? 1.01
-                                                 : 1.0) *
-                   (1 + 0.05 * std::log2(double(tp))) * kZeroCost[zero] *
-                   (1 + 0.1 * std::max(0.0, std::log2(4.0 / m)));
-          out.push_back(std::move(o));
-        }
-  }
-  std::stable_sort(out.begin(), out.end(), [](const LayoutOption& a, const LayoutOption& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (a.cost != b.cost) return a.cost < b.cost;
-    if (a.micro_batch != b.micro_batch) return a.micro_batch > b.micro_batch;  // fewer passes
-    return a.memory.total() < b.memory.total();
-  });
-  return out;
-}
-
 void check_memory(const MemoryEstimate& need, const MemoryLimit& limit, int processes,
                   const std::string& what, const std::string& hint) {
   if (limit.bytes < 0) return;

@@ -90,45 +90,6 @@ struct MemoryEstimate {
 // nothing to estimate.
 MemoryEstimate estimate_memory(const LlamaConfig& cfg, const LayerPlan& plan, const MemoryUse& u);
 
-// The layouts of a training job on `world` devices of `device_bytes` each
-// that keep its global batch (`global_batch` sequences per optimizer step):
-// every tensor-parallel degree the model allows (tp divides world, the
-// heads, KV heads, MLP width and vocabulary) whose data-parallel degree
-// divides the batch, ZeRO 0-3 (with data parallelism), each recompute mode,
-// and every micro-batch up to `max_micro_batch` dividing a rank's share of
-// the batch (gradient accumulation makes up the rest). Each gets its
-// estimate per rank and a relative step time from this cost model, measured
-// here or stated:
-//   recompute: none 1.00, selective 1.01, full 1.25 (bench train --recompute:
-//     selective -0.7..+1.6%, full +15..+26%; a forward is a third of a step);
-//   tensor parallelism: x (1 + 0.05 log2 tp): two all-reduces of the
-//     activations per layer, mostly overlapped (docs/distributed.md, "Cost of communication");
-//   ZeRO-1: x 1.02 (the updated weights' broadcast after each step);
-//   ZeRO-2: x 1.03 (reduce-scatters per micro-batch, then that all-gather);
-//   ZeRO-3: x 1.10 (the weights gathered twice more per micro-batch, mostly
-//     overlapped with the units before them: docs/distributed.md, "Scaling");
-//   micro-batch m: x (1 + 0.1 max(0, log2(4 / m))): below 4 sequences the GEMMs
-//     run below peak.
-// Sorted: the layouts that fit first, by cost, then the larger micro-batch
-// (fewer passes per step), then the smaller footprint.
-struct LayoutOption {
-  int tp = 1, dp = 1, zero = 0;
-  Recompute recompute = Recompute::None;
-  int micro_batch = 1, grad_accum = 1;
-  MemoryEstimate memory;
-  bool fits = false;
-  double cost = 1;  // relative step time (1: no recompute, tp 1, no ZeRO, m >= 4)
-};
-// `trained_share`: the fraction of the weights that train (training.freeze),
-// which have AdamW moments under ZeRO 0 and 1; `bf16_activations`: the
-// activations' storage (training.activations); `bf16_weight_copies`: the
-// kernel backends' bf16 copies of the weights (MemoryUse).
-std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg, const LayerPlan& plan, int world,
-                                       int seq, int64_t global_batch, int max_micro_batch,
-                                       int64_t device_bytes, double trained_share = 1.0,
-                                       bool bf16_activations = false,
-                                       bool bf16_weight_copies = false);
-
 // Refuses, in one line, work whose estimate times `processes` (processes on
 // this machine sharing `limit`) exceeds it: "<what> needs about X per process
 // (...) but Y is available (source); <hint>". With STRATA_MEMORY_CHECK=0 it

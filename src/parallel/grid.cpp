@@ -17,9 +17,16 @@
 
 #include <cstdio>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "parallel/hang_watch.h"
@@ -65,6 +72,28 @@ void mpi_failure(MPI_Comm* comm, int* code, ...) {
                rank, reason);
   std::fflush(stderr);
   MPI_Abort(comm ? *comm : MPI_COMM_WORLD, 1);
+}
+
+// Each world rank's node, gathered over MPI_COMM_WORLD (collective).
+std::vector<std::string> gather_node_names(int world_size) {
+  std::vector<std::string> out;
+#if defined(STRATA_HAVE_MPI)
+  constexpr int kName = 256;
+  char mine[kName] = {};
+  const char* given = env("STRATA_NODE_NAME");
+  if (given && *given)
+    std::snprintf(mine, sizeof mine, "%s", given);
+  else if (gethostname(mine, kName - 1) != 0)
+    std::snprintf(mine, sizeof mine, "unknown");
+  std::vector<char> all(size_t(world_size) * kName);
+  MPI_Allgather(mine, kName, MPI_CHAR, all.data(), kName, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < world_size; ++r)
+    out.emplace_back(all.data() + size_t(r) * kName,
+                     strnlen(all.data() + size_t(r) * kName, kName));
+#else
+  (void)world_size;
+#endif
+  return out;
 }
 
 void init_mpi_once() {
@@ -166,9 +195,60 @@ ProcessGrid make_grid(int tp, int dp_request, int pp) {
   g.tp_comm = std::move(tp_comm);
   g.dp_comm = std::move(dp_comm);
   g.world = std::move(world);
+  g.node_of_rank = gather_node_names(world_size);
   start_hang_watch();  // collective too: a communicator of its own
 #endif
   return g;
+}
+
+Placement describe_placement(const std::vector<std::string>& node_of_rank, int tp, int pp) {
+  Placement p;
+  const int world = int(node_of_rank.size());
+  if (world == 0 || tp < 1 || pp < 1 || world % (tp * pp)) return p;
+  std::map<std::string, int> ranks_on;
+  for (const std::string& n : node_of_rank) ++ranks_on[n];
+  p.nodes = int(ranks_on.size());
+  for (const auto& [n, k] : ranks_on) p.most_ranks_on_a_node = std::max(p.most_ranks_on_a_node, k);
+  // The nodes a group of world ranks spans.
+  auto span = [&](auto rank_of, int members) {
+    std::set<std::string> on;
+    for (int i = 0; i < members; ++i) on.insert(node_of_rank[size_t(rank_of(i))]);
+    return int(on.size());
+  };
+  const int dp = world / (tp * pp);
+  for (int first = 0; first < world; first += tp)
+    if (span([&](int i) { return first + i; }, tp) > 1) p.split_tp_groups.push_back(first);
+  for (int d = 0; d < dp; ++d)
+    for (int t = 0; t < tp; ++t)
+      p.pipeline_nodes =
+          std::max(p.pipeline_nodes, span([&](int s) { return (d * pp + s) * tp + t; }, pp));
+  for (int s = 0; s < pp; ++s)
+    for (int t = 0; t < tp; ++t)
+      p.dp_nodes = std::max(p.dp_nodes, span([&](int d) { return (d * pp + s) * tp + t; }, dp));
+  auto nodes = [](int n) { return n == 1 ? std::string("one node") : cat("up to ", n, " nodes"); };
+  if (p.nodes > 1)
+    p.summary = cat("placement: ", world, " ranks on ", p.nodes, " nodes (at most ",
+                    p.most_ranks_on_a_node, " on one); tensor-parallel groups ",
+                    p.split_tp_groups.empty()
+                        ? "inside a node"
+                        : cat(p.split_tp_groups.size(), " of ", world / tp, " across nodes"),
+                    pp > 1 ? cat("; a pipeline spans ", nodes(p.pipeline_nodes)) : "",
+                    dp > 1 ? cat("; a data-parallel group ", nodes(p.dp_nodes)) : "");
+  if (!p.split_tp_groups.empty()) {
+    const int f = p.split_tp_groups.front();
+    std::set<std::string> on(node_of_rank.begin() + f, node_of_rank.begin() + f + tp);
+    std::string names;
+    for (const std::string& n : on) names += cat(names.empty() ? "" : ", ", n);
+    p.warning = cat("placement: ", p.split_tp_groups.size(), " of ", world / tp,
+                    " tensor-parallel groups span nodes (the first, world ranks ", f, "-",
+                    f + tp - 1, ", is on ", names,
+                    "): their all-reduces of every layer cross the network; start a multiple "
+                    "of tp = ",
+                    tp,
+                    " ranks on each node, in rank order (srun --ntasks-per-node, "
+                    "mpirun --map-by ppr:N:node)");
+  }
+  return p;
 }
 
 void use_device_comms(ProcessGrid& g, const std::string& device, void* compute_stream, int gpu) {

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/comm.h"
 
@@ -20,8 +21,25 @@ struct ProcessGrid {
   // pp_comm: the ranks of one pipeline (same dp and tp rank), ranked by stage;
   // MPI even on GPUs for now (point-to-point; NCCL's send/receive to come).
   std::unique_ptr<Communicator> world, dp_comm, tp_comm, pp_comm;
+  // Each world rank's node (its host name, or STRATA_NODE_NAME where set),
+  // gathered by make_grid; one entry for a single process.
+  std::vector<std::string> node_of_rank;
   bool is_root() const { return world_rank == 0; }
 };
+
+// Where a grid's groups sit, from each world rank's node: how many nodes and
+// ranks per node, which tensor-parallel groups span nodes (their per-layer
+// all-reduces then cross the network), and how many nodes a pipeline and a
+// data-parallel group each span at most. `summary` is one line for the log
+// ("" on one node); `warning` one line when a tp group spans nodes ("" else).
+struct Placement {
+  int nodes = 1;
+  int most_ranks_on_a_node = 1;
+  std::vector<int> split_tp_groups;  // the first world rank of each tp group that spans nodes
+  int pipeline_nodes = 1, dp_nodes = 1;
+  std::string summary, warning;
+};
+Placement describe_placement(const std::vector<std::string>& node_of_rank, int tp, int pp);
 
 // True when this process was launched by mpirun or srun (environment
 // variables of Open MPI / PMIx / Slurm), i.e. MPI must be initialised.

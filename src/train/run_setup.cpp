@@ -234,11 +234,15 @@ void log_summary(const Run& run) {
   const int64_t weights =
       run.zero() == 3 ? run.zero_store->shard_elements() : run.model->num_params();
   log::info("parallel: ", run.world(), " processes (", run.grid.world->name(), ") = dp ",
-            run.grid.dp, " x tp ", run.grid.tp, "; rank 0 holds ", human_count(double(weights)),
-            " parameters", run.zero() == 3 ? " (a shard)" : "", " and ", human_count(double(state)),
+            run.grid.dp, run.grid.pp > 1 ? cat(" x pp ", run.grid.pp) : "", " x tp ", run.grid.tp,
+            "; rank 0 holds ", human_count(double(weights)), " parameters",
+            run.zero() == 3 ? " (a shard)" : "", " and ", human_count(double(state)),
             " optimizer moments", run.zero() ? cat(" (ZeRO-", run.zero(), ")") : std::string(),
             "; global batch ",
             int64_t(run.c.training.micro_batch) * run.grid.dp * run.c.training.accum, " sequences");
+  const Placement where = describe_placement(run.grid.node_of_rank, run.grid.tp, run.grid.pp);
+  if (!where.summary.empty()) log::info(where.summary);
+  if (!where.warning.empty()) log::warn(where.warning);
 }
 
 }  // namespace

@@ -44,20 +44,29 @@ TrainResult train(const Recipe& recipe);
 // train() does before its first write, and returns the memory estimate per
 // process as TOML comment lines ("# memory: ..."). Writes nothing; throws the
 // error train() would (a run that cannot fit included).
-// With device_bytes > 0: the layouts of the job on `world` devices of that
-// size (0: the run's own process count) that fit, ranked (plan_layouts), in
-// place of this machine's memory check, then the recipe's own layout
-// (`own`: its parallelism.tp, dp and zero, which the caller set aside so
-// that one process resolves the recipe) with its estimate; throws naming
-// the smallest when none fits. When the recipe's own layout does not fit,
-// `refusal` gets the one-line reason naming the best that does (the table
-// is still returned). A model.init_from that is not on this machine is then
-// planned from model.config.
+// With plan.device_bytes > 0: the layouts of the job on plan.world devices of
+// that size (0: the run's own process count), plan.node_devices to a node,
+// that fit, ranked (model/layouts.h), in place of this machine's memory
+// check, then the recipe's own layout (plan.own: its parallelism section,
+// which the caller set aside so that one process resolves the recipe) with
+// its estimate; throws naming the smallest when none fits. When the recipe's
+// own layout does not fit, `refusal` gets the one-line reason naming the best
+// that does (the table is still returned). A model.init_from that is not on
+// this machine is then planned from model.config.
 struct RecipeLayout {
   int tp = 1, dp = 0, zero = 0, pp = 1;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
 };
-std::string train_dry_run(const Recipe& recipe, int64_t device_bytes = 0, int world = 0,
-                          RecipeLayout own = {}, std::string* refusal = nullptr);
+struct PlanRequest {
+  int64_t device_bytes = 0;  // 0: this machine's check, no planning
+  int world = 0;             // devices (0: the run's processes)
+  int node_devices = 8;      // devices per node
+  int max_pp = 0;            // the largest pipeline degree searched (0: any)
+  RecipeLayout own;
+};
+std::string train_dry_run(const Recipe& recipe, const PlanRequest& plan = {},
+                          std::string* refusal = nullptr);
 
 // Resolves `training.trainable` / `training.freeze` patterns to a per-tensor
 // mask. Patterns are globs over tensor names ("model.layers.*.mlp.*",
