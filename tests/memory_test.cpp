@@ -293,7 +293,7 @@ TEST(Memory, PlanLayoutsRanksWhatFits) {
 // its pipeline ranks' estimates (each rank's stages, the head on every stage
 // with early exits, one activation slot per micro-batch its schedule keeps),
 // its stages are the trainer's split, its bubble the closed form, its cost
-// the bubble times the stages' imbalance; ZeRO-2/3 are not offered with pp.
+// the bubble times the stages' imbalance; ZeRO 0-3 each with data parallelism.
 TEST(Memory, PlanLayoutsWithPipelineStages) {
   const LlamaConfig c = config(false, false, 8);
   const LayerPlan plan = LayerPlan::parse("lp*2,standard*6", 8);  // 7 units
@@ -303,6 +303,7 @@ TEST(Memory, PlanLayoutsWithPipelineStages) {
   s.exits_on_every_stage = true;
   const auto layouts = plan_layouts(c, plan, s);
   std::set<std::tuple<int, int, int>> seen;  // pp, schedule, virtual stages
+  std::set<int> zeros;                       // ZeRO stages with pp
   for (const LayoutOption& o : layouts) {
     SCOPED_TRACE(cat("tp ", o.tp, " pp ", o.pp, " ", pipeline::schedule_name(o.schedule), " v ",
                      o.virtual_stages, " zero ", o.zero, " m ", o.micro_batch));
@@ -310,7 +311,8 @@ TEST(Memory, PlanLayoutsWithPipelineStages) {
     EXPECT_EQ(int64_t(o.micro_batch) * o.grad_accum * o.dp, s.global_batch);
     if (o.pp == 1) continue;
     seen.insert({o.pp, int(o.schedule), o.virtual_stages});
-    EXPECT_LE(o.zero, 1);
+    if (o.dp == 1) EXPECT_EQ(o.zero, 0);
+    zeros.insert(o.zero);
     const int S = o.pp * o.virtual_stages;
     ASSERT_EQ(o.stage_first, stage_layers(plan, plan_stages(c, plan, s.seq, S).first));
     ASSERT_EQ(int(o.stage_bytes.size()), o.pp);
@@ -346,6 +348,7 @@ TEST(Memory, PlanLayoutsWithPipelineStages) {
                                                        {4, int(Schedule::GPipe), 1},
                                                        {4, int(Schedule::OneFOneB), 1}}))
       << "interleaved at pp 4 needs 8 units, the plan has 7";
+  EXPECT_EQ(zeros, (std::set<int>{0, 1, 2, 3}));
   // Only 1F1B's memory and GPipe's cost: 1F1B comes first of the two.
   for (const LayoutOption& o : layouts)
     if (o.pp > 1) {

@@ -193,6 +193,18 @@ case $phase in
     trainp 4 2 "$work/b" 20
     grep -q "resume: .*step_00000010.h5 at step 10" "$work/b.log" || fail "run b did not resume"
     compare "$work/single" "$work/b" 11
+    # And with the stages' weight stores: pp 2 x dp 2 with ZeRO-3, then alone;
+    # alone, then pp 2 x dp 2 with ZeRO-2.
+    trainp 4 1 "$work/c" 10 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=3 \
+      --set training.micro_batch_size=2
+    train1 "$work/c" 20 "${four[@]}"
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/c.log" || fail "run c did not resume"
+    compare "$work/single" "$work/c" 11
+    train1 "$work/d" 10 "${four[@]}"
+    trainp 4 1 "$work/d" 20 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=2 \
+      --set training.micro_batch_size=2
+    grep -q "resume: .*step_00000010.h5 at step 10" "$work/d.log" || fail "run d did not resume"
+    compare "$work/single" "$work/d" 11
     # Checkpoints saved by either layout hold the same tensors.
     "$strata" inspect "$work/a/checkpoints/step_00000010.h5" | grep -q "step: *10" ||
       fail "inspect of the tp=2 checkpoint"
@@ -283,10 +295,12 @@ case $phase in
     # every exit) on a ladder plan with full recomputation, one micro-batch
     # per step: at dp 2 the sum of two gradients does not depend on the
     # collective, so ZeRO-2 and ZeRO-3 equal ZeRO-0 bit for bit (with
-    # accumulation they differ in how micro-batches associate, above).
+    # accumulation they differ in how micro-batches associate, above). Four
+    # layers, two sequences per rank: a ladder unit dropped on one rank and
+    # run on the other must not change the order of the stores' collectives.
     ls=(--set layerskip.p_max=0.5 --set layerskip.e_scale=1.0 --set layerskip.curriculum=rotational
-      --set layerskip.rotation=1 --set model.plan=ladder*2 --set training.recompute=full
-      --set training.grad_accum_steps=1)
+      --set layerskip.rotation=1 --set model.num_hidden_layers=4 --set model.plan=ladder*4
+      --set training.recompute=full --set training.grad_accum_steps=1)
     trainp 2 1 "$work/ls0" 20 "${ls[@]}"
     for z in 2 3; do
       trainp 2 1 "$work/ls$z" 20 "${ls[@]}" --set parallelism.zero=$z
@@ -346,12 +360,16 @@ case $phase in
     echo "pp 2 x dp 2, ZeRO-1:"
     compare_rel "$work/dp2z1" "$work/pp2dp2z1"
     weights_match "$work/dp2z1" "$work/pp2dp2z1"
-    # ZeRO-2/3 with stages is not built: refused in one line before training.
-    "$mpirun" -np 4 --oversubscribe --bind-to none "$strata" train recipes/debug.toml "${common[@]}" \
-      "${four[@]}" --set run.dir="$work/z3" --set parallelism.pp=2 --set parallelism.zero=3 \
-      >"$work/z3.log" 2>&1 && fail "ZeRO-3 with pp ran"
-    grep -q "parallelism.zero: 3 with parallelism.pp > 1 is not built yet" "$work/z3.log" ||
-      fail "no one-line refusal of ZeRO-3 with pp"
+    # ZeRO-2 and -3: each stage's weight store shards its own tensors over its
+    # data-parallel group.
+    for z in 2 3; do
+      trainp 2 1 "$work/dp2z$z" 20 "${four[@]}" --set parallelism.zero=$z
+      trainp 4 1 "$work/pp2dp2z$z" 20 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=$z \
+        --set training.micro_batch_size=2
+      echo "pp 2 x dp 2, ZeRO-$z:"
+      compare_rel "$work/dp2z$z" "$work/pp2dp2z$z"
+      weights_match "$work/dp2z$z" "$work/pp2dp2z$z"
+    done
     trainp 2 2 "$work/tp2" 20 "${four[@]}" --set parallelism.zero=1
     trainp 4 2 "$work/pp2tp2" 20 "${four[@]}" --set parallelism.pp=2 --set parallelism.zero=1 \
       --set training.micro_batch_size=4
@@ -370,6 +388,14 @@ case $phase in
     echo "LayerSkip on a ladder plan, tied, recomputed, pp 2:"
     compare_rel "$work/ls1" "$work/ls2"
     weights_match "$work/ls1" "$work/ls2"
+    # The same at pp 2 x dp 2 with ZeRO-3 against dp 2 with ZeRO-3: the head's
+    # and the tied embedding's gradients summed over the stages shard by shard.
+    trainp 2 1 "$work/lsz3" 20 "${four[@]}" "${ls[@]}" --set parallelism.zero=3
+    trainp 4 1 "$work/lspz3" 20 "${four[@]}" "${ls[@]}" --set parallelism.pp=2 \
+      --set parallelism.zero=3 --set training.micro_batch_size=2
+    echo "LayerSkip on a ladder plan, tied, recomputed, pp 2 x dp 2, ZeRO-3:"
+    compare_rel "$work/lsz3" "$work/lspz3"
+    weights_match "$work/lsz3" "$work/lspz3"
     # Layout changes on resume: pp 2 x tp 2 for 10 steps, then alone; alone,
     # then pp 2 x dp 2.
     trainp 4 2 "$work/a" 10 "${four[@]}" --set parallelism.pp=2 --set training.micro_batch_size=4

@@ -14,11 +14,12 @@
 #include <set>
 
 #include "counting_comm.h"
+#include "every_plan_kind.h"
 #include "model/memory.h"
 #include "model/model.h"
+#include "model/stage_runner.h"
 #include "model/zero.h"
 #include "ops/backend.h"
-#include "every_plan_kind.h"
 #include "testing.h"
 #include "train/optimizer.h"
 
@@ -113,9 +114,9 @@ Outcome train(const Job& s) {
         }
       r.counts = dp.counts();
     }
-    const double norm =
-        store ? sharded_step(*opt, *store, s.stage == 2 ? m.params() : nullptr, oc.lr)
-              : opt->step(m.params(), m.grads(), oc.lr);
+    const double norm = store
+                            ? sharded_step(*opt, *store, s.stage == 2 ? m.params() : nullptr, oc.lr)
+                            : opt->step(m.params(), m.grads(), oc.lr);
     r.losses.push_back(norm);
   }
   r.weights.resize(L.tensors().size());
@@ -362,6 +363,60 @@ TEST(Zero, ShardsTileEveryTensorOnceAndTheEstimateCountsThem) {
       }
 }
 
+// A pipeline stage's store shards only the tensors the stage holds, as the
+// estimate of that stage counts; the tensors two stages hold (the head with
+// exits on both, a tied embedding) lie in buckets of the same size on each,
+// so a data-parallel rank's slice of them is the same on every holder (what
+// sum_shared_gradient_shards sums).
+TEST(Zero, PipelineStageShardsItsOwnTensors) {
+  for (bool tied : {false, true})
+    for (int dp : {1, 2, 3})
+      for (int zero : {2, 3}) {
+        SCOPED_TRACE(cat(tied ? "tied" : "untied", " dp ", dp, " ZeRO-", zero));
+        const LlamaConfig c = config(tied);
+        const LayerPlan plan = LayerPlan::standard(c.num_hidden_layers);
+        std::vector<std::vector<std::vector<ZeroShards::Piece>>> shared(2);  // [stage][dp rank]
+        for (int stage = 0; stage < 2; ++stage) {
+          const StageHolding h = stage_holding({0, 2, 4}, 2, stage, {true, true});
+          const ParamLayout L(c, 1, 0, {}, h);
+          std::vector<bool> only(L.tensors().size(), false);
+          for (int t : {L.embed, L.final_norm, L.lm_head})
+            if (t >= 0 && L[t].held) only[size_t(t)] = true;
+          int64_t S = -1;
+          for (int r = 0; r < dp; ++r) {
+            auto be = ops::make_backend<float>();
+            GroupShape group(dp, r);
+            ZeroShards z(*be, L, group, zero);
+            S = z.shard_elements();
+            shared[size_t(stage)].push_back(z.pieces(only));
+          }
+          MemoryUse u;
+          u.dp = dp, u.zero = zero, u.gradients = true;
+          u.stage = h;
+          const MemoryEstimate e = estimate_memory(c, plan, u);
+          EXPECT_EQ(e.bytes_of("gradients"), S * 4);
+          EXPECT_EQ(e.bytes_of("AdamW moments"), 2 * S * 4);
+          EXPECT_LT(
+              S, ZeroShards(*ops::make_backend<float>(), ParamLayout(c), *make_local_comm(), zero)
+                     .shard_elements());
+        }
+        // The final norm and head on both stages (and the embedding when
+        // tied): each dp rank's slices of them are the same on both.
+        for (int r = 0; r < dp; ++r) {
+          auto key = [](const std::vector<ZeroShards::Piece>& ps, bool embed_too, int embed) {
+            std::vector<std::pair<int, int64_t>> k;
+            for (const auto& p : ps)
+              if (p.tensor != embed || embed_too) k.push_back({p.tensor, p.numel});
+            return k;
+          };
+          const ParamLayout L0(c, 1, 0, {}, stage_holding({0, 2, 4}, 2, 0, {true, true}));
+          const auto a = key(shared[0][size_t(r)], tied, L0.embed);
+          const auto b = key(shared[1][size_t(r)], tied, L0.embed);
+          EXPECT_EQ(a, b);
+        }
+      }
+}
+
 // The store's buffers at their peak are what the estimate counts: equal for
 // the plans it models exactly, never more for the others.
 TEST(Zero, BufferPeakWithinTheEstimate) {
@@ -378,9 +433,8 @@ TEST(Zero, BufferPeakWithinTheEstimate) {
         const LlamaConfig c = config(tied);
         MemoryUse u;
         u.dp = 1, u.zero = stage, u.gradients = true;
-        const int64_t est =
-            estimate_memory(c, LayerPlan::parse(plan, c.num_hidden_layers), u)
-                .bytes_of(cat("ZeRO-", stage, " buffers"));
+        const int64_t est = estimate_memory(c, LayerPlan::parse(plan, c.num_hidden_layers), u)
+                                .bytes_of(cat("ZeRO-", stage, " buffers"));
         EXPECT_LE(z.peak, est);
         if (std::string(plan) == "standard*4") {
           EXPECT_EQ(z.peak, est);

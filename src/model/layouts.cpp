@@ -117,7 +117,7 @@ std::vector<LayoutOption> plan_layouts(const LlamaConfig& cfg_in, const LayerPla
       if (s.global_batch % dp) continue;  // the batch does not split over the replicas
       const int64_t per_rank = s.global_batch / dp;
       for (const Pipe& pipe : pipes(c, plan, p, s))
-        for (int zero = 0; zero <= (dp > 1 ? (p > 1 ? 1 : 3) : 0); ++zero)
+        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
           for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
             for (int64_t m = std::min<int64_t>(per_rank, std::max(1, s.max_micro_batch)); m >= 1;
                  --m) {

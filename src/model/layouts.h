@@ -10,7 +10,7 @@
 // the heads, KV heads, MLP width and vocabulary), every pipeline degree pp
 // dividing world / tp with at least one plan unit per stage, data parallelism
 // over the rest (dp = world / (tp pp) must divide the batch), ZeRO 0-3 (with
-// data parallelism; 0-1 with pp, which the trainer runs today), each
+// data parallelism; each stage shards its own tensors), each
 // recompute mode, every micro-batch up to `max_micro_batch` dividing a rank's
 // share of the batch (gradient accumulation makes up the rest, and is the
 // pipeline's micro-batch count), and under pp the GPipe, 1F1B and

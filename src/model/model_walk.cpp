@@ -139,12 +139,20 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
   std::vector<PlanUnit> waiting;
   // Units whose weights and gradient buckets are open (ZeRO-2/3), by first layer.
   std::vector<bool> opened(size_t(L), false);
+  // With kinds that defer an input gradient (Ladder), the unit just run is
+  // released only after the unit below it has run, whether or not it has a
+  // gradient pending: a unit that LayerSkip dropped on one data-parallel rank
+  // leaves none pending there, and the ranks' weight stores must still issue
+  // their collectives (ZeRO-3's gathers, the reduce-scatters) in one order.
+  const bool deferring = plan_.buffers().grad_slot_1;
+  int just_run = -1;
   auto release = [&](bool all) {
     for (size_t k = 0; k < waiting.size();) {
       const PlanUnit w = waiting[k];
-      const bool busy = std::any_of(pending_grad_.begin(), pending_grad_.end(), [&](const auto& p) {
-        return p.layer >= w.first && p.layer < w.end();
-      });
+      const bool busy = (deferring && !all && w.first == just_run) ||
+                        std::any_of(pending_grad_.begin(), pending_grad_.end(), [&](const auto& p) {
+                          return p.layer >= w.first && p.layer < w.end();
+                        });
       if (busy && !all) {
         ++k;
         continue;
@@ -174,6 +182,7 @@ void Model<T>::run_backward(const int32_t* tokens, int B, int T_, const LayerSki
       unit_backward_mode(*u, B, T_, run_mode_[size_t(u->first)]);
     }
     waiting.push_back(*u);
+    just_run = u->first;
     release(false);
   }
   if (exits) {

@@ -54,6 +54,31 @@ void sum_shared_gradients(Model<float>& model, Communicator& pp) {
   }
 }
 
+void sum_shared_gradient_shards(ZeroShards& store, const ParamLayout& layout, Communicator& pp) {
+  if (pp.size() == 1) return;
+  store.finish_gradients();
+  std::vector<float> buf;
+  for (int t : {layout.embed, layout.final_norm, layout.lm_head}) {
+    if (t < 0) continue;
+    const bool held = layout[t].held;
+    const int64_t holders = pp.allreduce_sum(int64_t(held));
+    if (holders < 2) continue;
+    std::vector<bool> only(layout.tensors().size(), false);
+    only[size_t(t)] = true;
+    const std::vector<ZeroShards::Piece> mine = held ? store.pieces(only) : decltype(mine){};
+    STRATA_CHECK(mine.size() <= 1, "internal error: ", layout[t].name, " in ", mine.size(),
+                 " pieces of one shard");
+    // Every holder's slice is as long; the others learn the length.
+    const int64_t n = pp.allreduce_sum(mine.empty() ? int64_t(0) : mine[0].numel) / holders;
+    if (n == 0) continue;
+    buf.assign(size_t(n), 0.f);
+    float* slice = mine.empty() ? nullptr : store.gradient_shard() + mine[0].shard_offset;
+    if (slice) store.backend().to_host(buf.data(), slice, n);
+    pp.allreduce_sum(buf.data(), n);
+    if (slice) store.backend().from_host(slice, buf.data(), n);
+  }
+}
+
 int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank) {
   int held = 0, most = 0;
   const auto schedule = pipeline::make_schedule(s, p, m, v);

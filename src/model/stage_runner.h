@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/zero.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline.h"
 
@@ -54,6 +55,11 @@ std::vector<int> stage_layers(const LayerPlan& plan, const std::vector<int>& uni
 // whole gradient and takes the same optimizer step. Collective over pp (every
 // rank calls it); float models (the communicator's element type).
 void sum_shared_gradients(Model<float>& model, Communicator& pp);
+// The same under ZeRO-2/3, on each holder's slice of them in its weight
+// store's gradient shard (after the step's reduce-scatters): the holders'
+// stores have the same buckets for these tensors (they hold the same
+// tensors in them), so a data-parallel rank's slice is the same on each.
+void sum_shared_gradient_shards(ZeroShards& store, const ParamLayout& layout, Communicator& pp);
 
 // The most micro-batches rank `rank` keeps activations of at once (one
 // activation slot each, per stage) under schedule s with p ranks, m

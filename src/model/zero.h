@@ -59,6 +59,7 @@ class ZeroShards final : public WeightStore<float> {
   ZeroShards& operator=(const ZeroShards&) = delete;
 
   int stage() const { return stage_; }
+  ops::Backend<float>& backend() { return be_; }
   Communicator& dp() { return dp_; }
   const std::vector<WeightBucket>& buckets() const { return buckets_; }
   int64_t shard_size(int b) const { return shard_[size_t(b)]; }

@@ -160,8 +160,7 @@ std::string train_dry_run(const Recipe& recipe, const PlanRequest& plan, std::st
   STRATA_CHECK(mine != layouts.end(), file, ": the recipe's layout (tp ", own.tp,
                own.pp > 1 ? cat(" x pp ", own.pp) : "", " x dp ", own_dp, ", ZeRO-", own_zero,
                ", micro-batch ", config.training.micro_batch, ") is not one the planner considers",
-               plan.max_pp > 0 && own.pp > plan.max_pp ? cat(" (--max-pp ", plan.max_pp, ")") : "",
-               own.pp > 1 && own.zero > 1 ? " (ZeRO-2 and 3 do not run with pp yet)" : "");
+               plan.max_pp > 0 && own.pp > plan.max_pp ? cat(" (--max-pp ", plan.max_pp, ")") : "");
   const std::string what = cat(
       "the recipe's layout (", layout_name(*mine), ", recompute ", recompute_name(mine->recompute),
       ", micro-batch ", mine->micro_batch, " x ", mine->grad_accum, " accumulated",

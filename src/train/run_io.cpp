@@ -175,7 +175,8 @@ std::string save(Run& run) {
   const int n = int(L.tensors().size());
   for (int t = 0; t < n; ++t)
     d.params.push_back(TensorRef{L[t].name, L[t].full_shape, nullptr, [&, t](float* out) {
-                                   const float* part = run.zero() == 3
+                                   const float* part = !L[t].held ? nullptr  // another stage's
+                                                       : run.zero() == 3
                                                            ? from_shards(t, z->weight_shard())
                                                            : run.model->param(t);
                                    to_full(t, part, true, out);
@@ -189,7 +190,7 @@ std::string save(Run& run) {
           L[t].name, L[t].full_shape, nullptr, [&, t, second](float* out) {
             if (z) {
               const float* arena = second ? run.opt->exp_avg_sq_arena() : run.opt->exp_avg_arena();
-              to_full(t, from_shards(t, arena), true, out);
+              to_full(t, L[t].held ? from_shards(t, arena) : nullptr, true, out);
               return;
             }
             const ParamInfo& p = L[t];

@@ -242,11 +242,6 @@ void resolve_shape(Run& run, const Source& src, LlamaConfig& cfg, LayerPlan& pla
   if (run.grid.pp > 1 && !c.eval.tasks.empty())
     c.fail("eval.tasks", cat("benchmark tasks during training need parallelism.pp = 1 (this run: ",
                              run.grid.pp, "); evaluate the checkpoints with `strata eval`"));
-  if (run.grid.pp > 1 && run.zero() >= 2)
-    c.fail("parallelism.zero",
-           cat(run.zero(),
-               " with parallelism.pp > 1 is not built yet (the stages' weight stores); "
-               "use parallelism.zero = 1 (sharded moments) or 0"));
   if (run.grid.tp > 1 && !c.eval.tasks.empty())
     c.fail("eval.tasks", cat("benchmark tasks during training need parallelism.tp = 1 (this run: ",
                              run.grid.tp, "); evaluate the checkpoints with `strata eval`"));

@@ -41,11 +41,13 @@ void assign_owners(Run& run, const std::vector<bool>& trainable) {
   }
 }
 
-// The tensors of bucket k (only those of `only`, when given).
-std::vector<int> bucket_tensors(const WeightBucket& k, const std::vector<bool>* only) {
+// The tensors of bucket k that this rank holds (a pipeline stage: its own),
+// only those of `only` when given.
+std::vector<int> bucket_tensors(const ParamLayout& layout, const WeightBucket& k,
+                                const std::vector<bool>* only) {
   std::vector<int> ts;
   for (int t = k.first; t <= k.last; ++t)
-    if (!only || (*only)[size_t(t)]) ts.push_back(t);
+    if (layout[t].held && (!only || (*only)[size_t(t)])) ts.push_back(t);
   return ts;
 }
 
@@ -59,7 +61,7 @@ void read_moments(Run& run, const CheckpointReader& rd) {
     ops::DeviceBuffer<float> whole(&run.model->backend(), widest);
     for (size_t b = 0; b < z.buckets().size(); ++b) {
       const WeightBucket& k = z.buckets()[b];
-      const std::vector<int> ts = bucket_tensors(k, &run.trainable);
+      const std::vector<int> ts = bucket_tensors(layout, k, &run.trainable);
       if (ts.empty()) continue;
       for (const auto& [group, arena] :
            {std::pair<const char*, float*>{"optimizer/exp_avg", run.opt->exp_avg_arena()},

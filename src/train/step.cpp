@@ -295,7 +295,11 @@ StepResult StepRunner::run_step(double lr) {
   }
   // The stages that hold the head or a tied embedding beside another sum
   // their gradients of it (after data parallelism summed each stage's).
-  if (run.piped()) sum_shared_gradients(m, *run.pp);
+  // (ZeRO-2/3: each holder's shard of them, the same slice on every holder.)
+  if (run.piped() && run.zero_store)
+    sum_shared_gradient_shards(*run.zero_store, m.layout(), *run.pp);
+  else if (run.piped())
+    sum_shared_gradients(m, *run.pp);
   r.exit_loss.assign(size_t(L), 0.0);
   for (int l = 0; l < L; ++l) {
     r.exit_on[size_t(l)] = r.exit_on[size_t(l)] && n_valid && ls.early_exit();
