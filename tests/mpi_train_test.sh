@@ -32,7 +32,8 @@
 #            bit for bit where the summation order is the same); LayerSkip exits on
 #            both stages of a ladder plan with a tied embedding and recomputation;
 #            save at pp 2 x tp 2, resume alone and the reverse; a killed stage
-#            ends the job; placement over two named nodes (STRATA_NODE_NAME): a
+#            ends the job; the sample generated through the stages equals the
+#            single run's; placement over two named nodes (STRATA_NODE_NAME): a
 #            pipeline across them is said, a tp group across them warned about
 set -u
 mpirun=$1 strata=$2 src=$3 work=$4 phase=$5
@@ -419,6 +420,15 @@ case $phase in
       --set parallelism.stages='"2,2"' --dry-run >"$work/lp.log" 2>&1 && fail "an LP pair across stages ran"
     grep -q "parallelism.stages: the boundary before layer 2 splits a unit" "$work/lp.log" ||
       fail "no one-line refusal of an LP pair across stages"
+    # The sample at the end: the pipeline of dp rank 0 generates it through the
+    # stages, token for token the single run's (sampled at temperature 0.8).
+    sample=(--set log.sample_prompt=ROMEO: --set log.sample_tokens=24 --set log.sample_temperature=0.8)
+    train1 "$work/sample1" 10 "${four[@]}" "${sample[@]}"
+    trainp 4 1 "$work/sample2" 10 "${four[@]}" "${sample[@]}" --set parallelism.pp=2 \
+      --set parallelism.zero=2 --set training.micro_batch_size=2
+    [[ -s $work/sample1/sample.txt ]] && cmp "$work/sample1/sample.txt" "$work/sample2/sample.txt" ||
+      fail "the sample of pp 2 x dp 2 differs from the single run's"
+    echo "sample at pp 2 x dp 2: $(head -c 60 "$work/sample2/sample.txt" | tr -c '[:print:]' '.')"
     # Placement over (named) nodes: a pipeline across two nodes is said, a
     # tensor-parallel group across them is warned about in one line.
     for layout in "pp" "tp"; do

@@ -12,8 +12,21 @@ namespace strata {
 std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int32_t>& prompt,
                                      const GenerateOptions& o,
                                      const std::function<void(int32_t)>& on_token) {
+  const int V = model.config().vocab_size;
+  ops::DeviceBuffer<float> dev;  // the logits in backend memory
+  auto last_logits = [&](const int32_t* seq, int T, float* logits) {
+    dev.reserve(&model.backend(), size_t(T) * V);
+    model.forward_logits(seq, 1, T, dev.data());
+    model.backend().to_host(logits, dev.data() + size_t(T - 1) * V, V);
+  };
+  return generate_simple(last_logits, V, model.config().max_position_embeddings, prompt, o,
+                         on_token);
+}
+
+std::vector<int32_t> generate_simple(const LastLogits& last_logits, int V, int window,
+                                     const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                     const std::function<void(int32_t)>& on_token) {
   STRATA_CHECK(!prompt.empty(), "generate: the prompt is empty (it needs at least BOS)");
-  const int V = model.config().vocab_size, window = model.config().max_position_embeddings;
   // The cached path's limits, so the two agree token for token: the prompt
   // keeps its last window - 1 tokens, and generation stops once the last
   // token no longer fits the window.
@@ -21,12 +34,8 @@ std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int3
                            prompt.end());
   std::vector<int32_t> out;
   std::vector<float> logits(static_cast<size_t>(V));
-  ops::DeviceBuffer<float> dev;  // the logits in backend memory
   for (int i = 0; i < o.max_new_tokens && int(seq.size()) <= window; ++i) {
-    const int T = int(seq.size());
-    dev.reserve(&model.backend(), size_t(T) * V);
-    model.forward_logits(seq.data(), 1, T, dev.data());
-    model.backend().to_host(logits.data(), dev.data() + size_t(T - 1) * V, V);
+    last_logits(seq.data(), int(seq.size()), logits.data());
     const int32_t next = sample_token(logits.data(), V, o.sampling, seq.size());
     seq.push_back(next);
     out.push_back(next);

@@ -80,6 +80,15 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
 std::vector<int32_t> generate_simple(Model<float>& model, const std::vector<int32_t>& prompt,
                                      const GenerateOptions& options,
                                      const std::function<void(int32_t)>& on_token = {});
+// The same with the logits at the last position of a sequence from
+// `last_logits(seq, T, logits)` (V values, host memory): a model run some
+// other way (pipeline stages, StageRunner::last_logits). `window`: the
+// model's context.
+using LastLogits = std::function<void(const int32_t* seq, int T, float* logits)>;
+std::vector<int32_t> generate_simple(const LastLogits& last_logits, int V, int window,
+                                     const std::vector<int32_t>& prompt,
+                                     const GenerateOptions& options,
+                                     const std::function<void(int32_t)>& on_token = {});
 
 // Several prompts of any lengths at once: each is prefilled on its own, then
 // every decode step runs one position of every unfinished sequence in one

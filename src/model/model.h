@@ -247,6 +247,9 @@ class Model {
   // The last chunk's loss on the current slot's forward (evaluation: the
   // head's summed cross-entropy and its token count; nothing kept).
   LossResult stage_loss();
+  // The last chunk's logits at the last position of the current slot's
+  // forward (one sequence; sampling): vocab_size / tp values in backend memory.
+  void stage_last_logits(T* logits);
   // The boundary streams above the chunk of the current slot's forward
   // (for the next stage; not the last chunk).
   void stage_output(ops::Act<T> out);

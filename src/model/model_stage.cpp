@@ -130,6 +130,16 @@ LossResult Model<T>::stage_loss() {
 }
 
 template <typename T>
+void Model<T>::stage_last_logits(T* logits) {
+  STRATA_CHECK(have_forward_ && slot_chunk_ >= 0, "stage_last_logits needs a stage_forward first");
+  const int L = cfg_.num_hidden_layers;
+  STRATA_CHECK(chunks_[size_t(slot_chunk_)].second == L, "stage_last_logits: not the last chunk");
+  STRATA_CHECK(batch_ == 1, "stage_last_logits: one sequence, not ", batch_);
+  OpenHead head(*this);
+  head_rows(streams_[size_t(2 * L)] + int64_t(seq_ - 1) * cfg_.hidden_size, 1, logits, lnf_);
+}
+
+template <typename T>
 LossResult Model<T>::stage_backward(double dloss, ops::ActIn<T> dout, ops::Act<T> din,
                                     const LayerSkipStep* skip) {
   STRATA_CHECK(have_forward_ && slot_chunk_ >= 0,
@@ -189,6 +199,7 @@ LossResult Model<T>::stage_backward(double dloss, ops::ActIn<T> dout, ops::Act<T
                                         ops::ActIn<T>, const LayerSkipStep*);                    \
   template void Model<T>::stage_output(ops::Act<T>);                                             \
   template LossResult Model<T>::stage_loss();                                                    \
+  template void Model<T>::stage_last_logits(T*);                                                 \
   template LossResult Model<T>::stage_backward(double, ops::ActIn<T>, ops::Act<T>,               \
                                                const LayerSkipStep*);
 STRATA_STAGE_MEMBERS(float)

@@ -273,11 +273,11 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
 }
 
 template <typename T>
-LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, int B, int seq) {
+void StageRunner<T>::forward_only(const std::vector<MicroBatch>& micro, int B, int seq,
+                                  const std::function<void()>& at_last) {
   const int p = pp_.size(), me = pp_.rank(), S = stages();
   const int64_t N = int64_t(B) * seq;
   model_.use_activation_slot(0);
-  LossResult res;
   ops::ActBuffer<T> in, local;
   std::vector<std::pair<ops::ActBuffer<T>, int64_t>> sending;
   // Messages between two ranks go in (micro-batch, stage) order on both sides.
@@ -297,9 +297,7 @@ LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, in
       }
       model_.stage_forward(s / p, mb.tokens, mb.targets, B, seq, mb.pass, x, mb.skip);
       if (s == S - 1) {
-        const LossResult r = model_.stage_loss();
-        res.loss_sum += r.loss_sum;
-        res.n_valid += r.n_valid;
+        at_last();
         continue;
       }
       const int64_t n = boundary_elems(s + 1, N);
@@ -314,7 +312,33 @@ LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, in
     }
   }
   for (auto& [buf, h] : sending) pp_.wait(h);
+}
+
+template <typename T>
+LossResult StageRunner<T>::forward_loss(const std::vector<MicroBatch>& micro, int B, int seq) {
+  LossResult res;
+  forward_only(micro, B, seq, [&] {
+    const LossResult r = model_.stage_loss();
+    res.loss_sum += r.loss_sum;
+    res.n_valid += r.n_valid;
+  });
   return res;
+}
+
+template <typename T>
+void StageRunner<T>::last_logits(const int32_t* tokens, int seq, float* logits) {
+  const int64_t V = model_.config().vocab_size / model_.layout().tp();
+  ops::DeviceBuffer<T> dev(&model_.backend(), size_t(V));
+  std::vector<T> host(size_t(V), T(0));
+  MicroBatch mb;
+  mb.tokens = mb.targets = tokens;
+  mb.pass = model_.next_pass();
+  forward_only({mb}, 1, seq, [&] {
+    model_.stage_last_logits(dev.data());
+    model_.backend().to_host(host.data(), dev.data(), V);
+  });
+  for (int64_t i = 0; i < V; ++i) logits[i] = float(host[size_t(i)]);
+  pp_.broadcast(logits, V, rank_of(stages() - 1));
 }
 
 template class StageRunner<float>;

@@ -100,6 +100,10 @@ class StageRunner {
   // the head's summed loss and token count on the rank of the last stage
   // (zero elsewhere). Slot 0 throughout.
   LossResult forward_loss(const std::vector<MicroBatch>& micro, int B, int seq);
+  // The logits at the last position of one sequence of `seq` tokens (without
+  // layer dropout), through the stages; every rank of the pipeline gets them
+  // (host memory, vocab_size / tp values): sampling runs the same on each.
+  void last_logits(const int32_t* tokens, int seq, float* logits);
   // Called before each backward pass with its chunk and whether it is that
   // chunk's last backward of the step (its gradients are final after it:
   // data parallelism starts their all-reduce there).
@@ -108,6 +112,10 @@ class StageRunner {
   }
 
   int stages() const { return int(first_.size()) - 1; }
+  // Forward only: each micro-batch through the stages in order; on the rank
+  // of the last stage `at_last()` after each one's forward there.
+  void forward_only(const std::vector<MicroBatch>& micro, int B, int seq,
+                    const std::function<void()>& at_last);
   const std::vector<std::vector<pipeline::Pass>>& schedule() const { return sched_; }
 
  private:

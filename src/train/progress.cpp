@@ -153,7 +153,10 @@ int agree_on_stop(const Run& run) {
 
 namespace {
 
-// The sample of log.sample_prompt (one process of a tp = 1 run).
+// The sample of log.sample_prompt: one process of a tp = 1 run, or under
+// pipeline parallelism the pipeline of data-parallel rank 0, each rank
+// running its stages (every rank gets the last stage's logits and samples
+// the same token); world rank 0 writes it.
 void write_sample(Run& run) {
   const LogSection& lg = run.c.log;
   std::vector<int32_t> ids;
@@ -166,7 +169,17 @@ void write_sample(Run& run) {
   g.sampling.seed = run.c.run.seed;
   g.eos_id = run.tokenizer->eos_id();
   g.more_eos = run.tokenizer->end_of_turn_ids();
-  const auto out = generate_simple(*run.model, ids, g);
+  std::vector<int32_t> out;
+  if (run.piped()) {
+    const LlamaConfig& cfg = run.model->config();
+    auto last_logits = [&](const int32_t* seq, int T, float* logits) {
+      run.pipe->last_logits(seq, T, logits);
+    };
+    out = generate_simple(last_logits, cfg.vocab_size, cfg.max_position_embeddings, ids, g);
+  } else {
+    out = generate_simple(*run.model, ids, g);
+  }
+  if (!run.root()) return;
   const std::string text = lg.sample_prompt + run.tokenizer->decode(out);
   std::fprintf(stderr, "sample (temperature %.2f):\n%s\n", g.sampling.temperature, text.c_str());
   write_file_atomic(run.dir() + "/sample.txt", text + "\n");
@@ -216,12 +229,9 @@ void finish_run(Run& run, const DataParallel& dp, const MetricsWindow& window,
     log::info(
         "sample: none under ZeRO-3 (the weights are sharded); generate from the checkpoint "
         "with `strata generate`");
-  if (!prompt.empty() && run.grid.pp > 1 && !result.interrupted)
-    log::info(
-        "sample: none under pipeline parallelism (each rank holds some layers); generate from "
-        "the checkpoint with `strata generate`");
-  if (!prompt.empty() && run.tokenizer && !result.interrupted && run.grid.tp == 1 && run.root() &&
-      run.zero() != 3 && run.grid.pp == 1)
+  const bool sampler = run.grid.pp > 1 ? run.grid.dp_rank == 0 : run.root();
+  if (!prompt.empty() && run.tokenizer && !result.interrupted && run.grid.tp == 1 && sampler &&
+      run.zero() != 3)
     write_sample(run);
   if (result.losses.empty())  // resumed at its last step: nothing was trained
     log::info("done: the run is already at step ", run.step, " of ", run.c.training.steps,
