@@ -13,8 +13,9 @@
 #            run's curve; every rank computes the same global masks (digests)
 #   lp       a Layer-Parallel pair (one whole layer per tp rank): tp=2 follows
 #            the single run; dp=2 x tp=2 (ZeRO-1) saves at step 10, resumed alone
-#   device   dp=2 x tp=2 (ZeRO-1), and dp=2 with ZeRO-3, on the SIMT device (the
-#            CUDA kernels; the collectives on device buffers) follow the single CPU run
+#   device   dp=2 x tp=2 (ZeRO-1), dp=2 with ZeRO-3, and pp=2, on the SIMT device (the
+#            CUDA kernels; the collectives on device buffers, the pipeline's messages
+#            staged through the host) follow the single CPU run
 #   zero     ZeRO-2 and ZeRO-3 at dp=2, dp=4 and dp=2 x tp=2 against ZeRO-0 of
 #            the same layout over 20 steps: losses to 1e-6 relative, final
 #            weights to 1e-6 (||a - b|| / ||a|| per tensor, strata inspect
@@ -170,6 +171,11 @@ case $phase in
     # on device memory (the SIMT executor's) follow the CPU run too.
     trainp 2 1 "$work/simt-zero3" 20 --set parallelism.zero=3 --set run.device=simt
     compare "$work/single" "$work/simt-zero3" 1
+    # Pipeline stages on the device: the messages between them staged through
+    # host memory (the pipeline's communicator is MPI), as on cuda.
+    trainp 2 1 "$work/simt-pp2" 20 --set parallelism.pp=2 --set run.device=simt \
+      --set training.micro_batch_size=4
+    compare "$work/single" "$work/simt-pp2" 1
     ;;
   curve)
     train1 "$work/single" 20

@@ -149,10 +149,7 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
   const int p = pp_.size(), me = pp_.rank(), S = stages();
   const int L = model_.config().num_hidden_layers;
   const int64_t N = int64_t(B) * seq;
-  struct Posted {
-    ops::ActBuffer<T> buf;
-    int64_t handle = -1;
-  };
+  using Posted = Wire;
   std::map<Message, Posted> posted, local;
   std::vector<int> next_post(static_cast<size_t>(p), 0);
   Result res;
@@ -165,7 +162,7 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
       const int64_t n = boundary_elems(mk.forward ? mk.to : mk.to + 1, N);
       Posted& slot = posted[mk];
       slot.buf = message(n);
-      slot.handle = pp_.recv_async(raw(slot.buf), floats(n), q);
+      slot.handle = pp_.recv_async(wire_data(slot, n), floats(n), q);
       ++res.receives;
     }
   };
@@ -187,17 +184,19 @@ typename StageRunner<T>::Result StageRunner<T>::step(const std::vector<MicroBatc
     wait(it->second.handle);
     Posted out = std::move(it->second);
     posted.erase(it);
+    arrived(out, int64_t(out.buf.size()));
     return out;
   };
   std::vector<Posted> sending;
   auto deliver = [&](const Message& msg, ops::ActBuffer<T> buf, int64_t n) {
     const int to = rank_of(msg.to);
     if (to == me) {
-      local[msg] = Posted{std::move(buf), -1};
+      local[msg] = Posted{std::move(buf), {}, -1};
       return;
     }
-    Posted s{std::move(buf), -1};
-    s.handle = pp_.send_async(raw(s.buf), floats(n), to);
+    Posted s{std::move(buf), {}, -1};
+    departing(s, n);
+    s.handle = pp_.send_async(wire_data(s, n), floats(n), to);
     ++res.sends;
     sending.push_back(std::move(s));
   };
@@ -278,8 +277,9 @@ void StageRunner<T>::forward_only(const std::vector<MicroBatch>& micro, int B, i
   const int p = pp_.size(), me = pp_.rank(), S = stages();
   const int64_t N = int64_t(B) * seq;
   model_.use_activation_slot(0);
-  ops::ActBuffer<T> in, local;
-  std::vector<std::pair<ops::ActBuffer<T>, int64_t>> sending;
+  Wire in;
+  ops::ActBuffer<T> local;
+  std::vector<Wire> sending;
   // Messages between two ranks go in (micro-batch, stage) order on both sides.
   for (size_t j = 0; j < micro.size(); ++j) {
     for (int s = me; s < S; s += p) {
@@ -288,12 +288,13 @@ void StageRunner<T>::forward_only(const std::vector<MicroBatch>& micro, int B, i
       if (s > 0) {
         const int64_t n = boundary_elems(s, N);
         if (rank_of(s - 1) == me) {
-          in = std::move(local);
+          in.buf = std::move(local);
         } else {
-          in = message(n);
-          pp_.recv(raw(in), floats(n), rank_of(s - 1));
+          in.buf = message(n);
+          pp_.recv(wire_data(in, n), floats(n), rank_of(s - 1));
+          arrived(in, n);
         }
-        x = in.data();
+        x = in.buf.data();
       }
       model_.stage_forward(s / p, mb.tokens, mb.targets, B, seq, mb.pass, x, mb.skip);
       if (s == S - 1) {
@@ -307,11 +308,38 @@ void StageRunner<T>::forward_only(const std::vector<MicroBatch>& micro, int B, i
         local = std::move(out);
         continue;
       }
-      const int64_t h = pp_.send_async(raw(out), floats(n), rank_of(s + 1));
-      sending.emplace_back(std::move(out), h);
+      Wire w{std::move(out), {}, -1};
+      departing(w, n);
+      w.handle = pp_.send_async(wire_data(w, n), floats(n), rank_of(s + 1));
+      sending.push_back(std::move(w));
     }
   }
-  for (auto& [buf, h] : sending) pp_.wait(h);
+  for (Wire& w : sending) pp_.wait(w.handle);
+}
+
+template <typename T>
+float* StageRunner<T>::wire_data(Wire& w, int64_t n) {
+  if (!staged()) return static_cast<float*>(w.buf.data().raw());
+  // T elements enough for the message's bytes, in whole floats.
+  const size_t bytes = size_t(floats(n)) * sizeof(float);
+  w.host.resize((bytes + sizeof(T) - 1) / sizeof(T));
+  return reinterpret_cast<float*>(w.host.data());
+}
+
+template <typename T>
+void StageRunner<T>::departing(Wire& w, int64_t n) {
+  if (!staged()) return;
+  wire_data(w, n);
+  const size_t elems = (size_t(n) * ops::dtype_size(w.buf.dtype()) + sizeof(T) - 1) / sizeof(T);
+  model_.backend().to_host(w.host.data(), static_cast<const T*>(w.buf.data().raw()),
+                           int64_t(elems));
+}
+
+template <typename T>
+void StageRunner<T>::arrived(Wire& w, int64_t n) {
+  if (!staged()) return;
+  const size_t elems = (size_t(n) * ops::dtype_size(w.buf.dtype()) + sizeof(T) - 1) / sizeof(T);
+  model_.backend().from_host(static_cast<T*>(w.buf.data().raw()), w.host.data(), int64_t(elems));
 }
 
 template <typename T>

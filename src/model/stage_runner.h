@@ -149,7 +149,21 @@ class StageRunner {
   int64_t floats(int64_t n) const {
     return (n * int64_t(ops::dtype_size(model_.activation_storage())) + 3) / 4;
   }
-  static float* raw(ops::ActBuffer<T>& b) { return static_cast<float*>(b.data().raw()); }
+  // A message on its way: its buffer in the backend's memory and, for a
+  // device backend, its copy in host memory, which the pipeline's
+  // communicator (MPI) reads and writes; the handle of its send or receive.
+  struct Wire {
+    ops::ActBuffer<T> buf;
+    std::vector<T> host;
+    int64_t handle = -1;
+  };
+  bool staged() const { return !model_.backend().is_host(); }
+  // Where the communicator reads or writes a message of n elements.
+  float* wire_data(Wire& w, int64_t n);
+  // Before its send: a device message copied to the host. After its receive:
+  // the host copy into the device buffer.
+  void departing(Wire& w, int64_t n);
+  void arrived(Wire& w, int64_t n);
   int rank_of(int stage) const { return stage % pp_.size(); }
   int64_t boundary_elems(int stage, int64_t N) const;  // the boundary below stage's first layer
 };

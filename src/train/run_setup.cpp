@@ -72,10 +72,6 @@ void setup_grid(Run& run) {
   run.tp = wrap(run.grid.tp_comm);
   run.dp = wrap(run.grid.dp_comm);
   run.pp = run.grid.pp_comm.get();  // point-to-point: not wrapped (the runner times it)
-  if (run.grid.pp > 1 && run.device == "cuda")
-    c.fail("parallelism.pp",
-           "pipeline stages on cuda need NCCL send/recv between the stages, which is not built "
-           "yet; pipeline parallelism runs on the cpu (and the simt device) for now");
   // One rank speaks for the job; the others only report errors.
   if (!run.root()) log::set_level(log::Level::Error);
   if (run.device != "cpu") log::info(ops::device_choice(device));
