@@ -344,6 +344,8 @@ case $phase in
         --set parallelism.schedule="$sched" --set parallelism.virtual_stages="$v" \
         --set training.micro_batch_size=4
       grep -q "pipeline: pp 2.*$sched" "$work/pp2-$sched.log" || fail "no pipeline line ($sched)"
+      grep -Eq "^memory per pipeline rank: peak resident rank 0 [0-9.]+ [kMG]B \(estimate [0-9.]+ [kMG]B\); rank 1 " \
+        "$work/pp2-$sched.log" || fail "no memory line per pipeline rank ($sched)"
       grep -Eq "pipeline: the stages waited for each other [0-9]+\.[0-9]% of the schedule's time" \
         "$work/pp2-$sched.log" || fail "no measured bubble ($sched)"
       echo "pp 2, $sched:"

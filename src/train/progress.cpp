@@ -185,6 +185,21 @@ void write_sample(Run& run) {
   write_file_atomic(run.dir() + "/sample.txt", text + "\n");
 }
 
+// Each pipeline rank's peak against its own estimate (its stages differ), as
+// world rank 0's pipeline measured them. Collective over each pipeline group.
+void log_stage_memory(const Run& run, const TrainResult& result) {
+  const int p = run.grid.pp;
+  std::vector<float> mb(size_t(2 * p), 0.f);  // MB: floats carry them exactly enough
+  mb[size_t(run.grid.pp_rank)] = float(double(result.peak_rss_bytes) / 1e6);
+  mb[size_t(p + run.grid.pp_rank)] = float(double(result.estimate_bytes) / 1e6);
+  run.pp->allreduce_sum(mb.data(), int64_t(mb.size()));
+  std::string ranks;
+  for (int r = 0; r < p; ++r)
+    ranks += cat(r ? "; " : "", "rank ", r, " ", human_bytes(1e6 * mb[size_t(r)]), " (estimate ",
+                 human_bytes(1e6 * mb[size_t(p + r)]), ")");
+  log::info("memory per pipeline rank: peak resident ", ranks);
+}
+
 }  // namespace
 
 void finish_run(Run& run, const DataParallel& dp, const MetricsWindow& window,
@@ -224,6 +239,7 @@ void finish_run(Run& run, const DataParallel& dp, const MetricsWindow& window,
               human_bytes(double(run.memory.total())), "), ",
               fixed(100.0 * (double(result.estimate_bytes) / double(result.peak_rss_bytes) - 1), 1),
               "% of the peak");
+  if (run.grid.pp > 1 && steps_run > 0) log_stage_memory(run, result);
   const std::string& prompt = run.c.log.sample_prompt;
   if (!prompt.empty() && run.zero() == 3 && !result.interrupted)
     log::info(
