@@ -38,27 +38,13 @@ struct Pipe {
 };
 
 // The micro-batches each pipeline rank keeps in flight (one activation slot
-// each), cached: the interleaved schedule is counted from its pass order.
+// each: pipeline_slots), cached per schedule and micro-batch count.
 class Slots {
  public:
   const std::vector<int>& of(pipeline::Schedule k, int p, int m, int v) {
     auto [it, fresh] = cache_.try_emplace(std::make_tuple(int(k), p, m, v));
-    if (!fresh) return it->second;
-    std::vector<int>& out = it->second;
-    out.assign(size_t(p), 0);
-    for (int r = 0; r < p; ++r) {
-      if (k == pipeline::Schedule::GPipe) out[size_t(r)] = m;
-      if (k == pipeline::Schedule::OneFOneB) out[size_t(r)] = std::min(p - r, m);
-    }
-    if (k == pipeline::Schedule::Interleaved) {
-      const auto sched = pipeline::make_schedule(k, p, m, v);
-      for (int r = 0; r < p; ++r) {
-        int held = 0;
-        for (const pipeline::Pass& ps : sched[size_t(r)])
-          out[size_t(r)] = std::max(out[size_t(r)], held += ps.forward ? 1 : -1);
-      }
-    }
-    return out;
+    if (fresh) it->second = pipeline_slots(k, p, m, v);
+    return it->second;
   }
 
  private:

@@ -35,58 +35,63 @@ std::vector<int> stage_layers(const LayerPlan& plan, const std::vector<int>& uni
   return out;
 }
 
+namespace {
+
+// Sums over the pipeline ranks that hold a shared tensor their slices of its
+// gradient (`held`: this rank holds it; `slice`: its n elements in backend
+// memory, n the same on every holder that has any). Collective over pp.
+void sum_over_holders(Communicator& pp, ops::Backend<float>& be, bool held, float* slice,
+                      int64_t n) {
+  const int64_t holders = pp.allreduce_sum(int64_t(held));
+  if (holders < 2) return;
+  n = pp.allreduce_sum(held ? n : 0) / holders;  // the others learn the length
+  if (n == 0) return;
+  std::vector<float> buf(size_t(n), 0.f);
+  if (held) be.to_host(buf.data(), slice, n);
+  pp.allreduce_sum(buf.data(), n);
+  if (held) be.from_host(slice, buf.data(), n);
+}
+
+}  // namespace
+
 void sum_shared_gradients(Model<float>& model, Communicator& pp) {
   if (pp.size() == 1) return;
   const ParamLayout& layout = model.layout();
-  // The sizes a holder has (this rank's layout has 0 where it holds none).
-  const ParamLayout whole(model.config(), layout.tp(), layout.tp_rank(), layout.shards());
-  std::vector<float> buf;
-  for (int t : {layout.embed, layout.final_norm, layout.lm_head}) {
-    if (t < 0) continue;
-    const bool held = layout[t].held;
-    if (pp.allreduce_sum(int64_t(held)) < 2) continue;
-    const int64_t n = whole[t].numel;
-    buf.assign(size_t(n), 0.f);
-    ops::Backend<float>& be = model.backend();
-    if (held) be.to_host(buf.data(), model.grad(t), n);
-    pp.allreduce_sum(buf.data(), n);
-    if (held) be.from_host(model.grad(t), buf.data(), n);
-  }
+  for (int t : {layout.embed, layout.final_norm, layout.lm_head})
+    if (t >= 0)
+      sum_over_holders(pp, model.backend(), layout[t].held,
+                       layout[t].held ? model.grad(t) : nullptr, layout[t].numel);
 }
 
 void sum_shared_gradient_shards(ZeroShards& store, const ParamLayout& layout, Communicator& pp) {
   if (pp.size() == 1) return;
   store.finish_gradients();
-  std::vector<float> buf;
   for (int t : {layout.embed, layout.final_norm, layout.lm_head}) {
     if (t < 0) continue;
     const bool held = layout[t].held;
-    const int64_t holders = pp.allreduce_sum(int64_t(held));
-    if (holders < 2) continue;
     std::vector<bool> only(layout.tensors().size(), false);
     only[size_t(t)] = true;
     const std::vector<ZeroShards::Piece> mine = held ? store.pieces(only) : decltype(mine){};
     STRATA_CHECK(mine.size() <= 1, "internal error: ", layout[t].name, " in ", mine.size(),
                  " pieces of one shard");
-    // Every holder's slice is as long; the others learn the length.
-    const int64_t n = pp.allreduce_sum(mine.empty() ? int64_t(0) : mine[0].numel) / holders;
-    if (n == 0) continue;
-    buf.assign(size_t(n), 0.f);
     float* slice = mine.empty() ? nullptr : store.gradient_shard() + mine[0].shard_offset;
-    if (slice) store.backend().to_host(buf.data(), slice, n);
-    pp.allreduce_sum(buf.data(), n);
-    if (slice) store.backend().from_host(slice, buf.data(), n);
+    sum_over_holders(pp, store.backend(), held, slice, mine.empty() ? 0 : mine[0].numel);
   }
 }
 
-int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank) {
-  int held = 0, most = 0;
+std::vector<int> pipeline_slots(pipeline::Schedule s, int p, int m, int v) {
+  std::vector<int> most(size_t(p), 0);
   const auto schedule = pipeline::make_schedule(s, p, m, v);
-  for (const pipeline::Pass& ps : schedule[size_t(rank)]) {
-    held += ps.forward ? 1 : -1;
-    most = std::max(most, held);
+  for (int r = 0; r < p; ++r) {
+    int held = 0;
+    for (const pipeline::Pass& ps : schedule[size_t(r)])
+      most[size_t(r)] = std::max(most[size_t(r)], held += ps.forward ? 1 : -1);
   }
   return most;
+}
+
+int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank) {
+  return pipeline_slots(s, p, m, v)[size_t(rank)];
 }
 
 template <typename T>
@@ -326,20 +331,25 @@ float* StageRunner<T>::wire_data(Wire& w, int64_t n) {
   return reinterpret_cast<float*>(w.host.data());
 }
 
+// The T elements of a message's device buffer (n elements of its storage type).
+template <typename T>
+static int64_t buffer_elems(const ops::ActBuffer<T>& b, int64_t n) {
+  return (n * int64_t(ops::dtype_size(b.dtype())) + int64_t(sizeof(T)) - 1) / int64_t(sizeof(T));
+}
+
 template <typename T>
 void StageRunner<T>::departing(Wire& w, int64_t n) {
   if (!staged()) return;
   wire_data(w, n);
-  const size_t elems = (size_t(n) * ops::dtype_size(w.buf.dtype()) + sizeof(T) - 1) / sizeof(T);
   model_.backend().to_host(w.host.data(), static_cast<const T*>(w.buf.data().raw()),
-                           int64_t(elems));
+                           buffer_elems(w.buf, n));
 }
 
 template <typename T>
 void StageRunner<T>::arrived(Wire& w, int64_t n) {
   if (!staged()) return;
-  const size_t elems = (size_t(n) * ops::dtype_size(w.buf.dtype()) + sizeof(T) - 1) / sizeof(T);
-  model_.backend().from_host(static_cast<T*>(w.buf.data().raw()), w.host.data(), int64_t(elems));
+  model_.backend().from_host(static_cast<T*>(w.buf.data().raw()), w.host.data(),
+                             buffer_elems(w.buf, n));
 }
 
 template <typename T>

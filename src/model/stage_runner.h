@@ -65,6 +65,8 @@ void sum_shared_gradient_shards(ZeroShards& store, const ParamLayout& layout, Co
 // activation slot each, per stage) under schedule s with p ranks, m
 // micro-batches and v stages per rank.
 int pipeline_slots(pipeline::Schedule s, int p, int m, int v, int rank);
+// The same for every rank.
+std::vector<int> pipeline_slots(pipeline::Schedule s, int p, int m, int v);
 
 struct MicroBatch {
   const int32_t* tokens = nullptr;
