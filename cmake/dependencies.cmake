@@ -45,14 +45,44 @@ endfunction()
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(PkgConfig QUIET)
 
-# oneDNN (libdnnl-dev): the CPU GEMM library (see docs/performance.md, "GEMM
-# library"). Found by header and library, not through Debian's
+# oneDNN: the CPU GEMM library (see docs/performance.md, "GEMM library"):
+# Debian's libdnnl-dev 2.6, or a oneDNN 3.x in STRATA_ONEDNN_ROOT (include/,
+# lib/; cmake/fetch_gemm_libraries.sh onednn3 puts the PyPI wheel's in
+# .deps/onednn3). Found by header and library, not through Debian's
 # dnnl-config.cmake: that file requires the OpenCL development files (its GPU
 # runtime), which the CPU build never uses.
+set(STRATA_ONEDNN_ROOT "" CACHE PATH
+    "A oneDNN other than the system's (include/ and lib/), e.g. .deps/onednn3")
+# The GEMM library under strata's CPU GEMMs (src/backends/cpu/gemm_library.h):
+# onednn (the default, the measured winner: docs/performance.md; the system's
+# oneDNN or STRATA_ONEDNN_ROOT's), onednn3 (the oneDNN 3.x in .deps/onednn3),
+# mkl (oneMKL from STRATA_MKL_ROOT, .deps/mkl) or own (strata's kernels; also
+# what onednn falls back to without oneDNN). cmake/fetch_gemm_libraries.sh
+# fetches .deps/onednn3 and .deps/mkl from PyPI.
+set(STRATA_GEMM_LIBRARY onednn CACHE STRING "The CPU GEMM library: onednn, onednn3, mkl or own")
+set_property(CACHE STRATA_GEMM_LIBRARY PROPERTY STRINGS onednn onednn3 mkl own)
+if(STRATA_GEMM_LIBRARY STREQUAL "onednn3" AND NOT STRATA_ONEDNN_ROOT)
+  set(STRATA_ONEDNN_ROOT "${PROJECT_SOURCE_DIR}/.deps/onednn3")
+endif()
 set(_found OFF)
 if(NOT STRATA_WITH_ONEDNN STREQUAL "OFF")
-  find_path(STRATA_DNNL_INCLUDE_DIR dnnl.hpp)
-  find_library(STRATA_DNNL_LIBRARY dnnl)
+  if(STRATA_ONEDNN_ROOT)
+    # A build folder reconfigured for another oneDNN forgets the one it found.
+    string(FIND "${STRATA_DNNL_LIBRARY}" "${STRATA_ONEDNN_ROOT}" _at)
+    if(NOT _at EQUAL 0)
+      unset(STRATA_DNNL_INCLUDE_DIR CACHE)
+      unset(STRATA_DNNL_LIBRARY CACHE)
+    endif()
+    find_path(STRATA_DNNL_INCLUDE_DIR dnnl.hpp PATHS ${STRATA_ONEDNN_ROOT}/include NO_DEFAULT_PATH)
+    find_library(STRATA_DNNL_LIBRARY dnnl PATHS ${STRATA_ONEDNN_ROOT}/lib NO_DEFAULT_PATH)
+    if(NOT STRATA_DNNL_INCLUDE_DIR OR NOT STRATA_DNNL_LIBRARY)
+      message(FATAL_ERROR "STRATA_ONEDNN_ROOT=${STRATA_ONEDNN_ROOT} has no include/dnnl.hpp and "
+                          "lib/libdnnl.so (cmake/fetch_gemm_libraries.sh onednn3 makes .deps/onednn3)")
+    endif()
+  else()
+    find_path(STRATA_DNNL_INCLUDE_DIR dnnl.hpp)
+    find_library(STRATA_DNNL_LIBRARY dnnl)
+  endif()
   if(STRATA_DNNL_INCLUDE_DIR AND STRATA_DNNL_LIBRARY)
     set(_found ON)
   endif()
@@ -63,7 +93,49 @@ if(STRATA_HAVE_ONEDNN)
   add_library(DNNL::dnnl UNKNOWN IMPORTED)
   set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION "${STRATA_DNNL_LIBRARY}"
                         INTERFACE_INCLUDE_DIRECTORIES "${STRATA_DNNL_INCLUDE_DIR}")
+  if(STRATA_ONEDNN_ROOT)
+    get_filename_component(_dir "${STRATA_DNNL_LIBRARY}" DIRECTORY)
+    set_target_properties(DNNL::dnnl PROPERTIES INTERFACE_LINK_OPTIONS
+                          "LINKER:--disable-new-dtags,-rpath,${_dir}")
+  endif()
 endif()
+
+# oneMKL, where cmake/fetch_gemm_libraries.sh put it (STRATA_GEMM_LIBRARY=mkl,
+# and tests/gemm_binding_test.cpp wherever it is found).
+set(STRATA_MKL_ROOT "${PROJECT_SOURCE_DIR}/.deps/mkl" CACHE PATH
+    "oneMKL's include/ and lib/ (cmake/fetch_gemm_libraries.sh mkl)")
+set(STRATA_HAVE_MKL OFF)
+if(EXISTS "${STRATA_MKL_ROOT}/include/mkl.h" AND EXISTS "${STRATA_MKL_ROOT}/lib/libmkl_core.so")
+  set(STRATA_HAVE_MKL ON)
+  find_package(OpenMP REQUIRED)
+  add_library(strata_mkl INTERFACE IMPORTED GLOBAL)
+  set_target_properties(strata_mkl PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${STRATA_MKL_ROOT}/include"
+    INTERFACE_LINK_LIBRARIES "${STRATA_MKL_ROOT}/lib/libmkl_intel_lp64.so;${STRATA_MKL_ROOT}/lib/libmkl_gnu_thread.so;${STRATA_MKL_ROOT}/lib/libmkl_core.so;OpenMP::OpenMP_CXX;m;dl"
+    INTERFACE_LINK_OPTIONS "LINKER:--disable-new-dtags,-rpath,${STRATA_MKL_ROOT}/lib")
+endif()
+# STRATA_GEMM_BINDING: which gemm_<binding>.cpp the CPU backend compiles.
+if(STRATA_GEMM_LIBRARY STREQUAL "mkl")
+  if(NOT STRATA_HAVE_MKL)
+    message(FATAL_ERROR "STRATA_GEMM_LIBRARY=mkl but ${STRATA_MKL_ROOT} has no oneMKL "
+                        "(run cmake/fetch_gemm_libraries.sh mkl, or set STRATA_MKL_ROOT)")
+  endif()
+  set(STRATA_GEMM_BINDING mkl)
+elseif(STRATA_GEMM_LIBRARY MATCHES "^onednn3?$")
+  if(STRATA_HAVE_ONEDNN)
+    set(STRATA_GEMM_BINDING onednn)
+  elseif(STRATA_GEMM_LIBRARY STREQUAL "onednn3")
+    message(FATAL_ERROR "STRATA_GEMM_LIBRARY=onednn3 but oneDNN is off (STRATA_WITH_ONEDNN=OFF)")
+  else()
+    set(STRATA_GEMM_BINDING own)
+  endif()
+elseif(STRATA_GEMM_LIBRARY STREQUAL "own")
+  set(STRATA_GEMM_BINDING own)
+else()
+  message(FATAL_ERROR "STRATA_GEMM_LIBRARY=${STRATA_GEMM_LIBRARY}: must be onednn, onednn3, mkl "
+                      "or own")
+endif()
+message(STATUS "strata: CPU GEMM library ${STRATA_GEMM_LIBRARY} (gemm_${STRATA_GEMM_BINDING}.cpp)")
 
 # The header-only libraries: the packages, else (or when STRATA_VENDOR_DIR is
 # given) the copies in STRATA_VENDOR_DIR/include.
@@ -153,8 +225,10 @@ endforeach()
 
 # What strata_deps links, in the order the full build always had.
 set(STRATA_DEP_LIBRARIES OpenMP::OpenMP_CXX)
-if(STRATA_HAVE_ONEDNN)
+if(STRATA_GEMM_BINDING STREQUAL "onednn")
   list(APPEND STRATA_DEP_LIBRARIES DNNL::dnnl)
+elseif(STRATA_GEMM_BINDING STREQUAL "mkl")
+  list(APPEND STRATA_DEP_LIBRARIES strata_mkl)
 endif()
 list(APPEND STRATA_DEP_LIBRARIES nlohmann_json::nlohmann_json PkgConfig::TOMLPP)
 foreach(pair SENTENCEPIECE=PkgConfig::SENTENCEPIECE HDF5=PkgConfig::HDF5 MPI=MPI::MPI_CXX

@@ -5,6 +5,8 @@
 #   STRATA_SKIP_APT=1   skip the package step (e.g. without root)
 #   STRATA_TEST_PACKAGES=1  also install TEST_PACKAGES (tests/run.sh sets it)
 #   BUILD_TYPE          CMake build type (default: Release)
+#   STRATA_GEMM_LIBRARY the CPU GEMM library: onednn (default: Debian's oneDNN 2.6),
+#                       onednn3 or mkl (fetched from PyPI into .deps/ first), own
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -36,6 +38,7 @@ PACKAGES=(
 TEST_PACKAGES=(
   slurmctld slurmd slurm-client munge  # Debian bookworm's Slurm 22.05 and its authentication
   libpmix-dev                          # libpmix.so, which Slurm's mpi/pmix plugin loads (srun --mpi=pmix)
+  python3-pip                          # fetches oneDNN 3.x and oneMKL from PyPI (the GEMM binding tests)
 )
 if [[ "${STRATA_TEST_PACKAGES:-0}" == 1 ]]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
@@ -63,5 +66,22 @@ if [[ -x /usr/local/cuda/bin/nvcc && -n $cudnn_h && ! -f .deps/cudnn-frontend/in
   cmake/fetch_cudnn_frontend.sh || echo "setup: no cuDNN frontend headers: cuDNN attention left out"
 fi
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}"
+# The GEMM libraries other than Debian's oneDNN come from PyPI into .deps/
+# (cmake/fetch_gemm_libraries.sh): the one a build asks for, and for the test
+# suite every one, so that each binding is tested (tests/gemm_binding_test.cpp).
+gemm=${STRATA_GEMM_LIBRARY:-onednn}
+fetch=()
+case $gemm in onednn3 | mkl) fetch+=("$gemm") ;; esac
+if [[ "${STRATA_TEST_PACKAGES:-0}" == 1 ]]; then fetch+=(onednn3 mkl); fi
+for lib in $(printf '%s\n' "${fetch[@]}" | sort -u); do
+  [[ $lib == mkl && -f .deps/mkl/lib/libmkl_core.so ]] && continue
+  [[ $lib == onednn3 && -f .deps/onednn3/lib/libdnnl.so.3 ]] && continue
+  if ! cmake/fetch_gemm_libraries.sh "$lib"; then
+    [[ $gemm == "$lib" ]] && { echo "setup: STRATA_GEMM_LIBRARY=$gemm needs .deps/$lib" >&2; exit 1; }
+    echo "setup: no .deps/$lib (PyPI unreachable?): its GEMM binding test is left out"
+  fi
+done
+
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+  -DSTRATA_GEMM_LIBRARY="$gemm"
 cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -70,6 +70,14 @@ void set_bf16_path(Bf16Path p) {
   g_bf16_path.store(int(p));
 }
 
+std::string gemm_library() { return library::name(); }
+
+std::string matmul_path(MatmulPrecision p) {
+  using library::Path;
+  if (p == MatmulPrecision::FP32) return library::describe(Path::FP32);
+  return library::describe(bf16_path() == Bf16Path::Native ? Path::BF16Native : Path::BF16Emulated);
+}
+
 float bf16_to_float(uint16_t x) {
   const uint32_t bits = uint32_t(x) << 16;
   float f;

@@ -1,10 +1,14 @@
-// The library under the CPU GEMM binding (gemm.cpp): oneDNN (gemm_onednn.cpp)
-// or, in a build without oneDNN, strata's own kernels (gemm_own.cpp). CMake
-// compiles exactly one of the two; each also defines gemm_library() and
-// matmul_path() of gemm.h, which describe it.
+// The library under the CPU GEMM binding (gemm.cpp), chosen at configure time
+// (STRATA_GEMM_LIBRARY, docs/performance.md "GEMM library"): oneDNN
+// (gemm_onednn.cpp: Debian's 2.6 or a 3.x from STRATA_ONEDNN_ROOT), oneMKL
+// (gemm_mkl.cpp) or strata's own kernels (gemm_own.cpp, also the fallback of a
+// build without oneDNN). CMake compiles exactly one of them into the library;
+// each depends on core/ only (error.cpp, cpu.cpp), so tests/gemm_binding_test
+// can check every one the machine has in a binary of its own.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace strata::cpu {
 
@@ -29,5 +33,15 @@ bool native_bf16();
 // only where native_bf16().
 void bf16_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                  const uint16_t* B, float beta, float* C, int64_t ldc);
+
+// The library and its version, e.g. "oneDNN 2.6.3" (gemm.h's gemm_library()).
+std::string name();
+
+// How a GEMM runs, one line (gemm.h's matmul_path(); part of the numerics
+// fingerprint of tests/fixtures/golden_values.txt, so a binding keeps its
+// wording): in fp32, in bf16 on the library's native kernels, or in bf16
+// emulated (operands rounded to bf16, then sgemm).
+enum class Path { FP32, BF16Native, BF16Emulated };
+std::string describe(Path p);
 
 }  // namespace strata::cpu::library

@@ -1,13 +1,17 @@
 // The oneDNN binding under gemm.cpp (gemm_library.h): dnnl_sgemm for fp32,
 // bf16 matmul primitives (created once per shape) where the CPU multiplies
-// bf16 natively. Compiled in builds with oneDNN (libdnnl-dev).
+// bf16 natively. Compiled in builds with oneDNN: Debian's 2.6 (libdnnl-dev)
+// or a 3.x (STRATA_ONEDNN_ROOT, e.g. .deps/onednn3 from
+// cmake/fetch_gemm_libraries.sh); the two differ in how a matmul is created
+// and scaled (DNNL_VERSION_MAJOR below).
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
-#include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_library.h"
 #include "core/cpu.h"
 #include "core/error.h"
@@ -23,6 +27,16 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
       return "avx";
     case dnnl_cpu_isa_avx2:
       return "avx2";
+#if DNNL_VERSION_MAJOR >= 3
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    case dnnl_cpu_isa_avx2_vnni_2:
+      return "avx2_vnni_2";
+    case dnnl_cpu_isa_avx10_1_512:
+      return "avx10_1_512";
+    case dnnl_cpu_isa_avx10_1_512_amx_fp16:
+      return "avx10_1_512_amx_fp16";
+#endif
     case dnnl_cpu_isa_avx512_core:
       return "avx512_core";
     case dnnl_cpu_isa_avx512_core_vnni:
@@ -57,7 +71,12 @@ class Bf16Matmul {
     e.b.set_data_handle(const_cast<uint16_t*>(B));
     e.c.set_data_handle(C);
     try {
-      e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
+#if DNNL_VERSION_MAJOR >= 3
+      if (alpha != 1.0f) args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, e.alpha);
+#endif
+      e.prim.execute(stream_, args);
       stream_.wait();
     } catch (const dnnl::error& err) {
       fail(cat("bf16 matmul: oneDNN failed (", err.what(), ") for ",
@@ -71,6 +90,8 @@ class Bf16Matmul {
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory a, b, c;
+    dnnl::memory alpha;  // oneDNN 3: alpha as the source's runtime scale
+    std::vector<float> alpha_value;
   };
   Entry create(const Key& k) {
     const auto [ta, tb, M, N, K, ldc, alpha, beta] = k;
@@ -80,16 +101,33 @@ class Bf16Matmul {
     const dnnl::memory::desc b_md({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
     const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
     dnnl::primitive_attr attr;
+#if DNNL_VERSION_MAJOR >= 3
+    if (alpha != 1.0f) attr.set_scales_mask(DNNL_ARG_SRC, 0);
+#else
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+#endif
     if (beta != 0.0f) {
       dnnl::post_ops ops;
       ops.append_sum(beta);
       attr.set_post_ops(ops);
     }
     try {
+#if DNNL_VERSION_MAJOR >= 3
+      const dnnl::matmul::primitive_desc pd(engine_, a_md, b_md, c_md, attr);
+#else
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
-      return Entry{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
-                   dnnl::memory(b_md, engine_, nullptr), dnnl::memory(c_md, engine_, nullptr)};
+#endif
+      Entry e{dnnl::matmul(pd),
+              dnnl::memory(a_md, engine_, nullptr),
+              dnnl::memory(b_md, engine_, nullptr),
+              dnnl::memory(c_md, engine_, nullptr),
+              dnnl::memory(),
+              {alpha}};
+#if DNNL_VERSION_MAJOR >= 3
+      if (alpha != 1.0f)
+        e.alpha = dnnl::memory({{1}, dt::f32, dims{1}}, engine_, e.alpha_value.data());
+#endif
+      return e;
     } catch (const dnnl::error& e) {
       fail(cat("bf16 matmul: oneDNN cannot create it (", e.what(), ") for ",
                gemm_context("bf16 x bf16 -> f32", ta, tb, M, N, K),
@@ -126,7 +164,11 @@ bool native_bf16() {
     using tag = dnnl::memory::format_tag;
     const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     const dnnl::memory::desc a({16, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc(engine, a, a, c);
+#else
     dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), engine);
+#endif
   } catch (const dnnl::error&) {
     return false;
   }
@@ -139,19 +181,18 @@ void bf16_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   matmul.run(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
 
-}  // namespace library
-
-std::string gemm_library() {
+std::string name() {
   const dnnl_version_t* v = dnnl_version();
   return cat("oneDNN ", v->major, ".", v->minor, ".", v->patch);
 }
 
-std::string matmul_path(MatmulPrecision p) {
+std::string describe(Path p) {
   const char* isa = isa_name(dnnl_get_effective_cpu_isa());
-  if (p == MatmulPrecision::FP32) return cat("oneDNN sgemm, kernels for ", isa);
-  if (bf16_path() == Bf16Path::Native) return cat("native: oneDNN bf16 matmul, kernels for ", isa);
+  if (p == Path::FP32) return cat("oneDNN sgemm, kernels for ", isa);
+  if (p == Path::BF16Native) return cat("native: oneDNN bf16 matmul, kernels for ", isa);
   return cat("emulated (no AVX512-BF16 or AMX-BF16): operands rounded to bf16, oneDNN sgemm (", isa,
              "); same numerics, fp32 speed");
 }
 
+}  // namespace library
 }  // namespace strata::cpu

@@ -62,17 +62,17 @@ void bf16_matmul(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, 
   fail("bf16 matmul: this build has no oneDNN (libdnnl-dev), so there is no native bf16 path");
 }
 
-}  // namespace library
+std::string name() { return "strata's own kernels (this build has no oneDNN: libdnnl-dev)"; }
 
-std::string gemm_library() { return "strata's own kernels (this build has no oneDNN: libdnnl-dev)"; }
-
-std::string matmul_path(MatmulPrecision p) {
+std::string describe(Path p) {
   const char* isa = cpu_level_name(cpu_level());
-  if (p == MatmulPrecision::FP32)
+  if (p == Path::FP32)
     return cat("strata's few-row kernels over the whole matrix (", isa,
                "; no oneDNN in this build: slower on large GEMMs)");
-  return cat("emulated (no oneDNN in this build): operands rounded to bf16, strata's fp32 kernels (",
-             isa, "); same numerics, fp32 speed");
+  return cat(
+      "emulated (no oneDNN in this build): operands rounded to bf16, strata's fp32 kernels (", isa,
+      "); same numerics, fp32 speed");
 }
 
+}  // namespace library
 }  // namespace strata::cpu
