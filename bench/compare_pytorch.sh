@@ -22,8 +22,8 @@ the best round of each, and prints the CPU, one markdown table and the targets.
 Progress goes to stderr, the report to stdout.
 
 options:
-  --models LIST      model shapes, comma-separated: 288 (6L-288), 768 (12L-768)
-                     (default 288,768)
+  --models LIST      model shapes, comma-separated: 288 (6L-288), 768 (12L-768),
+                     1024 (24L-1024, sequence 1024) (default 288,768)
   --precisions LIST  fp32, bf16 (default fp32, plus bf16 where the CPU has
                      avx512_bf16 or amx_bf16)
   --steps S          timed steps per run; each run reports the median (default 3)
@@ -86,7 +86,8 @@ is_uint "$VOCAB" || die "--vocab must be a positive integer, not '$VOCAB'"
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 [[ ${#MODEL_LIST[@]} -gt 0 ]] || die "--models is empty"
 for m in "${MODEL_LIST[@]}"; do
-  [[ $m == 288 || $m == 768 ]] || die "unknown model '$m' in --models (choose 288, 768)"
+  [[ $m == 288 || $m == 768 || $m == 1024 ]] ||
+    die "unknown model '$m' in --models (choose 288, 768, 1024)"
 done
 
 # ---------------------------------------------------------------- the CPU
@@ -360,7 +361,7 @@ for model in "${MODEL_LIST[@]}"; do
 done
 
 # ---------------------------------------------------------------- the report
-model_name() { case $1 in 288) echo 6L-288 ;; 768) echo 12L-768 ;; *) echo "$1" ;; esac; }
+model_name() { case $1 in 288) echo 6L-288 ;; 768) echo 12L-768 ;; 1024) echo 24L-1024 ;; *) echo "$1" ;; esac; }
 pct() { # pct GFLOPS PRECISION
   local pk
   pk=$(peak_for "$2")

@@ -9,7 +9,8 @@ On a GPU (--device cuda) the step runs under CUDA bf16 autocast with --bf16
 (fp32 master weights, as strata's training.precision = "bf16"), each timed
 step ends with torch.cuda.synchronize, and --peak divides the FLOP rate into
 an MFU; the GPU shapes 2048 (16L-2048) and 4096 (32L-4096) match `strata bench
-train --model 2048|4096` at the same --vocab (strata's default 32000).
+train --model 2048|4096` at the same --vocab (strata's default 32000), and the
+CPU shapes 288, 768 and 1024 (24L-1024) `strata bench train --model 288|768|1024`.
 
 Runs on Debian bookworm's python3-torch (1.13) and on torch 2.x. Attention uses
 F.scaled_dot_product_attention where it exists (k/v repeated for GQA when the
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 
 MODELS = {"288": dict(layers=6, C=288, F=768, H=6, KV=6, T=256),
           "768": dict(layers=12, C=768, F=2048, H=12, KV=12, T=1024),
+          "1024": dict(layers=24, C=1024, F=2816, H=16, KV=16, T=1024),
           "2048": dict(layers=16, C=2048, F=8192, H=32, KV=8, T=2048),
           "4096": dict(layers=32, C=4096, F=14336, H=32, KV=8, T=2048)}
 

@@ -13,14 +13,15 @@ namespace strata::cli {
 struct BenchModel {
   std::string name;
   int layers, C, F, H, Hkv, V, B, T;
-  bool gpu_only = false;  // too large for "all" on a CPU
+  bool large = false;  // not in "all" (too large for a quick CPU run): by name only
   int D() const { return C / H; }
 };
 
 // Shapes of llama2.c's stories15M (6 layers, 288 wide) and stories110M
-// (12 layers, 768 wide), with the Llama-2 vocabulary, and two GPU shapes
-// with Llama-3's (16L-2048, 32L-4096); `which` is 288, 768, 2048, 4096 or all
-// (the first two), B = tokens / T.
+// (12 layers, 768 wide), with the Llama-2 vocabulary; a 24L-1024 (about 370M
+// parameters, sequence 1024), where a CPU's matrix units get GEMMs large enough
+// to fill them; and two GPU shapes with Llama-3's (16L-2048, 32L-4096); `which`
+// is 288, 768, 1024, 2048, 4096 or all (the first two), B = tokens / T.
 std::vector<BenchModel> bench_models(const std::string& which, int tokens);
 // The model configuration of a benchmark shape (context: its sequence length).
 LlamaConfig bench_config(const BenchModel& bm, int vocab, bool tied);

@@ -288,16 +288,17 @@ std::vector<BenchModel> bench_models(const std::string& which, int tokens) {
   // 64) and Llama-3-8B's widths on 32 layers (head dim 128), sequence 2048.
   std::vector<BenchModel> all = {{"6L-288", 6, 288, 768, 6, 6, 32000, 0, 256},
                                  {"12L-768", 12, 768, 2048, 12, 12, 32000, 0, 1024},
+                                 {"24L-1024", 24, 1024, 2816, 16, 16, 32000, 0, 1024, true},
                                  {"16L-2048", 16, 2048, 8192, 32, 8, 128256, 0, 2048, true},
                                  {"32L-4096", 32, 4096, 14336, 32, 8, 128256, 0, 2048, true}};
   std::vector<BenchModel> out;
   for (auto& m : all)
-    if ((which == "all" && !m.gpu_only) || which == m.name || which == std::to_string(m.C)) {
+    if ((which == "all" && !m.large) || which == m.name || which == std::to_string(m.C)) {
       m.B = std::max(1, tokens / m.T);
       out.push_back(m);
     }
   STRATA_CHECK(!out.empty(), "strata bench: unknown --model '", which,
-               "' (choose 288, 768, 2048, 4096 or all)");
+               "' (choose 288, 768, 1024, 2048, 4096 or all)");
   return out;
 }
 
@@ -372,7 +373,7 @@ int cmd_bench(int argc, char** argv, int first) {
   Args args("strata bench ops",
             "Prints the throughput of every CPU kernel (forward and backward) on the GEMM and "
             "activation shapes of a 6-layer 288-wide and a 12-layer 768-wide Llama model.");
-  args.option("model", "NAME", "288, 768, all (those two), 2048 or 4096 (GPU shapes)", "all")
+  args.option("model", "NAME", "288, 768, all (those two), 1024 (24L-1024), 2048 or 4096 (GPU shapes)", "all")
       .option("tokens", "N", "tokens per micro-batch (B = N / T)", "4096")
       .option("repeat", "R", "timed repetitions per op (the median is printed)", "5")
       .option("filter", "TEXT", "only ops whose name contains TEXT")

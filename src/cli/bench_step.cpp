@@ -60,7 +60,7 @@ Args step_args(const std::string& name, bool train) {
                   : "Times whole training steps (forward + backward, fused LM head) of a randomly "
                     "initialised model and prints tokens/s, GFLOP/s and the fraction of the "
                     "device's peak.");
-  args.option("model", "NAME", "288 (6L-288), 768 (12L-768), 2048 (16L-2048), 4096 (32L-4096)",
+  args.option("model", "NAME", "288 (6L-288), 768 (12L-768), 1024 (24L-1024), 2048 (16L-2048), 4096 (32L-4096)",
               "288")
       .option("batch", "B", "micro-batch size (0: tokens / seq)", "0")
       .option("tokens", "N", "tokens per step when --batch is 0", "4096")
