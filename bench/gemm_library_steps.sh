@@ -2,7 +2,7 @@
 # bench/gemm_library_steps.sh: whole training steps of the same model on a build
 # per CPU GEMM library (docs/performance.md, "GEMM library"): the libraries'
 # threads meet strata's own kernels there, which bench/gemm_libraries (the GEMM
-# shapes alone) does not show. Builds build-gemm-<library>/strata (the strata
+# shapes alone) does not show. Builds build-<library>/strata (the strata
 # target only; fetching .deps/ first where needed), then runs `strata bench
 # train` on each in alternation, round after round, and prints the CPU and one
 # markdown table of step times (ms, every round; the best in bold).
@@ -45,13 +45,13 @@ for l in "${libs[@]}"; do
     mkl) [[ -f .deps/mkl/lib/libmkl_core.so ]] || cmake/fetch_gemm_libraries.sh mkl >&2 ;;
     onednn3) [[ -f .deps/onednn3/lib/libdnnl.so.3 ]] || cmake/fetch_gemm_libraries.sh onednn3 >&2 ;;
   esac
-  echo "== building build-gemm-$l (STRATA_GEMM_LIBRARY=$l)" >&2
-  mkdir -p "build-gemm-$l"
-  cmake -S . -B "build-gemm-$l" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_GEMM_LIBRARY="$l" \
-    -DSTRATA_BUILD_TESTS=OFF -DSTRATA_CUDA=OFF > "build-gemm-$l/configure.log" ||
-    { echo "configure failed: build-gemm-$l/configure.log" >&2; exit 1; }
-  cmake --build "build-gemm-$l" --target strata > "build-gemm-$l/build.log" ||
-    { echo "build failed: build-gemm-$l/build.log" >&2; exit 1; }
+  echo "== building build-$l (STRATA_GEMM_LIBRARY=$l)" >&2
+  mkdir -p "build-$l"
+  cmake -S . -B "build-$l" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_GEMM_LIBRARY="$l" \
+    -DSTRATA_BUILD_TESTS=OFF -DSTRATA_CUDA=OFF > "build-$l/configure.log" ||
+    { echo "configure failed: build-$l/configure.log" >&2; exit 1; }
+  cmake --build "build-$l" --target strata > "build-$l/build.log" ||
+    { echo "build failed: build-$l/build.log" >&2; exit 1; }
 done
 
 declare -A times
@@ -59,9 +59,9 @@ for ((r = 1; r <= rounds; ++r)); do
   for m in "${mods[@]}"; do
     for l in "${libs[@]}"; do
       echo "== round $r/$rounds, model $m, $l" >&2
-      line=$("build-gemm-$l/strata" bench train --model "$m" --steps "$steps" "${bf16[@]}" 2>&1 |
+      line=$("build-$l/strata" bench train --model "$m" --steps "$steps" "${bf16[@]}" 2>&1 |
         grep '^step:' || true)
-      [[ -n $line ]] || { echo "bench train failed on build-gemm-$l" >&2; exit 1; }
+      [[ -n $line ]] || { echo "bench train failed on build-$l" >&2; exit 1; }
       echo "   $line" >&2
       ms=$(sed -E 's/^step: ([0-9.]+) ms.*/\1/' <<< "$line")
       times[$m,$l]+="${times[$m,$l]:+ }$ms"
@@ -70,12 +70,12 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 
 echo "CPU: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores;" \
-  "$("build-gemm-${libs[0]}/strata" info | grep -m1 '^cpu' | sed 's/^cpu: *//')"
+  "$("build-${libs[0]}/strata" info | grep -m1 '^cpu' | sed 's/^cpu: *//')"
 echo
 # shellcheck disable=SC2016  # the backquotes are markdown
 printf '| %s step, `strata bench train --steps %s` (ms, each round) |' \
   "$([[ ${#bf16[@]} -gt 0 ]] && echo bf16 || echo fp32)" "$steps"
-for l in "${libs[@]}"; do printf ' %s |' "$("build-gemm-$l/strata" info | sed -n 's/^gemm: *//p')"; done
+for l in "${libs[@]}"; do printf ' %s |' "$("build-$l/strata" info | sed -n 's/^gemm: *//p')"; done
 echo
 printf '|---|'; for _ in "${libs[@]}"; do printf -- '---|'; done; echo
 for m in "${mods[@]}"; do

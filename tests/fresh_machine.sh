@@ -50,6 +50,15 @@ step() { echo "== fresh_machine: $* ($(($(date +%s) - start)) s)"; }
 step "mmdebstrap --variant=minbase bookworm $root"
 mmdebstrap --quiet --variant=minbase bookworm "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The network's certificate authorities for pip, as for name resolution: where
+# this machine reaches PyPI through a proxy that signs with its own CA
+# (PIP_CERT), the root trusts it too, so setup's PyPI fetch
+# (cmake/fetch_gemm_libraries.sh) meets the network a machine here would.
+pip_cert=()
+if [[ -n ${PIP_CERT:-} && -f $PIP_CERT ]]; then
+  cp "$PIP_CERT" "$root/etc/fresh-machine-pip-ca.crt"
+  pip_cert=(PIP_CERT=/etc/fresh-machine-pip-ca.crt)
+fi
 # A machine's root is a mount point with /sys: the code-execution sandbox
 # makes its mounts private and pivots its root (neither works in a plain
 # chroot), and slurmd reads /sys/fs/cgroup.
@@ -66,7 +75,7 @@ git ls-files -z --cached --others --exclude-standard | tar -C "$src" --null -T -
   tar -C "$root/root/strata" -xf -
 
 inside() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-  TERM=dumb bash -c "cd /root/strata && $*"; }
+  TERM=dumb "${pip_cert[@]}" bash -c "cd /root/strata && $*"; }
 step "launch/setup.sh"
 inside launch/setup.sh
 step "strata info"

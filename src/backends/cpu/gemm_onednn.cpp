@@ -9,8 +9,6 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <unordered_map>
-#include <vector>
 
 #include "backends/cpu/gemm_library.h"
 #include "core/cpu.h"
@@ -71,12 +69,7 @@ class Bf16Matmul {
     e.b.set_data_handle(const_cast<uint16_t*>(B));
     e.c.set_data_handle(C);
     try {
-      std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}};
-#if DNNL_VERSION_MAJOR >= 3
-      if (alpha != 1.0f) args.emplace(DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, e.alpha);
-#endif
-      e.prim.execute(stream_, args);
+      e.prim.execute(stream_, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
       stream_.wait();
     } catch (const dnnl::error& err) {
       fail(cat("bf16 matmul: oneDNN failed (", err.what(), ") for ",
@@ -90,8 +83,6 @@ class Bf16Matmul {
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory a, b, c;
-    dnnl::memory alpha;  // oneDNN 3: alpha as the source's runtime scale
-    std::vector<float> alpha_value;
   };
   Entry create(const Key& k) {
     const auto [ta, tb, M, N, K, ldc, alpha, beta] = k;
@@ -100,34 +91,25 @@ class Bf16Matmul {
     const dnnl::memory::desc a_md({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1});
     const dnnl::memory::desc b_md({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
     const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
+    // C = alpha A B + beta C: oneDNN 2 scales the output; oneDNN 3 has no
+    // output scales, so alpha is a linear post-op applied before the sum.
     dnnl::primitive_attr attr;
+    dnnl::post_ops ops;
 #if DNNL_VERSION_MAJOR >= 3
-    if (alpha != 1.0f) attr.set_scales_mask(DNNL_ARG_SRC, 0);
+    if (alpha != 1.0f) ops.append_eltwise(dnnl::algorithm::eltwise_linear, alpha, 0.0f);
 #else
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
 #endif
-    if (beta != 0.0f) {
-      dnnl::post_ops ops;
-      ops.append_sum(beta);
-      attr.set_post_ops(ops);
-    }
+    if (beta != 0.0f) ops.append_sum(beta);
+    if (ops.len() > 0) attr.set_post_ops(ops);
     try {
 #if DNNL_VERSION_MAJOR >= 3
       const dnnl::matmul::primitive_desc pd(engine_, a_md, b_md, c_md, attr);
 #else
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine_);
 #endif
-      Entry e{dnnl::matmul(pd),
-              dnnl::memory(a_md, engine_, nullptr),
-              dnnl::memory(b_md, engine_, nullptr),
-              dnnl::memory(c_md, engine_, nullptr),
-              dnnl::memory(),
-              {alpha}};
-#if DNNL_VERSION_MAJOR >= 3
-      if (alpha != 1.0f)
-        e.alpha = dnnl::memory({{1}, dt::f32, dims{1}}, engine_, e.alpha_value.data());
-#endif
-      return e;
+      return Entry{dnnl::matmul(pd), dnnl::memory(a_md, engine_, nullptr),
+                   dnnl::memory(b_md, engine_, nullptr), dnnl::memory(c_md, engine_, nullptr)};
     } catch (const dnnl::error& e) {
       fail(cat("bf16 matmul: oneDNN cannot create it (", e.what(), ") for ",
                gemm_context("bf16 x bf16 -> f32", ta, tb, M, N, K),
@@ -155,7 +137,9 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 }
 
 // oneDNN runs its bf16 kernels (DNNL_MAX_CPU_ISA may hold them back) and
-// creates a bf16 matmul.
+// creates a bf16 matmul. The PyPI oneDNN 3 is a SYCL build: its CPU engine
+// needs a SYCL CPU device (an OpenCL CPU runtime), so without one only its
+// engine-free dnnl_sgemm runs and bf16 is emulated.
 bool native_bf16() {
   const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   if ((isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) return false;
