@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "cli/commands.h"
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -27,6 +28,25 @@ namespace {
 // suite (ours alone) and MPI ranks of one thread each on their own cores are
 // not busy; more threads of our own than CPUs, with nothing else running,
 // are not either (that is the user's choice, not a shared machine).
+// bench model/train: a step faster than the peak measured before it measures
+// the peak again and keeps the larger; otherwise the first stands, unmeasured.
+TEST(BenchPeak, ARateAboveTheFirstPeakMeasuresItAgain) {
+  int calls = 0;
+  auto again = [&](double v) {
+    return [&calls, v] {
+      ++calls;
+      return v;
+    };
+  };
+  EXPECT_DOUBLE_EQ(strata::cli::settled_peak(206.0, 137.0, again(500.0)), 206.0);
+  EXPECT_EQ(calls, 0);
+  EXPECT_DOUBLE_EQ(strata::cli::settled_peak(103.6, 136.9, again(206.0)), 206.0);
+  EXPECT_EQ(calls, 1);
+  // A second measurement lower still (busy again) keeps the first.
+  EXPECT_DOUBLE_EQ(strata::cli::settled_peak(103.6, 136.9, again(90.0)), 103.6);
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(Threads, MachineBusyMeansOversubscribed) {
   EXPECT_FALSE(machine_busy(0, 2, 2));  // alone
   EXPECT_TRUE(machine_busy(2, 2, 2));   // another 2-thread process running

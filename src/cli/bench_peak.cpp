@@ -184,6 +184,11 @@ int64_t last_level_cache_bytes() {
 
 }  // namespace
 
+double settled_peak(double first, double rate, const std::function<double()>& again) {
+  if (rate <= first) return first;
+  return std::max(first, again());
+}
+
 FmaPeak measure_fma_peak(double seconds) {
   const auto& cpu = cpu_features();
   FmaPeak p;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/config.h"
@@ -47,6 +48,11 @@ struct FmaPeak {
 };
 // Register-only FMA / bf16 dot-product loops, `seconds` each (best chunk).
 FmaPeak measure_fma_peak(double seconds);
+// The peak to divide a measured rate by, given the peak measured before it:
+// a rate above that peak means the first measurement was disturbed (another
+// process, a core still busy), so `again` measures once more and the larger
+// of the two is the peak; otherwise the first stands and `again` is not run.
+double settled_peak(double first, double rate, const std::function<double()>& again);
 struct BandwidthPeak {
   double read_gbs = 0;    // best pass, GB/s (1e9 bytes)
   int64_t bytes = 0;      // buffer read per pass
