@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
        },
        [](const Shape& s, const uint16_t* a, const uint16_t* b, float* c) {
          if (strata::cpu::bf16_path() == strata::cpu::Bf16Path::Native) {
-           strata::cpu::library::bf16_matmul(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a, b, 0.0f, c, s.N);
+           strata::cpu::library::bf16_matmul(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a, s.ta ? s.M : s.K,
+                                             b, s.tb ? s.K : s.N, 0.0f, c, s.N);
            return;
          }
          // Emulated: what gemm.h does, widening both operands, then fp32.

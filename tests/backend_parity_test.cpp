@@ -380,7 +380,7 @@ TEST(BackendParity, Bf16MatmulsRoundOperandsLikeTheCpuBackend) {
   for (const std::string& name : optable::backends()) {
     if (name.rfind("cpu", 0) == 0) continue;  // the CPU backend's paths: test_ops
     SCOPED_TRACE(name);
-    auto be = ops::make_backend<float>(name);
+    auto be = optable::make<float>(name);
     const Host got = linear(*be, ops::MatmulPrecision::BF16);
     if (name == "simt") {
       expect_close(got, want, 1e-6, "bf16 linear");
@@ -825,7 +825,7 @@ TEST(BackendParity, FusedHeadInBf16StorageKeepsItsLogitsInBf16) {
   std::vector<Host> grads;
   for (const char* name : {"cpu", "simt"}) {
     SCOPED_TRACE(name);
-    auto be = ops::make_backend<float>(name);
+    auto be = optable::make<float>(name);
     be->set_matmul_precision(ops::MatmulPrecision::BF16);
     auto* kb = dynamic_cast<cuda::KernelBackend<float>*>(be.get());
     if (kb) kb->set_head_chunk_rows(16);
@@ -875,7 +875,7 @@ TEST(BackendParity, Bf16KvCacheHoldsRoundedValuesAndReadsThemAsFp32Would) {
   const std::vector<int32_t> ints = {6, 3, 1, 0};  // positions, then slots
   for (const std::string& name : optable::backends()) {
     SCOPED_TRACE(name);
-    auto be = ops::make_backend<float>(name);
+    auto be = optable::make<float>(name);
     auto upload = [&](const Host& h) {
       std::vector<float> f(h.begin(), h.end());
       ops::DeviceBuffer<float> d(be.get(), f.size());

@@ -157,8 +157,8 @@ TEST(GemmBinding, Bf16MatchesTheReferenceOfTheRoundedOperands) {
     auto C = matrix(c.M * c.N, 8);
     const auto want = reference(c.ta, c.tb, c.M, c.N, c.K, 0.5, ar, c.ta ? c.M : c.K, br,
                                 c.tb ? c.K : c.N, 1.0, C, c.N);
-    library::bf16_matmul(c.ta, c.tb, c.M, c.N, c.K, 0.5f, a16.data(), b16.data(), 1.0f, C.data(),
-                         c.N);
+    library::bf16_matmul(c.ta, c.tb, c.M, c.N, c.K, 0.5f, a16.data(), c.ta ? c.M : c.K, b16.data(),
+                         c.tb ? c.K : c.N, 1.0f, C.data(), c.N);
     EXPECT_LT(worst(C, want, c.M, c.N, c.N, c.K), 1e-6)
         << library::name() << " ta=" << c.ta << " tb=" << c.tb << " M=" << c.M << " N=" << c.N
         << " K=" << c.K;

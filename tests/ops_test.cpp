@@ -15,6 +15,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/microgemm.h"
 #include "backends/cpu/vec_math.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "ops/backend.h"
 #include "reference.h"
@@ -262,6 +263,107 @@ TEST(Ops, Bf16OperandReuseGivesTheSameResultsAndSeesOverwrites) {
           << what << ": GEMM " << i + 1;
     cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
   }
+}
+
+// A training step's held weights (hold_weights): native bf16 GEMMs read one
+// bf16 copy of each weight in the held range, shared by the forward (W as
+// B^T) and input-gradient (W as B) GEMMs, with the bits of converting it every
+// time; operands outside the range are packed as before; releasing drops the
+// copies, so the next hold sees changed weights. (The emulated path keeps no
+// copies.)
+TEST(Ops, HeldBf16WeightsGiveTheSameBitsAndAreDroppedOnRelease) {
+  const int M = 40, OC = 24, IC = 36, ldw = IC + 3;
+  for (cpu::Bf16Path path : testing::bf16_paths()) {
+    testing::ForceBf16Path force(path);
+    const std::string what = testing::bf16_path_name(path);
+    const bool native = path == cpu::Bf16Path::Native;
+    auto W = cast_vec<float>(random_vec<double>(int64_t(OC) * ldw, 71));
+    const auto X = cast_vec<float>(random_vec<double>(int64_t(M) * IC, 72));
+    const auto D = cast_vec<float>(random_vec<double>(int64_t(M) * OC, 73));
+    cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+    auto run = [&] {  // y = x W^T and dx = dout W
+      std::vector<float> y(size_t(M) * OC), dx(size_t(M) * IC);
+      cpu::gemm<float>(false, true, M, OC, IC, 1.0f, X.data(), IC, W.data(), ldw, 0.0f, y.data(),
+                       OC);
+      cpu::gemm<float>(false, false, M, IC, OC, 1.0f, D.data(), OC, W.data(), ldw, 0.0f, dx.data(),
+                       IC);
+      return std::vector<std::vector<float>>{y, dx};
+    };
+    auto same = [&](const std::vector<std::vector<float>>& a,
+                    const std::vector<std::vector<float>>& b, const std::string& when) {
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)))
+            << what << " " << when << ": GEMM " << i + 1;
+    };
+    const auto plain = run();
+    cpu::set_held_weights(W.data(), int64_t(W.size()));
+    const auto held = run();
+    EXPECT_EQ(cpu::held_weight_copy_elements(), native ? int64_t(OC) * IC : 0) << what;
+    same(plain, held, "held");
+    cpu::set_held_weights(nullptr, 0);
+    EXPECT_EQ(cpu::held_weight_copy_elements(), 0) << what;
+    for (auto& w : W) w = -2 * w;  // the optimizer's step
+    const auto changed = run();
+    cpu::set_held_weights(W.data(), int64_t(W.size()));
+    same(changed, run(), "after the weights changed");
+    cpu::set_held_weights(nullptr, 0);
+    cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
+  }
+}
+
+// gemm_act: bf16 operands (activations stored in bf16) are read as stored by
+// the native bf16 GEMM, strided or not, transposed or not, and give the
+// product of widening them into fp32 first; where GEMMs do not read bf16
+// (fp32 precision, the emulated path) a bf16 operand is refused in one line.
+TEST(Ops, GemmReadsBf16OperandsAsStored) {
+  const int M = 33, N = 26, K = 70;
+  auto refused = [&](const std::string& what) {
+    std::vector<ops::bf16> a(size_t(M) * K, ops::bf16(1.0f));
+    std::vector<float> b(size_t(K) * N, 1.0f), c(size_t(M) * N);
+    try {
+      cpu::gemm_act(false, false, M, N, K, 1.0f, ops::ActIn<float>(a.data()), K, b.data(), N, 0.0f,
+                    c.data(), N);
+      ADD_FAILURE() << what << ": a bf16 operand was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("bf16 operand"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  };
+  refused("fp32 precision");
+  {
+    testing::ForceBf16Path force(cpu::Bf16Path::Emulated);
+    cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+    refused("emulated bf16");
+    cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
+  }
+  if (!cpu::native_bf16_available())
+    GTEST_SKIP() << "no native bf16 GEMM on " << cpu_summary() << ": GEMMs never read bf16 here";
+  cpu::set_matmul_precision(cpu::MatmulPrecision::BF16);
+  ASSERT_TRUE(cpu::gemm_reads_bf16());
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int which : {1, 2, 3}) {  // A bf16, B bf16, both
+        const std::string what = cat("ta=", ta, " tb=", tb, " bf16 operands=", which);
+        const int lda = (ta ? M : K) + 5, ldb = (tb ? K : N) + 2, ldc = N + 1;
+        auto A = cast_vec<float>(random_vec<double>(int64_t(ta ? K : M) * lda, 81));
+        auto B = cast_vec<float>(random_vec<double>(int64_t(tb ? N : K) * ldb, 82));
+        std::vector<ops::bf16> a16(A.begin(), A.end()), b16(B.begin(), B.end());
+        for (size_t i = 0; i < A.size(); ++i) A[i] = a16[i];  // the values bf16 holds
+        for (size_t i = 0; i < B.size(); ++i) B[i] = b16[i];
+        const auto C = cast_vec<float>(random_vec<double>(int64_t(M) * ldc, 83));
+        auto want = C, got = C;
+        cpu::gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, want.data(),
+                         ldc);
+        const ops::ActIn<float> a = which & 1 ? ops::ActIn<float>(a16.data()) : A.data();
+        const ops::ActIn<float> b = which & 2 ? ops::ActIn<float>(b16.data()) : B.data();
+        cpu::gemm_act(ta, tb, M, N, K, 0.5f, a, lda, b, ldb, 1.0f, got.data(), ldc);
+        // The same bf16 values with fp32 sums; the library may block a strided
+        // operand otherwise than a compact copy, so allow its sum order.
+        expect_close(got, want, 1e-5, 0, what);
+        for (int i = 0; i < M; ++i) ASSERT_EQ(got[i * ldc + N], C[i * ldc + N]) << what;
+      }
+  cpu::set_matmul_precision(cpu::MatmulPrecision::FP32);
 }
 
 // A GEMM the library refuses is one line naming the op, shapes, CPU and

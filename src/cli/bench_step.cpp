@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/bench_common.h"
 #include "cli/commands.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -210,7 +211,8 @@ void print_step_result(StepBench& o, const Model<float>& model, Recompute mode, 
   use.batch = o.bm.B, use.seq = o.bm.T;
   use.recompute = mode;
   use.bf16_activations = o.bf16_acts;
-  use.bf16_weight_copies = o.bf16 && ops::resolve_device(o.device) != "cpu";
+  use.bf16_weight_copies =
+      o.bf16 && (ops::resolve_device(o.device) != "cpu" || cpu_features().native_bf16());
   use.runtime_bytes = runtime_rss;
   const MemoryEstimate est = estimate_memory(o.cfg, o.plan, use);
   const double est_mib = double(est.total()) / (1 << 20);

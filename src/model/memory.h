@@ -52,8 +52,9 @@ struct MemoryUse {
   int batch = 0, seq = 0;
   Recompute recompute = Recompute::None;  // the activation arena under training.recompute
   bool bf16_activations = false;          // its storage (training.activations)
-  // The kernel backends' bf16 copies of the weights (bf16 matmuls on cuda or
-  // simt: GemmEngine::hold, freeze; none under ZeRO-3).
+  // The bf16 copies of the weights (bf16 matmuls on cuda or simt:
+  // GemmEngine::hold, freeze; on a CPU with native bf16 matmuls:
+  // cpu::set_held_weights; none under ZeRO-3).
   bool bf16_weight_copies = false;
   int64_t logits_rows = 0;       // rows of full-vocabulary logits kept at once (eval, generate)
   int kv_batch = 0, kv_len = 0;  // KV caches of the inference engine

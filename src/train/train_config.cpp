@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/threads.h"
@@ -339,6 +340,8 @@ bool bf16_activations(const TrainingSection& t, const std::string& device, bool 
 
 bool bf16_weight_copies(const TrainingSection& t, const std::string& device) {
   if (device == "cuda") return t.precision != "fp32";
+  // The CPU holds copies on its native bf16 path only (auto is bf16 there).
+  if (device == "cpu") return t.precision != "fp32" && cpu_features().native_bf16();
   return device == "simt" && t.precision == "bf16";
 }
 

@@ -74,7 +74,8 @@ struct TrainingSection {
 bool bf16_activations(const TrainingSection& t, const std::string& device, bool bf16_matmuls);
 // Whether a run's GEMM engines keep bf16 copies of the weights (MemoryUse):
 // bf16 matmuls on a kernel backend (precision auto counts as bf16 on cuda,
-// before the backend exists, as for the activations).
+// before the backend exists, as for the activations), or on a CPU with a
+// native bf16 dot product (cpu::set_held_weights).
 bool bf16_weight_copies(const TrainingSection& t, const std::string& device);
 
 struct ParallelSection {

@@ -2,6 +2,7 @@
 // the kernel of the same name in backends/cpu/<op>.cpp.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels.h"
@@ -61,6 +62,9 @@ class CpuBackend final : public Backend<T> {
   bool native_bf16() const override { return cpu::native_bf16_available(); }
   std::string matmul_path(MatmulPrecision p) const override { return cpu::matmul_path(p); }
   void freeze_weights(bool frozen) override { cpu::set_frozen_weights(frozen); }
+  void hold_weights(const T* base, int64_t n) override {
+    if constexpr (std::is_same_v<T, float>) cpu::set_held_weights(base, n);
+  }
 
   // Every op of ops/ops.def: the kernel of the same name.
 #define STRATA_DEFAULT(...)

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -114,16 +115,29 @@ void few_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int6
   few_rows_gemm_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// bf16 copies of frozen weights, keyed by the operand as the GEMM sees it.
+// bf16 copies of weights, keyed by the operand as the GEMM sees it (pointer,
+// rows, columns, leading dimension), compact. 64-byte aligned (a vector load
+// of 32 bf16 then never splits a cache line when K is a multiple of 32).
+struct AlignedFree {
+  void operator()(uint16_t* p) const { aligned_free(p); }
+};
+using WeightCopies = std::map<std::tuple<const float*, int64_t, int64_t, int64_t>,
+                              std::unique_ptr<uint16_t[], AlignedFree>>;
+const uint16_t* weight_copy(WeightCopies& copies, const float* B, int64_t rows, int64_t cols,
+                            int64_t ld) {
+  auto& copy = copies[{B, rows, cols, ld}];
+  if (!copy) {
+    copy.reset(
+        static_cast<uint16_t*>(aligned_alloc_zeroed(size_t(rows * cols) * sizeof(uint16_t))));
+    pack_bf16(copy.get(), B, rows, cols, ld);
+  }
+  return copy.get();
+}
+
+// Frozen weights (generation): the few-row GEMMs' B.
 struct FrozenWeights {
   bool on = false;
-  // 64-byte aligned (a vector load of 32 bf16 then never splits a cache line
-  // when K is a multiple of 32).
-  struct Free {
-    void operator()(uint16_t* p) const { aligned_free(p); }
-  };
-  std::map<std::tuple<const float*, int64_t, int64_t, int64_t>, std::unique_ptr<uint16_t[], Free>>
-      copies;
+  WeightCopies copies;
 };
 FrozenWeights& frozen() {
   static FrozenWeights f;
@@ -131,12 +145,24 @@ FrozenWeights& frozen() {
 }
 
 const uint16_t* frozen_bf16_copy(const float* B, int64_t N, int64_t K, int64_t ldb) {
-  auto& copy = frozen().copies[{B, N, K, ldb}];
-  if (!copy) {
-    copy.reset(static_cast<uint16_t*>(aligned_alloc_zeroed(size_t(N * K) * sizeof(uint16_t))));
-    pack_bf16(copy.get(), B, N, K, ldb);
-  }
-  return copy.get();
+  return weight_copy(frozen().copies, B, N, K, ldb);
+}
+
+// A training step's held weights: the library GEMMs' operands in [base, base + n).
+// The copies' buffers outlive a hold: the next step's hold over the same
+// weights refills them on first use (fresh pages of ~2 bytes a parameter each
+// step cost as much as the conversions they save), until another range is held.
+struct HeldWeights {
+  const float* base = nullptr;  // null: nothing held
+  const float* kept = nullptr;  // the range the buffers belong to
+  int64_t n = 0;
+  WeightCopies copies;
+  std::map<const uint16_t*, bool> filled;  // per buffer, in this hold
+  int64_t elements = 0;
+};
+HeldWeights& held() {
+  static HeldWeights h;
+  return h;
 }
 
 }  // namespace
@@ -145,6 +171,19 @@ void set_frozen_weights(bool on) {
   frozen().on = on;
   frozen().copies.clear();
 }
+
+void set_held_weights(const float* base, int64_t n) {
+  HeldWeights& h = held();
+  h.filled.clear();
+  h.elements = 0;
+  h.base = n > 0 ? base : nullptr;
+  if (h.base && (h.base != h.kept || n != h.n)) {  // other weights: other buffers
+    h.copies.clear();
+    h.kept = h.base;
+    h.n = n;
+  }
+}
+int64_t held_weight_copy_elements() { return held().elements; }
 
 namespace {
 
@@ -191,6 +230,26 @@ const E* packed_operand(const Operand& op, int slot, const E* keep) {
   s.held[slot] = op;
   s.valid[slot] = g_reuse_depth > 0;
   return dst;
+}
+
+// A native operand: the held weight's copy where op lies in the held weights
+// (std::less: pointers into different arrays compare safely), else packed.
+const uint16_t* native_operand(const Operand& op, int slot, const uint16_t* keep) {
+  HeldWeights& h = held();
+  const std::less<const float*> before;
+  const float* end = op.ptr + (op.rows - 1) * op.ld + op.cols;
+  if (h.base && !before(op.ptr, h.base) && !before(h.base + h.n, end)) {
+    auto& copy = h.copies[{op.ptr, op.rows, op.cols, op.ld}];
+    if (!copy)
+      copy.reset(static_cast<uint16_t*>(aligned_alloc_zeroed(size_t(op.rows * op.cols) * 2)));
+    if (!h.filled[copy.get()]) {  // first use in this hold
+      pack_bf16(copy.get(), op.ptr, op.rows, op.cols, op.ld);
+      h.filled[copy.get()] = true;
+      h.elements += op.rows * op.cols;
+    }
+    return copy.get();
+  }
+  return packed_operand<uint16_t>(op, slot, keep);
 }
 
 // A GEMM's output may be another GEMM's input: drop packed copies it overlaps.
@@ -246,9 +305,9 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     // a reuse scope has it packed already.
     const Operand a_op{A, ta ? K : M, ta ? M : K, lda}, b_op{B, tb ? N : K, tb ? K : N, ldb};
     if (bf16_path() == Bf16Path::Native) {
-      const uint16_t* a = packed_operand<uint16_t>(a_op, 0, nullptr);
-      const uint16_t* b = packed_operand<uint16_t>(b_op, 1, a);
-      library::bf16_matmul(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
+      const uint16_t* a = native_operand(a_op, 0, nullptr);
+      const uint16_t* b = native_operand(b_op, 1, a);
+      library::bf16_matmul(ta, tb, M, N, K, alpha, a, a_op.cols, b, b_op.cols, beta, C, ldc);
     } else {
       const float* a = packed_operand<float>(a_op, 0, nullptr);
       const float* b = packed_operand<float>(b_op, 1, a);
@@ -258,6 +317,35 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     return;
   }
   library::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool gemm_reads_bf16() {
+  return g_precision == MatmulPrecision::BF16 && bf16_path() == Bf16Path::Native;
+}
+
+void gemm_act(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, ops::ActIn<float> A,
+              int64_t lda, ops::ActIn<float> B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (A.native() && B.native())
+    return gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  STRATA_CHECK(gemm_reads_bf16(), "a GEMM was handed a bf16 operand but runs ",
+               matmul_path(g_precision), " (the caller stages bf16 activations there)");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // C = beta C
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  // op(A) is M x K: stored as M x K (ta false) or K x M (ta true); same for B.
+  const auto bits = [](ops::ActIn<float> x) {
+    return reinterpret_cast<const uint16_t*>(x.as<const ops::bf16>());
+  };
+  const Operand a_op{A.native() ? A.as<const float>() : nullptr, ta ? K : M, ta ? M : K, lda};
+  const Operand b_op{B.native() ? B.as<const float>() : nullptr, tb ? N : K, tb ? K : N, ldb};
+  const uint16_t* a = A.is_bf16() ? bits(A) : native_operand(a_op, 0, nullptr);
+  const uint16_t* b = B.is_bf16() ? bits(B) : native_operand(b_op, 1, a);
+  library::bf16_matmul(ta, tb, M, N, K, alpha, a, A.is_bf16() ? lda : a_op.cols, b,
+                       B.is_bf16() ? ldb : b_op.cols, beta, C, ldc);
+  invalidate_packed(C, M, N, ldc);
 }
 
 template <>
@@ -277,6 +365,11 @@ void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
       }
     }
   }
+}
+
+void gemm_act(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, ops::ActIn<double> A,
+              int64_t lda, ops::ActIn<double> B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  gemm<double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void few_rows_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

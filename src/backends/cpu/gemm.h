@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/dtype.h"
 #include "ops/types.h"
 
 namespace strata::cpu {
@@ -45,6 +46,32 @@ class Bf16OperandReuse {
   Bf16OperandReuse& operator=(const Bf16OperandReuse&) = delete;
 };
 MatmulPrecision matmul_precision();
+
+// A training step's weights (ops::Backend::hold_weights): while [base, base +
+// n) cannot change, native bf16 GEMMs read one bf16 copy of each weight
+// operand in it, made on its first use in the hold, instead of converting it
+// in every forward, input-gradient and recomputation GEMM. Released (base
+// null), no copy is read again before it is refilled; the buffers stay for
+// the next hold of the same range (2 bytes a parameter, as the memory
+// estimate counts) and go when another range is held. Process-wide, like the
+// precision.
+void set_held_weights(const float* base, int64_t n);
+// Elements converted into held copies in the current hold (tests).
+int64_t held_weight_copy_elements();
+
+// C = alpha op(A) op(B) + beta C with operands in either storage (gemm<T>
+// above for fp32 ones). Where gemm_reads_bf16(), a bf16 operand (an activation
+// stored in bf16) is read as it is stored by the native bf16 GEMM: the same
+// product as widening it and rounding it again, without the two passes.
+// Elsewhere bf16 operands are refused: the caller stages them (storage.h).
+void gemm_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              ops::ActIn<float> A, int64_t lda, ops::ActIn<float> B, int64_t ldb, float beta,
+              float* C, int64_t ldc);
+void gemm_act(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, ops::ActIn<double> A,
+              int64_t lda, ops::ActIn<double> B, int64_t ldb, double beta, double* C, int64_t ldc);
+// Whether GEMMs read bf16 operands themselves now: bf16 precision on the
+// native path (set_bf16_path can force the emulated one).
+bool gemm_reads_bf16();
 
 // How BF16 GEMMs run on this CPU:
 //   Native:   oneDNN's bf16 matmul (primitives created once per shape), where

@@ -29,10 +29,10 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 // once the CPU is known to have a bf16 dot product).
 bool native_bf16();
 
-// The same product of compact (ld = row length) bf16 operands into fp32 C;
-// only where native_bf16().
+// The same product of bf16 operands (leading dimensions as sgemm's) into fp32
+// C; only where native_bf16().
 void bf16_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                 const uint16_t* B, float beta, float* C, int64_t ldc);
+                 int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // The library and its version, e.g. "oneDNN 2.6.3" (gemm.h's gemm_library()).
 std::string name();

@@ -56,8 +56,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 bool native_bf16() { return true; }
 
 void bf16_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                 const uint16_t* B, float beta, float* C, int64_t ldc) {
-  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+                 int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_dims("bf16 matmul", ta, tb, M, N, K, lda, ldb, ldc);
   mkl_set_num_threads_local(omp_get_max_threads());
   cblas_gemm_bf16bf16f32(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,

@@ -55,13 +55,18 @@ std::string gemm_context(const char* op, bool ta, bool tb, int64_t M, int64_t N,
              cpu_summary(), " (oneDNN kernels for ", isa_name(dnnl_get_effective_cpu_isa()), ")");
 }
 
-// bf16 x bf16 -> f32 matmul primitives for compact (ld = row length) operands.
+// bf16 x bf16 -> f32 matmul primitives, one per shape, leading dimensions
+// and scaling.
 class Bf16Matmul {
  public:
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-           const uint16_t* B, float beta, float* C, int64_t ldc) {
+           int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    STRATA_CHECK(lda >= (ta ? M : K) && ldb >= (tb ? K : N) && ldc >= N,
+                 "bf16 matmul: a leading dimension is too small for ",
+                 gemm_context("bf16 x bf16 -> f32", ta, tb, M, N, K), " (lda=", lda, " ldb=", ldb,
+                 " ldc=", ldc, ")");
     std::lock_guard<std::mutex> lock(mutex_);
-    const Key key{ta, tb, M, N, K, ldc, alpha, beta};
+    const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
     auto it = cache_.find(key);
     if (it == cache_.end()) it = cache_.emplace(key, create(key)).first;
     Entry& e = it->second;
@@ -79,17 +84,18 @@ class Bf16Matmul {
   }
 
  private:
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float, float>;
+  using Key =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory a, b, c;
   };
   Entry create(const Key& k) {
-    const auto [ta, tb, M, N, K, ldc, alpha, beta] = k;
+    const auto [ta, tb, M, N, K, lda, ldb, ldc, alpha, beta] = k;
     using dims = dnnl::memory::dims;
     using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc a_md({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1});
-    const dnnl::memory::desc b_md({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
+    const dnnl::memory::desc a_md({M, K}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
+    const dnnl::memory::desc b_md({K, N}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
     const dnnl::memory::desc c_md({M, N}, dt::f32, dims{ldc, 1});
     // C = alpha A B + beta C: oneDNN 2 scales the output; oneDNN 3 has no
     // output scales, so alpha is a linear post-op applied before the sum.
@@ -160,9 +166,9 @@ bool native_bf16() {
 }
 
 void bf16_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                 const uint16_t* B, float beta, float* C, int64_t ldc) {
+                 int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   static Bf16Matmul matmul;
-  matmul.run(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+  matmul.run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::string name() {

@@ -57,8 +57,8 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 
 bool native_bf16() { return false; }
 
-void bf16_matmul(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, const uint16_t*,
-                 float, float*, int64_t) {
+void bf16_matmul(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                 const uint16_t*, int64_t, float, float*, int64_t) {
   fail("bf16 matmul: this build has no oneDNN (libdnnl-dev), so there is no native bf16 path");
 }
 
