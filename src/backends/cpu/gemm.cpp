@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -123,15 +124,23 @@ struct AlignedFree {
 };
 using WeightCopies = std::map<std::tuple<const float*, int64_t, int64_t, int64_t>,
                               std::unique_ptr<uint16_t[], AlignedFree>>;
-const uint16_t* weight_copy(WeightCopies& copies, const float* B, int64_t rows, int64_t cols,
-                            int64_t ld) {
+// The buffer of the copy of (B, rows, cols, ld), allocated on first use;
+// `fresh` says whether it was.
+uint16_t* copy_buffer(WeightCopies& copies, const float* B, int64_t rows, int64_t cols, int64_t ld,
+                      bool* fresh) {
   auto& copy = copies[{B, rows, cols, ld}];
-  if (!copy) {
+  *fresh = !copy;
+  if (!copy)
     copy.reset(
         static_cast<uint16_t*>(aligned_alloc_zeroed(size_t(rows * cols) * sizeof(uint16_t))));
-    pack_bf16(copy.get(), B, rows, cols, ld);
-  }
   return copy.get();
+}
+const uint16_t* weight_copy(WeightCopies& copies, const float* B, int64_t rows, int64_t cols,
+                            int64_t ld) {
+  bool fresh;
+  uint16_t* copy = copy_buffer(copies, B, rows, cols, ld, &fresh);
+  if (fresh) pack_bf16(copy, B, rows, cols, ld);
+  return copy;
 }
 
 // Frozen weights (generation): the few-row GEMMs' B.
@@ -157,7 +166,7 @@ struct HeldWeights {
   const float* kept = nullptr;  // the range the buffers belong to
   int64_t n = 0;
   WeightCopies copies;
-  std::map<const uint16_t*, bool> filled;  // per buffer, in this hold
+  std::set<const uint16_t*> filled;  // the buffers filled in this hold
   int64_t elements = 0;
 };
 HeldWeights& held() {
@@ -239,17 +248,33 @@ const uint16_t* native_operand(const Operand& op, int slot, const uint16_t* keep
   const std::less<const float*> before;
   const float* end = op.ptr + (op.rows - 1) * op.ld + op.cols;
   if (h.base && !before(op.ptr, h.base) && !before(h.base + h.n, end)) {
-    auto& copy = h.copies[{op.ptr, op.rows, op.cols, op.ld}];
-    if (!copy)
-      copy.reset(static_cast<uint16_t*>(aligned_alloc_zeroed(size_t(op.rows * op.cols) * 2)));
-    if (!h.filled[copy.get()]) {  // first use in this hold
-      pack_bf16(copy.get(), op.ptr, op.rows, op.cols, op.ld);
-      h.filled[copy.get()] = true;
+    bool fresh;
+    uint16_t* copy = copy_buffer(h.copies, op.ptr, op.rows, op.cols, op.ld, &fresh);
+    if (h.filled.insert(copy).second) {  // first use in this hold
+      pack_bf16(copy, op.ptr, op.rows, op.cols, op.ld);
       h.elements += op.rows * op.cols;
     }
-    return copy.get();
+    return copy;
   }
   return packed_operand<uint16_t>(op, slot, keep);
+}
+
+// The native bf16 GEMM (K > 0): a bf16 operand read as stored, an fp32 one
+// through its held copy or packed (compact, rounded to bf16) into its slot,
+// unless a reuse scope has it packed already. op(A) is M x K: stored as M x K
+// (ta false) or K x M (ta true); same for B.
+void native_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 ops::ActIn<float> A, int64_t lda, ops::ActIn<float> B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
+  const Operand a_op{A.native() ? A.as<const float>() : nullptr, ta ? K : M, ta ? M : K, lda};
+  const Operand b_op{B.native() ? B.as<const float>() : nullptr, tb ? N : K, tb ? K : N, ldb};
+  const auto bits = [](ops::ActIn<float> x) {
+    return reinterpret_cast<const uint16_t*>(x.as<const ops::bf16>());
+  };
+  const uint16_t* a = A.is_bf16() ? bits(A) : native_operand(a_op, 0, nullptr);
+  const uint16_t* b = B.is_bf16() ? bits(B) : native_operand(b_op, 1, a);
+  library::bf16_matmul(ta, tb, M, N, K, alpha, a, A.is_bf16() ? lda : a_op.cols, b,
+                       B.is_bf16() ? ldb : b_op.cols, beta, C, ldc);
 }
 
 // A GEMM's output may be another GEMM's input: drop packed copies it overlaps.
@@ -303,12 +328,10 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     // op(A) is M x K: stored as M x K (ta false) or K x M (ta true); same for B.
     // Each operand is packed (compact, rounded to bf16) into its slot, unless
     // a reuse scope has it packed already.
-    const Operand a_op{A, ta ? K : M, ta ? M : K, lda}, b_op{B, tb ? N : K, tb ? K : N, ldb};
     if (bf16_path() == Bf16Path::Native) {
-      const uint16_t* a = native_operand(a_op, 0, nullptr);
-      const uint16_t* b = native_operand(b_op, 1, a);
-      library::bf16_matmul(ta, tb, M, N, K, alpha, a, a_op.cols, b, b_op.cols, beta, C, ldc);
+      native_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
+      const Operand a_op{A, ta ? K : M, ta ? M : K, lda}, b_op{B, tb ? N : K, tb ? K : N, ldb};
       const float* a = packed_operand<float>(a_op, 0, nullptr);
       const float* b = packed_operand<float>(b_op, 1, a);
       library::sgemm(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
@@ -335,16 +358,7 @@ void gemm_act(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, op
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;
   }
-  // op(A) is M x K: stored as M x K (ta false) or K x M (ta true); same for B.
-  const auto bits = [](ops::ActIn<float> x) {
-    return reinterpret_cast<const uint16_t*>(x.as<const ops::bf16>());
-  };
-  const Operand a_op{A.native() ? A.as<const float>() : nullptr, ta ? K : M, ta ? M : K, lda};
-  const Operand b_op{B.native() ? B.as<const float>() : nullptr, tb ? N : K, tb ? K : N, ldb};
-  const uint16_t* a = A.is_bf16() ? bits(A) : native_operand(a_op, 0, nullptr);
-  const uint16_t* b = B.is_bf16() ? bits(B) : native_operand(b_op, 1, a);
-  library::bf16_matmul(ta, tb, M, N, K, alpha, a, A.is_bf16() ? lda : a_op.cols, b,
-                       B.is_bf16() ? ldb : b_op.cols, beta, C, ldc);
+  native_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   invalidate_packed(C, M, N, ldc);
 }
 

@@ -21,6 +21,13 @@ void few_rows_nt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, i
 
 namespace strata::cpu::library {
 
+// Whether the leading dimensions (row-major, as sgemm's) hold op(A) M x K,
+// op(B) K x N and C M x N; each binding refuses the others in its own words.
+inline bool leading_dims_fit(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                             int64_t ldb, int64_t ldc) {
+  return lda >= (ta ? M : K) && ldb >= (tb ? K : N) && ldc >= N;
+}
+
 // C = alpha op(A) op(B) + beta C in fp32, row-major (the layout of gemm.h).
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);

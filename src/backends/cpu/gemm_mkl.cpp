@@ -30,7 +30,7 @@ std::string mkl_kernels() {
 // lp64 oneMKL takes int dimensions; strata's are int64_t.
 void check_dims(const char* op, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
                 int64_t ldb, int64_t ldc) {
-  STRATA_CHECK(lda >= (ta ? M : K) && ldb >= (tb ? K : N) && ldc >= N, op,
+  STRATA_CHECK(library::leading_dims_fit(ta, tb, M, N, K, lda, ldb, ldc), op,
                ": a leading dimension is too small for M=", M, " N=", N, " K=", K, ta ? " A^T" : "",
                tb ? " B^T" : "", " (lda=", lda, " ldb=", ldb, " ldc=", ldc, ") on ", cpu_summary(),
                " (oneMKL)");

@@ -61,7 +61,7 @@ class Bf16Matmul {
  public:
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
            int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    STRATA_CHECK(lda >= (ta ? M : K) && ldb >= (tb ? K : N) && ldc >= N,
+    STRATA_CHECK(library::leading_dims_fit(ta, tb, M, N, K, lda, ldb, ldc),
                  "bf16 matmul: a leading dimension is too small for ",
                  gemm_context("bf16 x bf16 -> f32", ta, tb, M, N, K), " (lda=", lda, " ldb=", ldb,
                  " ldc=", ldc, ")");

@@ -36,7 +36,7 @@ namespace library {
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   // oneDNN checks its arguments; these kernels would read out of bounds.
-  STRATA_CHECK(lda >= (ta ? M : K) && ldb >= (tb ? K : N) && ldc >= N,
+  STRATA_CHECK(leading_dims_fit(ta, tb, M, N, K, lda, ldb, ldc),
                "fp32 matmul: a leading dimension is too small for M=", M, " N=", N, " K=", K,
                ta ? " A^T" : "", tb ? " B^T" : "", " (lda=", lda, " ldb=", ldb, " ldc=", ldc,
                ") on ", cpu_summary(), " (strata's kernels, no oneDNN in this build)");
