@@ -25,6 +25,7 @@ int cmd_export(int argc, char** argv, int first);      // cli/convert.cpp
 int cmd_eval(int argc, char** argv, int first);        // cli/eval_cmd.cpp
 int cmd_lp(int argc, char** argv, int first);          // cli/lp_cmd.cpp
 int cmd_spd(int argc, char** argv, int first);         // cli/spd_cmd.cpp
+int cmd_plan(int argc, char** argv, int first);        // cli/plan_cmd.cpp
 int cmd_report(int argc, char** argv, int first);      // cli/report_cmd.cpp
 
 // Applies --threads (0 = keep OMP_NUM_THREADS / all cores).

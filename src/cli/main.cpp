@@ -40,6 +40,10 @@ const Command kCommands[] = {
     {"spd", "[scan]",
      "SPD (Sync-Point Drop): Algorithm 1 from a recipe; the block sensitivity scan alone",
      strata::cli::cmd_spd},
+    {"plan", "search",
+     "the fastest layer plan (Ladder, SPD, LP, skips combined) for a tp degree, link and "
+     "workload within a perplexity budget: the Pareto front",
+     strata::cli::cmd_plan},
     {"report", "",
      "an HTML page comparing runs: loss, validation, lr, throughput, per-exit curves, eval "
      "tables, recipes side by side (--png: the charts as pictures)",

@@ -59,9 +59,9 @@ LoadOptions load_options(const Args& args, LoadedModel& m, const std::string& co
 std::function<void(const CheckpointInfo&)> memory_check(const Args& args,
                                                         const std::string& command,
                                                         const MemoryPlan& memory,
-                                                        const std::string& device, bool& checking) {
-  return [&args, command, memory, device, &checking](const CheckpointInfo& info) {
-    const int tp = args.get_int("tp");
+                                                        const std::string& device, int tp,
+                                                        bool& checking) {
+  return [&args, command, memory, device, tp, &checking](const CheckpointInfo& info) {
     MemoryUse use = memory.use ? memory.use(info) : MemoryUse{};
     use.tp = tp;
     const MemoryEstimate need = estimate_memory(info.config, info.plan, use);
@@ -84,9 +84,9 @@ std::function<void(const CheckpointInfo&)> memory_check(const Args& args,
 }  // namespace
 
 LoadedModel load_model_from_args(const Args& args, const std::string& command, bool benchmark,
-                                 int link_delay_us, const MemoryPlan& memory) {
+                                 int link_delay_us, const MemoryPlan& memory, int tp_override) {
   STRATA_USAGE_CHECK(args.has("checkpoint"), command, ": --checkpoint is required");
-  const int tp = args.get_int("tp");
+  const int tp = tp_override > 0 ? tp_override : args.get_int("tp");
   STRATA_CHECK(tp >= 1, command, ": --tp must be at least 1, got ", tp);
   LoadedModel m;
   m.grid = make_grid(tp, 0);
@@ -100,7 +100,7 @@ LoadedModel load_model_from_args(const Args& args, const std::string& command, b
   }
   LoadOptions o = load_options(args, m, command, link_delay_us);
   bool in_memory_check = false;
-  o.before_alloc = memory_check(args, command, memory, o.device, in_memory_check);
+  o.before_alloc = memory_check(args, command, memory, o.device, tp, in_memory_check);
   try {
     m.model = load_model(args.get("checkpoint"), &m.info, o);
   } catch (const Error& e) {

@@ -47,10 +47,11 @@ struct MemoryPlan {
 // buffers) and refuses in one line when it does not fit (check_memory).
 // Plans with benchmark-only kinds (nocomm) are refused unless `benchmark`;
 // `link_delay_us` > 0 (benchmarks) delays every tp collective's completion by
-// that much (parallel/delayed_comm.h).
+// that much (parallel/delayed_comm.h). `tp` > 0 replaces --tp (a command
+// whose --tp names a deployment rather than this job's processes).
 LoadedModel load_model_from_args(const Args& args, const std::string& command,
                                  bool benchmark = false, int link_delay_us = 0,
-                                 const MemoryPlan& memory = {});
+                                 const MemoryPlan& memory = {}, int tp = 0);
 
 // The tokenizer stored in the checkpoint the model came from (`checkpoint`
 // names it in errors); one line when there is none.

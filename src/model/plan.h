@@ -93,6 +93,20 @@ struct KindBuffers {
   }
 };
 
+// What a unit of a kind does at inference under tensor parallelism, as the
+// plan search's cost model (infer/plan_cost.h) reads it. A unit of n layers
+// runs its n attentions, then (when attention_sum) sums their output across
+// the tp group, then its n MLPs, then (when mlp_sum) sums again: standard
+// and ladder sum after each module, an lp pair once after both attentions
+// and once after both MLPs, spd and parallel once per layer, nocomm never.
+struct KindCost {
+  bool computes = true;  // skip: the layer costs nothing
+  bool attention_sum = true, mlp_sum = true;
+  // Each module reads the stream two modules back (ladder), so the sum of
+  // the module before it runs on the link while it computes.
+  bool reads_two_back = false;
+};
+
 // A kind's rule for elements of type T (model/kinds/<name>.cpp).
 template <typename T>
 struct KindCode {
@@ -130,6 +144,7 @@ struct KindInfo {
   // Under an even tp, the two layers of a unit live on the two halves of the
   // tensor-parallel group (lp: the paper's mapping, one layer per rank at tp 2).
   bool pair_on_tp_halves = false;
+  KindCost cost = {};
   // Extra checks of a plan with this kind against the model and tp degree
   // (spd: spd_degree divides the heads and the MLP); throws a one-line error.
   void (*check)(const LayerPlan& plan, const LlamaConfig& cfg, int tp) = nullptr;

@@ -41,6 +41,7 @@ const KindInfo& nocomm_kind() {
           "(benchmarks only)",
       .example = "nocomm*4",
       .benchmark_only = true,
+      .cost = {.attention_sum = false, .mlp_sum = false},
       .f32 = {nocomm_forward<float>, nocomm_backward<float>},
       .f64 = {nocomm_forward<double>, nocomm_backward<double>},
   };

@@ -47,6 +47,7 @@ const KindInfo& parallel_kind() {
       .summary = "x + attn(n) + mlp(n) with one shared norm n and one all-reduce per layer (PaLM)",
       .example = "parallel*2,standard*2",
       .buffers = {.grad_slot_1 = true},
+      .cost = {.attention_sum = false},
       .f32 = {parallel_forward<float>, parallel_backward<float>},
       .f64 = {parallel_forward<double>, parallel_backward<double>},
   };

@@ -25,6 +25,7 @@ const KindInfo& skip_kind() {
       .unit_size = 1,
       .summary = "the layer is bypassed (pruned)",
       .example = "standard,skip,standard*2",
+      .cost = {.computes = false, .attention_sum = false, .mlp_sum = false},
       .f32 = {skip_forward<float>, skip_backward<float>},
       .f64 = {skip_forward<double>, skip_backward<double>},
   };

@@ -1,0 +1,260 @@
+// `strata plan search`: the layer plan (standard, skip, ladder, spd, lp
+// units) fastest for a deployment (tp degree, link, workload) within a
+// perplexity budget on a calibration text, with the Pareto front of speed
+// against quality (eval/plan_search.h; the speed side: infer/plan_cost.h; the
+// measurements: cli/plan_session.h).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/plan_session.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/text.h"
+#include "eval/plan_search.h"
+#include "io/checkpoint.h"
+#include "io/model_io.h"
+#include "model/params.h"
+
+namespace strata::cli {
+
+namespace {
+
+constexpr const char* kCmd = "strata plan search";
+
+Args plan_search_args() {
+  Args args(kCmd,
+            "Searches per-layer plans of a standard checkpoint (layers standard, skipped, "
+            "ladder, SPD blocks at the tp degree, Layer-Parallel pairs) for the fastest one "
+            "within a perplexity budget on a calibration text, for a deployment: a tensor-"
+            "parallel degree, a link and a workload. Scores each move alone, finds the front "
+            "of the sum of moves against the predicted time, scores the plans near the budget "
+            "whole, and writes the front (table, JSON, SVG), the chosen plan and, under "
+            "mpirun -np N with --tp N, the front's measured speed-ups.");
+  args.option("checkpoint", "FILE", "standard checkpoint (.h5) to plan for")
+      .option("plan", "TEXT", "not taken: the search sets the plans", "")
+      .option("tp", "N", "the deployment's tensor-parallel degree", "1")
+      .option("device", "NAME", "cpu, cuda, simt or auto (as strata eval)", "auto")
+      .option("calibration", "FILE",
+              "text whose perplexity the budget bounds (scored as strata eval --perplexity "
+              "FILE does by default)")
+      .option("budget", "ppl+P%", "how far the calibration perplexity may rise", "ppl+5%")
+      .option("link", "BW,LATENCY|measured",
+              "the tp group's link (e.g. 10Gbit,20us or 25GB/s,5us), or measured: timed on "
+              "the group (under mpirun)",
+              "")
+      .option("workload", "PROMPT,GENERATE,BATCH",
+              "what a deployment runs: prompt tokens, new tokens, prompts decoded together",
+              "128,64,1")
+      .option("kinds", "LIST", "the moves searched, from skip, ladder, spd, lp",
+              "skip,ladder,spd,lp")
+      .option("slack", "S",
+              "score whole the front's plans whose sum of moves is within S x the budget", "2")
+      .option("max-checks", "N", "at most N of them (spread along the front)", "24")
+      .option("overlap", "F",
+              "share of a module's compute that hides a sum beside it (ladder), in [0, 1]", "1")
+      .option("repeat", "R", "runs per timing (the fastest counts)", "3")
+      .option("link-delay-us", "US",
+              "under mpirun: every tp collective completes no earlier than US after it starts "
+              "(a modelled link latency, as bench generate's)",
+              "0")
+      .option("out", "DIR",
+              "writes search.json, front.svg, and its caches (quality.json: every plan scored; "
+              "compute.json); a rerun reuses them");
+  add_threads_option(args)
+      .flag("no-measure", "under mpirun: do not time the front's plans")
+      .flag("quiet", "no progress lines");
+  return args;
+}
+
+// --budget ppl+P% (or ppl+P): the fraction P / 100.
+double parse_budget(const std::string& text) {
+  std::string t = trim(text);
+  const bool ok_prefix = t.rfind("ppl+", 0) == 0;
+  if (ok_prefix) t = t.substr(4);
+  if (!t.empty() && t.back() == '%') t.pop_back();
+  char* end = nullptr;
+  const double v = ok_prefix && !t.empty() ? std::strtod(t.c_str(), &end) : -1;
+  STRATA_USAGE_CHECK(ok_prefix && end && *end == '\0' && std::isfinite(v) && v >= 0, kCmd,
+                     ": --budget '", text,
+                     "' is not ppl+P% with P >= 0 (the calibration perplexity may rise by P "
+                     "percent, e.g. ppl+5%; budgets in task accuracy are not implemented)");
+  return v / 100;
+}
+
+std::vector<std::string> parse_kinds(const std::string& text) {
+  std::vector<std::string> kinds;
+  for (const std::string& k : split_commas(text)) {
+    const auto& all = plan_search_kinds();
+    STRATA_USAGE_CHECK(std::find(all.begin(), all.end(), k) != all.end(), kCmd, ": --kinds: '", k,
+                       "' is not one of skip, ladder, spd, lp");
+    if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+  }
+  STRATA_USAGE_CHECK(!kinds.empty(), kCmd, ": --kinds is empty");
+  return kinds;
+}
+
+struct Setup {
+  PlanSearchOptions options;
+  LinkModel link;
+  bool link_measured = false;
+  double overlap = 1;
+  int repeat = 3;
+};
+
+Setup read_setup(const Args& args) {
+  STRATA_USAGE_CHECK(args.has("checkpoint"), kCmd, ": --checkpoint is required");
+  STRATA_USAGE_CHECK(args.has("calibration"), kCmd, ": --calibration is required");
+  STRATA_USAGE_CHECK(args.has("out"), kCmd, ": --out DIR is required");
+  STRATA_USAGE_CHECK(!args.has("plan"), kCmd, ": --plan is not taken: the search sets the plans");
+  Setup s;
+  PlanSearchOptions& o = s.options;
+  o.tp = args.get_int("tp");
+  STRATA_USAGE_CHECK(o.tp >= 1, kCmd, ": --tp must be at least 1, got ", o.tp);
+  o.budget = parse_budget(args.get("budget"));
+  o.kinds = parse_kinds(args.get("kinds"));
+  o.slack = args.get_double("slack");
+  o.max_checks = args.get_int("max-checks");
+  STRATA_USAGE_CHECK(o.slack >= 1 && o.max_checks >= 1, kCmd,
+                     ": --slack must be at least 1 and --max-checks at least 1");
+  s.overlap = args.get_double("overlap");
+  STRATA_USAGE_CHECK(s.overlap >= 0 && s.overlap <= 1, kCmd, ": --overlap must be in [0, 1]");
+  s.repeat = args.get_int("repeat");
+  STRATA_USAGE_CHECK(s.repeat >= 1, kCmd, ": --repeat must be at least 1");
+  const std::string link = args.get("link");
+  STRATA_USAGE_CHECK(!link.empty() || o.tp == 1, kCmd, ": --tp ", o.tp,
+                     " needs --link BANDWIDTH,LATENCY (e.g. 10Gbit,20us) or --link measured");
+  s.link_measured = link == "measured";
+  if (!link.empty() && !s.link_measured) s.link = parse_link(link, cat(kCmd, ": --link"));
+  o.progress = !args.has("quiet");
+  check_output_dir(args.get("out"), cat(kCmd, ": --out"));
+  check_output_not_input(args.get("out"), {args.get("checkpoint"), args.get("calibration")},
+                         cat(kCmd, ": --out"));
+  return s;
+}
+
+// The degree against the model; spd left out (with a note) where its degree
+// cannot split the model, unless --kinds asked for it.
+void check_degree(const Args& args, const LlamaConfig& cfg, PlanSearchOptions& o) {
+  try {
+    ParamLayout(cfg, o.tp, 0);
+  } catch (const Error& e) {
+    fail(cat(kCmd, ": --tp ", o.tp, ": ", args.get("checkpoint"), ": ", e.what()));
+  }
+  const auto spd = std::find(o.kinds.begin(), o.kinds.end(), "spd");
+  if (spd == o.kinds.end() || o.tp < 2) return;
+  try {
+    LayerPlan::parse(cat("spd*", cfg.num_hidden_layers, ";spd_degree=", o.tp),
+                     cfg.num_hidden_layers)
+        .check_model(cfg, o.tp);
+  } catch (const Error& e) {
+    STRATA_CHECK(!args.has("kinds"), kCmd, ": --kinds spd at --tp ", o.tp, ": ", e.what());
+    log::info(kCmd, ": no spd blocks at tp ", o.tp, " (", e.what(), ")");
+    o.kinds.erase(spd);
+  }
+}
+
+// Under mpirun: the workload timed under the front's plans, the chosen one
+// and each technique's best, against the standard plan.
+void measure_front(PlanSession& s, PlanSearchResult& r, int repeat, bool progress) {
+  std::set<int> which(r.front.begin(), r.front.end());
+  which.insert(r.chosen);
+  for (int b : r.best_single)
+    if (b >= 0) which.insert(b);
+  const double standard = s.workload_seconds(LayerPlan::standard(r.layers).to_string(), repeat);
+  for (int i : which) {
+    PlanPoint& p = r.checked[size_t(i)];
+    p.measured_speedup = standard / s.workload_seconds(p.plan, repeat);
+    if (progress && s.root())
+      std::fprintf(stderr, "plan search: timed %s: %.3fx (predicted %.3fx)\n", p.plan.c_str(),
+                   p.measured_speedup, p.speedup);
+  }
+}
+
+nlohmann::json inputs_json(const Args& args, const CostInputs& cost, const Setup& setup,
+                           const PlanSession& s) {
+  nlohmann::json phases = nlohmann::json::array();
+  for (const PhaseCompute& p : cost.phases)
+    phases.push_back({{"name", p.name},
+                      {"attention_seconds", p.attention},
+                      {"mlp_seconds", p.mlp},
+                      {"fixed_seconds", p.fixed},
+                      {"rows", p.rows},
+                      {"passes", p.passes}});
+  return {{"checkpoint", args.get("checkpoint")},
+          {"calibration", args.get("calibration")},
+          {"workload", args.get("workload")},
+          {"link",
+           {{"bandwidth_bytes_per_s", cost.link.bandwidth},
+            {"latency_s", cost.link.latency},
+            {"measured", setup.link_measured},
+            {"modelled_delay_us", args.get_int("link-delay-us")}}},
+          {"overlap", cost.overlap},
+          {"processes", s.distributed() ? s.tp() : 1},
+          {"compute", phases},
+          {"cache", {{"fingerprint", s.fingerprint()},
+                     {"reused_plans", s.cached_plans()},
+                     {"scored_plans", s.scored_plans()}}}};
+}
+
+int plan_search_cmd(int argc, char** argv, int first) {
+  Args args = plan_search_args();
+  if (!args.parse(argc, argv, first)) return 0;
+  Setup setup = read_setup(args);
+  apply_threads(args.get_int("threads"));
+  // The context bounds the workload: read from the checkpoint's header first.
+  STRATA_CHECK(std::filesystem::exists(args.get("checkpoint")), kCmd, ": --checkpoint ",
+               args.get("checkpoint"), ": no such file");
+  const LlamaConfig header =
+      read_checkpoint_info(CheckpointReader(args.get("checkpoint"))).config;
+  const Workload work =
+      parse_workload(args.get("workload"), header.max_position_embeddings, cat(kCmd, ": --workload"));
+  check_degree(args, header, setup.options);
+  PlanSession s(args, kCmd, setup.options.tp, work);
+  setup.options.progress = setup.options.progress && s.root();
+  if (s.cached_plans() > 0 && s.root())
+    log::info(kCmd, ": ", s.cached_plans(), " plan(s) already scored in ", args.get("out"));
+  CostInputs cost;
+  cost.tp = setup.options.tp;
+  cost.hidden = s.config().hidden_size;
+  cost.link = setup.link_measured ? s.measure_link() : setup.link;
+  cost.overlap = setup.overlap;
+  cost.phases = s.profile(setup.repeat, cost.link);
+  PlanSearchResult r = plan_search([&](const std::string& p) { return s.quality(p); }, s.config(),
+                                   cost, setup.options);
+  if (s.distributed() && !args.has("no-measure"))
+    measure_front(s, r, setup.repeat, setup.options.progress);
+  if (!s.root()) return 0;
+  std::printf("%s: tp %d over %s%s; workload %s (prompt, new tokens, batch)\n",
+              args.get("checkpoint").c_str(), cost.tp, cost.link.to_string().c_str(),
+              setup.link_measured ? " (measured)" : "", work.to_string().c_str());
+  std::fputs(plan_search_table(r).c_str(), stdout);
+  nlohmann::json j = plan_search_json(r);
+  j["inputs"] = inputs_json(args, cost, setup, s);
+  const std::string out = args.get("out");
+  write_file_atomic(out + "/search.json", j.dump(2) + "\n");
+  write_file_atomic(out + "/front.svg",
+                    render_svg(plan_search_chart(r, cat(args.get("checkpoint"), " at tp ", cost.tp))));
+  std::printf("wrote %s/search.json and %s/front.svg (%d plan(s) scored, %d from the cache)\n",
+              out.c_str(), out.c_str(), s.scored_plans(), s.cached_plans());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv, int first) {
+  return run_subcommand(
+      "strata plan",
+      "usage: strata plan <command> [options]\n\n"
+      "Layer plans for a deployment:\n"
+      "  search  the fastest plan within a perplexity budget: the front of speed against "
+      "quality\n",
+      {{"search", plan_search_cmd}}, argc, argv, first);
+}
+
+}  // namespace strata::cli
