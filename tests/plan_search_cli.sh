@@ -59,11 +59,22 @@ check "train runs the plan" quietly "$strata" "${train[@]}" --set run.dir="$dir/
 check "train runs the plan at tp 2" quietly tp2 "${train[@]}" --set run.dir="$dir/train2" \
   --set parallelism.tp=2
 
+# The recovery recipes: the SPD blocks of the chosen plan distilled (spd.toml),
+# and for a ladder plan its ladder layers fine-tuned (train.toml), each scored
+# before and after by recover.sh.
+check "recovery: SPD blocks by B2B" grep -q '^blocks = \["[0-9]"' "$dir/one/recover/spd.toml"
+"$strata" "${search[@]}" --link 1Gbit,100us --kinds ladder --budget ppl+25% \
+  --recovery-base recipes/debug.toml --recovery-steps 2 --out "$dir/ladder" >"$dir/ladder.txt" 2>&1
+check "recovery: ladder layers trainable" grep -qE '^trainable = \["layers:[0-9]-[0-9]"' "$dir/ladder/recover/train.toml"
+check "recovery: the script scores before and after" \
+  sh -c "'$dir/ladder/recover/recover.sh' 2>&1 | grep -E 'calibration ppl before [0-9.]+, after [0-9.]+'"
+
 # The search under mpirun: the link measured (100 us modelled per collective),
 # the front timed; every plan's score as the single process's.
-tp2 "${search[@]}" --link measured --link-delay-us 100 --out "$dir/two" >"$dir/mpi.txt" 2>&1
+tp2 "${search[@]}" --link measured --link-delay-us 100 --self-speculative --out "$dir/two" >"$dir/mpi.txt" 2>&1
 cat "$dir/mpi.txt"
 check "mpirun: the link measured" grep -qE 'tp 2 over [0-9.]+ Gbit/s, [0-9.]+ us \(measured\)' "$dir/mpi.txt"
+check "mpirun: self-speculation weighed" grep -qE '^  (with self-speculative decoding: --exit-layer|self-speculative decoding: no exit)' "$dir/mpi.txt"
 check "mpirun: the chosen plan timed" grep -qE '^chosen: .*, measured [0-9.]+x$' "$dir/mpi.txt"
 std_one=$(grep -o '^standard: ppl [0-9.]*' "$dir/first.txt")
 std_two=$(grep -o '^standard: ppl [0-9.]*' "$dir/mpi.txt")

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 #include <string>
 
 #include "cli/args.h"
@@ -20,6 +19,7 @@
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/params.h"
+#include "train/plan_recovery.h"
 
 namespace strata::cli {
 
@@ -67,6 +67,14 @@ Args plan_search_args() {
               "writes search.json, front.svg, and its caches (quality.json: every plan scored; "
               "compute.json); a rerun reuses them");
   add_threads_option(args)
+      .flag("self-speculative",
+            "also choose a self-speculative exit and draft count (LayerSkip) for the decode "
+            "phase of each plan that matters, from acceptance measured on the workload")
+      .option("max-drafts", "D", "self-speculation: at most D drafts per round", "8")
+      .option("recovery-base", "RECIPE",
+              "the training recipe (data, tokenizer, batch) the recovery recipe builds on",
+              "recipes/pretrain-base.toml")
+      .option("recovery-steps", "N", "steps of the recovery recipe's fine-tuning", "200")
       .flag("no-measure", "under mpirun: do not time the front's plans")
       .flag("quiet", "no progress lines");
   return args;
@@ -105,6 +113,7 @@ struct Setup {
   bool link_measured = false;
   double overlap = 1;
   int repeat = 3;
+  int max_drafts = 0;  // > 0: self-speculation searched
 };
 
 Setup read_setup(const Args& args) {
@@ -125,6 +134,11 @@ Setup read_setup(const Args& args) {
   s.overlap = args.get_double("overlap");
   STRATA_USAGE_CHECK(s.overlap >= 0 && s.overlap <= 1, kCmd, ": --overlap must be in [0, 1]");
   s.repeat = args.get_int("repeat");
+  if (args.has("self-speculative")) {
+    s.max_drafts = args.get_int("max-drafts");
+    STRATA_USAGE_CHECK(s.max_drafts >= 1 && s.max_drafts <= 64, kCmd,
+                       ": --max-drafts must be in 1..64, got ", s.max_drafts);
+  }
   STRATA_USAGE_CHECK(s.repeat >= 1, kCmd, ": --repeat must be at least 1");
   const std::string link = args.get("link");
   STRATA_USAGE_CHECK(!link.empty() || o.tp == 1, kCmd, ": --tp ", o.tp,
@@ -162,18 +176,51 @@ void check_degree(const Args& args, const LlamaConfig& cfg, PlanSearchOptions& o
 // Under mpirun: the workload timed under the front's plans, the chosen one
 // and each technique's best, against the standard plan.
 void measure_front(PlanSession& s, PlanSearchResult& r, int repeat, bool progress) {
-  std::set<int> which(r.front.begin(), r.front.end());
-  which.insert(r.chosen);
-  for (int b : r.best_single)
-    if (b >= 0) which.insert(b);
   const double standard = s.workload_seconds(LayerPlan::standard(r.layers).to_string(), repeat);
-  for (int i : which) {
+  for (int i : plans_that_matter(r)) {
     PlanPoint& p = r.checked[size_t(i)];
     p.measured_speedup = standard / s.workload_seconds(p.plan, repeat);
+    if (p.spec.exit > 0)
+      p.measured_spec_speedup =
+          standard / s.workload_seconds(p.plan, repeat, p.spec.exit, p.spec.drafts);
     if (progress && s.root())
       std::fprintf(stderr, "plan search: timed %s: %.3fx (predicted %.3fx)\n", p.plan.c_str(),
                    p.measured_speedup, p.speedup);
   }
+}
+
+// DIR/recover/: the recipes that retrain what the chosen plan changed.
+void write_recovery_files(const Args& args, const PlanSearchResult& r, int context) {
+  const LayerPlan plan = LayerPlan::parse(r.chosen_point().plan, r.layers);
+  if (plan.plain()) {
+    std::printf("recovery: nothing to retrain (the chosen plan is the standard one)\n");
+    return;
+  }
+  RecoveryInputs in;
+  in.plan = plan;
+  in.tp = r.tp;
+  in.context = context;
+  in.checkpoint = std::filesystem::absolute(args.get("checkpoint")).string();
+  in.calibration = std::filesystem::absolute(args.get("calibration")).string();
+  in.base_recipe = std::filesystem::absolute(args.get("recovery-base")).string();
+  in.dir = std::filesystem::absolute(args.get("out")).string() + "/recover";
+  in.strata = std::filesystem::read_symlink("/proc/self/exe").string();
+  in.steps = args.get_int("recovery-steps");
+  STRATA_CHECK(in.steps >= 1, kCmd, ": --recovery-steps must be at least 1");
+  if (!recovery_trainable(plan).empty() && !std::filesystem::exists(in.base_recipe)) {
+    std::printf("recovery: not written: --recovery-base %s does not exist (the training data "
+                "the fine-tuning needs)\n", args.get("recovery-base").c_str());
+    return;
+  }
+  std::filesystem::create_directories(in.dir);
+  const RecoveryFiles f = write_recovery(in);
+  std::printf("recovery: %s retrains %s; run it to score the plan before and after\n",
+              f.script.c_str(),
+              f.spd && f.train ? "the SPD blocks (spd.toml), then the ladder layers and LP pairs "
+                                 "(train.toml)"
+              : f.spd          ? "the SPD blocks (spd.toml)"
+              : f.train        ? "the ladder layers and LP pairs (train.toml)"
+                               : "nothing (skipped layers only)");
 }
 
 nlohmann::json inputs_json(const Args& args, const CostInputs& cost, const Setup& setup,
@@ -227,6 +274,10 @@ int plan_search_cmd(int argc, char** argv, int first) {
   cost.phases = s.profile(setup.repeat, cost.link);
   PlanSearchResult r = plan_search([&](const std::string& p) { return s.quality(p); }, s.config(),
                                    cost, setup.options);
+  if (setup.max_drafts > 0)
+    choose_self_speculation(
+        r, cost, [&](const std::string& p, int e) { return s.draft_acceptance(p, e); },
+        setup.max_drafts, work.batch, work.generate, setup.options.progress);
   if (s.distributed() && !args.has("no-measure"))
     measure_front(s, r, setup.repeat, setup.options.progress);
   if (!s.root()) return 0;
@@ -242,6 +293,7 @@ int plan_search_cmd(int argc, char** argv, int first) {
                     render_svg(plan_search_chart(r, cat(args.get("checkpoint"), " at tp ", cost.tp))));
   std::printf("wrote %s/search.json and %s/front.svg (%d plan(s) scored, %d from the cache)\n",
               out.c_str(), out.c_str(), s.scored_plans(), s.cached_plans());
+  write_recovery_files(args, r, s.config().max_position_embeddings);
   return 0;
 }
 

@@ -91,6 +91,7 @@ PlanSession::PlanSession(const Args& args, const std::string& command, int tp,
                  ": holds results of another checkpoint or calibration text; remove it or give "
                  "another --out");
     cache_["plans"] = old["plans"];
+    if (old.contains("acceptance")) cache_["acceptance"] = old["acceptance"];
     cached_ = int(cache_["plans"].size());
   }
 }
@@ -128,10 +129,12 @@ double PlanSession::quality(const std::string& plan) {
   return r.mean_nll();
 }
 
-double PlanSession::workload_seconds(const std::string& plan, int repeat) {
+double PlanSession::workload_seconds(const std::string& plan, int repeat, int exit, int drafts) {
   use_plan(plan);
   GenerateOptions o;
   o.max_new_tokens = work_.generate;
+  o.exit_layer = exit;
+  o.speculations = exit > 0 ? drafts : 0;
   double best = 1e300;
   for (int r = -1; r < std::max(1, repeat); ++r) {  // r = -1: a warm-up run, untimed
     GenerateStats st;
@@ -139,6 +142,22 @@ double PlanSession::workload_seconds(const std::string& plan, int repeat) {
     if (r >= 0) best = std::min(best, st.prefill_s + st.decode_s);
   }
   return agreed(lm_.grid, best);
+}
+
+double PlanSession::draft_acceptance(const std::string& plan, int exit) {
+  const std::string key = cat(plan, "|exit ", exit, "|workload ", work_.to_string());
+  nlohmann::json& seen = cache_["acceptance"];
+  if (seen.is_object() && seen.contains(key)) return seen[key].get<double>();
+  use_plan(plan);
+  GenerateOptions o;
+  o.max_new_tokens = work_.generate;
+  o.exit_layer = exit;
+  o.speculations = 1;
+  GenerateStats st;
+  generate_batch(*lm_.model, prompts_, o, {}, &st);
+  seen[key] = st.acceptance();
+  save_cache();
+  return st.acceptance();
 }
 
 std::vector<PhaseCompute> PlanSession::profile(int repeat, const LinkModel& link) {

@@ -57,8 +57,12 @@ class PlanSession {
   // Blocking all-reduces of the decode and prefill sizes on the tp group,
   // latency and bandwidth fitted (under mpirun only).
   LinkModel measure_link();
-  // Seconds the workload takes under `plan` (the fastest of `repeat` runs).
-  double workload_seconds(const std::string& plan, int repeat);
+  // Seconds the workload takes under `plan` (the fastest of `repeat` runs),
+  // self-speculative from `exit` with `drafts` where exit > 0.
+  double workload_seconds(const std::string& plan, int repeat, int exit = 0, int drafts = 0);
+  // The share of one-token drafts from layers [0, exit) that the full model
+  // accepts when the workload's prompts are decoded greedily (cached).
+  double draft_acceptance(const std::string& plan, int exit);
 
  private:
   void use_plan(const std::string& plan);

@@ -315,11 +315,16 @@ PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
   for (int& b : r.best_single)
     if (b >= 0) b = where[size_t(b)];
   double best_nll = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < int(r.checked.size()); ++i)  // fastest first: each better than all faster
-    if (r.checked[size_t(i)].nll < best_nll - 1e-12) {
-      r.front.push_back(i);
-      best_nll = r.checked[size_t(i)].nll;
-    }
+  for (int i = 0; i < int(r.checked.size()); ++i) {  // fastest first: each better than all faster
+    const PlanPoint& p = r.checked[size_t(i)];
+    if (p.nll >= best_nll - 1e-12) continue;
+    // A plan as fast as the last one on the front (to rounding) and better replaces it.
+    if (!r.front.empty() &&
+        p.cost.seconds <= r.checked[size_t(r.front.back())].cost.seconds * (1 + 1e-9))
+      r.front.pop_back();
+    r.front.push_back(i);
+    best_nll = p.nll;
+  }
   for (int i = 0; i < int(r.checked.size()) && r.chosen < 0; ++i)
     if (c.fits(i)) r.chosen = i;
   // How far the effects added up.
@@ -333,6 +338,54 @@ PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
   }
   if (n) r.interaction_mean /= n;
   return r;
+}
+
+std::vector<int> plans_that_matter(const PlanSearchResult& r) {
+  std::vector<int> which(r.front.begin(), r.front.end());
+  which.push_back(r.chosen);
+  for (int b : r.best_single)
+    if (b >= 0) which.push_back(b);
+  std::sort(which.begin(), which.end());
+  which.erase(std::unique(which.begin(), which.end()), which.end());
+  return which;
+}
+
+void choose_self_speculation(PlanSearchResult& r, const CostInputs& cost,
+                             const DraftAcceptance& acceptance, int max_drafts, int batch,
+                             int new_tokens, bool progress) {
+  for (int i : plans_that_matter(r)) {
+    PlanPoint& p = r.checked[size_t(i)];
+    const LayerPlan plan = LayerPlan::parse(p.plan, r.layers);
+    SpecChoice best;
+    best.seconds = p.cost.seconds;  // plain decoding
+    for (int e = 1; e < r.layers; ++e) {
+      try {
+        plan.check_exit(e, "exit");
+      } catch (const Error&) {
+        continue;
+      }
+      const double alpha = acceptance(p.plan, e);
+      for (int d = 1; d <= max_drafts; ++d) {
+        const SpecChoice c = spec_workload(plan, cost, e, d, alpha, batch, new_tokens);
+        if (c.seconds < best.seconds) best = c;
+      }
+    }
+    p.spec = best;
+    p.spec_speedup = r.standard_cost.seconds / best.seconds;
+    if (progress)
+      std::fprintf(stderr, "plan search: self-speculation under %s: %s\n", p.plan.c_str(),
+                   best.exit ? cat("exit ", best.exit, ", ", best.drafts, " drafts (acceptance ",
+                                   fixed(best.alpha, 3), "): ", fixed(p.spec_speedup, 3), "x")
+                                   .c_str()
+                             : "none faster than plain decoding");
+  }
+  // The chosen plan: the best speed-up within the budget, either way of decoding.
+  for (int i : plans_that_matter(r)) {
+    const PlanPoint& p = r.checked[size_t(i)];
+    if (std::exp(p.nll - r.standard_nll) - 1 <= r.budget + 1e-12 &&
+        p.best_speedup() > r.chosen_point().best_speedup() + 1e-12)
+      r.chosen = i;
+  }
 }
 
 }  // namespace strata

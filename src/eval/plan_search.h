@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <string>
@@ -64,7 +65,15 @@ struct PlanPoint {
   double nll = std::numeric_limits<double>::quiet_NaN();  // measured whole
   double ppl = std::numeric_limits<double>::quiet_NaN();
   double measured_speedup = std::numeric_limits<double>::quiet_NaN();
+  // Self-speculative decoding of the workload under this plan, where asked
+  // (choose_self_speculation): the best exit and drafts (exit 0: none pays)
+  // and the predicted and measured speed-ups with it over the standard plan.
+  SpecChoice spec;
+  double spec_speedup = std::numeric_limits<double>::quiet_NaN();
+  double measured_spec_speedup = std::numeric_limits<double>::quiet_NaN();
   bool checked() const { return !std::isnan(nll); }
+  // The better of plain and self-speculative decoding, predicted.
+  double best_speedup() const { return std::isnan(spec_speedup) ? speedup : std::max(speedup, spec_speedup); }
 };
 
 struct PlanSearchResult {
@@ -97,6 +106,22 @@ std::vector<PlanPoint> additive_front(const LlamaConfig& cfg, const CostInputs& 
 // Steps 1 to 4.
 PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
                              const CostInputs& cost, const PlanSearchOptions& options);
+
+// The acceptance rate of one draft token from layers [0, exit) under a plan,
+// measured (greedy: the share of drafts the full model agrees with).
+using DraftAcceptance = std::function<double(const std::string& plan, int exit)>;
+
+// The plans of `r` that matter (the front, each technique's best and the
+// chosen one): for each, the self-speculative exit (every unit boundary) and
+// drafts (1..max_drafts) that make the workload fastest, from the acceptance
+// measured at each exit; then the chosen plan is the one within the budget
+// with the best speed-up, plain or self-speculative. `batch` and
+// `new_tokens`: the workload's.
+void choose_self_speculation(PlanSearchResult& r, const CostInputs& cost,
+                             const DraftAcceptance& acceptance, int max_drafts, int batch,
+                             int new_tokens, bool progress);
+// The indices of `checked` whose speed matters: the front, the techniques' bests, the chosen.
+std::vector<int> plans_that_matter(const PlanSearchResult& r);
 
 // The front, the chosen plan, the single techniques and the interaction check.
 std::string plan_search_table(const PlanSearchResult& r);

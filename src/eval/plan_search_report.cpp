@@ -39,7 +39,24 @@ nlohmann::json point_json(const PlanPoint& p, double standard_nll) {
                       {"ppl", number_or_null(p.ppl)},
                       {"measured_speedup", number_or_null(p.measured_speedup)}};
   if (p.checked()) j["ppl_rise_percent"] = rise_percent(p.nll, standard_nll);
+  if (!std::isnan(p.spec_speedup))
+    j["self_speculative"] = {{"exit", p.spec.exit},
+                             {"drafts", p.spec.drafts},
+                             {"acceptance", p.spec.alpha},
+                             {"tokens_per_round", p.spec.tokens},
+                             {"predicted_seconds", p.spec.seconds},
+                             {"predicted_speedup", p.spec_speedup},
+                             {"measured_speedup", number_or_null(p.measured_spec_speedup)}};
   return j;
+}
+
+// " E=3 d=4 1.45x (1.40x)": self-speculation's exit, drafts and speed-ups.
+std::string spec_cell(const PlanPoint& p) {
+  if (std::isnan(p.spec_speedup)) return "";
+  if (p.spec.exit == 0) return "  none pays";
+  return cat("  E=", p.spec.exit, " d=", p.spec.drafts, " ", fixed(p.spec_speedup, 3), "x",
+             std::isnan(p.measured_spec_speedup) ? std::string()
+                                                 : cat(" (", fixed(p.measured_spec_speedup, 2), "x)"));
 }
 
 std::string row(const PlanPoint& p, double standard_nll, size_t width) {
@@ -48,7 +65,8 @@ std::string row(const PlanPoint& p, double standard_nll, size_t width) {
   return cat(pad_right(p.plan, width), " ", pad_left(fixed(p.ppl, 4), 10), " ",
              pad_left(percent(rise_percent(p.nll, standard_nll)), 9), " ",
              pad_left(percent(rise_percent(p.predicted_nll, standard_nll)), 9), " ",
-             pad_left(cat(fixed(p.speedup, 3), "x"), 9), " ", pad_left(measured, 9), "\n");
+             pad_left(cat(fixed(p.speedup, 3), "x"), 9), " ", pad_left(measured, 9),
+             spec_cell(p), "\n");
 }
 
 }  // namespace
@@ -80,7 +98,11 @@ std::string plan_search_table(const PlanSearchResult& r) {
   for (const PlanPoint& p : r.checked) width = std::max(width, p.plan.size());
   const std::string head = cat(pad_right("plan", width), " ", pad_left("ppl", 10), " ",
                                pad_left("rise", 9), " ", pad_left("additive", 9), " ",
-                               pad_left("speed-up", 9), " ", pad_left("measured", 9), "\n");
+                               pad_left("speed-up", 9), " ", pad_left("measured", 9),
+                               std::isnan(r.chosen_point().spec_speedup)
+                                   ? std::string()
+                                   : "  self-speculative (measured)",
+                               "\n");
   out += cat("\nfront: plans scored whole that no other beats in predicted time and ppl "
              "(rise: measured; additive: the sum of the moves alone; speed-up: predicted)\n",
              head);
@@ -98,6 +120,17 @@ std::string plan_search_table(const PlanSearchResult& r) {
              std::isnan(c.measured_speedup) ? std::string()
                                             : cat(", measured ", fixed(c.measured_speedup, 3), "x"),
              "\n");
+  if (!std::isnan(c.spec_speedup))
+    out += c.spec.exit == 0
+               ? std::string("  self-speculative decoding: no exit is faster than plain decoding\n")
+               : cat("  with self-speculative decoding: --exit-layer ", c.spec.exit,
+                     " --self-speculative --speculations ", c.spec.drafts, " (acceptance ",
+                     fixed(c.spec.alpha, 3), "): predicted speed-up ", fixed(c.spec_speedup, 3),
+                     "x",
+                     std::isnan(c.measured_spec_speedup)
+                         ? std::string()
+                         : cat(", measured ", fixed(c.measured_spec_speedup, 3), "x"),
+                     "\n");
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "infer/spec_cost.h"
 
 namespace strata {
 
@@ -153,6 +154,47 @@ PlanCost plan_cost(const LayerPlan& plan, const CostInputs& in) {
   c.fixed = tail.compute;
   add(tail);
   return c;
+}
+
+CostInputs one_pass(const CostInputs& in, double rows) {
+  STRATA_CHECK(in.phases.size() == 2, "one_pass: needs the prefill and decode phases");
+  const PhaseCompute &pre = in.phases[0], &dec = in.phases[1];
+  const double span = pre.rows - dec.rows;
+  const double f = span > 0 ? std::max(0.0, (rows - dec.rows) / span) : 0.0;
+  auto mix = [&](double a, double b) { return a + f * std::max(0.0, b - a); };
+  CostInputs out = in;
+  out.phases = {{"pass", mix(dec.attention, pre.attention), mix(dec.mlp, pre.mlp),
+                 mix(dec.fixed, pre.fixed), rows, 1}};
+  return out;
+}
+
+double range_seconds(const LayerPlan& plan, const CostInputs& pass, int from, int to, bool head) {
+  double s = 0;
+  bool pending = false;
+  for (const PlanUnit& u : plan.units()) {
+    if (u.first < from || u.end() > to) continue;
+    const UnitStep step = unit_step(pass, kind_info(u.kind).cost, u.size, pending);
+    s += step.seconds;
+    pending = step.pending;
+  }
+  const UnitStep tail = plan_tail(pass, pending);
+  return s + (head ? tail.seconds : tail.exposed);
+}
+
+SpecChoice spec_workload(const LayerPlan& plan, const CostInputs& in, int exit, int drafts,
+                         double alpha, int batch, int new_tokens) {
+  const int L = plan.num_layers();
+  SpecCost c;
+  c.t_exit = range_seconds(plan, one_pass(in, 1), 0, exit, true);
+  c.t_verify = range_seconds(plan, one_pass(in, drafts + 1), exit, L, true);
+  c.drafts = drafts;
+  c.tokens = tokens_per_round(alpha, drafts);
+  CostInputs prefill = in;
+  prefill.phases.resize(1);
+  SpecChoice out{exit, drafts, alpha, c.tokens, 0};
+  out.seconds = plan_cost(plan, prefill).seconds +
+                double(batch) * (new_tokens - 1) / c.tokens * c.round_seconds();
+  return out;
 }
 
 }  // namespace strata

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/plan.h"
@@ -83,5 +84,28 @@ struct PlanCost {
   double sums = 0;     // sums per workload
 };
 PlanCost plan_cost(const LayerPlan& plan, const CostInputs& in);
+
+// One pass of `rows` rows (phases[0]: prefill, phases[1]: decode): module
+// and fixed times linear in the rows between the decode point (its rows) and
+// the prefill point (its rows), never below the decode point's.
+CostInputs one_pass(const CostInputs& in, double rows);
+
+// Seconds of the units in layers [from, to) of one pass (in: one_pass's),
+// with a sum in flight waited for at `to`, and the fixed time when `head`.
+double range_seconds(const LayerPlan& plan, const CostInputs& pass, int from, int to, bool head);
+
+// Self-speculative decoding (LayerSkip) of the workload's decode phase under
+// a plan: drafts from layers [0, exit) and the head, one token each; a
+// verification of the drafts by layers [exit, L) over drafts + 1 rows; each
+// draft accepted with probability alpha until the first rejection. The
+// prompts are decoded one after another (generate_batch does so with drafts).
+struct SpecChoice {
+  int exit = 0, drafts = 0;  // 0: plain decoding is faster
+  double alpha = 0;
+  double tokens = 0;   // per round
+  double seconds = 0;  // the workload (prefill + decode)
+};
+SpecChoice spec_workload(const LayerPlan& plan, const CostInputs& in, int exit, int drafts,
+                         double alpha, int batch, int new_tokens);
 
 }  // namespace strata

@@ -1,6 +1,8 @@
 // The SPD recipe's keys and their reading (spd_config.h).
 #include "train/spd_config.h"
 
+#include <algorithm>
+
 #include <filesystem>
 
 #include "core/error.h"
@@ -19,6 +21,9 @@ const std::vector<KeySpec>& spd_recipe_schema() {
       {"spd.degree", K::Int, "2", "tensor-parallel degree g whose attention sync is dropped"},
       {"spd.budget", K::Int, "-1", "N_spd: blocks in SPD (-1: spd.budget_percent of the layers)"},
       {"spd.budget_percent", K::Float, "100", "the budget as a share of the layers"},
+      {"spd.blocks", K::StringList, "[]",
+       "the blocks to put in SPD, by layer number (e.g. [\"3\", \"5\"]: strata plan search's "
+       "choice) instead of the budget's least sensitive ones; the budget is their count"},
       {"spd.tau1", K::Float, "0.05", "ISB threshold: S <= tau1 runs zero-shot"},
       {"spd.tau2", K::Float, "10", "ESB threshold: S > tau2 gets head grouping"},
       {"spd.out_dir", K::String, "", "where the checkpoint, report and partial results go", true},
@@ -88,6 +93,15 @@ SpdConfig read_spd_config(const Recipe& r) {
   c.budget_percent = r.get_float("spd.budget_percent");
   if (c.budget < 0 && (c.budget_percent < 0 || c.budget_percent > 100))
     r.fail("spd.budget_percent", cat("must be 0..100, got ", c.budget_percent));
+  for (const std::string& s : r.get_strings("spd.blocks")) {
+    int b = 0;
+    if (!parse_int(s, &b) || b < 0 ||
+        std::find(c.blocks.begin(), c.blocks.end(), b) != c.blocks.end())
+      r.fail("spd.blocks", cat("expected distinct layer numbers, got '", s, "'"));
+    c.blocks.push_back(b);
+  }
+  if (!c.blocks.empty() && c.budget >= 0)
+    r.fail("spd.budget", "give spd.blocks or spd.budget, not both");
   for (const std::string& s : r.get_strings("report.task_budgets")) {
     int b = 0;
     if (!parse_int(s, &b))

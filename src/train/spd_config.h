@@ -28,6 +28,7 @@ struct SpdConfig {
   int degree = 2;
   int budget = -1;  // N_spd (-1: budget_percent of the layers)
   double budget_percent = 100;
+  std::vector<int> blocks;  // spd.blocks: the blocks, or empty (the budget's least sensitive)
   double tau1 = 0, tau2 = 0;
   std::string out_dir;
   uint64_t seed = 1;

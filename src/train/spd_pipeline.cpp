@@ -95,7 +95,11 @@ bool plan(State& s, const SpdRunOptions& o) {
   } catch (const Error& e) {
     c.fail("spd.degree", cat(e.what(), " of ", c.checkpoint));
   }
-  s.budget = c.budget >= 0 ? c.budget : int(std::lround(c.budget_percent / 100.0 * L));
+  s.budget = !c.blocks.empty() ? int(c.blocks.size())
+             : c.budget >= 0  ? c.budget
+                              : int(std::lround(c.budget_percent / 100.0 * L));
+  for (int b : c.blocks)
+    if (b >= L) c.fail("spd.blocks", cat("layer ", b, " is not one of the model's ", L));
   if (s.budget > L) c.fail("spd.budget", cat("must be at most the ", L, " layers, got ", s.budget));
   for (int b : c.task_budgets)
     if (b < 0 || b > s.budget)
@@ -243,6 +247,13 @@ void classify(State& s) {
   std::iota(s.ranking.begin(), s.ranking.end(), 0);
   std::stable_sort(s.ranking.begin(), s.ranking.end(),
                    [&](int a, int b) { return s.sens[size_t(a)] < s.sens[size_t(b)]; });
+  // spd.blocks: those blocks first (least sensitive first among them), so the
+  // budget's blocks are exactly they.
+  const std::vector<int>& chosen = s.c.blocks;
+  if (!chosen.empty())
+    std::stable_partition(s.ranking.begin(), s.ranking.end(), [&](int l) {
+      return std::find(chosen.begin(), chosen.end(), l) != chosen.end();
+    });
   s.cls.resize(size_t(L));
   for (int l = 0; l < L; ++l)
     s.cls[size_t(l)] = s.sens[size_t(l)] <= s.c.tau1   ? Cls::Isb
