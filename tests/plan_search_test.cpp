@@ -15,6 +15,11 @@
 #include "infer/plan_cost.h"
 #include "io/model_io.h"
 #include "testing.h"
+#include "train/plan_recovery.h"
+#include "train/recipe.h"
+#include "train/spd_config.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace strata {
 namespace {
@@ -223,6 +228,46 @@ TEST(PlanSearch, ReturnsTheExhaustiveOptimumOnStories260K) {
     EXPECT_LT(searched, scored.size() / 4) << "the search scored most of the space";
     EXPECT_NE(r.chosen_point().plan, LayerPlan::standard(L).to_string());
   }
+}
+
+TEST(PlanRecovery, RetrainsOnlyWhatThePlanChanged) {
+  const LayerPlan plan = LayerPlan::parse("standard,ladder*2,lp*2,spd,skip,ladder;spd_degree=2", 8);
+  EXPECT_EQ(recovery_trainable(plan), (std::vector<std::string>{"layers:1-4", "layers:7-7"}));
+  EXPECT_TRUE(recovery_trainable(LayerPlan::parse("standard,spd,skip,standard", 4)).empty());
+  testing::TempDir dir;
+  RecoveryInputs in;
+  in.plan = plan;
+  in.checkpoint = dir.path() + "/model.h5";
+  in.calibration = dir.path() + "/text.txt";
+  in.base_recipe = std::string(STRATA_SOURCE_DIR) + "/recipes/debug.toml";
+  in.dir = dir.path();
+  in.strata = "/bin/strata";
+  in.steps = 40;
+  const RecoveryFiles f = write_recovery(in);
+  ASSERT_TRUE(f.spd && f.train);
+  // Both recipes read as their commands read them.
+  const Recipe spd = Recipe::load(dir.path() + "/spd.toml", {}, spd_recipe_schema());
+  const SpdConfig sc = read_spd_config(spd);
+  EXPECT_EQ(sc.blocks, std::vector<int>{5});
+  EXPECT_EQ(sc.degree, 2);
+  EXPECT_EQ(sc.out_dir, dir.path() + "/spd");
+  const Recipe train = Recipe::load(dir.path() + "/train.toml", {}, train_recipe_schema());
+  const TrainConfig tc = read_train_config(train);
+  EXPECT_EQ(tc.model.init_from, dir.path() + "/spd/spd.h5");  // after the SPD stage
+  EXPECT_EQ(tc.model.plan, plan.to_string());
+  EXPECT_EQ(tc.training.trainable, (std::vector<std::string>{"layers:1-4", "layers:7-7"}));
+  // The script: before, SPD, training, after, in that order.
+  std::ifstream sh(f.script);
+  std::stringstream text;
+  text << sh.rdbuf();
+  const std::string s = text.str();
+  const size_t before = s.find("before.json"), spd_at = s.find("\"$strata\" spd "),
+               train_at = s.find("\"$strata\" train "),
+               after = s.find("train/checkpoints/step_00000040.h5");
+  ASSERT_NE(after, std::string::npos) << s;
+  EXPECT_LT(before, spd_at);
+  EXPECT_LT(spd_at, train_at);
+  EXPECT_LT(train_at, after);
 }
 
 }  // namespace

@@ -27,8 +27,11 @@ LayerKind kind_named(const std::string& name) {
 std::string plan_text(const std::vector<LayerKind>& kinds, int tp) {
   LayerPlan p;
   p.kinds = kinds;
-  if (std::find(kinds.begin(), kinds.end(), LayerKind::Spd) != kinds.end())
-    p.options.emplace_back("spd_degree", std::to_string(tp));
+  // A kind that needs tp (spd) takes the degree as its first option.
+  for (const KindInfo* k : kind_table())
+    if (k->cost.needs_tp && !k->options.empty() &&
+        std::find(kinds.begin(), kinds.end(), k->kind) != kinds.end())
+      p.options.emplace_back(k->options.front().key, std::to_string(tp));
   return p.to_string();
 }
 
@@ -47,7 +50,7 @@ bool plan_ok(const std::string& text, const LlamaConfig& cfg, int tp, bool gener
 std::vector<LayerKind> unit_kinds(const std::vector<std::string>& kinds, int tp) {
   std::vector<LayerKind> out = {LayerKind::Standard};
   for (const std::string& k : kinds)
-    if (k != "spd" || tp > 1) out.push_back(kind_named(k));
+    if (tp > 1 || !kind_info(kind_named(k)).cost.needs_tp) out.push_back(kind_named(k));
   return out;
 }
 
@@ -281,7 +284,7 @@ PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
       near.push_back(p);
   for (const PlanPoint& p : spread(near, size_t(std::max(1, options.max_checks)))) c.check(p);
   for (const std::string& kind : options.kinds) {
-    if (kind == "spd" && options.tp < 2) {
+    if (options.tp < 2 && kind_info(kind_named(kind)).cost.needs_tp) {
       r.best_single.push_back(-1);
       continue;
     }

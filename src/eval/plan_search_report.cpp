@@ -69,6 +69,27 @@ std::string row(const PlanPoint& p, double standard_nll, size_t width) {
              spec_cell(p), "\n");
 }
 
+
+// Over the timed plans: mean and largest |predicted - measured| / measured speed-up (0 plans: none timed).
+struct PredictionError {
+  int plans = 0;
+  double mean = 0, max = 0;
+};
+PredictionError prediction_error(const PlanSearchResult& r) {
+  PredictionError e;
+  for (const PlanPoint& p : r.checked)
+    for (auto [pred, meas] : {std::pair{p.speedup, p.measured_speedup},
+                              std::pair{p.spec_speedup, p.measured_spec_speedup}}) {
+      if (std::isnan(meas) || std::isnan(pred)) continue;
+      const double err = std::abs(pred - meas) / meas;
+      e.mean += err;
+      e.max = std::max(e.max, err);
+      ++e.plans;
+    }
+  if (e.plans) e.mean /= e.plans;
+  return e;
+}
+
 }  // namespace
 
 std::string plan_search_table(const PlanSearchResult& r) {
@@ -113,6 +134,10 @@ std::string plan_search_table(const PlanSearchResult& r) {
   out += cat("\n", r.checked.size(), " plans scored whole; whole plan against the sum of its "
              "moves: mean |difference| ", fixed(r.interaction_mean, 2), "% of ppl, max ",
              fixed(r.interaction_max, 2), "%\n");
+  const PredictionError pe = prediction_error(r);
+  if (pe.plans)
+    out += cat("timed: ", pe.plans, " speed-ups; |predicted - measured| / measured: mean ",
+               fixed(100 * pe.mean, 1), "%, max ", fixed(100 * pe.max, 1), "%\n");
   const PlanPoint& c = r.chosen_point();
   out += cat("chosen: --plan \"", c.plan, "\": ppl ", fixed(c.ppl, 4), " (",
              percent(rise_percent(c.nll, r.standard_nll)), ", budget +",
@@ -162,6 +187,9 @@ nlohmann::json plan_search_json(const PlanSearchResult& r) {
           {"single_technique", single},
           {"interaction", {{"mean_abs_percent", r.interaction_mean},
                            {"max_abs_percent", r.interaction_max}}},
+          {"prediction_error", {{"timed", prediction_error(r).plans},
+                                {"mean_percent", 100 * prediction_error(r).mean},
+                                {"max_percent", 100 * prediction_error(r).max}}},
           {"chosen", chosen}};
 }
 

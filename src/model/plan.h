@@ -105,6 +105,13 @@ struct KindCost {
   // Each module reads the stream two modules back (ladder), so the sum of
   // the module before it runs on the link while it computes.
   bool reads_two_back = false;
+  // Differs from a standard layer only under tensor parallelism (spd: its
+  // degree is the tp degree), so a search at tp 1 leaves it out.
+  bool needs_tp = false;
+  // How a pretrained model recovers from turning a standard layer into this
+  // kind (`strata plan search`'s recovery recipe): Fine-tune its layers under
+  // the plan (ladder, lp), Distill them (spd: SPD's Algorithm 1), or None.
+  enum class Recovery { None, FineTune, Distill } recovery = Recovery::None;
 };
 
 // A kind's rule for elements of type T (model/kinds/<name>.cpp).

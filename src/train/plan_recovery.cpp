@@ -11,7 +11,8 @@ namespace strata {
 
 namespace {
 
-bool retrained(LayerKind k) { return k == LayerKind::Ladder || k == LayerKind::Lp; }
+bool retrained(LayerKind k) { return kind_info(k).cost.recovery == KindCost::Recovery::FineTune; }
+bool distilled(LayerKind k) { return kind_info(k).cost.recovery == KindCost::Recovery::Distill; }
 
 // A TOML basic string.
 std::string quoted(const std::string& s) {
@@ -82,7 +83,7 @@ RecoveryFiles write_recovery(const RecoveryInputs& in) {
   RecoveryFiles f;
   std::vector<int> blocks;
   for (int l = 0; l < in.plan.num_layers(); ++l)
-    if (in.plan.kinds[size_t(l)] == LayerKind::Spd) blocks.push_back(l);
+    if (distilled(in.plan.kinds[size_t(l)])) blocks.push_back(l);
   f.spd = !blocks.empty();
   f.train = !recovery_trainable(in.plan).empty();
   const std::string plan = in.plan.to_string();

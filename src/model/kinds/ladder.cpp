@@ -57,7 +57,7 @@ const KindInfo& ladder_kind() {
       .example = "standard,ladder*3",
       .buffers = {.grad_slot_1 = true},
       .reads_stream_below = true,
-      .cost = {.reads_two_back = true},
+      .cost = {.reads_two_back = true, .recovery = KindCost::Recovery::FineTune},
       .f32 = {ladder_forward<float>, ladder_backward<float>},
       .f64 = {ladder_forward<double>, ladder_backward<double>},
   };

@@ -76,6 +76,7 @@ const KindInfo& lp_kind() {
                    "the mixed MLP norm's weight on the first layer (default 0.5)"}},
       .buffers = {.grad_slot_2 = true},
       .pair_on_tp_halves = true,
+      .cost = {.recovery = KindCost::Recovery::FineTune},
       .f32 = {lp_forward<float>, lp_backward<float>},
       .f64 = {lp_forward<double>, lp_backward<double>},
   };

@@ -92,7 +92,7 @@ const KindInfo& spd_kind() {
       .inner_stream = false,
       .unit_article = "an",
       .unit_noun = "spd layer",
-      .cost = {.attention_sum = false},
+      .cost = {.attention_sum = false, .needs_tp = true, .recovery = KindCost::Recovery::Distill},
       .check = check_spd_plan,
       .f32 = {spd_forward<float>, spd_backward<float>},
       .f64 = {spd_forward<double>, spd_backward<double>},
