@@ -17,8 +17,10 @@ check() {  # check NAME COMMAND...: passes when the command does
   shift
   if "$@"; then echo "ok $name"; else echo "FAIL $name"; fail=1; fi
 }
+# shellcheck disable=SC2317  # called through "$@"-style wrappers below
 quietly() { "$@" >"$dir/quiet.txt" 2>&1 || { tail -5 "$dir/quiet.txt"; return 1; }; }
 tp2() { "$mpirun" -np 2 --oversubscribe --bind-to none "$strata" "$@"; }
+# shellcheck disable=SC2054  # 16,8,1 is one argument, not three
 search=(plan search --device cpu --checkpoint "$ckpt" --calibration "$text" --tp 2
         --budget ppl+15% --workload 16,8,1 --repeat 1 --quiet)
 

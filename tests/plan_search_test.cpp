@@ -199,8 +199,9 @@ TEST(PlanSearch, ReturnsTheExhaustiveOptimumOnStories260K) {
     auto it = scored.find(plan);
     if (it != scored.end()) return it->second;
     model->set_plan(LayerPlan::parse(plan, L));
-    return scored[plan] =
-               text_perplexity(*model, tok, text, "sample", 0, 0, 8, {L}, false, true).back().mean_nll();
+    return scored[plan] = text_perplexity(*model, tok, text, "sample", 0, 0, 8, {L}, false, true)
+                              .back()
+                              .mean_nll();
   };
   CostInputs in = hand_inputs(0.8);
   in.hidden = model->config().hidden_size;

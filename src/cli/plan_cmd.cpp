@@ -208,8 +208,10 @@ void write_recovery_files(const Args& args, const PlanSearchResult& r, int conte
   in.steps = args.get_int("recovery-steps");
   STRATA_CHECK(in.steps >= 1, kCmd, ": --recovery-steps must be at least 1");
   if (!recovery_trainable(plan).empty() && !std::filesystem::exists(in.base_recipe)) {
-    std::printf("recovery: not written: --recovery-base %s does not exist (the training data "
-                "the fine-tuning needs)\n", args.get("recovery-base").c_str());
+    std::printf(
+        "recovery: not written: --recovery-base %s does not exist (the training data "
+        "the fine-tuning needs)\n",
+        args.get("recovery-base").c_str());
     return;
   }
   std::filesystem::create_directories(in.dir);
@@ -244,9 +246,10 @@ nlohmann::json inputs_json(const Args& args, const CostInputs& cost, const Setup
           {"overlap", cost.overlap},
           {"processes", s.distributed() ? s.tp() : 1},
           {"compute", phases},
-          {"cache", {{"fingerprint", s.fingerprint()},
-                     {"reused_plans", s.cached_plans()},
-                     {"scored_plans", s.scored_plans()}}}};
+          {"cache",
+           {{"fingerprint", s.fingerprint()},
+            {"reused_plans", s.cached_plans()},
+            {"scored_plans", s.scored_plans()}}}};
 }
 
 int plan_search_cmd(int argc, char** argv, int first) {
@@ -257,10 +260,9 @@ int plan_search_cmd(int argc, char** argv, int first) {
   // The context bounds the workload: read from the checkpoint's header first.
   STRATA_CHECK(std::filesystem::exists(args.get("checkpoint")), kCmd, ": --checkpoint ",
                args.get("checkpoint"), ": no such file");
-  const LlamaConfig header =
-      read_checkpoint_info(CheckpointReader(args.get("checkpoint"))).config;
-  const Workload work =
-      parse_workload(args.get("workload"), header.max_position_embeddings, cat(kCmd, ": --workload"));
+  const LlamaConfig header = read_checkpoint_info(CheckpointReader(args.get("checkpoint"))).config;
+  const Workload work = parse_workload(args.get("workload"), header.max_position_embeddings,
+                                       cat(kCmd, ": --workload"));
   check_degree(args, header, setup.options);
   PlanSession s(args, kCmd, setup.options.tp, work);
   setup.options.progress = setup.options.progress && s.root();
@@ -289,8 +291,8 @@ int plan_search_cmd(int argc, char** argv, int first) {
   j["inputs"] = inputs_json(args, cost, setup, s);
   const std::string out = args.get("out");
   write_file_atomic(out + "/search.json", j.dump(2) + "\n");
-  write_file_atomic(out + "/front.svg",
-                    render_svg(plan_search_chart(r, cat(args.get("checkpoint"), " at tp ", cost.tp))));
+  write_file_atomic(out + "/front.svg", render_svg(plan_search_chart(
+                                            r, cat(args.get("checkpoint"), " at tp ", cost.tp))));
   std::printf("wrote %s/search.json and %s/front.svg (%d plan(s) scored, %d from the cache)\n",
               out.c_str(), out.c_str(), s.scored_plans(), s.cached_plans());
   write_recovery_files(args, r, s.config().max_position_embeddings);

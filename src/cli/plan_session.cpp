@@ -52,8 +52,12 @@ std::pair<double, double> module_flops(const LlamaConfig& c, double context) {
 
 PlanSession::PlanSession(const Args& args, const std::string& command, int tp,
                          const Workload& workload)
-    : args_(args), command_(command), out_(args.get("out")),
-      calibration_(args.get("calibration")), tp_(tp), work_(workload) {
+    : args_(args),
+      command_(command),
+      out_(args.get("out")),
+      calibration_(args.get("calibration")),
+      tp_(tp),
+      work_(workload) {
   const std::string text = read_file(calibration_, cat(command, ": --calibration"));
   require_text(text, calibration_);
   lm_ = load_model_from_args(args, command, true, args.get_int("link-delay-us"), {},
@@ -119,10 +123,9 @@ double PlanSession::quality(const std::string& plan) {
   nlohmann::json& plans = cache_["plans"];
   if (plans.contains(plan)) return plans[plan]["nll"].get<double>();
   use_plan(plan);
-  const PerplexityResult r =
-      text_perplexity(*lm_.model, *tok_, read_file(calibration_, command_), calibration_, 0, 0, 8,
-                      {layers_}, false, true)
-          .back();
+  const PerplexityResult r = text_perplexity(*lm_.model, *tok_, read_file(calibration_, command_),
+                                             calibration_, 0, 0, 8, {layers_}, false, true)
+                                 .back();
   plans[plan] = {{"nll", r.mean_nll()}, {"ppl", r.ppl()}, {"tokens", r.tokens}};
   ++scored_;
   save_cache();
@@ -160,23 +163,37 @@ double PlanSession::draft_acceptance(const std::string& plan, int exit) {
   return st.acceptance();
 }
 
+namespace {
+
+// DIR/compute.json's phases when it was measured under `key` (this machine,
+// processes, threads, workload); false when absent or measured otherwise.
+bool read_compute(const std::string& path, const std::string& key, const std::string& command,
+                  std::vector<PhaseCompute>& phases) {
+  if (!fs::exists(path)) return false;
+  const nlohmann::json j = nlohmann::json::parse(read_file(path, command), nullptr, false);
+  if (j.is_discarded() || j.value("key", "") != key) return false;
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& p = j["phases"][i];
+    phases[i] = {p["name"], p["attention"], p["mlp"], p["fixed"], p["rows"], p["passes"]};
+  }
+  log::info(command, ": compute per module from ", path, " (measured before)");
+  return true;
+}
+
+nlohmann::json phase_json(const PhaseCompute& p) {
+  return {{"name", p.name},   {"attention", p.attention}, {"mlp", p.mlp},
+          {"fixed", p.fixed}, {"rows", p.rows},           {"passes", p.passes}};
+}
+
+}  // namespace
+
 std::vector<PhaseCompute> PlanSession::profile(int repeat, const LinkModel& link) {
   const std::string key =
       cat(fingerprint_, "|", lm_.grid.world_size, "|", tp_, "|", work_.to_string(), "|",
           num_threads(), "|", args_.get("device"), "|", args_.get_int("link-delay-us"));
   const std::string path = out_ + "/compute.json";
   std::vector<PhaseCompute> phases(2);
-  if (fs::exists(path)) {
-    const nlohmann::json j = nlohmann::json::parse(read_file(path, command_), nullptr, false);
-    if (!j.is_discarded() && j.value("key", "") == key) {
-      for (size_t i = 0; i < 2; ++i) {
-        const nlohmann::json& p = j["phases"][i];
-        phases[i] = {p["name"], p["attention"], p["mlp"], p["fixed"], p["rows"], p["passes"]};
-      }
-      log::info(command_, ": compute per module from ", path, " (measured before)");
-      return phases;
-    }
-  }
+  if (read_compute(path, key, command_, phases)) return phases;
   // Prefill and decode times of every layer without sums, and of none.
   auto times = [&](const std::string& plan) {
     use_plan(plan);
@@ -208,12 +225,12 @@ std::vector<PhaseCompute> PlanSession::profile(int repeat, const LinkModel& link
     p.attention = per_layer * fa / (fa + fm);
     p.mlp = per_layer * fm / (fa + fm);
     // The head's logits (one row per prefill, B per decode step) gathered over the group.
-    p.fixed = fixed_s[i] / passes[i] +
-              (alone ? link.allgather(double(i == 0 ? 1 : work_.batch) * c.vocab_size * 4, tp_) : 0);
+    p.fixed =
+        fixed_s[i] / passes[i] +
+        (alone ? link.allgather(double(i == 0 ? 1 : work_.batch) * c.vocab_size * 4, tp_) : 0);
     p.rows = rows[i];
     p.passes = passes[i];
-    out["phases"].push_back({{"name", p.name}, {"attention", p.attention}, {"mlp", p.mlp},
-                             {"fixed", p.fixed}, {"rows", p.rows}, {"passes", p.passes}});
+    out["phases"].push_back(phase_json(p));
   }
   if (root()) write_file_atomic(path, out.dump(1) + "\n");
   return phases;

@@ -181,9 +181,8 @@ std::vector<PlanPoint> additive_front(const LlamaConfig& cfg, const CostInputs& 
     front.push_back(make_point(text, "front", cfg, cost, standard_seconds,
                                standard_nll + labels[size_t(id)].delta));
   }
-  std::sort(front.begin(), front.end(), [](const PlanPoint& a, const PlanPoint& b) {
-    return a.cost.seconds < b.cost.seconds;
-  });
+  std::sort(front.begin(), front.end(),
+            [](const PlanPoint& a, const PlanPoint& b) { return a.cost.seconds < b.cost.seconds; });
   return front;
 }
 
@@ -230,13 +229,16 @@ struct Checker {
     p.nll = quality(p.plan);
     p.ppl = std::exp(p.nll);
     if (progress)
-      std::fprintf(stderr, "plan search: whole plan %zu: %s: ppl %.4f (%+.2f%%; sum of moves %+.2f%%)\n",
+      std::fprintf(stderr,
+                   "plan search: whole plan %zu: %s: ppl %.4f (%+.2f%%; sum of moves %+.2f%%)\n",
                    r.checked.size() + 1, p.plan.c_str(), p.ppl, 100 * rise(p.nll, r.standard_nll),
                    100 * rise(p.predicted_nll, r.standard_nll));
     r.checked.push_back(p);
     return index[p.plan] = int(r.checked.size()) - 1;
   }
-  bool fits(int i) const { return rise(r.checked[size_t(i)].nll, r.standard_nll) <= r.budget + 1e-12; }
+  bool fits(int i) const {
+    return rise(r.checked[size_t(i)].nll, r.standard_nll) <= r.budget + 1e-12;
+  }
 };
 
 // Up to n of `points` evenly spread (the first and last kept).
@@ -275,8 +277,8 @@ PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
   // 3. Whole plans: the standard one, the front within slack x budget, and
   // each technique's best plan within the budget.
   Checker c{quality, cfg, cost, r, options.progress, {}};
-  PlanPoint std_point = make_point(standard, "standard", cfg, cost, r.standard_cost.seconds,
-                                   r.standard_nll);
+  PlanPoint std_point =
+      make_point(standard, "standard", cfg, cost, r.standard_cost.seconds, r.standard_nll);
   c.check(std_point);
   std::vector<PlanPoint> near;
   for (const PlanPoint& p : r.additive_front)

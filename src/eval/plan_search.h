@@ -20,8 +20,8 @@
 //    the measured plans no other beats in predicted time and measured NLL.
 #pragma once
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
@@ -39,9 +39,9 @@ struct PlanSearchOptions {
   int tp = 1;  // the deployment's degree (spd_degree of SPD blocks)
   // The moves the search may use: skip, ladder, spd, lp.
   std::vector<std::string> kinds = {"skip", "ladder", "spd", "lp"};
-  double budget = 0.05;  // the perplexity may rise by this fraction
-  double slack = 2;      // whole plans checked up to slack x budget (additive estimate)
-  int max_checks = 24;   // whole plans scored at most (besides single techniques)
+  double budget = 0.05;    // the perplexity may rise by this fraction
+  double slack = 2;        // whole plans checked up to slack x budget (additive estimate)
+  int max_checks = 24;     // whole plans scored at most (besides single techniques)
   bool generation = true;  // plans must run with a KV cache (decode workloads)
   bool progress = false;   // a line on stderr per plan scored
 };
@@ -57,10 +57,10 @@ struct PlanMove {
 };
 
 struct PlanPoint {
-  std::string plan;  // as --plan takes it
+  std::string plan;    // as --plan takes it
   std::string source;  // "front", "standard", or the technique it is the best plan of
   PlanCost cost;
-  double speedup = 1;  // predicted: the standard plan's seconds over this plan's
+  double speedup = 1;        // predicted: the standard plan's seconds over this plan's
   double predicted_nll = 0;  // standard + the moves' deltas
   double nll = std::numeric_limits<double>::quiet_NaN();  // measured whole
   double ppl = std::numeric_limits<double>::quiet_NaN();
@@ -73,7 +73,9 @@ struct PlanPoint {
   double measured_spec_speedup = std::numeric_limits<double>::quiet_NaN();
   bool checked() const { return !std::isnan(nll); }
   // The better of plain and self-speculative decoding, predicted.
-  double best_speedup() const { return std::isnan(spec_speedup) ? speedup : std::max(speedup, spec_speedup); }
+  double best_speedup() const {
+    return std::isnan(spec_speedup) ? speedup : std::max(speedup, spec_speedup);
+  }
 };
 
 struct PlanSearchResult {

@@ -12,7 +12,9 @@ namespace strata {
 
 namespace {
 
-std::string pad_right(const std::string& s, size_t w) { return strprintf("%-*s", int(w), s.c_str()); }
+std::string pad_right(const std::string& s, size_t w) {
+  return strprintf("%-*s", int(w), s.c_str());
+}
 std::string pad_left(const std::string& s, size_t w) { return strprintf("%*s", int(w), s.c_str()); }
 
 double rise_percent(double nll, double standard) { return 100 * (std::exp(nll - standard) - 1); }
@@ -23,7 +25,9 @@ std::string percent(double v) {
   return b;
 }
 
-nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+nlohmann::json number_or_null(double v) {
+  return std::isnan(v) ? nlohmann::json() : nlohmann::json(v);
+}
 
 nlohmann::json point_json(const PlanPoint& p, double standard_nll) {
   nlohmann::json j = {{"plan", p.plan},
@@ -55,8 +59,9 @@ std::string spec_cell(const PlanPoint& p) {
   if (std::isnan(p.spec_speedup)) return "";
   if (p.spec.exit == 0) return "  none pays";
   return cat("  E=", p.spec.exit, " d=", p.spec.drafts, " ", fixed(p.spec_speedup, 3), "x",
-             std::isnan(p.measured_spec_speedup) ? std::string()
-                                                 : cat(" (", fixed(p.measured_spec_speedup, 2), "x)"));
+             std::isnan(p.measured_spec_speedup)
+                 ? std::string()
+                 : cat(" (", fixed(p.measured_spec_speedup, 2), "x)"));
 }
 
 std::string row(const PlanPoint& p, double standard_nll, size_t width) {
@@ -65,12 +70,12 @@ std::string row(const PlanPoint& p, double standard_nll, size_t width) {
   return cat(pad_right(p.plan, width), " ", pad_left(fixed(p.ppl, 4), 10), " ",
              pad_left(percent(rise_percent(p.nll, standard_nll)), 9), " ",
              pad_left(percent(rise_percent(p.predicted_nll, standard_nll)), 9), " ",
-             pad_left(cat(fixed(p.speedup, 3), "x"), 9), " ", pad_left(measured, 9),
-             spec_cell(p), "\n");
+             pad_left(cat(fixed(p.speedup, 3), "x"), 9), " ", pad_left(measured, 9), spec_cell(p),
+             "\n");
 }
 
-
-// Over the timed plans: mean and largest |predicted - measured| / measured speed-up (0 plans: none timed).
+// Over the timed plans: mean and largest |predicted - measured| / measured speed-up (0 plans: none
+// timed).
 struct PredictionError {
   int plans = 0;
   double mean = 0, max = 0;
@@ -111,51 +116,52 @@ std::string plan_search_table(const PlanSearchResult& r) {
     out += pad_right(std::to_string(layer), 5);
     for (const std::string& k : kinds) {
       const auto it = row_of.find(k);
-      out += " " + pad_left(it == row_of.end() ? "-" : percent(100 * (std::exp(it->second) - 1)), 9);
+      out +=
+          " " + pad_left(it == row_of.end() ? "-" : percent(100 * (std::exp(it->second) - 1)), 9);
     }
     out += "\n";
   }
   size_t width = 4;
   for (const PlanPoint& p : r.checked) width = std::max(width, p.plan.size());
-  const std::string head = cat(pad_right("plan", width), " ", pad_left("ppl", 10), " ",
-                               pad_left("rise", 9), " ", pad_left("additive", 9), " ",
-                               pad_left("speed-up", 9), " ", pad_left("measured", 9),
-                               std::isnan(r.chosen_point().spec_speedup)
-                                   ? std::string()
-                                   : "  self-speculative (measured)",
-                               "\n");
-  out += cat("\nfront: plans scored whole that no other beats in predicted time and ppl "
-             "(rise: measured; additive: the sum of the moves alone; speed-up: predicted)\n",
-             head);
+  const std::string head = cat(
+      pad_right("plan", width), " ", pad_left("ppl", 10), " ", pad_left("rise", 9), " ",
+      pad_left("additive", 9), " ", pad_left("speed-up", 9), " ", pad_left("measured", 9),
+      std::isnan(r.chosen_point().spec_speedup) ? std::string() : "  self-speculative (measured)",
+      "\n");
+  out +=
+      cat("\nfront: plans scored whole that no other beats in predicted time and ppl "
+          "(rise: measured; additive: the sum of the moves alone; speed-up: predicted)\n",
+          head);
   for (int i : r.front) out += row(r.checked[size_t(i)], r.standard_nll, width);
   out += "\nbest plan of each technique alone within the budget\n" + head;
   for (int b : r.best_single)
     if (b >= 0) out += row(r.checked[size_t(b)], r.standard_nll, width);
-  out += cat("\n", r.checked.size(), " plans scored whole; whole plan against the sum of its "
-             "moves: mean |difference| ", fixed(r.interaction_mean, 2), "% of ppl, max ",
-             fixed(r.interaction_max, 2), "%\n");
+  out += cat("\n", r.checked.size(),
+             " plans scored whole; whole plan against the sum of its "
+             "moves: mean |difference| ",
+             fixed(r.interaction_mean, 2), "% of ppl, max ", fixed(r.interaction_max, 2), "%\n");
   const PredictionError pe = prediction_error(r);
   if (pe.plans)
     out += cat("timed: ", pe.plans, " speed-ups; |predicted - measured| / measured: mean ",
                fixed(100 * pe.mean, 1), "%, max ", fixed(100 * pe.max, 1), "%\n");
   const PlanPoint& c = r.chosen_point();
   out += cat("chosen: --plan \"", c.plan, "\": ppl ", fixed(c.ppl, 4), " (",
-             percent(rise_percent(c.nll, r.standard_nll)), ", budget +",
-             fixed(100 * r.budget, 2), "%), predicted speed-up ", fixed(c.speedup, 3), "x",
+             percent(rise_percent(c.nll, r.standard_nll)), ", budget +", fixed(100 * r.budget, 2),
+             "%), predicted speed-up ", fixed(c.speedup, 3), "x",
              std::isnan(c.measured_speedup) ? std::string()
                                             : cat(", measured ", fixed(c.measured_speedup, 3), "x"),
              "\n");
   if (!std::isnan(c.spec_speedup))
-    out += c.spec.exit == 0
-               ? std::string("  self-speculative decoding: no exit is faster than plain decoding\n")
-               : cat("  with self-speculative decoding: --exit-layer ", c.spec.exit,
-                     " --self-speculative --speculations ", c.spec.drafts, " (acceptance ",
-                     fixed(c.spec.alpha, 3), "): predicted speed-up ", fixed(c.spec_speedup, 3),
-                     "x",
-                     std::isnan(c.measured_spec_speedup)
-                         ? std::string()
-                         : cat(", measured ", fixed(c.measured_spec_speedup, 3), "x"),
-                     "\n");
+    out +=
+        c.spec.exit == 0
+            ? std::string("  self-speculative decoding: no exit is faster than plain decoding\n")
+            : cat("  with self-speculative decoding: --exit-layer ", c.spec.exit,
+                  " --self-speculative --speculations ", c.spec.drafts, " (acceptance ",
+                  fixed(c.spec.alpha, 3), "): predicted speed-up ", fixed(c.spec_speedup, 3), "x",
+                  std::isnan(c.measured_spec_speedup)
+                      ? std::string()
+                      : cat(", measured ", fixed(c.measured_spec_speedup, 3), "x"),
+                  "\n");
   return out;
 }
 
@@ -173,23 +179,27 @@ nlohmann::json plan_search_json(const PlanSearchResult& r) {
   for (const PlanPoint& p : r.additive_front) additive.push_back(point_json(p, r.standard_nll));
   for (int i : r.front) front.push_back(point_json(r.checked[size_t(i)], r.standard_nll));
   for (int b : r.best_single)
-    if (b >= 0) single[r.checked[size_t(b)].source] = point_json(r.checked[size_t(b)], r.standard_nll);
+    if (b >= 0)
+      single[r.checked[size_t(b)].source] = point_json(r.checked[size_t(b)], r.standard_nll);
   nlohmann::json chosen = point_json(r.chosen_point(), r.standard_nll);
   return {{"layers", r.layers},
           {"tp", r.tp},
           {"budget_percent", 100 * r.budget},
-          {"standard", {{"ppl", r.standard_ppl}, {"nll", r.standard_nll},
-                        {"predicted_seconds", r.standard_cost.seconds}}},
+          {"standard",
+           {{"ppl", r.standard_ppl},
+            {"nll", r.standard_nll},
+            {"predicted_seconds", r.standard_cost.seconds}}},
           {"moves", moves},
           {"additive_front", additive},
           {"checked", checked},
           {"front", front},
           {"single_technique", single},
-          {"interaction", {{"mean_abs_percent", r.interaction_mean},
-                           {"max_abs_percent", r.interaction_max}}},
-          {"prediction_error", {{"timed", prediction_error(r).plans},
-                                {"mean_percent", 100 * prediction_error(r).mean},
-                                {"max_percent", 100 * prediction_error(r).max}}},
+          {"interaction",
+           {{"mean_abs_percent", r.interaction_mean}, {"max_abs_percent", r.interaction_max}}},
+          {"prediction_error",
+           {{"timed", prediction_error(r).plans},
+            {"mean_percent", 100 * prediction_error(r).mean},
+            {"max_percent", 100 * prediction_error(r).max}}},
           {"chosen", chosen}};
 }
 
@@ -212,8 +222,7 @@ SvgChart plan_search_chart(const PlanSearchResult& r, const std::string& title) 
     front.points.push_back({x, p.speedup});
     if (!std::isnan(p.measured_speedup)) measured.points.push_back({x, p.measured_speedup});
   }
-  for (auto* s : {&additive, &front, &measured})
-    std::sort(s->points.begin(), s->points.end());
+  for (auto* s : {&additive, &front, &measured}) std::sort(s->points.begin(), s->points.end());
   c.series = {additive, front};
   if (!measured.points.empty()) c.series.push_back(measured);
   c.hlines.push_back({"standard", 1.0});

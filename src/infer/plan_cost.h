@@ -44,12 +44,12 @@ LinkModel parse_link(const std::string& text, const std::string& what);
 
 // One forward pass of one phase on one rank, measured.
 struct PhaseCompute {
-  std::string name;            // "prefill", "decode"
-  double attention = 0;        // seconds per layer's attention module at the tp degree
-  double mlp = 0;              // seconds per layer's MLP module
-  double fixed = 0;            // seconds outside the layers (head, gather, sampling)
-  double rows = 0;             // tokens in the pass: the rows of each sum
-  double passes = 1;           // passes of this phase in the workload
+  std::string name;      // "prefill", "decode"
+  double attention = 0;  // seconds per layer's attention module at the tp degree
+  double mlp = 0;        // seconds per layer's MLP module
+  double fixed = 0;      // seconds outside the layers (head, gather, sampling)
+  double rows = 0;       // tokens in the pass: the rows of each sum
+  double passes = 1;     // passes of this phase in the workload
 };
 
 struct CostInputs {

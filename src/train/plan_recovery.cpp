@@ -39,8 +39,9 @@ std::string spd_recipe(const RecoveryInputs& in, const std::vector<int>& blocks)
       "\n# by SPD's Algorithm 1 on them alone: block-to-block distillation of every block\n"
       "# that moves perplexity at all (tau1 = 0), with head grouping where a block alone\n"
       "# moves it by more than 1% (tau2 = 0.01; the paper's thresholds are for 7B-70B models).\n"
-      "#   strata spd ", in.dir, "/spd.toml\n\n[spd]\ncheckpoint = ", quoted(in.checkpoint),
-      "\ndegree = ", in.tp, "\nblocks = [", join(names, ", "), "]\ntau1 = 0.0\ntau2 = 0.01\n",
+      "#   strata spd ",
+      in.dir, "/spd.toml\n\n[spd]\ncheckpoint = ", quoted(in.checkpoint), "\ndegree = ", in.tp,
+      "\nblocks = [", join(names, ", "), "]\ntau1 = 0.0\ntau2 = 0.01\n",
       "out_dir = ", quoted(in.dir + "/spd"), "\n\n[calibration]\ntext = ", quoted(in.calibration),
       "\nsamples = 128\nseq_len = ", std::min(256, in.context),
       "\n\n[report]\ntext = ", quoted(in.calibration), "\nablation = false\n");
@@ -49,16 +50,17 @@ std::string spd_recipe(const RecoveryInputs& in, const std::vector<int>& blocks)
 std::string train_recipe(const RecoveryInputs& in, const std::string& init) {
   std::vector<std::string> layers;
   for (const std::string& t : recovery_trainable(in.plan)) layers.push_back(quoted(t));
-  return cat("# Written by strata plan search: the ladder layers and Layer-Parallel pairs of "
-             "plan\n#   ", in.plan.to_string(),
-             "\n# retrained alone (everything else frozen) under the plan, from ", init,
-             ".\n#   strata train ", in.dir, "/train.toml\nbase = ", quoted(in.base_recipe),
-             "\n\n[run]\nname = \"plan-recover\"\ndir = ", quoted(in.dir + "/train"),
-             "\n\n[model]\ninit_from = ", quoted(init), "\nplan = ", quoted(in.plan.to_string()),
-             "\n\n[training]\nsteps = ", in.steps, "\ntrainable = [", join(layers, ", "),
-             "]\n\n[optimizer]\nlr = ", in.lr, "\n\n[lr_scheduler]\nwarmup_steps = ",
-             std::max(1, in.steps / 20), "\nmin_lr = ", in.lr, "\n\n[eval]\ninterval = ",
-             std::max(1, in.steps / 4), "\n\n[checkpoint]\ninterval = 0\n");
+  return cat(
+      "# Written by strata plan search: the ladder layers and Layer-Parallel pairs of "
+      "plan\n#   ",
+      in.plan.to_string(), "\n# retrained alone (everything else frozen) under the plan, from ",
+      init, ".\n#   strata train ", in.dir, "/train.toml\nbase = ", quoted(in.base_recipe),
+      "\n\n[run]\nname = \"plan-recover\"\ndir = ", quoted(in.dir + "/train"),
+      "\n\n[model]\ninit_from = ", quoted(init), "\nplan = ", quoted(in.plan.to_string()),
+      "\n\n[training]\nsteps = ", in.steps, "\ntrainable = [", join(layers, ", "),
+      "]\n\n[optimizer]\nlr = ", in.lr,
+      "\n\n[lr_scheduler]\nwarmup_steps = ", std::max(1, in.steps / 20), "\nmin_lr = ", in.lr,
+      "\n\n[eval]\ninterval = ", std::max(1, in.steps / 4), "\n\n[checkpoint]\ninterval = 0\n");
 }
 
 }  // namespace
@@ -90,7 +92,8 @@ RecoveryFiles write_recovery(const RecoveryInputs& in) {
   const std::string spd_out = in.dir + "/spd/spd.h5";
   const std::string final_ckpt =
       f.train ? cat(in.dir, "/train/checkpoints/step_", strprintf("%08d", in.steps), ".h5")
-              : f.spd ? spd_out : in.checkpoint;
+      : f.spd ? spd_out
+              : in.checkpoint;
   std::string script = cat(
       "#!/usr/bin/env bash\n# Written by strata plan search: retrains what plan\n#   ", plan,
       "\n# changed (", f.spd ? "SPD blocks by B2B distillation and head grouping" : "",
@@ -110,12 +113,12 @@ RecoveryFiles write_recovery(const RecoveryInputs& in) {
     f.written.push_back(in.dir + "/train.toml");
     script += cat("\"$strata\" train ", sh(in.dir + "/train.toml"), "\n");
   }
-  script += cat("\"$strata\" eval --checkpoint ", sh(final_ckpt), " --plan ", sh(plan),
-                " --perplexity ", sh(in.calibration), " --quiet --out ", sh(in.dir + "/after.json"),
-                " >/dev/null\n",
-                "ppl() { grep -o '\"ppl\": *[0-9.e+-]*' \"$1\" | head -1 | sed 's/.*: *//'; }\n",
-                "echo \"plan ", plan, ": calibration ppl before $(ppl ", sh(in.dir + "/before.json"),
-                "), after $(ppl ", sh(in.dir + "/after.json"), ")\"\n");
+  script +=
+      cat("\"$strata\" eval --checkpoint ", sh(final_ckpt), " --plan ", sh(plan), " --perplexity ",
+          sh(in.calibration), " --quiet --out ", sh(in.dir + "/after.json"), " >/dev/null\n",
+          "ppl() { grep -o '\"ppl\": *[0-9.e+-]*' \"$1\" | head -1 | sed 's/.*: *//'; }\n",
+          "echo \"plan ", plan, ": calibration ppl before $(ppl ", sh(in.dir + "/before.json"),
+          "), after $(ppl ", sh(in.dir + "/after.json"), ")\"\n");
   f.script = in.dir + "/recover.sh";
   write_file_atomic(f.script, script);
   ::chmod(f.script.c_str(), 0755);

@@ -17,15 +17,15 @@
 namespace strata {
 
 struct RecoveryInputs {
-  LayerPlan plan;            // the chosen plan
-  int tp = 2;                // its SPD degree
-  int context = 256;         // the model's context (calibration windows)
-  std::string checkpoint;    // the standard checkpoint (absolute)
-  std::string calibration;   // the calibration text (absolute)
-  std::string base_recipe;   // training data and settings (absolute)
-  std::string dir;           // where the files go (absolute)
-  std::string strata;        // the strata binary the script runs (absolute)
-  int steps = 200;           // of the training stage
+  LayerPlan plan;           // the chosen plan
+  int tp = 2;               // its SPD degree
+  int context = 256;        // the model's context (calibration windows)
+  std::string checkpoint;   // the standard checkpoint (absolute)
+  std::string calibration;  // the calibration text (absolute)
+  std::string base_recipe;  // training data and settings (absolute)
+  std::string dir;          // where the files go (absolute)
+  std::string strata;       // the strata binary the script runs (absolute)
+  int steps = 200;          // of the training stage
   double lr = 1e-4;
 };
 

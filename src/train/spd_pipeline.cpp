@@ -96,8 +96,8 @@ bool plan(State& s, const SpdRunOptions& o) {
     c.fail("spd.degree", cat(e.what(), " of ", c.checkpoint));
   }
   s.budget = !c.blocks.empty() ? int(c.blocks.size())
-             : c.budget >= 0  ? c.budget
-                              : int(std::lround(c.budget_percent / 100.0 * L));
+             : c.budget >= 0   ? c.budget
+                               : int(std::lround(c.budget_percent / 100.0 * L));
   for (int b : c.blocks)
     if (b >= L) c.fail("spd.blocks", cat("layer ", b, " is not one of the model's ", L));
   if (s.budget > L) c.fail("spd.budget", cat("must be at most the ", L, " layers, got ", s.budget));
