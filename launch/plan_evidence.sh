@@ -11,6 +11,7 @@ usage: launch/plan_evidence.sh --checkpoint C --calibration FILE --out DIR
                                [--delay-us 100] [--tp 2] [--kinds "all skip ladder spd lp"]
                                [--recover "all ..."] [--recovery-steps 50]
                                [--recovery-base recipes/pretrain-base.toml]
+                               [--heldout FILE]
 
 Runs `mpirun -np TP strata plan search --tp TP --link measured` in a network
 namespace whose loopback is shaped with tbf to --rate, with --delay-us of
@@ -20,12 +21,13 @@ cache of scored plans. Then prints, per search, the chosen plan, its
 perplexity rise and its predicted and measured speed-ups, and the prediction
 error over every timed plan. --recover runs the recovery script of the named
 searches' chosen plans (alone, one process) and prints perplexity before and
+after; --heldout also scores a text the recovery did not see, before and
 after. Needs root (ip netns).
 USAGE
 }
 
 ckpt="" cal="" out="" budget=ppl+5% workload=128,64,1 rate=1gbit delay_us=100 tp=2
-kinds="all skip ladder spd lp" recover="" steps=50 base=recipes/pretrain-base.toml
+kinds="all skip ladder spd lp" recover="" steps=50 base=recipes/pretrain-base.toml heldout=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     -h | --help) usage; exit 0 ;;
@@ -41,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --recover) recover=$2; shift 2 ;;
     --recovery-steps) steps=$2; shift 2 ;;
     --recovery-base) base=$2; shift 2 ;;
+    --heldout) heldout=$2; shift 2 ;;
     *) echo "plan_evidence.sh: unknown option '$1' (see -h)" >&2; exit 2 ;;
   esac
 done
@@ -94,4 +97,17 @@ for k in $recover; do
   [[ -x $script ]] || { echo "$k: no recovery (the chosen plan is standard)"; continue; }
   echo "== recovery of $k's chosen plan" >&2
   OMP_NUM_THREADS=2 STRATA=$bin "$script" 2>"$out/$k/recover/log.txt" | sed "s/^/$k: /"
+  [[ -n $heldout ]] || continue
+  # The script's first and last evals name the checkpoints before and after;
+  # its second comment line holds the plan.
+  plan=$(sed -n '3s/^#   //p' "$script")
+  mapfile -t ckpts < <(grep -o "eval --checkpoint '[^']*'" "$script" | cut -d"'" -f2)
+  ppl() { grep -o '"ppl": *[0-9.e+-]*' "$1" | head -1 | sed 's/.*: *//'; }
+  last=$((${#ckpts[@]} - 1))
+  for i in 0 "$last"; do
+    OMP_NUM_THREADS=2 "$bin" eval --checkpoint "${ckpts[$i]}" --plan "$plan" \
+      --perplexity "$heldout" --quiet --out "$out/$k/recover/heldout-$i.json" >/dev/null
+  done
+  echo "$k: held-out ppl before $(ppl "$out/$k/recover/heldout-0.json")," \
+    "after $(ppl "$out/$k/recover/heldout-$last.json")"
 done

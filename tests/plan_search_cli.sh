@@ -26,7 +26,7 @@ search=(plan search --device cpu --checkpoint "$ckpt" --calibration "$text" --tp
 
 "$strata" "${search[@]}" --link 1Gbit,100us --out "$dir/one" >"$dir/first.txt" 2>&1
 cat "$dir/first.txt"
-check "search chooses a plan" grep -qE '^chosen: --plan "[^"]+": ppl [0-9.]+ \(\+[0-9.]+%, budget \+15.00%\), predicted speed-up [0-9.]+x$' "$dir/first.txt"
+check "search chooses a plan" grep -qE '^chosen: --plan "[^"]+": ppl [0-9.]+ \(\+[0-9.]+%; budget \+15.00%\), predicted speed-up [0-9.]+x$' "$dir/first.txt"
 check "search scores plans" grep -qE '\([1-9][0-9]* plan\(s\) scored, 0 from the cache\)' "$dir/first.txt"
 check "search writes the front" grep -q '</svg>' "$dir/one/front.svg"
 "$strata" "${search[@]}" --link 1Gbit,100us --out "$dir/one" >"$dir/again.txt" 2>&1
@@ -70,6 +70,19 @@ check "recovery: SPD blocks by B2B" grep -q '^blocks = \["[0-9]"' "$dir/one/reco
 check "recovery: ladder layers trainable" grep -qE '^trainable = \["layers:[0-9]-[0-9]"' "$dir/ladder/recover/train.toml"
 check "recovery: the script scores before and after" \
   sh -c "'$dir/ladder/recover/recover.sh' 2>&1 | grep -E 'calibration ppl before [0-9.]+, after [0-9.]+'"
+
+# A task budget: the chosen plan's accuracy is strata eval's.
+"$strata" "${search[@]}" --link 1Gbit,100us --budget ppl+30%,piqa-5 --task-limit 40 \
+  --out "$dir/task" >"$dir/task.txt" 2>&1
+check "task budget: the standard accuracy" grep -qE '^piqa: standard acc [0-9.]+%' "$dir/task.txt"
+check "task budget: chosen within both" grep -qE '^chosen: .*piqa acc [0-9.]+%; budget \+30.00%, piqa acc -5 points\)' "$dir/task.txt"
+tplan=$(sed -n '/"chosen": {/,/^  }/p' "$dir/task/search.json" | sed -nE 's/^ *"plan": "([^"]*)",?$/\1/p')
+tacc=$(sed -n '/"chosen": {/,/^  }/p' "$dir/task/search.json" | sed -n '/"accuracy": \[/{n;p}' | tr -d ' ,')
+"$strata" eval --device cpu --checkpoint "$ckpt" --plan "$tplan" --tasks piqa --limit 40 --quiet \
+  --out "$dir/task-eval.json" >/dev/null
+eacc=$(sed -n '/"acc": {/,/}/p' "$dir/task-eval.json" | sed -nE 's/^ *"value": ([0-9.e+-]*).*/\1/p' | head -1)
+check "task budget: eval gives the search's accuracy ($eacc)" \
+  awk -v a="$tacc" -v b="$eacc" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-12) }'
 
 # The search under mpirun: the link measured (100 us modelled per collective),
 # the front timed; every plan's score as the single process's.

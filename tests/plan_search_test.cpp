@@ -179,6 +179,59 @@ TEST(PlanSearch, EveryPlanOfTheSpacePassesTheKindsChecks) {
   for (const std::string& p : all_search_plans(cfg, o)) EXPECT_EQ(p.find("spd"), std::string::npos);
 }
 
+// A task budget: plans fit by their accuracy on the task (scored for every
+// plan scored whole), with or without the perplexity budget binding too.
+TEST(PlanSearch, TaskBudgetsBoundTheTasksAccuracy) {
+  const int L = 6;
+  const LlamaConfig cfg = small_config(L);
+  CostInputs in = hand_inputs(0.6);
+  // Per unit kind: NLL added and accuracy lost (skips cost little perplexity
+  // here but much accuracy, so the two budgets choose differently).
+  const std::map<LayerKind, std::pair<double, double>> effect = {{LayerKind::Skip, {0.004, 0.03}},
+                                                                 {LayerKind::Ladder, {0.01, 0.002}},
+                                                                 {LayerKind::Spd, {0.012, 0.001}},
+                                                                 {LayerKind::Lp, {0.03, 0.004}}};
+  auto sum = [&](const std::string& plan, bool acc) {
+    double v = 0;
+    for (const PlanUnit& u : LayerPlan::parse(plan, L).units())
+      if (effect.count(u.kind)) v += acc ? effect.at(u.kind).second : effect.at(u.kind).first;
+    return v;
+  };
+  std::set<std::string> task_asked;
+  const PlanQuality quality = [&](const std::string& p) { return 1.0 + sum(p, false); };
+  const PlanTaskScore task = [&](const std::string& p, const std::string& name) {
+    EXPECT_EQ(name, "demo");
+    task_asked.insert(p);
+    return 0.6 - sum(p, true);
+  };
+  PlanSearchOptions o;
+  o.tp = 2;
+  o.budget = 0.25;
+  o.ppl_binds = false;
+  o.tasks = {{"demo", 2.0}};
+  const PlanSearchResult r = plan_search(quality, cfg, in, o, task);
+  ASSERT_EQ(r.standard_accuracy, std::vector<double>{0.6});
+  EXPECT_EQ(task_asked.size(), r.checked.size());  // every plan scored whole, no other
+  const PlanPoint& c = r.chosen_point();
+  EXPECT_GE(c.accuracy.at(0), 0.58 - 1e-12);
+  EXPECT_NE(c.plan, LayerPlan::standard(L).to_string());
+  EXPECT_EQ(c.plan.find("skip"), std::string::npos) << c.plan;  // a skip alone costs 3 points
+  for (const PlanPoint& p : r.checked)
+    if (r.fits(p)) EXPECT_GE(p.cost.seconds, c.cost.seconds - 1e-15) << p.plan;
+  // The perplexity budget binding too: a tighter perplexity budget, a slower plan.
+  o.ppl_binds = true;
+  o.budget = 0.02;
+  const PlanSearchResult both = plan_search(quality, cfg, in, o, task);
+  EXPECT_LE(std::exp(both.chosen_point().nll - both.standard_nll) - 1, 0.02 + 1e-12);
+  EXPECT_GE(both.chosen_point().accuracy.at(0), 0.58 - 1e-12);
+  EXPECT_GT(both.chosen_point().cost.seconds, c.cost.seconds);
+  // Without a task budget, perplexity alone: the cheap skips are taken.
+  o.tasks.clear();
+  const PlanSearchResult ppl = plan_search(quality, cfg, in, o);
+  EXPECT_NE(ppl.chosen_point().plan.find("skip"), std::string::npos) << ppl.chosen_point().plan;
+  EXPECT_TRUE(ppl.chosen_point().accuracy.empty());
+}
+
 // The whole search on stories260K (5 layers) at tp 2 returns the plan an
 // exhaustive search of every plan scored whole returns: the fastest within
 // the budget.

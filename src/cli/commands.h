@@ -64,5 +64,8 @@ struct BandwidthPeak {
 BandwidthPeak measure_read_bandwidth(int64_t bytes, int passes);
 // Peak resident set of this process so far, MiB (getrusage).
 double peak_rss_mib();
+// Where the task definitions are (eval_cmd.cpp): eval/ in the working
+// directory, else the one of the source tree strata was built from.
+std::string default_eval_dir();
 
 }  // namespace strata::cli

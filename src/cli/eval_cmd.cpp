@@ -22,7 +22,6 @@
 #include "eval/task.h"
 
 namespace strata::cli {
-namespace {
 
 // eval/ in the working directory, else the one of the source tree strata was
 // built from, so `strata eval` works from anywhere after a build.
@@ -31,6 +30,8 @@ std::string default_eval_dir() {
   const std::string built = std::string(STRATA_SOURCE_DIR) + "/eval";
   return std::filesystem::is_directory(built) ? built : "eval";
 }
+
+namespace {
 
 // $STRATA_DATASETS, else ~/.cache/strata/datasets.
 std::string default_datasets_dir() {

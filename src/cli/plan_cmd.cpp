@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/text.h"
 #include "eval/plan_search.h"
+#include "eval/task.h"
 #include "io/checkpoint.h"
 #include "io/model_io.h"
 #include "model/params.h"
@@ -43,7 +44,13 @@ Args plan_search_args() {
       .option("calibration", "FILE",
               "text whose perplexity the budget bounds (scored as strata eval --perplexity "
               "FILE does by default)")
-      .option("budget", "ppl+P%", "how far the calibration perplexity may rise", "ppl+5%")
+      .option("budget", "ppl+P%|TASK-P[,...]",
+              "how far the calibration perplexity may rise (ppl+P%), or a task's accuracy "
+              "fall in points (TASK-P: acc on eval/TASK.toml, e.g. piqa-2), or both "
+              "(ppl+10%,piqa-2); with task budgets alone the front is scored whole up to "
+              "--slack x ppl+25%",
+              "ppl+5%")
+      .option("task-limit", "N", "task budgets: the first N examples of each task (0: all)", "500")
       .option("link", "BW,LATENCY|measured",
               "the tp group's link (e.g. 10Gbit,20us or 25GB/s,5us), or measured: timed on "
               "the group (under mpirun)",
@@ -80,19 +87,39 @@ Args plan_search_args() {
   return args;
 }
 
-// --budget ppl+P% (or ppl+P): the fraction P / 100.
-double parse_budget(const std::string& text) {
-  std::string t = trim(text);
-  const bool ok_prefix = t.rfind("ppl+", 0) == 0;
-  if (ok_prefix) t = t.substr(4);
-  if (!t.empty() && t.back() == '%') t.pop_back();
+// One term of --budget: ppl+P% (or ppl+P) as the fraction P / 100 in `ppl`,
+// or TASK-P as a task budget of P points.
+void parse_budget_term(const std::string& term, const std::string& text, PlanSearchOptions& o,
+                       bool& has_ppl) {
+  const bool ppl = term.rfind("ppl+", 0) == 0;
+  const size_t dash = term.rfind('-');
+  std::string t = ppl ? term.substr(4) : dash == std::string::npos ? "" : term.substr(dash + 1);
+  if (ppl && !t.empty() && t.back() == '%') t.pop_back();
   char* end = nullptr;
-  const double v = ok_prefix && !t.empty() ? std::strtod(t.c_str(), &end) : -1;
-  STRATA_USAGE_CHECK(ok_prefix && end && *end == '\0' && std::isfinite(v) && v >= 0, kCmd,
-                     ": --budget '", text,
-                     "' is not ppl+P% with P >= 0 (the calibration perplexity may rise by P "
-                     "percent, e.g. ppl+5%; budgets in task accuracy are not implemented)");
-  return v / 100;
+  const double v = !t.empty() ? std::strtod(t.c_str(), &end) : -1;
+  STRATA_USAGE_CHECK((ppl || (dash != std::string::npos && dash > 0)) && end && *end == '\0' &&
+                         std::isfinite(v) && v >= 0 && (ppl || v <= 100),
+                     kCmd, ": --budget '", text, "': '", term,
+                     "' is neither ppl+P% (the calibration perplexity may rise by P percent, "
+                     "P >= 0) nor TASK-P (the accuracy on eval/TASK.toml may fall by P points, "
+                     "0 <= P <= 100)");
+  if (ppl) {
+    STRATA_USAGE_CHECK(!has_ppl, kCmd, ": --budget '", text, "' has two ppl budgets");
+    o.budget = v / 100;
+    has_ppl = true;
+  } else {
+    o.tasks.push_back({term.substr(0, dash), v});
+  }
+}
+
+// --budget: ppl+P% and TASK-P terms, comma-separated.
+void parse_budget(const std::string& text, PlanSearchOptions& o) {
+  bool has_ppl = false;
+  for (const std::string& term : split_commas(text))
+    parse_budget_term(trim(term), text, o, has_ppl);
+  STRATA_USAGE_CHECK(has_ppl || !o.tasks.empty(), kCmd, ": --budget is empty");
+  o.ppl_binds = has_ppl;
+  if (!has_ppl) o.budget = 0.25;  // the window of plans scored whole
 }
 
 std::vector<std::string> parse_kinds(const std::string& text) {
@@ -125,7 +152,14 @@ Setup read_setup(const Args& args) {
   PlanSearchOptions& o = s.options;
   o.tp = args.get_int("tp");
   STRATA_USAGE_CHECK(o.tp >= 1, kCmd, ": --tp must be at least 1, got ", o.tp);
-  o.budget = parse_budget(args.get("budget"));
+  parse_budget(args.get("budget"), o);
+  for (PlanTaskBudget& t : o.tasks) {
+    const std::string file = resolve_task(default_eval_dir(), t.task);
+    STRATA_USAGE_CHECK(!file.empty(), kCmd, ": --budget: no task '", t.task, "' in ",
+                       default_eval_dir(), " (strata eval --tasks list names them)");
+    t.task = file;
+  }
+  STRATA_USAGE_CHECK(args.get_int("task-limit") >= 0, kCmd, ": --task-limit must be at least 0");
   o.kinds = parse_kinds(args.get("kinds"));
   o.slack = args.get_double("slack");
   o.max_checks = args.get_int("max-checks");
@@ -274,8 +308,9 @@ int plan_search_cmd(int argc, char** argv, int first) {
   cost.link = setup.link_measured ? s.measure_link() : setup.link;
   cost.overlap = setup.overlap;
   cost.phases = s.profile(setup.repeat, cost.link);
-  PlanSearchResult r = plan_search([&](const std::string& p) { return s.quality(p); }, s.config(),
-                                   cost, setup.options);
+  PlanSearchResult r = plan_search(
+      [&](const std::string& p) { return s.quality(p); }, s.config(), cost, setup.options,
+      [&](const std::string& p, const std::string& t) { return s.task_accuracy(p, t); });
   if (setup.max_drafts > 0)
     choose_self_speculation(
         r, cost, [&](const std::string& p, int e) { return s.draft_acceptance(p, e); },

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "cli/commands.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -95,7 +96,8 @@ PlanSession::PlanSession(const Args& args, const std::string& command, int tp,
                  ": holds results of another checkpoint or calibration text; remove it or give "
                  "another --out");
     cache_["plans"] = old["plans"];
-    if (old.contains("acceptance")) cache_["acceptance"] = old["acceptance"];
+    for (const char* key : {"acceptance", "tasks"})
+      if (old.contains(key)) cache_[key] = old[key];
     cached_ = int(cache_["plans"].size());
   }
 }
@@ -130,6 +132,31 @@ double PlanSession::quality(const std::string& plan) {
   ++scored_;
   save_cache();
   return r.mean_nll();
+}
+
+double PlanSession::task_accuracy(const std::string& plan, const std::string& task) {
+  const int64_t limit = args_.get_int("task-limit");
+  nlohmann::json& seen = cache_["tasks"][cat(task, "|limit ", limit)];
+  if (seen.is_object() && seen.contains(plan)) return seen[plan].get<double>();
+  use_plan(plan);
+  EvalOptions o;
+  o.tasks = {task};
+  o.limit = limit;
+  o.eval_dir = default_eval_dir();
+  o.progress = false;
+  const TaskResult t = evaluate_tasks(*lm_.model, *tok_, o).front().front();
+  std::vector<std::string> names;
+  for (const Metric& m : t.metrics) {
+    if (m.name != "acc") {
+      names.push_back(m.name);
+      continue;
+    }
+    seen[plan] = m.value;
+    save_cache();
+    return m.value;
+  }
+  fail(cat(command_, ": --budget ", task, "-P: task ", task, " reports no acc (", join(names, ", "),
+           "); a task budget needs an accuracy"));
 }
 
 double PlanSession::workload_seconds(const std::string& plan, int repeat, int exit, int drafts) {

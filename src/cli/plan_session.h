@@ -57,6 +57,9 @@ class PlanSession {
   // Blocking all-reduces of the decode and prefill sizes on the tp group,
   // latency and bandwidth fitted (under mpirun only).
   LinkModel measure_link();
+  // `acc` on eval/<task>.toml under `plan` (its first --task-limit examples),
+  // as `strata eval --tasks TASK` scores it (cached).
+  double task_accuracy(const std::string& plan, const std::string& task);
   // Seconds the workload takes under `plan` (the fastest of `repeat` runs),
   // self-speculative from `exit` with `drafts` where exit > 0.
   double workload_seconds(const std::string& plan, int repeat, int exit = 0, int drafts = 0);

@@ -217,6 +217,7 @@ namespace {
 // Scores plans whole (once each) into r.checked.
 struct Checker {
   const PlanQuality& quality;
+  const PlanTaskScore& task;
   const LlamaConfig& cfg;
   const CostInputs& cost;
   PlanSearchResult& r;
@@ -228,17 +229,20 @@ struct Checker {
     if (it != index.end()) return it->second;
     p.nll = quality(p.plan);
     p.ppl = std::exp(p.nll);
+    std::string acc;
+    for (const PlanTaskBudget& t : r.tasks) {
+      p.accuracy.push_back(task(p.plan, t.task));
+      acc += cat(", ", t.task, " acc ", fixed(100 * p.accuracy.back(), 2), "%");
+    }
     if (progress)
       std::fprintf(stderr,
-                   "plan search: whole plan %zu: %s: ppl %.4f (%+.2f%%; sum of moves %+.2f%%)\n",
+                   "plan search: whole plan %zu: %s: ppl %.4f (%+.2f%%; sum of moves %+.2f%%)%s\n",
                    r.checked.size() + 1, p.plan.c_str(), p.ppl, 100 * rise(p.nll, r.standard_nll),
-                   100 * rise(p.predicted_nll, r.standard_nll));
+                   100 * rise(p.predicted_nll, r.standard_nll), acc.c_str());
     r.checked.push_back(p);
     return index[p.plan] = int(r.checked.size()) - 1;
   }
-  bool fits(int i) const {
-    return rise(r.checked[size_t(i)].nll, r.standard_nll) <= r.budget + 1e-12;
-  }
+  bool fits(int i) const { return r.fits(r.checked[size_t(i)]); }
 };
 
 // Up to n of `points` evenly spread (the first and last kept).
@@ -251,14 +255,27 @@ std::vector<PlanPoint> spread(const std::vector<PlanPoint>& points, size_t n) {
 
 }  // namespace
 
+bool PlanSearchResult::fits(const PlanPoint& p) const {
+  if (ppl_binds && rise(p.nll, standard_nll) > budget + 1e-12) return false;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    if (p.accuracy.size() <= t ||
+        p.accuracy[t] < standard_accuracy[t] - tasks[t].points / 100 - 1e-12)
+      return false;
+  return p.checked();
+}
+
 PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
-                             const CostInputs& cost, const PlanSearchOptions& options) {
+                             const CostInputs& cost, const PlanSearchOptions& options,
+                             const PlanTaskScore& task) {
   const int L = cfg.num_hidden_layers;
   STRATA_CHECK(options.budget >= 0, "plan search: the budget must be at least 0");
+  STRATA_CHECK(options.tasks.empty() || task, "plan search: a task budget needs a task scorer");
   PlanSearchResult r;
   r.layers = L;
   r.tp = options.tp;
   r.budget = options.budget;
+  r.ppl_binds = options.ppl_binds || options.tasks.empty();
+  r.tasks = options.tasks;
   const std::string standard = LayerPlan::standard(L).to_string();
   // 1. The moves, each alone.
   r.standard_nll = quality(standard);
@@ -276,10 +293,10 @@ PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
   r.standard_cost = plan_cost(LayerPlan::standard(L), cost);
   // 3. Whole plans: the standard one, the front within slack x budget, and
   // each technique's best plan within the budget.
-  Checker c{quality, cfg, cost, r, options.progress, {}};
+  Checker c{quality, task, cfg, cost, r, options.progress, {}};
   PlanPoint std_point =
       make_point(standard, "standard", cfg, cost, r.standard_cost.seconds, r.standard_nll);
-  c.check(std_point);
+  r.standard_accuracy = r.checked[size_t(c.check(std_point))].accuracy;
   std::vector<PlanPoint> near;
   for (const PlanPoint& p : r.additive_front)
     if (p.plan != standard && rise(p.predicted_nll, r.standard_nll) <= options.slack * r.budget)
@@ -330,8 +347,17 @@ PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
     r.front.push_back(i);
     best_nll = p.nll;
   }
-  for (int i = 0; i < int(r.checked.size()) && r.chosen < 0; ++i)
-    if (c.fits(i)) r.chosen = i;
+  // The fastest plan that fits; of plans as fast (to rounding), the best.
+  for (int i = 0; i < int(r.checked.size()); ++i) {
+    if (!c.fits(i)) continue;
+    if (r.chosen < 0) {
+      r.chosen = i;
+      continue;
+    }
+    const PlanPoint &p = r.checked[size_t(i)], &b = r.chosen_point();
+    if (p.cost.seconds > b.cost.seconds * (1 + 1e-9)) break;
+    if (p.nll < b.nll) r.chosen = i;
+  }
   // How far the effects added up.
   int n = 0;
   for (const PlanPoint& p : r.checked) {
@@ -387,9 +413,7 @@ void choose_self_speculation(PlanSearchResult& r, const CostInputs& cost,
   // The chosen plan: the best speed-up within the budget, either way of decoding.
   for (int i : plans_that_matter(r)) {
     const PlanPoint& p = r.checked[size_t(i)];
-    if (std::exp(p.nll - r.standard_nll) - 1 <= r.budget + 1e-12 &&
-        p.best_speedup() > r.chosen_point().best_speedup() + 1e-12)
-      r.chosen = i;
+    if (r.fits(p) && p.best_speedup() > r.chosen_point().best_speedup() + 1e-12) r.chosen = i;
   }
 }
 

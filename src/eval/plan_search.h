@@ -18,6 +18,9 @@
 //    not add up, and how far they did is reported.
 // 4. The chosen plan: the fastest measured plan within the budget; the front:
 //    the measured plans no other beats in predicted time and measured NLL.
+// A budget may also bound a task's accuracy (PlanTaskBudget): every plan
+// scored whole is then scored on the task too, and the perplexity budget
+// either binds as well or only sets the window of plans scored whole.
 #pragma once
 
 #include <algorithm>
@@ -35,11 +38,24 @@
 
 namespace strata {
 
+// A budget in a task's accuracy: a plan's `acc` on the task (eval/<task>.toml)
+// may fall at most `points` percentage points below the standard plan's.
+struct PlanTaskBudget {
+  std::string task;
+  double points = 0;
+};
+// A plan's accuracy (in [0, 1]) on a task.
+using PlanTaskScore = std::function<double(const std::string& plan, const std::string& task)>;
+
 struct PlanSearchOptions {
   int tp = 1;  // the deployment's degree (spd_degree of SPD blocks)
   // The moves the search may use: skip, ladder, spd, lp.
   std::vector<std::string> kinds = {"skip", "ladder", "spd", "lp"};
-  double budget = 0.05;    // the perplexity may rise by this fraction
+  double budget = 0.05;  // the perplexity may rise by this fraction
+  // false: the perplexity budget only sets which plans are scored whole (a
+  // task budget decides which fit).
+  bool ppl_binds = true;
+  std::vector<PlanTaskBudget> tasks;  // each must hold too
   double slack = 2;        // whole plans checked up to slack x budget (additive estimate)
   int max_checks = 24;     // whole plans scored at most (besides single techniques)
   bool generation = true;  // plans must run with a KV cache (decode workloads)
@@ -65,6 +81,7 @@ struct PlanPoint {
   double nll = std::numeric_limits<double>::quiet_NaN();  // measured whole
   double ppl = std::numeric_limits<double>::quiet_NaN();
   double measured_speedup = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> accuracy;  // per task budget, when scored whole
   // Self-speculative decoding of the workload under this plan, where asked
   // (choose_self_speculation): the best exit and drafts (exit 0: none pays)
   // and the predicted and measured speed-ups with it over the standard plan.
@@ -81,6 +98,9 @@ struct PlanPoint {
 struct PlanSearchResult {
   int layers = 0, tp = 1;
   double budget = 0, standard_nll = 0, standard_ppl = 0;
+  bool ppl_binds = true;
+  std::vector<PlanTaskBudget> tasks;
+  std::vector<double> standard_accuracy;  // per task
   PlanCost standard_cost;
   std::vector<PlanMove> moves;
   std::vector<PlanPoint> additive_front;  // the predicted front (additive quality)
@@ -90,6 +110,8 @@ struct PlanSearchResult {
   std::vector<int> best_single;           // per technique, its best plan in `checked` (-1: none)
   double interaction_mean = 0, interaction_max = 0;  // |measured - additive| ppl, percent
   const PlanPoint& chosen_point() const { return checked[size_t(chosen)]; }
+  // Whether a plan scored whole is within every budget.
+  bool fits(const PlanPoint& p) const;
 };
 
 // The mean token NLL of the calibration text under a plan.
@@ -105,9 +127,10 @@ std::vector<PlanPoint> additive_front(const LlamaConfig& cfg, const CostInputs& 
                                       const PlanSearchOptions& options,
                                       const std::vector<std::string>& kinds);
 
-// Steps 1 to 4.
+// Steps 1 to 4; `task` scores plans on options.tasks (needed when there are any).
 PlanSearchResult plan_search(const PlanQuality& quality, const LlamaConfig& cfg,
-                             const CostInputs& cost, const PlanSearchOptions& options);
+                             const CostInputs& cost, const PlanSearchOptions& options,
+                             const PlanTaskScore& task = {});
 
 // The acceptance rate of one draft token from layers [0, exit) under a plan,
 // measured (greedy: the share of drafts the full model agrees with).

@@ -43,6 +43,7 @@ nlohmann::json point_json(const PlanPoint& p, double standard_nll) {
                       {"ppl", number_or_null(p.ppl)},
                       {"measured_speedup", number_or_null(p.measured_speedup)}};
   if (p.checked()) j["ppl_rise_percent"] = rise_percent(p.nll, standard_nll);
+  if (!p.accuracy.empty()) j["accuracy"] = p.accuracy;
   if (!std::isnan(p.spec_speedup))
     j["self_speculative"] = {{"exit", p.spec.exit},
                              {"drafts", p.spec.drafts},
@@ -64,14 +65,30 @@ std::string spec_cell(const PlanPoint& p) {
                  : cat(" (", fixed(p.measured_spec_speedup, 2), "x)"));
 }
 
+// The task budgets' accuracies, in percent (one column each).
+std::string accuracy_cells(const PlanPoint& p) {
+  std::string out;
+  for (double a : p.accuracy) out += " " + pad_left(fixed(100 * a, 2), 8);
+  return out;
+}
+
 std::string row(const PlanPoint& p, double standard_nll, size_t width) {
   const std::string measured =
       std::isnan(p.measured_speedup) ? "-" : cat(fixed(p.measured_speedup, 2), "x");
   return cat(pad_right(p.plan, width), " ", pad_left(fixed(p.ppl, 4), 10), " ",
              pad_left(percent(rise_percent(p.nll, standard_nll)), 9), " ",
-             pad_left(percent(rise_percent(p.predicted_nll, standard_nll)), 9), " ",
-             pad_left(cat(fixed(p.speedup, 3), "x"), 9), " ", pad_left(measured, 9), spec_cell(p),
-             "\n");
+             pad_left(percent(rise_percent(p.predicted_nll, standard_nll)), 9), accuracy_cells(p),
+             " ", pad_left(cat(fixed(p.speedup, 3), "x"), 9), " ", pad_left(measured, 9),
+             spec_cell(p), "\n");
+}
+
+// "ppl +5.00%", "piqa acc -2.0 points", joined: the budgets the chosen plan keeps.
+std::string budget_text(const PlanSearchResult& r) {
+  std::vector<std::string> parts;
+  if (r.ppl_binds) parts.push_back(cat("budget +", fixed(100 * r.budget, 2), "%"));
+  for (const PlanTaskBudget& t : r.tasks)
+    parts.push_back(cat(t.task, " acc -", t.points, " points"));
+  return join(parts, ", ");
 }
 
 // Over the timed plans: mean and largest |predicted - measured| / measured speed-up (0 plans: none
@@ -98,6 +115,11 @@ PredictionError prediction_error(const PlanSearchResult& r) {
 }  // namespace
 
 std::string plan_search_table(const PlanSearchResult& r) {
+  auto task_heads = [](const PlanSearchResult& res) {
+    std::string h;
+    for (const PlanTaskBudget& t : res.tasks) h += " " + pad_left(t.task.substr(0, 8), 8);
+    return h;
+  };
   std::string out = cat("standard: ppl ", fixed(r.standard_ppl, 4), "; predicted ",
                         fixed(r.standard_cost.seconds * 1e3, 3), " ms per workload at tp ", r.tp,
                         " (compute ", fixed(r.standard_cost.compute * 1e3, 3), ", exposed sums ",
@@ -125,7 +147,8 @@ std::string plan_search_table(const PlanSearchResult& r) {
   for (const PlanPoint& p : r.checked) width = std::max(width, p.plan.size());
   const std::string head = cat(
       pad_right("plan", width), " ", pad_left("ppl", 10), " ", pad_left("rise", 9), " ",
-      pad_left("additive", 9), " ", pad_left("speed-up", 9), " ", pad_left("measured", 9),
+      pad_left("additive", 9), task_heads(r), " ", pad_left("speed-up", 9), " ",
+      pad_left("measured", 9),
       std::isnan(r.chosen_point().spec_speedup) ? std::string() : "  self-speculative (measured)",
       "\n");
   out +=
@@ -145,9 +168,16 @@ std::string plan_search_table(const PlanSearchResult& r) {
     out += cat("timed: ", pe.plans, " speed-ups; |predicted - measured| / measured: mean ",
                fixed(100 * pe.mean, 1), "%, max ", fixed(100 * pe.max, 1), "%\n");
   const PlanPoint& c = r.chosen_point();
+  for (size_t t = 0; t < r.tasks.size(); ++t)
+    out += cat(r.tasks[t].task, ": standard acc ", fixed(100 * r.standard_accuracy[t], 2),
+               "%; a plan fits when its acc is at least ",
+               fixed(100 * r.standard_accuracy[t] - r.tasks[t].points, 2), "%\n");
+  std::string acc;
+  for (size_t t = 0; t < r.tasks.size() && t < c.accuracy.size(); ++t)
+    acc += cat(", ", r.tasks[t].task, " acc ", fixed(100 * c.accuracy[t], 2), "%");
   out += cat("chosen: --plan \"", c.plan, "\": ppl ", fixed(c.ppl, 4), " (",
-             percent(rise_percent(c.nll, r.standard_nll)), ", budget +", fixed(100 * r.budget, 2),
-             "%), predicted speed-up ", fixed(c.speedup, 3), "x",
+             percent(rise_percent(c.nll, r.standard_nll)), acc, "; ", budget_text(r),
+             "), predicted speed-up ", fixed(c.speedup, 3), "x",
              std::isnan(c.measured_speedup) ? std::string()
                                             : cat(", measured ", fixed(c.measured_speedup, 3), "x"),
              "\n");
@@ -168,7 +198,11 @@ std::string plan_search_table(const PlanSearchResult& r) {
 nlohmann::json plan_search_json(const PlanSearchResult& r) {
   nlohmann::json moves = nlohmann::json::array(), checked = nlohmann::json::array(),
                  additive = nlohmann::json::array(), front = nlohmann::json::array(),
-                 single = nlohmann::json::object();
+                 single = nlohmann::json::object(), tasks = nlohmann::json::array();
+  for (size_t t = 0; t < r.tasks.size(); ++t)
+    tasks.push_back({{"task", r.tasks[t].task},
+                     {"max_drop_points", r.tasks[t].points},
+                     {"standard_accuracy", r.standard_accuracy[t]}});
   for (const PlanMove& m : r.moves)
     moves.push_back({{"kind", m.kind},
                      {"layer", m.layer},
@@ -185,6 +219,8 @@ nlohmann::json plan_search_json(const PlanSearchResult& r) {
   return {{"layers", r.layers},
           {"tp", r.tp},
           {"budget_percent", 100 * r.budget},
+          {"budget_binds", r.ppl_binds},
+          {"task_budgets", tasks},
           {"standard",
            {{"ppl", r.standard_ppl},
             {"nll", r.standard_nll},
