@@ -232,6 +232,41 @@ TEST(PlanSearch, TaskBudgetsBoundTheTasksAccuracy) {
   EXPECT_TRUE(ppl.chosen_point().accuracy.empty());
 }
 
+// Timed plans: the fastest measured within the budget is chosen, not the
+// fastest predicted; nothing changes where none was timed.
+TEST(PlanSearch, TheChoiceFollowsTheMeasuredSpeedUps) {
+  PlanSearchResult r;
+  r.budget = 0.05;
+  r.standard_nll = 1.0;
+  auto point = [](const std::string& plan, double nll, double predicted, double measured) {
+    PlanPoint p;
+    p.plan = plan;
+    p.nll = nll;
+    p.speedup = predicted;
+    p.measured_speedup = measured;
+    return p;
+  };
+  // Fastest predicted first; "c" does not fit the budget.
+  r.checked = {point("c", 1.2, 2.0, 2.1), point("a", 1.04, 1.6, 1.45), point("b", 1.03, 1.5, 1.55),
+               point("standard", 1.0, 1.0, 1.0)};
+  r.front = {0, 1, 2, 3};
+  r.chosen = 1;
+  PlanSearchResult untimed = r;
+  for (PlanPoint& p : untimed.checked) p.measured_speedup = std::nan("");
+  choose_measured(untimed);
+  EXPECT_EQ(untimed.chosen, 1);
+  EXPECT_FALSE(untimed.chosen_by_measure);
+  choose_measured(r);
+  EXPECT_EQ(r.chosen_point().plan, "b");
+  EXPECT_TRUE(r.chosen_by_measure);
+  // Self-speculation counts where it was measured faster.
+  r.chosen = 1;
+  r.checked[1].measured_spec_speedup = 1.7;
+  choose_measured(r);
+  EXPECT_EQ(r.chosen_point().plan, "a");
+  EXPECT_FALSE(r.chosen_by_measure);
+}
+
 // The whole search on stories260K (5 layers) at tp 2 returns the plan an
 // exhaustive search of every plan scored whole returns: the fastest within
 // the budget.

@@ -315,8 +315,10 @@ int plan_search_cmd(int argc, char** argv, int first) {
     choose_self_speculation(
         r, cost, [&](const std::string& p, int e) { return s.draft_acceptance(p, e); },
         setup.max_drafts, work.batch, work.generate, setup.options.progress);
-  if (s.distributed() && !args.has("no-measure"))
+  if (s.distributed() && !args.has("no-measure")) {
     measure_front(s, r, setup.repeat, setup.options.progress);
+    choose_measured(r);
+  }
   if (!s.root()) return 0;
   std::printf("%s: tp %d over %s%s; workload %s (prompt, new tokens, batch)\n",
               args.get("checkpoint").c_str(), cost.tp, cost.link.to_string().c_str(),

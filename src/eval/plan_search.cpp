@@ -417,4 +417,17 @@ void choose_self_speculation(PlanSearchResult& r, const CostInputs& cost,
   }
 }
 
+void choose_measured(PlanSearchResult& r) {
+  const double base = r.chosen_point().best_measured_speedup();
+  if (std::isnan(base)) return;
+  int best = r.chosen;
+  for (int i : plans_that_matter(r)) {
+    const PlanPoint& p = r.checked[size_t(i)];
+    if (r.fits(p) && p.best_measured_speedup() > r.checked[size_t(best)].best_measured_speedup())
+      best = i;
+  }
+  r.chosen_by_measure = best != r.chosen;
+  r.chosen = best;
+}
+
 }  // namespace strata

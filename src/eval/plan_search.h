@@ -89,6 +89,11 @@ struct PlanPoint {
   double spec_speedup = std::numeric_limits<double>::quiet_NaN();
   double measured_spec_speedup = std::numeric_limits<double>::quiet_NaN();
   bool checked() const { return !std::isnan(nll); }
+  // The better of plain and self-speculative decoding, measured (NaN: not timed).
+  double best_measured_speedup() const {
+    return std::isnan(measured_spec_speedup) ? measured_speedup
+                                             : std::max(measured_speedup, measured_spec_speedup);
+  }
   // The better of plain and self-speculative decoding, predicted.
   double best_speedup() const {
     return std::isnan(spec_speedup) ? speedup : std::max(speedup, spec_speedup);
@@ -107,6 +112,7 @@ struct PlanSearchResult {
   std::vector<PlanPoint> checked;         // scored whole, fastest first
   std::vector<int> front;                 // indices of `checked`: the measured front
   int chosen = -1;                        // index of `checked` (0: standard, nothing fits)
+  bool chosen_by_measure = false;         // choose_measured picked it
   std::vector<int> best_single;           // per technique, its best plan in `checked` (-1: none)
   double interaction_mean = 0, interaction_max = 0;  // |measured - additive| ppl, percent
   const PlanPoint& chosen_point() const { return checked[size_t(chosen)]; }
@@ -145,6 +151,10 @@ using DraftAcceptance = std::function<double(const std::string& plan, int exit)>
 void choose_self_speculation(PlanSearchResult& r, const CostInputs& cost,
                              const DraftAcceptance& acceptance, int max_drafts, int batch,
                              int new_tokens, bool progress);
+// Once the plans that matter are timed (measured_speedup): the chosen plan
+// is the fastest measured of them within the budget, where one is faster
+// than the predicted choice measured (the cost model's error, not the plan's).
+void choose_measured(PlanSearchResult& r);
 // The indices of `checked` whose speed matters: the front, the techniques' bests, the chosen.
 std::vector<int> plans_that_matter(const PlanSearchResult& r);
 

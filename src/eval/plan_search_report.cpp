@@ -180,7 +180,7 @@ std::string plan_search_table(const PlanSearchResult& r) {
              "), predicted speed-up ", fixed(c.speedup, 3), "x",
              std::isnan(c.measured_speedup) ? std::string()
                                             : cat(", measured ", fixed(c.measured_speedup, 3), "x"),
-             "\n");
+             r.chosen_by_measure ? " (chosen by the measured speed-up)" : "", "\n");
   if (!std::isnan(c.spec_speedup))
     out +=
         c.spec.exit == 0
@@ -236,7 +236,8 @@ nlohmann::json plan_search_json(const PlanSearchResult& r) {
            {{"timed", prediction_error(r).plans},
             {"mean_percent", 100 * prediction_error(r).mean},
             {"max_percent", 100 * prediction_error(r).max}}},
-          {"chosen", chosen}};
+          {"chosen", chosen},
+          {"chosen_by", r.chosen_by_measure ? "measured" : "predicted"}};
 }
 
 SvgChart plan_search_chart(const PlanSearchResult& r, const std::string& title) {
