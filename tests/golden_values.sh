@@ -14,7 +14,8 @@
 # reports, and the CPU model): GEMM libraries sum in other orders on other
 # CPUs and ISAs. Where a section matches this machine, every value must be
 # the same text (JSON prints doubles so that they read back bit for bit);
-# elsewhere each number must agree with the first section to a relative
+# elsewhere each number must agree with the nearest section (the most
+# fingerprint fields in common, the first of equals) to a relative
 # tolerance (GOLDEN_RTOL, default 2e-2: 40 training steps through other
 # GEMM kernels drift by up to a few parts in a thousand) and texts
 # (samples, generations) are not compared. Run from the repository root.
@@ -144,22 +145,31 @@ if [[ $mode == --record ]]; then
   exit 0
 fi
 
-# Compare: the exact section for this fingerprint, else the first with a tolerance.
+# Compare: the exact section for this fingerprint, else with a tolerance the
+# section that shares most of its fields (threads, kernels, GEMM paths: a
+# CPU of another model running the same kernels), the first of equals.
 awk -v fp="$fp" -v rtol="$rtol" -v record="$record" -v got="$out" '
   function abs(x) { return x < 0 ? -x : x }
+  function shared(a, b,   fa, fb, i, j, c) {
+    split(a, fa, "|"); split(b, fb, "|"); c = 0
+    for (i in fa) for (j in fb) if (fa[i] == fb[j]) c++
+    return c
+  }
   BEGIN {
-    section = ""; first = ""
+    section = ""; nsec = 0
     while ((getline line < record) > 0) {
-      if (line ~ /^\[/) { section = substr(line, 2, length(line) - 2); if (first == "") first = section; continue }
+      if (line ~ /^\[/) { section = substr(line, 2, length(line) - 2); order[++nsec] = section; continue }
       if (line ~ /^#/ || line == "") continue
       k = line; sub(/ .*/, "", k); v = substr(line, length(k) + 2)
       want[section, k] = v; keys[section] = keys[section] " " k
     }
     exact = keys[fp] != ""
-    use = exact ? fp : first
+    near = order[1]; best = -1
+    for (i = 1; i <= nsec; i++) { c = shared(fp, order[i]); if (c > best) { best = c; near = order[i] } }
+    use = exact ? fp : near
     print "golden: fingerprint " fp
     print exact ? "golden: exact comparison (recorded on this kind of machine)" \
-                : "golden: no record for this machine: numbers within " rtol " of [" first "], texts not compared"
+                : "golden: no record for this machine: numbers within " rtol " of [" near "], texts not compared"
     while ((getline line < got) > 0) {
       k = line; sub(/ .*/, "", k); v = substr(line, length(k) + 2)
       have[k] = v

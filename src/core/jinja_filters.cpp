@@ -110,17 +110,30 @@ Value round_value(const Value& v, int64_t precision, const std::string& method) 
   fail("round: method must be 'common', 'ceil' or 'floor'");
 }
 
+// Python's float(s) for a stripped string: strtod without its hexadecimal
+// forms (float('0x1A') raises).
+bool python_float(const std::string& s, double& d) {
+  if (s.empty() || s.find_first_of("xXpP") != std::string::npos) return false;
+  char* end = nullptr;
+  d = std::strtod(s.c_str(), &end);
+  return *end == 0;
+}
+
 Value to_int(const Value& v, const Value& dflt, int base) {
   if (v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool) return Value(v.as_int());
   if (v.kind() == Value::Kind::Float) return Value(float_to_int(v.as_double()));
   if (v.is_string()) {
     const std::string s = py_strip(v.as_string(), nullptr, 'b');
     char* end = nullptr;
-    const long long i = std::strtoll(s.c_str(), &end, base);
-    if (!s.empty() && *end == 0) return Value(int64_t(i));
-    if (base != 10) return dflt;
-    const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == 0 && std::isfinite(d)) return Value(float_to_int(d));
+    // Python's int(s, base) takes base 0 or 2..36 (strtoll sets no end for others).
+    if (base == 0 || (base >= 2 && base <= 36)) {
+      const long long i = std::strtoll(s.c_str(), &end, base);
+      if (!s.empty() && *end == 0) return Value(int64_t(i));
+    }
+    // Not an integer in `base`: read as a float, whatever the base, as Jinja
+    // does ('1.5' | int(0, 16) is 1).
+    double d = 0;
+    if (python_float(s, d) && std::isfinite(d)) return Value(float_to_int(d));
   }
   return dflt;
 }
@@ -129,9 +142,8 @@ Value to_float(const Value& v, const Value& dflt) {
   if (v.is_number()) return Value(v.as_double());
   if (v.is_string()) {
     const std::string s = py_strip(v.as_string(), nullptr, 'b');
-    char* end = nullptr;
-    const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == 0) return Value(d);
+    double d = 0;
+    if (python_float(s, d)) return Value(d);
   }
   return dflt;
 }
