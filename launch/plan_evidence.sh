@@ -92,6 +92,8 @@ for k in $kinds; do
   grep -h '^timed:' "$out/$k/table.txt" | sed "s/^/$k: /"
 done
 
+# The perplexity of a `strata eval --out` JSON.
+ppl() { grep -o '"ppl": *[0-9.e+-]*' "$1" | head -1 | sed 's/.*: *//'; }
 for k in $recover; do
   script=$out/$k/recover/recover.sh
   [[ -x $script ]] || { echo "$k: no recovery (the chosen plan is standard)"; continue; }
@@ -102,7 +104,6 @@ for k in $recover; do
   # its second comment line holds the plan.
   plan=$(sed -n '3s/^#   //p' "$script")
   mapfile -t ckpts < <(grep -o "eval --checkpoint '[^']*'" "$script" | cut -d"'" -f2)
-  ppl() { grep -o '"ppl": *[0-9.e+-]*' "$1" | head -1 | sed 's/.*: *//'; }
   last=$((${#ckpts[@]} - 1))
   for i in 0 "$last"; do
     OMP_NUM_THREADS=2 "$bin" eval --checkpoint "${ckpts[$i]}" --plan "$plan" \

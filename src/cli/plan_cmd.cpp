@@ -33,8 +33,8 @@ Args plan_search_args() {
             "Searches per-layer plans of a standard checkpoint (layers standard, skipped, "
             "ladder, SPD blocks at the tp degree, Layer-Parallel pairs) for the fastest one "
             "within a perplexity budget on a calibration text (or a task accuracy budget), for a "
-            "deployment: a tensor-"
-            "parallel degree, a link and a workload. Scores each move alone, finds the front "
+            "deployment: a tensor-parallel degree, a link and a workload. Scores each move alone, "
+            "finds the front "
             "of the sum of moves against the predicted time, scores the plans near the budget "
             "whole, and writes the front (table, JSON, SVG), the chosen plan and, under "
             "mpirun -np N with --tp N, the front's measured speed-ups.");

@@ -145,18 +145,17 @@ double PlanSession::task_accuracy(const std::string& plan, const std::string& ta
   o.eval_dir = default_eval_dir();
   o.progress = false;
   const TaskResult t = evaluate_tasks(*lm_.model, *tok_, o).front().front();
-  std::vector<std::string> names;
-  for (const Metric& m : t.metrics) {
-    if (m.name != "acc") {
-      names.push_back(m.name);
-      continue;
-    }
-    seen[plan] = m.value;
-    save_cache();
-    return m.value;
+  const auto acc = std::find_if(t.metrics.begin(), t.metrics.end(),
+                                [](const Metric& m) { return m.name == "acc"; });
+  if (acc == t.metrics.end()) {
+    std::vector<std::string> names;
+    for (const Metric& m : t.metrics) names.push_back(m.name);
+    fail(cat(command_, ": --budget ", task, "-P: task ", task, " reports no acc (",
+             join(names, ", "), "); a task budget needs an accuracy"));
   }
-  fail(cat(command_, ": --budget ", task, "-P: task ", task, " reports no acc (", join(names, ", "),
-           "); a task budget needs an accuracy"));
+  seen[plan] = acc->value;
+  save_cache();
+  return acc->value;
 }
 
 double PlanSession::workload_seconds(const std::string& plan, int repeat, int exit, int drafts) {

@@ -124,9 +124,9 @@ Value to_int(const Value& v, const Value& dflt, int base) {
   if (v.kind() == Value::Kind::Float) return Value(float_to_int(v.as_double()));
   if (v.is_string()) {
     const std::string s = py_strip(v.as_string(), nullptr, 'b');
-    char* end = nullptr;
     // Python's int(s, base) takes base 0 or 2..36 (strtoll sets no end for others).
     if (base == 0 || (base >= 2 && base <= 36)) {
+      char* end = nullptr;
       const long long i = std::strtoll(s.c_str(), &end, base);
       if (!s.empty() && *end == 0) return Value(int64_t(i));
     }

@@ -418,8 +418,7 @@ void choose_self_speculation(PlanSearchResult& r, const CostInputs& cost,
 }
 
 void choose_measured(PlanSearchResult& r) {
-  const double base = r.chosen_point().best_measured_speedup();
-  if (std::isnan(base)) return;
+  if (std::isnan(r.chosen_point().best_measured_speedup())) return;  // nothing timed
   int best = r.chosen;
   for (int i : plans_that_matter(r)) {
     const PlanPoint& p = r.checked[size_t(i)];

@@ -199,6 +199,7 @@ nlohmann::json plan_search_json(const PlanSearchResult& r) {
   nlohmann::json moves = nlohmann::json::array(), checked = nlohmann::json::array(),
                  additive = nlohmann::json::array(), front = nlohmann::json::array(),
                  single = nlohmann::json::object(), tasks = nlohmann::json::array();
+  const PredictionError pe = prediction_error(r);
   for (size_t t = 0; t < r.tasks.size(); ++t)
     tasks.push_back({{"task", r.tasks[t].task},
                      {"max_drop_points", r.tasks[t].points},
@@ -233,9 +234,7 @@ nlohmann::json plan_search_json(const PlanSearchResult& r) {
           {"interaction",
            {{"mean_abs_percent", r.interaction_mean}, {"max_abs_percent", r.interaction_max}}},
           {"prediction_error",
-           {{"timed", prediction_error(r).plans},
-            {"mean_percent", 100 * prediction_error(r).mean},
-            {"max_percent", 100 * prediction_error(r).max}}},
+           {{"timed", pe.plans}, {"mean_percent", 100 * pe.mean}, {"max_percent", 100 * pe.max}}},
           {"chosen", chosen},
           {"chosen_by", r.chosen_by_measure ? "measured" : "predicted"}};
 }
